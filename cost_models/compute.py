@@ -1,0 +1,245 @@
+"""FLOPs and compute time: matrix multiplies at an achieved efficiency, memory-bound kernels
+at an achieved HBM bandwidth.
+
+Symbols: s sequence length, b micro-batch, h hidden, a heads, g key/value heads, d head dim,
+f ffn hidden, V vocabulary, t tensor-parallel size, L layers, B global batch (sequences).
+Numeric arguments may be numpy arrays; enum arguments are scalars.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from cost_models.enums import AttentionKind, MlpKind, PositionKind
+from cost_models.units import BYTES_16BIT, BYTES_FP32, BYTES_MASK
+
+BACKWARD_FLOPS_RATIO = 2
+"""A matrix multiply's backward pass is two multiplies of the forward's size (input and weight
+gradients): Narayanan et al. 2021 (arXiv:2104.04473), Sec. 5.1 ("the backward pass requires
+double the number of FLOPs")."""
+
+BACKWARD_ELEMENTWISE_RATIO = 1.5
+"""An elementwise op reads one tensor and writes one in the forward pass; its backward reads the
+incoming gradient and the saved tensor and writes one gradient: three tensors for two."""
+
+
+class Gemm(NamedTuple):
+    """A (batched) matrix multiply [m x k] @ [k x n], `batch` times, on one GPU."""
+
+    m: object
+    n: object
+    k: object
+    batch: object = 1
+
+
+def gemm_flops(g: Gemm):
+    """FLOPs of one GEMM: 2 m n k per batch entry (one multiply and one add per MAC)."""
+    return 2 * g.m * g.n * g.k * g.batch
+
+
+def gemm_time_s(g: Gemm, *, peak_flops: float, peak_fraction: float, half_efficiency_dim: float,
+                hbm_bytes_per_s: float, hbm_fraction: float, bytes_per_value: int = BYTES_16BIT):
+    """Seconds one GEMM takes: the roofline of its FLOPs and its HBM traffic.
+
+    Ref: Williams et al. 2009 (roofline): time = max(FLOPs / attainable FLOP/s,
+    bytes / attainable bandwidth). Attainable FLOP/s is the datasheet peak times
+    `peak_fraction` (what large GEMMs reach in training) times min(m, n, k) /
+    (min(m, n, k) + `half_efficiency_dim`): thin matrices (a TP shard of a small hidden, the
+    head dim of attention scores) leave tensor cores idle through tile and wave quantisation.
+    Both fractions are per-GPU cluster data, calibrated in the preset. Traffic is reading A
+    and B and writing C once.
+    """
+    flops = gemm_flops(g)
+    smallest = np.minimum(np.minimum(g.m, g.n), g.k)
+    size_efficiency = smallest / (smallest + half_efficiency_dim)
+    compute_s = flops / (peak_flops * peak_fraction * size_efficiency)
+    traffic = bytes_per_value * (g.m * g.k + g.k * g.n + g.m * g.n) * g.batch
+    memory_s = traffic / (hbm_bytes_per_s * hbm_fraction)
+    return np.maximum(compute_s, memory_s)
+
+
+def memory_bound_time_s(traffic_bytes, *, hbm_bytes_per_s: float, hbm_fraction: float):
+    """Seconds an elementwise or normalisation kernel takes: its HBM traffic at the achieved
+    bandwidth (Williams et al. 2009, the memory-bound side of the roofline)."""
+    return traffic_bytes / (hbm_bytes_per_s * hbm_fraction)
+
+
+class LayerGemms(NamedTuple):
+    """The forward GEMMs of one transformer layer on one TP rank."""
+
+    qkv: Gemm
+    scores: Gemm
+    """Q K^T, one per (micro-batch sample, local head)."""
+    attend: Gemm
+    """softmax(Q K^T) V."""
+    out: Gemm
+    mlp_in: Gemm
+    mlp_out: Gemm
+    router: Gemm | None
+
+
+def transformer_layer_gemms(
+    *, seq_len, micro_batch, hidden: int, num_heads: int, num_kv_heads: int, head_dim: int,
+    ffn_hidden: int, mlp: MlpKind, num_experts: int = 1, top_k: int = 1, tp,
+) -> LayerGemms:
+    """The forward GEMMs of one transformer layer on one of t tensor-parallel ranks.
+
+    Ref: Narayanan et al. 2021 (arXiv:2104.04473), Sec. 5.1 and Appendix: QKV 6 b s h^2,
+    attention scores 2 b s^2 h, attention over values 2 b s^2 h, output 2 b s h^2, MLP
+    16 b s h^2 FLOPs; summed: 24 b s h^2 + 4 b s^2 h. Megatron-LM's sharding (Shoeybi et al.
+    2019, Sec. 3) divides every term by t. GQA shrinks K and V to g*d columns; SwiGLU's
+    gate adds one h x f matrix; an MoE layer sends each token to top_k of E experts, so its
+    MLP GEMMs see top_k times the tokens (Jiang et al. 2024, arXiv:2401.04088) plus an
+    h x E router.
+    """
+    s, b, h, t = seq_len, micro_batch, hidden, tp
+    tokens = s * b
+    q_dim, kv_dim = num_heads * head_dim, num_kv_heads * head_dim
+    local_heads = num_heads / t
+    expert_tokens = tokens * top_k if num_experts > 1 else tokens
+    num_in = 2 if mlp is MlpKind.SWIGLU else 1
+    return LayerGemms(
+        qkv=Gemm(tokens, (q_dim + 2 * kv_dim) / t, h),
+        scores=Gemm(s, s, head_dim, b * local_heads),
+        attend=Gemm(s, head_dim, s, b * local_heads),
+        out=Gemm(tokens, h, q_dim / t),
+        mlp_in=Gemm(expert_tokens, num_in * ffn_hidden / t, h),
+        mlp_out=Gemm(expert_tokens, h, ffn_hidden / t),
+        router=Gemm(tokens, num_experts, h) if num_experts > 1 else None,
+    )
+
+
+def transformer_layer_forward_flops(gemms: LayerGemms):
+    """Forward FLOPs of one layer on one rank: the sum of its GEMMs (elementwise ops excluded,
+    as in Narayanan et al. 2021, Sec. 5.1)."""
+    total = sum(gemm_flops(g) for g in gemms if g is not None)
+    return total
+
+
+def transformer_layer_elementwise_bytes(
+    *, seq_len, micro_batch, hidden: int, num_heads: int, num_kv_heads: int, head_dim: int,
+    ffn_hidden: int, mlp: MlpKind, attention: AttentionKind, position: PositionKind,
+    dropout: bool, norms_per_layer: int = 2, num_experts: int = 1, top_k: int = 1, tp,
+    sequence_parallel: bool,
+):
+    """HBM bytes the memory-bound kernels of one layer's forward pass move, on one TP rank.
+
+    Ref: the kernels Megatron-LM fuses (Narayanan et al. 2021, Sec. 4.2: bias+GeLU,
+    bias+dropout+add, scale+mask+softmax; megatron/core/fusions/), each reading its inputs
+    and writing its outputs once in 16 bits, masks in one byte (Korthikanti et al. 2022,
+    Sec. 4.1 sizes every one of these tensors):
+      each norm              read 2sbh, write 2sbh
+      bias-dropout-add (x2)  read 2sbh (output) + 2sbh (residual), write 2sbh (+ sbh mask)
+      rotary embedding       read and write Q and K
+      bias-GeLU              read 2sbf, write 2sbf (SwiGLU: read 4sbf, write 2sbf)
+      scale-mask-softmax     read and write 2as^2b; attention dropout reads 2as^2b and
+                             writes 2as^2b plus an as^2b mask (none with flash attention,
+                             which keeps the scores on chip)
+    Without sequence parallelism the norm and residual kernels run on the full s x h on every
+    TP rank; the rest is split over t.
+    """
+    s, b, h, a, t = seq_len, micro_batch, hidden, num_heads, tp
+    sbh = s * b * h
+    mask = BYTES_MASK if dropout else 0
+    per_token_rows = (
+        norms_per_layer * 2 * BYTES_16BIT * sbh                  # norms: read + write
+        + 2 * (3 * BYTES_16BIT + mask) * sbh                      # two bias-dropout-add kernels
+    )
+    rotary = 0
+    if position is PositionKind.ROTARY:
+        rotary = 2 * BYTES_16BIT * s * b * (num_heads + num_kv_heads) * head_dim
+    experts = top_k if num_experts > 1 else 1
+    mlp_act = (3 if mlp is MlpKind.SWIGLU else 2) * BYTES_16BIT * s * b * ffn_hidden * experts
+    if attention is AttentionKind.FLASH:
+        softmax = 0 * s
+    else:
+        softmax = 2 * BYTES_16BIT * a * s * s * b                 # scale-mask-softmax
+        if dropout:
+            softmax = softmax + (2 * BYTES_16BIT + BYTES_MASK) * a * s * s * b
+    sharded = rotary + mlp_act + softmax
+    if sequence_parallel:
+        return (per_token_rows + sharded) / t
+    return per_token_rows + sharded / t
+
+
+def flash_attention_time_s(*, seq_len, micro_batch, num_heads: int, head_dim: int, tp,
+                           causal: bool, peak_flops: float, flash_fraction: float,
+                           backward: bool):
+    """Seconds a fused attention kernel takes for one layer's core attention on one TP rank.
+
+    Ref: Dao 2023 (FlashAttention-2, arXiv:2307.08691), Sec. 3: the forward pass does the
+    4 s^2 d FLOPs per head of Q K^T and P V on chip; the backward does 2.5x that (it
+    recomputes P). A causal mask skips half of the blocks. `flash_fraction` is the share of
+    peak such kernels reach (cluster data).
+    """
+    s, b, t = seq_len, micro_batch, tp
+    flops = 4 * s * s * head_dim * b * num_heads / t
+    if causal:
+        flops = flops / 2
+    if backward:
+        flops = flops * 2.5
+    return flops / (peak_flops * flash_fraction)
+
+
+def output_layer_gemm(*, seq_len, micro_batch, hidden: int, vocab_size: int, tp) -> Gemm:
+    """The logits GEMM on the last stage: [s b x h] @ [h x V / t] (vocabulary-parallel)."""
+    return Gemm(seq_len * micro_batch, vocab_size / tp, hidden)
+
+
+def cross_entropy_bytes(*, seq_len, micro_batch, vocab_size: int, tp, backward: bool):
+    """HBM bytes the vocabulary-parallel cross entropy moves on one TP rank.
+
+    Ref: Megatron-LM megatron/core/tensor_parallel/cross_entropy.py: the forward reads the
+    16-bit logits and writes them as fp32 (2 + 4 bytes), reads them for the max and the sum
+    of exponentials (4), and rewrites them in place as the softmax (4 + 4); the backward reads
+    the softmax (4) and writes the 16-bit gradient (2).
+    """
+    per_logit = (BYTES_FP32 + BYTES_16BIT) if backward else (
+        BYTES_16BIT + BYTES_FP32 + BYTES_FP32 + 2 * BYTES_FP32)
+    return per_logit * seq_len * micro_batch * vocab_size / tp
+
+
+def optimizer_step_bytes_per_param(*, weight_bytes: float, gradient_bytes: float,
+                                   optimizer_bytes: float) -> float:
+    """HBM bytes the optimizer step moves per parameter it updates.
+
+    Ref: Kingma & Ba 2015 (arXiv:1412.6980), Algorithm 1, as a fused multi-tensor kernel
+    (Megatron-LM / apex FusedAdam): read the gradient, read and write every optimizer state
+    (fp32 master weights and moments), write the updated working weights.
+    """
+    return gradient_bytes + 2 * optimizer_bytes + weight_bytes
+
+
+def megatron_flops_per_iteration(*, global_batch, seq_len, num_layers, hidden, vocab_size,
+                                 full_recompute: bool):
+    """FLOPs of one training iteration of a Megatron GPT model.
+
+    Ref: Narayanan et al. 2021 (arXiv:2104.04473), Sec. 5.1, Eq. 3 with full recomputation:
+    96 B s l h^2 (1 + s/(6h) + V/(16 l h)); without recomputation (model FLOPs, Korthikanti
+    et al. 2022, arXiv:2205.05198, Sec. 6, Eq. 7): 72 B s l h^2 (1 + s/(6h) + V/(12 l h)).
+    """
+    B, s, l, h, V = global_batch, seq_len, num_layers, hidden, vocab_size
+    if full_recompute:
+        return 96 * B * s * l * h**2 * (1 + s / (6 * h) + V / (16 * l * h))
+    return 72 * B * s * l * h**2 * (1 + s / (6 * h) + V / (12 * l * h))
+
+
+def palm_flops_per_token(*, num_params, num_layers, hidden, seq_len):
+    """Training FLOPs per token: 6 N + 12 L h s (Chowdhery et al. 2022, PaLM, Appendix B).
+
+    6 N for the weight multiplies (forward 2 N, backward 4 N) and 12 L h s for attention.
+    """
+    return 6 * num_params + 12 * num_layers * hidden * seq_len
+
+
+def training_time_s(*, num_tokens, num_params, num_gpus, flops_per_gpu, full_recompute: bool):
+    """Time to train on `num_tokens` at an achieved `flops_per_gpu`.
+
+    Ref: Narayanan et al. 2021 (arXiv:2104.04473), Sec. 5.1: about 8 T P / (n X) with full
+    recomputation (6 T P / (n X) without): GPT-3 175B on 300B tokens on 1024 A100s at
+    140 TFLOP/s is about 34 days.
+    """
+    factor = 8 if full_recompute else 6
+    return factor * num_tokens * num_params / (num_gpus * flops_per_gpu)

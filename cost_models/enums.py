@@ -1,0 +1,90 @@
+"""The discrete choices the cost models branch on."""
+
+from __future__ import annotations
+
+from enum import Enum, IntEnum
+
+
+class Precision(str, Enum):
+    """Training precision of weights and activations."""
+
+    FP32 = "fp32"
+    FP16 = "fp16"
+    """fp16 mixed precision with dynamic loss scaling (fp32 master weights)."""
+    BF16 = "bf16"
+    """bf16 mixed precision (fp32 master weights, fp32 gradient accumulation in Megatron-LM)."""
+
+
+class Optimizer(str, Enum):
+    ADAM = "adam"
+    """Adam/AdamW: two fp32 moments per parameter."""
+    SGD = "sgd"
+    """Plain SGD: no optimizer state."""
+    SGD_MOMENTUM = "sgd_momentum"
+    """SGD with momentum: one fp32 buffer per parameter."""
+
+
+class Recompute(str, Enum):
+    """Activation recomputation (Korthikanti et al. 2022, arXiv:2205.05198, Sec. 5)."""
+
+    NONE = "none"
+    SELECTIVE = "selective"
+    """Recompute only the core attention (QK^T, softmax, dropout, attention over V)."""
+    FULL = "full"
+    """Store only each layer's input and recompute the whole layer in the backward pass."""
+
+
+class ZeroStage(IntEnum):
+    """ZeRO stages (Rajbhandari et al. 2020, arXiv:1910.02054, Sec. 5)."""
+
+    NONE = 0
+    OPTIMIZER_STATES = 1
+    """P_os; Megatron-LM's distributed optimizer."""
+    GRADIENTS = 2
+    """P_os+g."""
+    PARAMETERS = 3
+    """P_os+g+p; FSDP full sharding."""
+
+
+class MlpKind(str, Enum):
+    GELU = "gelu"
+    """Two matrices h->f->h with an elementwise activation (GeLU, ReLU)."""
+    SWIGLU = "swiglu"
+    """Three matrices: gate and up h->f, down f->h (Shazeer 2020, arXiv:2002.05202)."""
+
+
+class NormKind(str, Enum):
+    LAYERNORM = "layernorm"
+    """Weight and bias: 2h parameters."""
+    RMSNORM = "rmsnorm"
+    """Weight only: h parameters."""
+
+
+class AttentionKind(str, Enum):
+    STANDARD = "standard"
+    """Materialises the s x s scores, softmax and dropout (kept for the backward pass)."""
+    FLASH = "flash"
+    """Fused kernel (Dao et al. 2022, arXiv:2205.14135): no s x s tensor is stored."""
+
+
+class PositionKind(str, Enum):
+    LEARNED = "learned"
+    """A learned table of max_positions x h (GPT-2, GPT-3, BERT, OPT)."""
+    ROTARY = "rotary"
+    ALIBI = "alibi"
+    NONE = "none"
+
+
+class Collective(str, Enum):
+    ALL_REDUCE = "all_reduce"
+    ALL_GATHER = "all_gather"
+    REDUCE_SCATTER = "reduce_scatter"
+    ALL_TO_ALL = "all_to_all"
+    BROADCAST = "broadcast"
+    REDUCE = "reduce"
+    SEND_RECV = "send_recv"
+
+
+class AllReduceAlgorithm(str, Enum):
+    RING = "ring"
+    TREE = "tree"

@@ -1,0 +1,193 @@
+"""Per-GPU memory: model states (weights, gradients, optimizer) and activations.
+
+Symbols (Korthikanti et al. 2022, arXiv:2205.05198, Table 1): s sequence length, b micro-batch,
+h hidden, a attention heads, t tensor-parallel size, p pipeline size, v interleaved chunks per
+GPU, d data-parallel size, V vocabulary, L layers, Psi parameters. Numeric arguments may be
+numpy arrays (the search evaluates many plans at once); enum arguments are scalars.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from cost_models.enums import AttentionKind, MlpKind, Optimizer, Precision, Recompute, ZeroStage
+from cost_models.units import BYTES_16BIT, BYTES_FP32, BYTES_MASK, BYTES_TOKEN_ID
+
+
+class StateBytes(NamedTuple):
+    """Bytes per parameter of each model-state component."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.gradients + self.optimizer
+
+
+def state_bytes_per_param(precision: Precision, optimizer: Optimizer) -> StateBytes:
+    """Bytes per parameter of weights, gradients and optimizer state, without sharding.
+
+    Ref: Megatron-LM docs/source/api-guide/dist_optimizer.md, the bytes-per-parameter table:
+    fp16 params + fp16 grads: 20; bf16 params + fp32 grads: 18; fp32 params + fp32 grads: 16.
+    Terms: 16-bit weights (2) or fp32 (4); gradients in fp16 (2) or, for bf16, accumulated and
+    reduced in fp32 (4, Megatron's accumulate_allreduce_grads_in_fp32); the optimizer keeps
+    fp32 master weights (4) for mixed precision, for fp16 also an fp32 copy of the gradients
+    (4), and Adam's two fp32 moments (8; Kingma & Ba 2015) or SGD's momentum (4).
+    The ZeRO paper's mixed-precision Adam (2 + 2 + K with K = 12) is the same accounting
+    without Megatron's fp32 gradient copy; `model_state_bytes` takes any of these.
+    """
+    mixed = precision is not Precision.FP32
+    weights = BYTES_16BIT if mixed else BYTES_FP32
+    gradients = BYTES_16BIT if precision is Precision.FP16 else BYTES_FP32
+    master = BYTES_FP32 if mixed else 0                          # fp32 copy of the weights
+    main_grads = BYTES_FP32 if precision is Precision.FP16 else 0  # fp32 copy of fp16 grads
+    moments = {Optimizer.ADAM: 2 * BYTES_FP32, Optimizer.SGD_MOMENTUM: BYTES_FP32,
+               Optimizer.SGD: 0}[optimizer]
+    return StateBytes(weights, gradients, master + main_grads + moments)
+
+
+def model_state_bytes(*, num_params, dp, zero_stage, per_param: StateBytes) -> StateBytes:
+    """Bytes of weights, gradients and optimizer state one data-parallel rank holds.
+
+    Ref: Rajbhandari et al. 2020 (arXiv:1910.02054), Sec. 5 and Figure 1, with K the optimizer
+    bytes per parameter: baseline (2 + 2 + K) Psi; P_os 4 Psi + K Psi / d; P_os+g
+    2 Psi + (2 + K) Psi / d; P_os+g+p (2 + 2 + K) Psi / d. Megatron-LM's distributed optimizer
+    is P_os (docs: 18 -> 6 + 12/d for bf16 with fp32 gradients). `zero_stage` may be an array
+    of stages (ZeroStage values).
+    """
+    zero = np.asarray(zero_stage)
+    w = per_param.weights * num_params
+    g = per_param.gradients * num_params
+    o = per_param.optimizer * num_params
+    o = np.where(zero >= ZeroStage.OPTIMIZER_STATES, o / dp, o)
+    g = np.where(zero >= ZeroStage.GRADIENTS, g / dp, g)
+    w = np.where(zero >= ZeroStage.PARAMETERS, w / dp, w)
+    return StateBytes(w, g, o)
+
+
+def transformer_layer_activation_bytes(
+    *, seq_len, micro_batch, hidden: int, num_heads: int, num_kv_heads: int, head_dim: int,
+    ffn_hidden: int, mlp: MlpKind, attention: AttentionKind, dropout: bool,
+    norms_per_layer: int = 2, num_experts: int = 1, top_k: int = 1,
+    tp, sequence_parallel: bool, recompute: Recompute, bytes_per_value: int = BYTES_16BIT,
+):
+    """Bytes of activations one transformer layer keeps for its backward pass, per micro-batch.
+
+    Ref: Korthikanti et al. 2022 (arXiv:2205.05198), Sec. 4.1 and Table 2, derived term by term
+    so that it generalises; with g = a, a*d = h, f = 4h, GeLU, dropout, two norms, standard
+    attention it reduces exactly to the paper's forms:
+      no parallelism          s b h (34 + 5 a s / h)
+      tensor parallel         s b h (10 + 24/t + 5 a s / (h t))
+      tensor + sequence par.  s b h / t (34 + 5 a s / h)
+      + selective recompute   the 5 a s / h term is dropped
+      full recompute          2 s b h (the layer input; / t with sequence parallelism, as
+                              Megatron-LM stores the sequence-parallel shard)
+    Generalisations: GQA stores K and V with g*d columns; SwiGLU stores the gate and up
+    outputs and their product (6 s b f instead of GeLU's 4 s b f); models without dropout
+    store no masks (and the attention-over-V input is the softmax output itself: 2 a s^2 b
+    instead of 5 a s^2 b); flash attention (Dao et al. 2022) stores only the fp32 softmax
+    log-sum-exp (4 a s b) instead of any s x s tensor; an MoE layer keeps a permuted copy of
+    the input and the MLP internals for each of its top_k experts per token (replicated across
+    TP ranks, like the dense MLP input). `bytes_per_value` is 2 for the paper's 16-bit
+    activations and 4 for fp32 training; masks stay one byte.
+    """
+    s, b, h, a, t = seq_len, micro_batch, hidden, num_heads, tp
+    sbh = s * b * h
+    v = bytes_per_value
+    if recompute is Recompute.FULL:
+        layer_input = v * sbh                                     # checkpointed layer input
+        return layer_input / t if sequence_parallel else layer_input
+    q_dim, kv_dim = num_heads * head_dim, num_kv_heads * head_dim
+
+    # Tensors every TP rank holds in full unless sequence parallelism shards them too.
+    replicated = (
+        norms_per_layer * v * sbh                       # norm inputs: 4sbh
+        + v * sbh                                       # QKV matmul input: 2sbh
+        + v * sbh                                       # MLP (or router) input: 2sbh
+        + (2 * BYTES_MASK * sbh if dropout else 0)                # attention and MLP dropout masks: 2sbh
+    )
+    # Tensors split over TP ranks (heads, ffn columns).
+    attention_core = (
+        v * s * b * q_dim                               # Q: 2sbh
+        + 2 * v * s * b * kv_dim                        # K and V: 4sbh
+        + v * s * b * q_dim                             # attention output (Wo input): 2sbh
+    )
+    num_mlp_inputs = 3 if mlp is MlpKind.SWIGLU else 2              # GeLU: its input and output
+    mlp_internal = num_mlp_inputs * v * s * b * ffn_hidden  # GeLU: 16sbh for f = 4h
+    if num_experts > 1:
+        replicated = replicated + top_k * v * sbh       # permuted token copies per expert
+        mlp_internal = top_k * mlp_internal
+    sharded = attention_core + mlp_internal
+
+    if recompute is Recompute.SELECTIVE:
+        scores = 0 * s                                            # recomputed in the backward pass
+    elif attention is AttentionKind.FLASH:
+        scores = BYTES_FP32 * a * s * b                           # softmax log-sum-exp only
+    elif dropout:
+        scores = (2 * v + BYTES_MASK) * a * s * s * b   # softmax, its dropout mask and output: 5as^2b
+    else:
+        scores = v * a * s * s * b                      # softmax output: 2as^2b
+    sharded = sharded + scores
+
+    if sequence_parallel:
+        return (replicated + sharded) / t
+    return replicated + sharded / t
+
+
+def embedding_activation_bytes(*, seq_len, micro_batch, hidden: int, dropout: bool, tp,
+                               sequence_parallel: bool):
+    """Bytes the input embedding keeps per micro-batch: token ids and the dropout mask.
+
+    Ref: Megatron-LM megatron/training/theoretical_memory_usage.py (8 s b for the int64 input
+    ids, s b h for the embedding dropout mask); Korthikanti et al. 2022, Sec. 4.3 (s b h p / t
+    on the first stage with sequence parallelism, p micro-batches in flight).
+    """
+    s, b, h, t = seq_len, micro_batch, hidden, tp
+    mask = BYTES_MASK * s * b * h if dropout else 0 * s
+    if sequence_parallel:
+        mask = mask / t
+    return BYTES_TOKEN_ID * s * b + mask
+
+
+def output_activation_bytes(*, seq_len, micro_batch, hidden: int, vocab_size: int, tp,
+                            sequence_parallel: bool, final_norm: bool,
+                            bytes_per_value: int = BYTES_16BIT):
+    """Bytes the final norm, output layer and loss keep per micro-batch on the last stage.
+
+    Ref: Korthikanti et al. 2022 (arXiv:2205.05198), Sec. 4.3: the final LayerNorm input
+    (2 s b h), the output-layer input (2 s b h) and the fp32 logits of the vocabulary-parallel
+    cross entropy (4 s b V / t). Megatron-LM theoretical_memory_usage.py writes the same as
+    4 s b h (1 + V / h) / t assuming sequence parallelism.
+    """
+    s, b, h, t = seq_len, micro_batch, hidden, tp
+    v = bytes_per_value
+    hidden_terms = (v * s * b * h if final_norm else 0) + v * s * b * h
+    if sequence_parallel:
+        hidden_terms = hidden_terms / t
+    logits = BYTES_FP32 * s * b * vocab_size / t
+    return hidden_terms + logits
+
+
+def zero3_gather_buffer_bytes(*, largest_block_params_per_rank, weight_bytes: float,
+                              prefetch_blocks: int):
+    """Bytes of the full (unsharded over DP) weights ZeRO-3 holds while a block computes.
+
+    Ref: Rajbhandari et al. 2020, Sec. 5.3 (P_p gathers each layer's parameters before use and
+    releases them after); DeepSpeed's stage3_prefetch_bucket_size and FSDP's forward prefetch
+    keep the next block gathered too, hence `prefetch_blocks` blocks in flight.
+    """
+    return prefetch_blocks * largest_block_params_per_rank * weight_bytes
+
+
+def reserve_bytes(*, allocated_bytes, framework_bytes: float, fragmentation_fraction: float):
+    """Bytes a GPU loses outside the model: CUDA context, communication buffers, fragmentation.
+
+    Ref: none published in closed form; both inputs are named cluster data with their reasons
+    (the CUDA context and NCCL buffers are a fixed size; the PyTorch caching allocator loses a
+    share of what it hands out to fragmentation).
+    """
+    return framework_bytes + fragmentation_fraction * allocated_bytes

@@ -1,0 +1,275 @@
+"""Per-block costs: each block kind evaluated through the cost_models functions.
+
+`block_cost` returns, for one block and arrays of (tp, micro_batch) points at one setting of
+sequence parallelism and recompute, the time of its forward and backward passes on one TP
+rank, the time its recomputation adds, its tensor-parallel collectives, the activation bytes it
+keeps per micro-batch and its parameters. `costing` adds them up per pipeline stage.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from cost_models import communication as comm
+from cost_models.compute import (BACKWARD_ELEMENTWISE_RATIO, BACKWARD_FLOPS_RATIO, Gemm,
+                                 cross_entropy_bytes, flash_attention_time_s, gemm_flops,
+                                 gemm_time_s, memory_bound_time_s, output_layer_gemm,
+                                 transformer_layer_elementwise_bytes, transformer_layer_gemms)
+from cost_models.enums import AttentionKind, Collective, Recompute
+from cost_models.evoformer import (evoformer_block_activation_bytes,
+                                   evoformer_block_elementwise_bytes, evoformer_block_gemms,
+                                   evoformer_block_tp_allreduce_elements)
+from cost_models.memory import (embedding_activation_bytes, output_activation_bytes,
+                                transformer_layer_activation_bytes)
+from cost_models.units import bytes_per_value
+from planner.schemas.cluster import ClusterSpec
+from planner.schemas.model import (EmbeddingBlock, EvoformerBlock, NormBlock, OutputBlock,
+                                   TrainingSpec, TransformerBlock)
+
+
+class BlockCost(NamedTuple):
+    """Costs of one block per micro-batch on one TP rank (arrays over points)."""
+
+    forward_s: object
+    backward_s: object
+    recompute_s: object
+    """Extra forward work in the backward pass (full: the whole block; selective: attention)."""
+    tp_comm_s: object
+    """Tensor-parallel collectives of one forward and one backward pass, and of the recompute."""
+    activation_bytes: object
+    output_elements: object
+    """Values the block hands to the next one (a pipeline send at a stage boundary)."""
+
+
+class TpPlacement(NamedTuple):
+    """Where a tensor-parallel group sits: its size, ranks per node and nodes spanned."""
+
+    size: object
+    ranks_per_node: object
+    num_nodes: object
+
+
+def _tp_collective_s(collective: Collective, elements, *, place: TpPlacement,
+                     cluster: ClusterSpec, value_bytes: int):
+    bus = comm.group_bus_bandwidth(ranks_per_node=place.ranks_per_node,
+                                   num_nodes=place.num_nodes,
+                                   intra_bytes_per_s=cluster.intra_bus_bytes_per_s,
+                                   inter_bytes_per_s=cluster.inter_bus_bytes_per_s)
+    latency = comm.group_latency_s(num_nodes=place.num_nodes,
+                                   intra_latency_s=cluster.intra_latency_s,
+                                   inter_latency_s=cluster.inter_latency_s)
+    return comm.collective_time_s(collective, message_bytes=elements * value_bytes,
+                                  group_size=place.size, bus_bytes_per_s=bus, latency_s=latency)
+
+
+def _allreduce_or_split(elements, *, sequence_parallel: bool, **kw):
+    """A Megatron TP all-reduce, or with sequence parallelism the all-gather plus
+    reduce-scatter that replace it (Korthikanti et al. 2022, Sec. 4.2.2: same volume)."""
+    if sequence_parallel:
+        return (_tp_collective_s(Collective.ALL_GATHER, elements, **kw)
+                + _tp_collective_s(Collective.REDUCE_SCATTER, elements, **kw))
+    return _tp_collective_s(Collective.ALL_REDUCE, elements, **kw)
+
+
+class _Kernels:
+    """GEMM and memory-bound kernel times on this cluster's GPU at one precision."""
+
+    def __init__(self, cluster: ClusterSpec, training: TrainingSpec) -> None:
+        eff = cluster.efficiency
+        self.value_bytes = bytes_per_value(training.precision)
+        self.peak = cluster.gpu.peak_flops(training.precision)
+        self._gemm = dict(peak_flops=self.peak, peak_fraction=eff.gemm_peak_fraction,
+                          half_efficiency_dim=eff.gemm_half_efficiency_dim,
+                          hbm_bytes_per_s=cluster.gpu.hbm_gb_per_s * 1e9,
+                          hbm_fraction=eff.hbm_fraction, bytes_per_value=self.value_bytes)
+        self._hbm = dict(hbm_bytes_per_s=cluster.gpu.hbm_gb_per_s * 1e9,
+                         hbm_fraction=eff.hbm_fraction)
+        self.flash_fraction = eff.flash_attention_fraction
+
+    def gemms_s(self, gemms) -> object:
+        return sum(gemm_time_s(g, **self._gemm) for g in gemms if g is not None)
+
+    def traffic_s(self, traffic_bytes) -> object:
+        return memory_bound_time_s(traffic_bytes, **self._hbm)
+
+
+def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute,
+                 k: _Kernels, place: TpPlacement, cluster: ClusterSpec) -> BlockCost:
+    shape = dict(seq_len=seq_len, micro_batch=mb, hidden=block.hidden,
+                 num_heads=block.num_heads, num_kv_heads=block.kv_heads,
+                 head_dim=block.dim_per_head, ffn_hidden=block.ffn, mlp=block.mlp,
+                 num_experts=block.num_experts, top_k=block.top_k)
+    g = transformer_layer_gemms(**shape, tp=tp)
+    flash = block.attention is AttentionKind.FLASH
+    dense = (g.qkv, g.out, g.mlp_in, g.mlp_out, g.router)
+    traffic = transformer_layer_elementwise_bytes(
+        **shape, attention=block.attention, position=block.position, dropout=block.dropout,
+        norms_per_layer=block.norms_per_layer, tp=tp, sequence_parallel=sp)
+    # Elementwise kernels tied to the scores (softmax, dropout) belong to the attention core.
+    core_traffic = traffic - transformer_layer_elementwise_bytes(
+        **shape, attention=AttentionKind.FLASH, position=block.position, dropout=block.dropout,
+        norms_per_layer=block.norms_per_layer, tp=tp, sequence_parallel=sp)
+    if flash:
+        attn = dict(seq_len=seq_len, micro_batch=mb, num_heads=block.num_heads,
+                    head_dim=block.dim_per_head, tp=tp, causal=block.causal,
+                    peak_flops=k.peak, flash_fraction=k.flash_fraction)
+        core_fwd = flash_attention_time_s(**attn, backward=False)
+        core_bwd = flash_attention_time_s(**attn, backward=True)
+    else:
+        core_fwd = k.gemms_s((g.scores, g.attend)) + k.traffic_s(core_traffic)
+        core_bwd = (BACKWARD_FLOPS_RATIO * k.gemms_s((g.scores, g.attend))
+                    + BACKWARD_ELEMENTWISE_RATIO * k.traffic_s(core_traffic))
+    rest_traffic = traffic - core_traffic
+    forward = k.gemms_s(dense) + k.traffic_s(rest_traffic) + core_fwd
+    backward = (BACKWARD_FLOPS_RATIO * k.gemms_s(dense)
+                + BACKWARD_ELEMENTWISE_RATIO * k.traffic_s(rest_traffic) + core_bwd)
+    # Megatron TP (Narayanan et al. 2021, Sec. 2.3): two all-reduces of s*b*h values in the
+    # forward pass (after attention and after the MLP) and two in the backward.
+    tokens_hidden = seq_len * mb * block.hidden
+    one_pass_comm = 2 * _allreduce_or_split(tokens_hidden, sequence_parallel=sp, place=place,
+                                            cluster=cluster, value_bytes=k.value_bytes)
+    if rc is Recompute.FULL:
+        recompute, comm_passes = forward, 3            # the recompute pass repeats the forward's collectives
+    elif rc is Recompute.SELECTIVE:
+        recompute, comm_passes = core_fwd, 2
+    else:
+        recompute, comm_passes = 0 * forward, 2
+    activations = transformer_layer_activation_bytes(
+        **shape, attention=block.attention, dropout=block.dropout,
+        norms_per_layer=block.norms_per_layer, tp=tp, sequence_parallel=sp, recompute=rc,
+        bytes_per_value=k.value_bytes)
+    return BlockCost(forward, backward, recompute, comm_passes * one_pass_comm, activations,
+                     tokens_hidden + 0 * tp)
+
+
+def _evoformer(block: EvoformerBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute,
+               k: _Kernels, place: TpPlacement, cluster: ClusterSpec) -> BlockCost:
+    e, flash = block.shape, block.attention is AttentionKind.FLASH
+    gemms = evoformer_block_gemms(e, num_residues=seq_len, micro_batch=mb, tp=tp)
+    traffic = evoformer_block_elementwise_bytes(e, num_residues=seq_len, micro_batch=mb, tp=tp,
+                                                sequence_parallel=sp, flash=flash,
+                                                bytes_per_value=k.value_bytes)
+    no_softmax = evoformer_block_elementwise_bytes(e, num_residues=seq_len, micro_batch=mb,
+                                                   tp=tp, sequence_parallel=sp, flash=True,
+                                                   bytes_per_value=k.value_bytes)
+    forward = k.gemms_s(gemms) + k.traffic_s(traffic)
+    backward = (BACKWARD_FLOPS_RATIO * k.gemms_s(gemms)
+                + BACKWARD_ELEMENTWISE_RATIO * k.traffic_s(traffic))
+    elements = evoformer_block_tp_allreduce_elements(e, num_residues=seq_len, micro_batch=mb)
+    one_pass_comm = _allreduce_or_split(elements, sequence_parallel=sp, place=place,
+                                        cluster=cluster, value_bytes=k.value_bytes)
+    if rc is Recompute.FULL:
+        recompute, passes = forward, 3
+    elif rc is Recompute.SELECTIVE:
+        recompute, passes = k.traffic_s(traffic - no_softmax), 2
+    else:
+        recompute, passes = 0 * forward, 2
+    activations = evoformer_block_activation_bytes(
+        e, num_residues=seq_len, micro_batch=mb, tp=tp, sequence_parallel=sp, recompute=rc,
+        flash=flash, bytes_per_value=k.value_bytes)
+    R = seq_len
+    output = mb * (e.num_msa_rows * R * e.msa_dim + R * R * e.pair_dim) + 0 * tp
+    return BlockCost(forward, backward, recompute, passes * one_pass_comm, activations, output)
+
+
+def _embedding(block: EmbeddingBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute,
+               k: _Kernels, place: TpPlacement, cluster: ClusterSpec) -> BlockCost:
+    tokens_hidden = seq_len * mb * block.hidden
+    # Gather rows and write them (and the dropout mask); the backward scatters the gradients.
+    traffic = 2 * k.value_bytes * tokens_hidden
+    forward = k.traffic_s(traffic) + 0 * tp
+    backward = BACKWARD_ELEMENTWISE_RATIO * forward
+    # Vocabulary-parallel embedding: one all-reduce (reduce-scatter with sequence
+    # parallelism) of its output in the forward pass (Megatron-LM VocabParallelEmbedding).
+    collective = Collective.REDUCE_SCATTER if sp else Collective.ALL_REDUCE
+    tp_comm = _tp_collective_s(collective, tokens_hidden, place=place, cluster=cluster,
+                               value_bytes=k.value_bytes)
+    activations = embedding_activation_bytes(seq_len=seq_len, micro_batch=mb,
+                                             hidden=block.hidden, dropout=block.dropout, tp=tp,
+                                             sequence_parallel=sp)
+    return BlockCost(forward, backward, 0 * forward, tp_comm, activations, tokens_hidden + 0 * tp)
+
+
+def _norm(block: NormBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute, k: _Kernels,
+          place: TpPlacement, cluster: ClusterSpec) -> BlockCost:
+    tokens_hidden = seq_len * mb * block.hidden
+    shard = tp if sp else 1
+    forward = k.traffic_s(2 * k.value_bytes * tokens_hidden / shard) + 0 * tp
+    activations = k.value_bytes * tokens_hidden / shard + 0 * tp   # the norm's input
+    return BlockCost(forward, BACKWARD_ELEMENTWISE_RATIO * forward, 0 * forward, 0 * forward,
+                     activations, tokens_hidden + 0 * tp)
+
+
+def _output(block: OutputBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute, k: _Kernels,
+            place: TpPlacement, cluster: ClusterSpec) -> BlockCost:
+    h, V = block.hidden, block.vocab_size
+    logits = output_layer_gemm(seq_len=seq_len, micro_batch=mb, hidden=h, vocab_size=V, tp=tp)
+    gemms = [logits]
+    traffic_fwd = cross_entropy_bytes(seq_len=seq_len, micro_batch=mb, vocab_size=V, tp=tp,
+                                      backward=False)
+    traffic_bwd = cross_entropy_bytes(seq_len=seq_len, micro_batch=mb, vocab_size=V, tp=tp,
+                                      backward=True)
+    if block.transform_norm is not None:   # BERT's dense transform + norm, replicated
+        gemms.append(Gemm(seq_len * mb, h, h))
+        traffic_fwd = traffic_fwd + 2 * k.value_bytes * seq_len * mb * h
+    forward = k.gemms_s(gemms) + k.traffic_s(traffic_fwd)
+    backward = BACKWARD_FLOPS_RATIO * k.gemms_s(gemms) + k.traffic_s(traffic_bwd)
+    # The column-parallel output layer gathers its input with sequence parallelism (and
+    # reduce-scatters the gradient); without it, its input gradient is all-reduced.
+    tokens_hidden = seq_len * mb * h
+    tp_comm = _allreduce_or_split(tokens_hidden, sequence_parallel=sp, place=place,
+                                  cluster=cluster, value_bytes=k.value_bytes)
+    activations = output_activation_bytes(seq_len=seq_len, micro_batch=mb, hidden=h,
+                                          vocab_size=V, tp=tp, sequence_parallel=sp,
+                                          final_norm=False, bytes_per_value=k.value_bytes)
+    return BlockCost(forward, backward, 0 * forward, tp_comm, activations, 0 * tp)
+
+
+_BY_KIND = {"transformer": _transformer, "evoformer": _evoformer, "embedding": _embedding,
+            "norm": _norm, "output": _output}
+
+
+def block_cost(block, *, training: TrainingSpec, cluster: ClusterSpec, tp, mb,
+               sequence_parallel: bool, recompute: Recompute, place: TpPlacement) -> BlockCost:
+    """Costs of `block` at arrays of tp and micro-batch values (one SP and recompute setting)."""
+    tp = np.asarray(tp, dtype=float)
+    mb = np.asarray(mb, dtype=float)
+    k = _Kernels(cluster, training)
+    return _BY_KIND[block.kind](block, seq_len=training.seq_len, mb=mb, tp=tp,
+                                sp=sequence_parallel, rc=recompute, k=k, place=place,
+                                cluster=cluster)
+
+
+def block_model_flops(block, *, seq_len: int) -> float:
+    """Forward FLOPs of one block for one sequence on one GPU (no TP): the MFU numerator's
+    share, counting every GEMM including attention scores (Narayanan et al. 2021, Sec. 5.1)."""
+    if isinstance(block, TransformerBlock):
+        g = transformer_layer_gemms(seq_len=seq_len, micro_batch=1, hidden=block.hidden,
+                                    num_heads=block.num_heads, num_kv_heads=block.kv_heads,
+                                    head_dim=block.dim_per_head, ffn_hidden=block.ffn,
+                                    mlp=block.mlp, num_experts=block.num_experts,
+                                    top_k=block.top_k, tp=1)
+        return float(sum(gemm_flops(x) for x in g if x is not None))
+    if isinstance(block, EvoformerBlock):
+        return float(sum(gemm_flops(x) for x in evoformer_block_gemms(
+            block.shape, num_residues=seq_len, micro_batch=1, tp=1)))
+    if isinstance(block, OutputBlock):
+        flops = gemm_flops(output_layer_gemm(seq_len=seq_len, micro_batch=1, hidden=block.hidden,
+                                             vocab_size=block.vocab_size, tp=1))
+        if block.transform_norm is not None:
+            flops += gemm_flops(Gemm(seq_len, block.hidden, block.hidden))
+        return float(flops)
+    return 0.0
+
+
+def pipeline_send_bytes(elements, *, tp, value_bytes: int):
+    """Bytes one rank sends across a pipeline boundary per micro-batch.
+
+    Ref: Narayanan et al. 2021, Sec. 4.1 (scatter/gather): each of the t ranks sends 1/t of
+    the s*b*h activation and the receiver all-gathers it over NVLink; with sequence
+    parallelism the activation is already split t ways.
+    """
+    return elements * value_bytes / tp
+

@@ -1,0 +1,167 @@
+"""Hugging Face `config.json` -> the transformer shorthand, per model_type.
+
+Key names follow huggingface/transformers src/transformers/models/<type>/configuration_<type>.py
+(checked against transformers 5.23), including each class's attribute_map aliases (gpt2's
+n_embd, bloom's n_layer) and defaults for absent keys (gpt2 n_inner=None means 4*n_embd;
+bloom has no ffn key; falcon ffn_hidden_size=None means 4*hidden).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from planner.errors import InputError
+
+DEFAULT_MAX_SEQ_LEN = 4096
+"""HF configs give the longest context a model supports (131,072 for Llama 3.1), not the one it
+is trained at; without --seq-len we plan for at most this many tokens."""
+
+DEFAULT_TOKENS_PER_BATCH = 4 * 2**20
+"""Without --global-batch, about 4M tokens per step (Llama 2 and 3 pretraining, Touvron et al.
+2023 Sec. 2.2; Dubey et al. 2024 Sec. 3.4)."""
+
+
+class _Keys:
+    """Reads keys of one config.json, naming the file and key in every error."""
+
+    def __init__(self, config: dict[str, Any], file: str) -> None:
+        self.config, self.file = config, file
+
+    def get(self, *names: str, default: Any = None) -> Any:
+        for name in names:
+            if self.config.get(name) is not None:
+                return self.config[name]
+        return default
+
+    def need(self, *names: str) -> Any:
+        value = self.get(*names)
+        if value is None:
+            raise InputError(f"{self.file}: {names[0]}: required key is missing")
+        return value
+
+
+def _llama_like(k: _Keys) -> dict[str, Any]:
+    """llama, mistral, mixtral, qwen2: SwiGLU, RMSNorm, rotary, GQA, no biases."""
+    out = dict(
+        num_layers=k.need("num_hidden_layers"), hidden=k.need("hidden_size"),
+        num_heads=k.need("num_attention_heads"),
+        num_kv_heads=k.get("num_key_value_heads"), head_dim=k.get("head_dim"),
+        ffn_hidden=k.need("intermediate_size"), vocab_size=k.need("vocab_size"),
+        mlp="swiglu", norm="rmsnorm", position="rotary",
+        tie_embeddings=bool(k.get("tie_word_embeddings", default=False)),
+        bias=False, qkv_bias=bool(k.get("attention_bias", default=False)), dropout=False,
+        attention="flash")
+    if k.get("num_local_experts"):
+        out.update(num_experts=k.get("num_local_experts"), top_k=k.get("num_experts_per_tok",
+                                                                         default=2))
+    return out
+
+
+def _qwen2(k: _Keys) -> dict[str, Any]:
+    """Qwen2 hard-codes biases on Q, K and V (modeling_qwen2.py)."""
+    return {**_llama_like(k), "qkv_bias": True}
+
+
+def _gpt2(k: _Keys) -> dict[str, Any]:
+    hidden = k.need("n_embd", "hidden_size")
+    return dict(
+        num_layers=k.need("n_layer", "num_hidden_layers"), hidden=hidden,
+        num_heads=k.need("n_head", "num_attention_heads"),
+        ffn_hidden=k.get("n_inner", default=4 * hidden), vocab_size=k.need("vocab_size"),
+        max_positions=k.need("n_positions", "max_position_embeddings"), position="learned",
+        tie_embeddings=True)
+
+
+def _gpt_neox(k: _Keys) -> dict[str, Any]:
+    return dict(
+        num_layers=k.need("num_hidden_layers"), hidden=k.need("hidden_size"),
+        num_heads=k.need("num_attention_heads"), ffn_hidden=k.need("intermediate_size"),
+        vocab_size=k.need("vocab_size"), position="rotary",
+        tie_embeddings=bool(k.get("tie_word_embeddings", default=False)),
+        bias=bool(k.get("attention_bias", default=True)), dropout=False)
+
+
+def _bloom(k: _Keys) -> dict[str, Any]:
+    hidden = k.need("hidden_size", "n_embed")
+    return dict(
+        num_layers=k.need("n_layer", "num_hidden_layers"), hidden=hidden,
+        num_heads=k.need("n_head", "num_attention_heads"), ffn_hidden=4 * hidden,
+        vocab_size=k.need("vocab_size"), position="alibi", embedding_norm="layernorm",
+        tie_embeddings=True)
+
+
+def _opt(k: _Keys) -> dict[str, Any]:
+    hidden = k.need("hidden_size")
+    projection = k.get("word_embed_proj_dim", default=hidden)
+    if projection != hidden:
+        raise InputError(f"{k.file}: word_embed_proj_dim: {projection} differs from hidden_size "
+                         f"({hidden}); OPT's embedding projections are not modelled")
+    return dict(
+        num_layers=k.need("num_hidden_layers"), hidden=hidden,
+        num_heads=k.need("num_attention_heads"), ffn_hidden=k.need("ffn_dim"),
+        vocab_size=k.need("vocab_size"), position="learned",
+        # OPTLearnedPositionalEmbedding keeps 2 extra rows (offset = 2).
+        max_positions=k.need("max_position_embeddings") + 2,
+        tie_embeddings=bool(k.get("tie_word_embeddings", default=True)),
+        bias=bool(k.get("enable_bias", default=True)),
+        final_norm=bool(k.get("do_layer_norm_before", default=True))
+        and not k.get("_remove_final_layer_norm", default=False))
+
+
+def _falcon(k: _Keys) -> dict[str, Any]:
+    """Falcon (and its legacy RefinedWeb types): see modeling_falcon.py for the KV heads."""
+    hidden = k.need("hidden_size", "n_embed")
+    heads = k.need("num_attention_heads", "n_head")
+    legacy_new = k.config.get("model_type") == "RefinedWeb"
+    new_arch = bool(k.get("new_decoder_architecture", default=legacy_new))
+    if new_arch or not k.get("multi_query", default=True):
+        kv_heads = k.get("num_kv_heads", "n_head_kv", default=heads)
+    else:
+        kv_heads = 1
+    parallel = bool(k.get("parallel_attn", default=True))
+    two_norms = new_arch or not parallel or k.get("num_ln_in_parallel_attn") == 2
+    return dict(
+        num_layers=k.need("num_hidden_layers", "n_layer"), hidden=hidden, num_heads=heads,
+        num_kv_heads=kv_heads, ffn_hidden=k.get("ffn_hidden_size", default=4 * hidden),
+        vocab_size=k.need("vocab_size"),
+        position="alibi" if k.get("alibi", default=False) else "rotary",
+        tie_embeddings=bool(k.get("tie_word_embeddings", default=True)),
+        bias=bool(k.get("bias", default=False)), norms_per_layer=2 if two_norms else 1,
+        dropout=False)
+
+
+def _bert(k: _Keys) -> dict[str, Any]:
+    return dict(
+        num_layers=k.need("num_hidden_layers"), hidden=k.need("hidden_size"),
+        num_heads=k.need("num_attention_heads"), ffn_hidden=k.need("intermediate_size"),
+        vocab_size=k.need("vocab_size"), position="learned",
+        max_positions=k.need("max_position_embeddings"),
+        num_token_types=k.get("type_vocab_size", default=2), embedding_norm="layernorm",
+        tie_embeddings=True, causal=False, final_norm=False, lm_head_transform="layernorm",
+        lm_head_bias=True)
+
+
+MAPPERS: dict[str, Callable[[_Keys], dict[str, Any]]] = {
+    "llama": _llama_like, "mistral": _llama_like, "mixtral": _llama_like, "qwen2": _qwen2,
+    "gpt2": _gpt2, "gpt_neox": _gpt_neox, "bloom": _bloom, "opt": _opt, "falcon": _falcon,
+    "RefinedWeb": _falcon, "RefinedWebModel": _falcon, "bert": _bert,
+}
+
+
+def shorthand_from_hf(config: dict[str, Any], *, file: str, name: str) -> dict[str, Any]:
+    """The transformer-shorthand fields (plus training defaults) for one HF config.json."""
+    import difflib
+
+    model_type = config.get("model_type")
+    if model_type not in MAPPERS:
+        close = difflib.get_close_matches(str(model_type), list(MAPPERS), n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise InputError(f"{file}: model_type: {model_type!r} is not supported{hint}; "
+                         f"supported: {', '.join(sorted(MAPPERS))}")
+    keys = _Keys(config, file)
+    fields = MAPPERS[model_type](keys)
+    max_positions = keys.get("max_position_embeddings", "n_positions", "max_seq_len")
+    seq_len = min(max_positions or DEFAULT_MAX_SEQ_LEN, DEFAULT_MAX_SEQ_LEN)
+    global_batch = max(1, DEFAULT_TOKENS_PER_BATCH // seq_len)
+    return {"name": name, "description": f"Hugging Face {model_type} config ({file})",
+            **fields, "training": {"seq_len": seq_len, "global_batch": global_batch}}

@@ -1,0 +1,1 @@
+"""Typed inputs (model, cluster, strategy) and outputs (reports)."""

@@ -1,0 +1,142 @@
+"""The cluster: nodes of identical GPUs, the links between them, and named efficiency data."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
+
+from cost_models.enums import Precision
+from cost_models.units import GB, GiB, TFLOPS, US
+
+_FROZEN = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+class LinkKind(str, Enum):
+    NVLINK = "nvlink"
+    HCCS = "hccs"
+    PCIE = "pcie"
+    INFINIBAND = "infiniband"
+    ROCE = "roce"
+    ETHERNET = "ethernet"
+
+
+class CollectiveLibrary(str, Enum):
+    NCCL = "nccl"
+    HCCL = "hccl"
+    GLOO = "gloo"
+    MPI = "mpi"
+
+
+class PeakTflops(BaseModel):
+    """Dense (no sparsity) peak TFLOP/s of the matrix units, per datatype."""
+
+    model_config = _FROZEN
+    fp32: PositiveFloat
+    fp16: PositiveFloat
+    bf16: PositiveFloat
+    tf32: PositiveFloat | None = None
+    fp8: PositiveFloat | None = None
+
+
+class GpuSpec(BaseModel):
+    model_config = _FROZEN
+    name: str
+    memory_gib: PositiveFloat
+    """Device memory as nvidia-smi reports it (memory.total), in GiB."""
+    peak_tflops: PeakTflops
+    hbm_gb_per_s: PositiveFloat
+    """Datasheet HBM bandwidth, GB/s (1e9 bytes)."""
+
+    def peak_flops(self, precision: Precision) -> float:
+        """Dense peak FLOP/s for matrix multiplies at a training precision."""
+        return getattr(self.peak_tflops, precision.value) * TFLOPS
+
+
+class LinkSpec(BaseModel):
+    model_config = _FROZEN
+    kind: LinkKind
+    bandwidth_gb_per_s: PositiveFloat
+    """Per GPU, per direction, GB/s (NVLink: half the bidirectional datasheet figure)."""
+    latency_us: float = Field(gt=0)
+    """Per-hop latency a collective's step pays, microseconds."""
+
+
+class ReserveSpec(BaseModel):
+    """Memory a GPU loses outside the model's tensors."""
+
+    model_config = _FROZEN
+    framework_gib: float = Field(ge=0)
+    """CUDA context, driver-reserved memory, cuBLAS workspace and communication buffers."""
+    fragmentation_fraction: float = Field(ge=0, lt=1)
+    """Share of allocated bytes the caching allocator loses to fragmentation."""
+    zero3_prefetch_blocks: PositiveInt = 2
+    """Blocks whose full weights ZeRO-3 keeps gathered at once (the one computing + prefetch)."""
+
+
+class EfficiencySpec(BaseModel):
+    """Achieved fractions of datasheet peaks. Invented or calibrated numbers live here, each
+    with its reason in the preset file, never in a formula."""
+
+    model_config = _FROZEN
+    gemm_peak_fraction: float = Field(gt=0, le=1)
+    """Share of peak FLOP/s that large GEMMs reach inside a training step."""
+    gemm_half_efficiency_dim: float = Field(ge=0)
+    """GEMM dimension at which tile and wave quantisation halve the achieved FLOP/s."""
+    flash_attention_fraction: float = Field(gt=0, le=1)
+    """Share of peak a fused attention kernel reaches."""
+    hbm_fraction: float = Field(gt=0, le=1)
+    """Share of datasheet HBM bandwidth memory-bound kernels reach."""
+    intra_node_bus_fraction: float = Field(gt=0, le=1)
+    """NCCL bus bandwidth inside a node / per-direction link bandwidth (nccl-tests)."""
+    inter_node_bus_fraction: float = Field(gt=0, le=1)
+    """NCCL bus bandwidth per NIC across nodes / NIC line rate (nccl-tests)."""
+    step_overhead_s: float = Field(ge=0)
+    """Fixed time per optimizer step outside the model: data loading, logging, launches."""
+
+
+class ClusterSource(BaseModel):
+    model_config = _FROZEN
+    datasheets: tuple[str, ...]
+    calibration: str | None = None
+
+
+class ClusterSpec(BaseModel):
+    """A homogeneous GPU cluster."""
+
+    model_config = _FROZEN
+    name: str
+    description: str | None = None
+    num_nodes: PositiveInt
+    gpus_per_node: PositiveInt
+    gpu: GpuSpec
+    intra_node: LinkSpec
+    inter_node: LinkSpec
+    collectives: CollectiveLibrary = CollectiveLibrary.NCCL
+    reserve: ReserveSpec
+    efficiency: EfficiencySpec
+    source: ClusterSource | None = None
+
+    @property
+    def num_gpus(self) -> int:
+        return self.num_nodes * self.gpus_per_node
+
+    @property
+    def capacity_bytes(self) -> int:
+        return int(self.gpu.memory_gib * GiB)
+
+    @property
+    def intra_bus_bytes_per_s(self) -> float:
+        return self.intra_node.bandwidth_gb_per_s * GB * self.efficiency.intra_node_bus_fraction
+
+    @property
+    def inter_bus_bytes_per_s(self) -> float:
+        return self.inter_node.bandwidth_gb_per_s * GB * self.efficiency.inter_node_bus_fraction
+
+    @property
+    def intra_latency_s(self) -> float:
+        return self.intra_node.latency_us * US
+
+    @property
+    def inter_latency_s(self) -> float:
+        return self.inter_node.latency_us * US

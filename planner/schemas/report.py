@@ -1,0 +1,150 @@
+"""Outputs: memory breakdowns, step times, throughput, violations and whole plans.
+
+`--json` is `model_dump_json` of these models, so every key is a field here."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, computed_field
+
+from cost_models.enums import Recompute, ZeroStage
+from planner.schemas.strategy import DpComm
+
+_OUT = ConfigDict(frozen=True, use_attribute_docstrings=True)
+
+
+class StrategyOut(BaseModel):
+    """The strategy of a plan, with every degree resolved."""
+
+    model_config = _OUT
+    dp: int
+    tp: int
+    pp: int
+    vpp: int
+    micro_batch: int
+    global_batch: int
+    sequence_parallel: bool
+    recompute: Recompute
+    zero_stage: ZeroStage
+    num_micro_batches: float
+    overlap_grad_reduce: bool
+    dp_comm: DpComm
+    layers_per_stage: list[int]
+    """Repeated layers on each pipeline chunk (pp * vpp entries, pipeline order)."""
+
+
+class StageMemory(BaseModel):
+    """Bytes one GPU of one pipeline stage holds at its peak."""
+
+    model_config = _OUT
+    stage: int
+    weights_bytes: float
+    gradients_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    other_bytes: float
+    """Framework reserve, allocator fragmentation and ZeRO-3 gathered weights."""
+    in_flight_micro_batches: float
+    """Micro-batches (chunk passes, interleaved) whose activations the stage holds at its peak."""
+    num_layers: int
+    """Repeated layers (transformer or evoformer blocks) on this stage."""
+
+    @computed_field
+    @property
+    def total_bytes(self) -> float:
+        return (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
+                + self.activations_bytes + self.other_bytes)
+
+
+class MemoryReport(BaseModel):
+    model_config = _OUT
+    stages: list[StageMemory]
+    peak_bytes: float
+    peak_stage: int
+    capacity_bytes: float
+    fits: bool
+
+    @computed_field
+    @property
+    def headroom_bytes(self) -> float:
+        return self.capacity_bytes - self.peak_bytes
+
+
+class StageTime(BaseModel):
+    """Seconds one micro-batch spends on one pipeline stage (forward + backward)."""
+
+    model_config = _OUT
+    stage: int
+    compute_s: float
+    tp_comm_s: float
+    pp_comm_s: float
+    dp_comm_s: float
+    """Data-parallel traffic per micro-batch not hidden by compute (ZeRO-2/3)."""
+
+    @computed_field
+    @property
+    def total_s(self) -> float:
+        return self.compute_s + self.tp_comm_s + self.pp_comm_s + self.dp_comm_s
+
+
+class TimeReport(BaseModel):
+    """One optimizer step, split into its parts (they add up to step_s)."""
+
+    model_config = _OUT
+    compute_s: float
+    """Forward, backward and recomputation of the slowest stage, all micro-batches."""
+    tp_comm_s: float
+    pp_comm_s: float
+    dp_comm_s: float
+    """Data-parallel communication not hidden behind compute."""
+    bubble_s: float
+    optimizer_s: float
+    overhead_s: float
+    stages: list[StageTime]
+    slowest_stage: int
+    imbalance: float
+    """Slowest stage time / mean stage time (1.0 is perfectly balanced)."""
+    dp_algorithm: str
+
+    @computed_field
+    @property
+    def step_s(self) -> float:
+        return (self.compute_s + self.tp_comm_s + self.pp_comm_s + self.dp_comm_s
+                + self.bubble_s + self.optimizer_s + self.overhead_s)
+
+
+class ThroughputReport(BaseModel):
+    model_config = _OUT
+    tokens_per_s: float
+    model_tflops_per_gpu: float
+    """Model FLOPs (no recomputation) per second per GPU."""
+    hardware_tflops_per_gpu: float
+    """FLOPs executed, recomputation included (what Narayanan et al. 2021 Table 1 reports)."""
+    mfu: float
+    """Model FLOPs utilisation: model_tflops_per_gpu / peak."""
+    time_to_train_s: float | None = None
+    gpu_hours: float | None = None
+
+
+class PlanReport(BaseModel):
+    """One strategy, evaluated: memory, time and throughput."""
+
+    model_config = _OUT
+    strategy: StrategyOut
+    memory: MemoryReport
+    time: TimeReport
+    throughput: ThroughputReport
+
+    @computed_field
+    @property
+    def dominant_cost(self) -> str:
+        parts = {"compute": self.time.compute_s, "tp_comm": self.time.tp_comm_s,
+                 "pp_comm": self.time.pp_comm_s, "dp_comm": self.time.dp_comm_s,
+                 "bubble": self.time.bubble_s, "optimizer": self.time.optimizer_s}
+        return max(parts, key=parts.get)
+
+
+class Violation(BaseModel):
+    model_config = _OUT
+    rule: str
+    message: str
+    fix: str

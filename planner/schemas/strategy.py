@@ -1,0 +1,65 @@
+"""A parallelisation strategy: the degrees and options one training run uses."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict, PositiveInt
+
+from cost_models.enums import Recompute, ZeroStage
+
+
+class DpComm(str, Enum):
+    """How data-parallel replicas exchange gradients."""
+
+    ALL_REDUCE = "all_reduce"
+    """Collective all-reduce (or reduce-scatter + all-gather under ZeRO)."""
+    PARAMETER_SERVER = "parameter_server"
+    """Workers push gradients to and pull weights from parameter servers (Li et al. 2014)."""
+
+
+class Strategy(BaseModel):
+    """Degrees and options of one training run (a strategy.yaml, or one plan of the search).
+
+    Degrees, spelled out: dp data-parallel replicas, tp tensor-parallel ranks, pp pipeline
+    stages, vpp interleaved model chunks per pipeline rank (Megatron-LM's virtual stages)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    dp: PositiveInt | None = None
+    """None: the GPUs left over, num_gpus / (tp * pp)."""
+    tp: PositiveInt = 1
+    pp: PositiveInt = 1
+    vpp: PositiveInt = 1
+    micro_batch: PositiveInt = 1
+    global_batch: PositiveInt | None = None
+    """None: the model's training.global_batch."""
+    sequence_parallel: bool = False
+    recompute: Recompute = Recompute.NONE
+    zero_stage: ZeroStage = ZeroStage.NONE
+    overlap_grad_reduce: bool = True
+    """Overlap the data-parallel gradient reduction with the last backward pass (Megatron-LM
+    --overlap-grad-reduce, DeepSpeed overlap_comm)."""
+    dp_comm: DpComm = DpComm.ALL_REDUCE
+    num_servers: PositiveInt | None = None
+    """Parameter servers (with dp_comm: parameter_server); None: one per data-parallel rank."""
+    layers_per_stage: tuple[PositiveInt, ...] | None = None
+    """Repeated layers on each of the pp * vpp pipeline chunks, in order; None: an even split."""
+
+    @property
+    def num_micro_batches(self) -> float:
+        """Micro-batches per step per data-parallel rank (fractional when the global batch does
+        not divide; the rules say so)."""
+        assert self.dp is not None and self.global_batch is not None, "resolve() first"
+        return self.global_batch / (self.dp * self.micro_batch)
+
+    @property
+    def num_chunks(self) -> int:
+        return self.pp * self.vpp
+
+    def degrees_label(self) -> str:
+        parts = [f"dp {self.dp}", f"tp {self.tp}", f"pp {self.pp}"]
+        if self.vpp > 1:
+            parts.append(f"vpp {self.vpp}")
+        parts.append(f"mb {self.micro_batch}")
+        return ", ".join(parts)
