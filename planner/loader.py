@@ -135,16 +135,22 @@ def _path_text(loc: tuple) -> str:
 _KIND_TAGS = {"embedding", "transformer", "norm", "output", "evoformer"}
 
 
+def _suggestion(error: dict, root: type[BaseModel]) -> str | None:
+    """For an unknown field, the closest field name allowed at its place."""
+    loc = tuple(error.get("loc", ()))
+    parent = _model_at(root, loc[:-1])
+    if error["type"] != "extra_forbidden" or parent is None:
+        return None
+    close = difflib.get_close_matches(str(loc[-1]), list(parent.model_fields), n=1)
+    return close[0] if close else None
+
+
 def _describe(error: dict, root: type[BaseModel]) -> str:
     loc = tuple(error.get("loc", ()))
     field = _path_text(loc)
     if error["type"] == "extra_forbidden":
-        parent = _model_at(root, loc[:-1])
-        hint = ""
-        if parent is not None:
-            close = difflib.get_close_matches(str(loc[-1]), list(parent.model_fields), n=1)
-            if close:
-                hint = f" (did you mean '{close[0]}'?)"
+        close = _suggestion(error, root)
+        hint = f" (did you mean '{close}'?)" if close else ""
         return f"{field}: unknown field{hint}"
     if error["type"] == "missing":
         return f"{field}: required field is missing"
@@ -159,12 +165,21 @@ def _describe(error: dict, root: type[BaseModel]) -> str:
     return f"{field}: {message}{suffix}" if field else f"{message}{suffix}"
 
 
+def _ranked(errors: list[dict], root: type[BaseModel]) -> list[dict]:
+    """Typos first; a "missing" error that a typo explains (num_layer for num_layers) is dropped."""
+    meant = {(tuple(e["loc"][:-1]), _suggestion(e, root)) for e in errors
+             if e["type"] == "extra_forbidden"}
+    kept = [e for e in errors
+            if not (e["type"] == "missing" and (tuple(e["loc"][:-1]), e["loc"][-1]) in meant)]
+    return sorted(kept, key=lambda e: e["type"] != "extra_forbidden")
+
+
 def validate_file(cls: type[BaseModel], data: dict[str, Any], file: str | Path) -> Any:
     """Build `cls` from `data`; any validation failure becomes one InputError line."""
     try:
         return cls.model_validate(data)
     except ValidationError as e:
-        errors = e.errors()
+        errors = _ranked(e.errors(), cls)
         first = _describe(errors[0], cls)
         more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
         raise InputError(f"{file}: {first}{more}") from None

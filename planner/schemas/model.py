@@ -115,14 +115,13 @@ class TransformerBlock(BaseModel):
         return attention + mlp + ParamCount(0, self.norms_per_layer * norms.replicated)
 
     def active_params(self) -> ParamCount:
-        """Parameters a token passes through (top_k of the experts)."""
-        if self.num_experts == 1:
-            return self.params()
-        dense = self.model_copy(update={"num_experts": 1, "top_k": 1}).params()
+        """Parameters a token passes through: all but the experts it is not routed to."""
+        idle = self.num_experts - self.top_k
         expert = mlp_params(hidden=self.hidden, ffn_hidden=self.ffn, mlp=self.mlp,
                             bias=self.bias)
-        return dense + ParamCount((self.top_k - 1) * expert.sharded,
-                                  (self.top_k - 1) * expert.replicated)
+        total = self.params()
+        return ParamCount(total.sharded - idle * expert.sharded,
+                          total.replicated - idle * expert.replicated)
 
 
 class NormBlock(BaseModel):

@@ -1,0 +1,52 @@
+"""Narayanan et al. 2021, SC21 (arXiv:2104.04473): parameter count (Sec. 5.1), FLOPs per
+iteration (Eq. 3), the end-to-end training-time estimates (Sec. 5.1) and the Table 1 sizes."""
+
+import pytest
+
+import model_zoo
+from cost_models.compute import megatron_flops_per_iteration, training_time_s
+from cost_models.parameters import megatron_gpt_params
+from cost_models.units import SECONDS_PER_DAY
+from planner.costing import step_flops_per_sequence
+from planner.loader import load_model
+
+SC21 = [n for n in model_zoo.names() if n.startswith("gpt-")]
+
+
+@pytest.mark.parametrize("name", SC21)
+def test_narayanan2021_parameter_formula_matches_block_count(name):
+    # Our per-block count is the closed form plus the final LayerNorm (2h) it leaves out.
+    model, training = load_model(name)
+    layer = model.blocks[1]
+    closed = megatron_gpt_params(num_layers=model.num_layers, hidden=layer.hidden,
+                                 vocab_size=model.blocks[0].vocab_size, seq_len=training.seq_len)
+    assert model.num_params - 2 * layer.hidden == pytest.approx(closed, rel=1e-12)
+
+
+@pytest.mark.parametrize("name", SC21)
+@pytest.mark.parametrize("full", [True, False])
+def test_narayanan2021_eq3_matches_bottom_up_flops(name, full):
+    # Bottom-up GEMM FLOPs (3x forward, + 1x layer forward with full recompute) must equal
+    # Eq. 3 (96 ...) and Korthikanti's model FLOPs (72 ...) exactly.
+    model, training = load_model(name)
+    s, h = training.seq_len, model.blocks[1].hidden
+    model_flops, layer_forward, _ = step_flops_per_sequence(model, s)
+    got = model_flops + (layer_forward if full else 0)
+    expected = megatron_flops_per_iteration(global_batch=1, seq_len=s, num_layers=model.num_layers,
+                                            hidden=h, vocab_size=model.blocks[0].vocab_size,
+                                            full_recompute=full)
+    assert got == pytest.approx(expected, rel=1e-12)
+
+
+def test_narayanan2021_gpt3_training_days():
+    # Sec. 5.1: GPT-3 175B on 300B tokens, 1024 A100s at 140 TFLOP/s: about 34 days.
+    days = training_time_s(num_tokens=300e9, num_params=175e9, num_gpus=1024,
+                           flops_per_gpu=140e12, full_recompute=True) / SECONDS_PER_DAY
+    assert days == pytest.approx(34, abs=0.5)
+
+
+def test_narayanan2021_1t_training_days():
+    # Sec. 5.1: the 1T model on 450B tokens, 3072 A100s at 163 TFLOP/s: about 84 days.
+    days = training_time_s(num_tokens=450e9, num_params=1008e9, num_gpus=3072,
+                           flops_per_gpu=163e12, full_recompute=True) / SECONDS_PER_DAY
+    assert days == pytest.approx(84, abs=0.5)

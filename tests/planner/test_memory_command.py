@@ -1,0 +1,76 @@
+"""`planner memory`: a hand-derived tiny case, the JSON keys, and every zoo model."""
+
+import json
+
+import pytest
+
+import model_zoo
+from cost_models.units import GiB
+
+STRATEGY = "tp: 2\npp: 2\nmicro_batch: 1\n"
+
+
+def test_tiny_model_by_hand(cli, write, tiny_model, small_cluster):
+    # tiny: L=4, h=64, a=8, V=512, s=128, global batch 32, bf16 + Adam (2 + 4 + 12 bytes),
+    # dropout, tied output; 8 GPUs as tp 2, pp 2, dp 2, micro-batch 1 -> 16 micro-batches.
+    strategy = write("strategy.yaml", STRATEGY)
+    code, out, _ = cli("memory", tiny_model, small_cluster, strategy, "--json")
+    assert code == 0
+    result = json.loads(out)
+    first, last = result["stages"]
+    h, V, s = 64, 512, 128
+    layer_sharded = (3 * h * h + 3 * h) + h * h + (4 * h * h + 4 * h) + 4 * h * h  # QKV, out, fc1, fc2
+    layer_replicated = h + h + 2 * (2 * h)                   # two row-parallel biases, two LayerNorms
+    stage0 = (V * h + 2 * layer_sharded) / 2 + s * h + 2 * layer_replicated   # + learned positions
+    stage1 = (2 * layer_sharded + V * h) / 2 + 2 * layer_replicated + 2 * h   # tied copy, final norm
+    assert first["weights_bytes"] == 2 * stage0
+    assert first["gradients_bytes"] == 4 * stage0
+    assert first["optimizer_bytes"] == 12 * stage0
+    assert last["weights_bytes"] == 2 * stage1
+    sbh = s * h
+    layer = 10 * sbh + 24 * sbh / 2 + 5 * 8 * s * s / 2      # Korthikanti Table 2, TP 2
+    embedding = 8 * s + sbh                                  # int64 ids, dropout mask
+    assert first["activations_bytes"] == 2 * (embedding + 2 * layer)   # 2 micro-batches in flight
+    output = 2 * sbh + 2 * sbh + 4 * s * V / 2               # final norm input, head input, fp32 logits
+    assert last["activations_bytes"] == 1 * (2 * layer + output)
+    allocated = first["weights_bytes"] + first["gradients_bytes"] + first["optimizer_bytes"] \
+        + first["activations_bytes"]
+    assert first["other_bytes"] == pytest.approx(1.0 * GiB + 0.05 * allocated)
+    assert first["total_bytes"] == pytest.approx(allocated + first["other_bytes"])
+    assert result["peak_bytes"] == max(first["total_bytes"], last["total_bytes"])
+    assert result["capacity_bytes"] == 16 * GiB and result["fits"] is True
+
+
+def test_memory_table_rows_sum_to_total(cli, write, tiny_model, small_cluster):
+    strategy = write("strategy.yaml", STRATEGY)
+    code, out, _ = cli("memory", tiny_model, small_cluster, strategy)
+    assert code == 0
+    assert "stage 0 (first)" in out and "stage 1 (last)" in out and "fits" in out
+
+
+def test_a_strategy_that_does_not_fit_is_reported_not_refused(cli, write):
+    strategy = write("strategy.yaml", "tp: 1\npp: 1\n")
+    code, out, _ = cli("memory", "llama2-70b", "dgx-a100-80gb", strategy, "--gpus", "8", "--json")
+    assert code == 0
+    result = json.loads(out)
+    assert result["fits"] is False and result["peak_bytes"] > result["capacity_bytes"]
+
+
+@pytest.mark.parametrize("name", model_zoo.names())
+def test_every_zoo_model(cli, write, name):
+    strategy = write("strategy.yaml", "tp: 1\npp: 1\nrecompute: full\n")
+    code, out, err = cli("memory", name, "dgx-h100", strategy, "--gpus", "8", "--json")
+    assert (code, err) == (0, "")
+    result = json.loads(out)
+    assert result["peak_bytes"] > 0
+    for stage in result["stages"]:
+        parts = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes",
+                 "other_bytes")
+        assert stage["total_bytes"] == pytest.approx(sum(stage[p] for p in parts))
+
+
+def test_examples_run(cli):
+    code, out, err = cli("memory", "gpt3-175b", "dgx-a100-80gb",
+                         "examples/strategy-gpt3-175b.yaml", "--gpus", "1024")
+    assert (code, err) == (0, "")
+    assert "fits" in out
