@@ -30,6 +30,11 @@ BUS_FACTOR = {
 }
 """Bytes each rank moves per byte of message (nccl-tests doc/PERFORMANCE.md, "bus bandwidth")."""
 
+TREE_BANDWIDTH_RATIO = 0.92
+"""NCCL's tuning model gives the tree all-reduce 0.92 of the bus bandwidth the ring gets
+(NVIDIA/nccl src/graph/tuning.cc, `busBw * .92` for NCCL_ALGO_TREE): trees win on latency (small
+messages, many nodes), rings on bandwidth (large messages)."""
+
 
 def group_bus_bandwidth(*, ranks_per_node, num_nodes, intra_bytes_per_s: float,
                         inter_bytes_per_s: float):
@@ -75,15 +80,15 @@ def tree_allreduce_time_s(*, message_bytes, group_size, ranks_per_node, num_node
     """Seconds of NCCL's tree all-reduce: a chain inside each node, a double binary tree
     across nodes.
 
-    Ref: NCCL 2.4 release notes / Sanders et al. 2009 (double binary trees): the latency term
-    grows as log2(nodes) instead of the ring's 2 (n - 1); each rank still moves about
-    2 (n - 1) / n * S, pipelined through the tree, so the bandwidth term matches the ring's.
+    Ref: Sanders et al. 2009 (double binary trees), as NCCL 2.4 implements them: the latency
+    term grows as log2(nodes) instead of the ring's 2 (n - 1); each rank still moves about
+    2 (n - 1) / n * S, pipelined through the tree, at TREE_BANDWIDTH_RATIO of the bus bandwidth.
     """
     n, k = group_size, ranks_per_node
     steps_latency = 2 * (np.log2(np.maximum(num_nodes, 1)) * inter_latency_s
                          + (k - 1) * intra_latency_s)
     moved = BUS_FACTOR[Collective.ALL_REDUCE](n) * message_bytes
-    return np.where(n > 1, steps_latency + moved / bus_bytes_per_s, 0.0)
+    return np.where(n > 1, steps_latency + moved / (TREE_BANDWIDTH_RATIO * bus_bytes_per_s), 0.0)
 
 
 def allreduce_time_s(*, message_bytes, group_size, ranks_per_node, num_nodes,

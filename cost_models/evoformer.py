@@ -75,7 +75,7 @@ def evoformer_block_gemms(e: EvoformerShape, *, num_residues, micro_batch, tp) -
       MSA column attn.    10 S R c_m^2 + 4 R S^2 H_m d
       MSA transition      4 n S R c_m^2
       outer product mean  4 S R c_m c + 2 S R^2 c^2 + 2 R^2 c^2 c_z
-      triangle mult. (x2) 8 R^2 c_z c' + 2 R^2 c_z^2 + 2 R^3 c'
+      triangle mult. (x2) 10 R^2 c_z c' + 2 R^2 c_z^2 + 2 R^3 c'
       triangle attn. (x2) 10 R^2 c_z^2 + 4 R^3 H_z d + 2 R^2 c_z H_z
       pair transition     4 n R^2 c_z^2
     all divided by t.
