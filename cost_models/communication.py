@@ -133,6 +133,17 @@ def parameter_server_time_s(*, message_bytes, num_workers, num_servers, worker_b
     return np.where(n > 1, 2 * latency_s + np.maximum(worker_s, server_s), 0.0)
 
 
+def exposed_time_s(comm_s, compute_s, *, interference: float):
+    """Seconds a collective overlapped with independent compute adds to the critical path.
+
+    Ref: Rashidi et al. 2021 (ACE, ISCA '21, Sec. 2): endpoint collectives run as GPU kernels
+    that take SMs and HBM bandwidth from the compute they overlap. The part longer than the
+    compute is exposed; the hidden part still costs `interference` of its time (cluster data).
+    """
+    hidden = np.minimum(comm_s, compute_s)
+    return comm_s - hidden + interference * hidden
+
+
 def send_recv_time_s(*, message_bytes, bytes_per_s, latency_s):
     """Seconds of one point-to-point transfer: latency + S / link bandwidth."""
     return latency_s + message_bytes / bytes_per_s

@@ -51,6 +51,10 @@ _ALL = (
               "arXiv:1810.04805"),
     Reference("radford2019gpt2", "Language Models are Unsupervised Multitask Learners",
               "OpenAI 2019; HF config openai-community/gpt2-xl"),
+    Reference("rashidi2021ace", "Enabling Compute-Communication Overlap in Distributed Deep "
+              "Learning Training Platforms (ACE)", "ISCA 2021, doi:10.1109/ISCA52012.2021.00049"),
+    Reference("zhao2023fsdp", "PyTorch FSDP: Experiences on Scaling Fully Sharded Data "
+              "Parallel", "arXiv:2304.11277"),
     Reference("kingma2015adam", "Adam: A Method for Stochastic Optimization", "arXiv:1412.6980"),
 )
 

@@ -222,8 +222,6 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
     counts = types.chunk_counts(layout)                                   # (K, U)
     tp, dp = cands.tp.astype(float), cands.dp.astype(float)
     m = cands.num_micro_batches
-    value_bytes = bytes_per_value(training.precision)
-    gpn = cluster.gpus_per_node
 
     # ---- parameters and model states per stage
     sharded, replicated = _type_params(model)
@@ -264,7 +262,9 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
     compute = fwd + bwd + stage_sum(costs.recompute_s)
     tp_comm = stage_sum(costs.tp_comm_s)
     pp_comm = _pipeline_comm(problem, layout, cands, costs, types)
-    dp_per_mb, dp_end, dp_tree = _data_parallel(problem, cands, params, per_param, fwd, bwd)
+    stage_blocks = counts.sum(1).reshape(v, p).sum(0)                     # (p,)
+    dp_per_mb, dp_end, dp_tree = _data_parallel(problem, cands, params, per_param, fwd, bwd,
+                                                stage_blocks)
     tau = compute + tp_comm + pp_comm + dp_per_mb
     slowest = tau.argmax(1)
     pipeline = pipeline_time_s(max_stage_s=tau.max(1), sum_stage_s=tau.sum(1),
@@ -356,7 +356,7 @@ def _pipeline_comm(problem: Problem, layout: Layout, cands: Candidates, costs: B
 
 
 def _data_parallel(problem: Problem, cands: Candidates, params: np.ndarray, per_param,
-                   fwd: np.ndarray, bwd: np.ndarray):
+                   fwd: np.ndarray, bwd: np.ndarray, stage_blocks: np.ndarray):
     """Data-parallel communication: (exposed per micro-batch, exposed at step end, tree?).
 
     Ref: Rajbhandari et al. 2020, Sec. 7: an all-reduce of the gradients (ZeRO-0); a
@@ -364,8 +364,11 @@ def _data_parallel(problem: Problem, cands: Candidates, params: np.ndarray, per_
     distributed optimizer); ZeRO-2 reduce-scatters after every micro-batch because the
     accumulated gradients are sharded; ZeRO-3 also all-gathers the weights before each forward
     and backward, 1.5x the volume. With overlap, gradient traffic hides behind the backward pass
-    it follows and weight gathers behind the forward pass they precede; the rest is exposed.
+    it follows and weight gathers behind the forward pass they precede; the rest is exposed,
+    and the hidden part still slows compute (`communication.exposed_time_s`).
     The parameter-server alternative (Li et al. 2014) replaces the all-reduce for ZeRO-0.
+    ZeRO-3 gathers and reduces block by block (Zhao et al. 2023, PyTorch FSDP, Sec. 3.2: one
+    FSDP unit per transformer block), so it pays the ring latency once per block.
     """
     cluster = problem.cluster
     dp = cands.dp.astype(float)
@@ -395,6 +398,9 @@ def _data_parallel(problem: Problem, cands: Candidates, params: np.ndarray, per_
         server_bytes_per_s=cluster.inter_bus_bytes_per_s, latency_s=latency)
     reduce_scatter = ring(Collective.REDUCE_SCATTER, grads)
     all_gather = ring(Collective.ALL_GATHER, weights)
+    blocks = stage_blocks[None, :]
+    block_reduce_scatter = blocks * ring(Collective.REDUCE_SCATTER, grads / blocks)
+    block_all_gather = blocks * ring(Collective.ALL_GATHER, weights / blocks)
     zero = cands.zero[:, None]
     overlap = cands.overlap[:, None]
     use_server = (cands.dp_comm == DP_COMM_ORDER.index(DpComm.PARAMETER_SERVER))[:, None]
@@ -402,12 +408,17 @@ def _data_parallel(problem: Problem, cands: Candidates, params: np.ndarray, per_
     grad_end = np.select([zero == 0, zero == 1], [np.where(use_server, server, allreduce),
                                                   reduce_scatter], 0.0)
     gather_end = np.where((zero == 1) | (zero == 2), all_gather, 0.0)
-    end = np.where(overlap, np.maximum(grad_end - bwd, 0) + np.maximum(gather_end - fwd, 0),
+    k = cluster.efficiency.overlap_interference
+
+    def hidden_behind(comm_s, compute_s):
+        return comm.exposed_time_s(comm_s, compute_s, interference=k)
+
+    end = np.where(overlap, hidden_behind(grad_end, bwd) + hidden_behind(gather_end, fwd),
                    grad_end + gather_end)
-    per_mb_zero2 = np.where(overlap, np.maximum(reduce_scatter - bwd, 0), reduce_scatter)
-    per_mb_zero3 = np.where(overlap, np.maximum(all_gather - fwd, 0)
-                            + np.maximum(all_gather + reduce_scatter - bwd, 0),
-                            2 * all_gather + reduce_scatter)
+    per_mb_zero2 = np.where(overlap, hidden_behind(reduce_scatter, bwd), reduce_scatter)
+    per_mb_zero3 = np.where(overlap, hidden_behind(block_all_gather, fwd)
+                            + hidden_behind(block_all_gather + block_reduce_scatter, bwd),
+                            2 * block_all_gather + block_reduce_scatter)
     per_mb = np.select([zero == 2, zero == 3], [per_mb_zero2, per_mb_zero3], 0.0)
     single = dp_col <= 1
     return (np.where(single, 0.0, per_mb), np.where(single, 0.0, end),

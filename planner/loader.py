@@ -254,14 +254,17 @@ def load_cluster(ref: str, *, nodes: int | None = None) -> ClusterSpec:
 
 def make_problem(model_ref: str, cluster_ref: str, *, gpus: int | None = None,
                  nodes: int | None = None, seq_len: int | None = None,
-                 global_batch: int | None = None) -> Problem:
+                 global_batch: int | None = None, precision: str | None = None,
+                 optimizer: str | None = None) -> Problem:
     """Load a model and a cluster, apply CLI overrides, and check the GPU count."""
     model, training = load_model(model_ref)
     cluster = load_cluster(cluster_ref, nodes=nodes)
-    overrides = {k: v for k, v in (("seq_len", seq_len), ("global_batch", global_batch))
+    overrides = {k: v for k, v in (("seq_len", seq_len), ("global_batch", global_batch),
+                                   ("precision", precision), ("optimizer", optimizer))
                  if v is not None}
-    if overrides:
-        training = training.model_copy(update=overrides)
+    if overrides:   # validated like the file's own training section, enums included
+        training = validate_file(TrainingSpec, {**training.model_dump(), **overrides},
+                                 "command line")
     num_gpus = cluster.num_gpus if gpus is None else gpus
     if num_gpus < 1:
         raise InputError(f"--gpus: must be at least 1 (got {num_gpus})")

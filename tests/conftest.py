@@ -43,6 +43,7 @@ efficiency:
   hbm_fraction: 0.8
   intra_node_bus_fraction: 0.8
   inter_node_bus_fraction: 0.9
+  overlap_interference: 0.1
   step_overhead_s: 0.0
 """
 

@@ -91,6 +91,8 @@ class EfficiencySpec(BaseModel):
     """NCCL bus bandwidth inside a node / per-direction link bandwidth (nccl-tests)."""
     inter_node_bus_fraction: float = Field(gt=0, le=1)
     """NCCL bus bandwidth per NIC across nodes / NIC line rate (nccl-tests)."""
+    overlap_interference: float = Field(ge=0, le=1)
+    """Share of a collective's time hidden behind compute that still slows that compute."""
     step_overhead_s: float = Field(ge=0)
     """Fixed time per optimizer step outside the model: data loading, logging, launches."""
 

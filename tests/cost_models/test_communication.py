@@ -66,3 +66,12 @@ def test_vectorised_over_groups():
     t = comm.collective_time_s(Collective.ALL_GATHER, message_bytes=np.array([1e9, 1e9]),
                                group_size=np.array([1, 4]), bus_bytes_per_s=1e11, latency_s=0)
     assert list(t) == [0, pytest.approx(0.75e9 / 1e11)]
+
+
+@pytest.mark.parametrize(("comm_s", "compute_s", "expected"), [
+    (2.0, 5.0, 0.1 * 2.0),              # fully hidden: only the interference is paid
+    (5.0, 2.0, 3.0 + 0.1 * 2.0),        # 3 s stick out; the 2 s overlapped cost 10%
+    (0.0, 5.0, 0.0),
+])
+def test_exposed_time_of_overlapped_communication(comm_s, compute_s, expected):
+    assert comm.exposed_time_s(comm_s, compute_s, interference=0.1) == pytest.approx(expected)

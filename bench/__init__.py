@@ -1,0 +1,1 @@
+"""Benchmarks and calibration scripts (run by hand, not by the test suite)."""

@@ -1,0 +1,81 @@
+"""The ten weak-scaling runs of Megatron-LM's SC21 Table 1, as planner problems.
+
+Narayanan et al. 2021 (arXiv:2104.04473), Table 1: GPT models of 1.7B to 1T parameters on 32
+to 3,072 A100 80GB GPUs (Selene, DGX A100 nodes), with their strategies and the achieved
+TFLOP/s per GPU, counting the recompute pass (Eq. 3). The data file is a copy of
+shared/data/sc21_table1.yaml. Used by bench/calibrate_sc21.py and tests/golden/test_sc21.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import yaml
+
+from cost_models.enums import Precision, Recompute
+from planner.costing import evaluate_strategy
+from planner.loader import Problem, make_problem
+from planner.schemas.cluster import ClusterSpec
+from planner.schemas.strategy import Strategy
+
+DATA = Path(__file__).resolve().parent.parent / "tests" / "golden" / "data" / "sc21_table1.yaml"
+CLUSTER = "dgx-a100-80gb"
+ZOO_NAMES = {"gpt-1008.0B": "gpt-1t"}
+"""Zoo names of the rows, where they differ from the lower-cased row name."""
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    problem: Problem
+    strategy: Strategy
+    measured_tflops: float
+
+
+@dataclass(frozen=True)
+class Prediction:
+    name: str
+    measured_tflops: float
+    predicted_tflops: float
+
+    @property
+    def error(self) -> float:
+        """Signed relative error of the prediction."""
+        return self.predicted_tflops / self.measured_tflops - 1
+
+
+def rows(cluster: ClusterSpec | None = None) -> list[Row]:
+    """The runs as (problem, strategy); `cluster` replaces the preset (for calibration)."""
+    out = []
+    for run in yaml.safe_load(DATA.read_text())["runs"]:
+        s = run["strategy"]
+        zoo = ZOO_NAMES.get(run["name"], run["name"].lower())
+        problem = make_problem(zoo, CLUSTER, gpus=run["cluster"]["num_gpus"],
+                               global_batch=s["global_batch"])
+        # All runs: fp16 mixed precision with loss scaling (Table 1 caption, run_table_1.sh).
+        training = problem.training.model_copy(update={"precision": Precision.FP16})
+        problem = replace(problem, training=training, cluster=cluster or problem.cluster)
+        layers_per_chunk = s["layers_per_virtual_stage"]
+        per_stage = run["model"]["num_layers"] // s["pp"]
+        vpp = 1 if layers_per_chunk is None else per_stage // layers_per_chunk
+        strategy = Strategy(
+            dp=s["dp"], tp=s["tp"], pp=s["pp"], vpp=vpp, micro_batch=s["micro_batch"],
+            global_batch=s["global_batch"], recompute=Recompute.FULL,
+            # Megatron-LM of 2021 all-reduced gradients after the backward pass (training.py,
+            # train_step: model.allreduce_gradients() after forward_backward_func): no overlap.
+            overlap_grad_reduce=False)
+        out.append(Row(run["name"], problem, strategy, run["measured"]["tflops_per_gpu"]))
+    return out
+
+
+def predict(cluster: ClusterSpec | None = None) -> list[Prediction]:
+    """Predicted hardware TFLOP/s per GPU (recompute included, as the table counts) per row."""
+    return [Prediction(r.name, r.measured_tflops,
+                       evaluate_strategy(r.problem, r.strategy).throughput
+                       .hardware_tflops_per_gpu)
+            for r in rows(cluster)]
+
+
+def mean_absolute_error(predictions: list[Prediction]) -> float:
+    return sum(abs(p.error) for p in predictions) / len(predictions)
