@@ -148,3 +148,22 @@ class Violation(BaseModel):
     rule: str
     message: str
     fix: str
+
+
+class SearchReport(BaseModel):
+    """How the search went."""
+
+    model_config = _OUT
+    status: str
+    """CP-SAT's status for the best plan: OPTIMAL, or FEASIBLE when the time limit stopped it."""
+    proven_optimal: bool
+    num_candidates: int
+    """Strategies in the search space."""
+    num_valid: int
+    """Those that pass every rule but memory, and the user's pins (each one evaluated)."""
+    num_in_model: int
+    """Those left in the CP-SAT model after dropping candidates beaten on time and memory."""
+    seconds: float
+    heuristic_step_s: float | None = None
+    """Step time of Megatron-LM's rule of thumb (tp = node, fewest stages that fit)."""
+    heuristic_strategy: str | None = None

@@ -1,0 +1,263 @@
+"""Feasibility rules: each lives here once, used by the search and by `validate`.
+
+Every rule has a vectorised check over `Candidates` (True where a strategy breaks it), which
+the search turns into CP-SAT constraints, and an explanation for one strategy: a plain
+sentence with the numbers and a concrete fix, which `validate` prints. The memory rule is
+checked on evaluated costs; the others on the degrees alone.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+from typing import Callable
+
+import numpy as np
+
+from planner.costing import Candidates
+from planner.loader import Problem
+from planner.schemas.report import Violation
+from planner.schemas.strategy import DpComm, Strategy
+
+
+class Rule(str, Enum):
+    GPU_COUNT = "gpu_count"
+    TP_DIVIDES_HEADS = "tp_divides_heads"
+    TP_WITHIN_NODE = "tp_within_node"
+    PP_DIVIDES_LAYERS = "pp_divides_layers"
+    STAGE_LAYOUT = "stage_layout"
+    BATCH_DIVISIBLE = "batch_divisible"
+    INTERLEAVED_SCHEDULE = "interleaved_schedule"
+    PARAMETER_SERVER_ZERO = "parameter_server_zero"
+    MEMORY_FITS = "memory_fits"
+
+
+SUMMARY: dict[Rule, str] = {
+    Rule.GPU_COUNT: "dp * tp * pp must equal the number of GPUs",
+    Rule.TP_DIVIDES_HEADS: "tp must divide every head count it splits",
+    Rule.TP_WITHIN_NODE: "tp must stay inside a node",
+    Rule.PP_DIVIDES_LAYERS: "pp * vpp must divide num_layers",
+    Rule.STAGE_LAYOUT: "layers_per_stage must give every pipeline chunk its layers",
+    Rule.BATCH_DIVISIBLE: "dp * micro_batch must divide global_batch",
+    Rule.INTERLEAVED_SCHEDULE: "the interleaved schedule needs pp > 1 and micro-batches in "
+                               "groups of pp",
+    Rule.PARAMETER_SERVER_ZERO: "a parameter server needs zero_stage 0",
+    Rule.MEMORY_FITS: "the peak stage must fit in GPU memory",
+}
+"""One line per rule, for messages that name rules without a particular strategy."""
+
+
+@dataclass(frozen=True)
+class RuleOptions:
+    """Rules the user may relax."""
+
+    cross_node_tp: bool = False
+    """Allow tensor-parallel groups that span nodes (priced on the inter-node link)."""
+
+
+# --------------------------------------------------------------------------- vectorised checks
+
+def _gpu_count(problem: Problem, c: Candidates, options: RuleOptions) -> np.ndarray:
+    return c.dp * c.tp * c.pp != problem.num_gpus
+
+
+def _tp_divides_heads(problem: Problem, c: Candidates, options: RuleOptions) -> np.ndarray:
+    # Megatron-LM shards attention by heads (and GQA by key/value groups): every head count of
+    # every block tensor parallelism splits must be divisible by tp.
+    bad = np.zeros(len(c), dtype=bool)
+    for heads in problem.model.tp_head_counts:
+        bad |= heads % c.tp != 0
+    return bad
+
+
+def _tp_within_node(problem: Problem, c: Candidates, options: RuleOptions) -> np.ndarray:
+    if options.cross_node_tp:
+        return np.zeros(len(c), dtype=bool)
+    return c.tp > problem.cluster.gpus_per_node
+
+
+def _pp_divides_layers(problem: Problem, c: Candidates, options: RuleOptions) -> np.ndarray:
+    # An even split (Megatron-LM's default) needs num_layers divisible by pp * vpp.
+    return problem.model.num_layers % (c.pp * c.vpp) != 0
+
+
+def _batch_divisible(problem: Problem, c: Candidates, options: RuleOptions) -> np.ndarray:
+    # Megatron-LM: global batch must be divisible by micro batch * data-parallel size.
+    return c.global_batch % (c.dp * c.mb) != 0
+
+
+def _interleaved_schedule(problem: Problem, c: Candidates, options: RuleOptions) -> np.ndarray:
+    # Megatron-LM's interleaved 1F1B needs a pipeline and runs micro-batches in groups of pp.
+    m = c.global_batch // np.maximum(c.dp * c.mb, 1)
+    return (c.vpp > 1) & ((c.pp < 2) | (m % c.pp != 0))
+
+
+def _parameter_server_zero(problem: Problem, c: Candidates, options: RuleOptions) -> np.ndarray:
+    from planner.costing import DP_COMM_ORDER
+
+    server = DP_COMM_ORDER.index(DpComm.PARAMETER_SERVER)
+    return (c.dp_comm == server) & (c.zero != 0)
+
+
+DEGREE_CHECKS: dict[Rule, Callable[[Problem, Candidates, RuleOptions], np.ndarray]] = {
+    Rule.GPU_COUNT: _gpu_count,
+    Rule.TP_DIVIDES_HEADS: _tp_divides_heads,
+    Rule.TP_WITHIN_NODE: _tp_within_node,
+    Rule.PP_DIVIDES_LAYERS: _pp_divides_layers,
+    Rule.BATCH_DIVISIBLE: _batch_divisible,
+    Rule.INTERLEAVED_SCHEDULE: _interleaved_schedule,
+    Rule.PARAMETER_SERVER_ZERO: _parameter_server_zero,
+}
+"""Rules decided by the degrees alone, in the order `validate` reports them."""
+
+
+def degree_violations(problem: Problem, cands: Candidates,
+                      options: RuleOptions) -> dict[Rule, np.ndarray]:
+    """For each degree rule, where `cands` break it."""
+    return {rule: check(problem, cands, options) for rule, check in DEGREE_CHECKS.items()}
+
+
+MIB = 2**20
+
+
+def memory_violations(peak_bytes, capacity_bytes: float, *, conservative: bool = False):
+    """Where the peak stage (model states, activations and the reserve) exceeds the GPU.
+
+    The search is `conservative`: it compares whole MiB, the peak rounded up and the capacity
+    rounded down, so anything it accepts also fits in exact arithmetic.
+    """
+    if conservative:
+        return np.ceil(np.asarray(peak_bytes) / MIB) > math.floor(capacity_bytes / MIB)
+    return np.asarray(peak_bytes) > capacity_bytes
+
+
+# --------------------------------------------------------------------------- explanations
+
+def _largest_divisor_at_most(n: int, limit: int) -> int:
+    return max(d for d in range(1, min(n, limit) + 1) if n % d == 0)
+
+
+def _explain_gpu_count(problem: Problem, s: Strategy) -> tuple[str, str]:
+    n = problem.num_gpus
+    product = s.dp * s.tp * s.pp
+    message = (f"dp * tp * pp ({s.dp} * {s.tp} * {s.pp} = {product}) must equal the number of "
+               f"GPUs ({n})")
+    if n % (s.tp * s.pp) == 0:
+        fix = f"use dp {n // (s.tp * s.pp)}"
+    else:
+        fix = f"choose tp * pp that divides {n}, then dp = {n} / (tp * pp)"
+    return message, fix
+
+
+def _explain_tp_divides_heads(problem: Problem, s: Strategy) -> tuple[str, str]:
+    counts = problem.model.tp_head_counts
+    bad = [c for c in counts if c % s.tp]
+    names = _head_count_names(problem)
+    which = ", ".join(f"{names.get(c, 'a head count')} ({c})" for c in bad)
+    message = f"tp ({s.tp}) must divide {which}: tensor parallelism splits attention by heads"
+    tp = _largest_divisor_at_most(math.gcd(*counts), s.tp)
+    fix = f"use tp {tp}"
+    if problem.num_gpus % (tp * s.pp) == 0:
+        fix += f" (dp {problem.num_gpus // (tp * s.pp)})"
+    return message, fix
+
+
+def _head_count_names(problem: Problem) -> dict[int, str]:
+    names: dict[int, str] = {}
+    for b in problem.model.blocks:
+        if b.kind == "transformer":
+            names.setdefault(b.num_heads, "num_heads")
+            names.setdefault(b.kv_heads, "num_kv_heads")
+        elif b.kind == "evoformer":
+            names.setdefault(b.num_pair_heads, "num_pair_heads")
+            names.setdefault(b.num_msa_heads, "num_msa_heads")
+    return names
+
+
+def _explain_tp_within_node(problem: Problem, s: Strategy) -> tuple[str, str]:
+    node = problem.cluster.gpus_per_node
+    message = (f"tp ({s.tp}) exceeds gpus_per_node ({node}): tensor parallelism must stay "
+               f"inside a node")
+    if s.tp % node == 0:
+        fix = f"use tp {node} and pp {s.pp * s.tp // node}"
+    else:
+        fix = f"use tp {_largest_divisor_at_most(s.tp, node)}"
+    return message, fix + " (or allow it with --cross-node-tp)"
+
+
+def _explain_pp_divides_layers(problem: Problem, s: Strategy) -> tuple[str, str]:
+    layers = problem.model.num_layers
+    chunks = s.pp * s.vpp
+    what = f"pp * vpp ({s.pp} * {s.vpp} = {chunks})" if s.vpp > 1 else f"pp ({s.pp})"
+    message = f"num_layers ({layers}) must be divisible by {what} for an even split"
+    options = [p for p in range(1, layers + 1) if layers % (p * s.vpp) == 0]
+    nearest = min(options, key=lambda p: (abs(p - s.pp), p))
+    fix = (f"use pp {nearest}" if s.vpp == 1 or nearest != s.pp else "use vpp 1")
+    return message, fix + " or give layers_per_stage"
+
+
+def _explain_batch_divisible(problem: Problem, s: Strategy) -> tuple[str, str]:
+    per = s.dp * s.micro_batch
+    message = (f"global_batch ({s.global_batch}) must be divisible by dp * micro_batch "
+               f"({s.dp} * {s.micro_batch} = {per})")
+    if s.global_batch % s.dp == 0:
+        mb = _largest_divisor_at_most(s.global_batch // s.dp, s.micro_batch)
+        fix = f"use micro_batch {mb}"
+    else:
+        lower = s.global_batch // per * per
+        fix = f"use global_batch {lower + per}" + (f" or {lower}" if lower else "")
+    return message, fix
+
+
+def _explain_interleaved_schedule(problem: Problem, s: Strategy) -> tuple[str, str]:
+    if s.pp < 2:
+        return (f"the interleaved schedule (vpp {s.vpp}) needs a pipeline, but pp is {s.pp}",
+                "use vpp 1")
+    m = s.global_batch // (s.dp * s.micro_batch)
+    return (f"with the interleaved schedule (vpp {s.vpp}) the number of micro-batches ({m}) "
+            f"must be divisible by pp ({s.pp})",
+            "use vpp 1, or a micro_batch or global_batch that makes global_batch / (dp * "
+            f"micro_batch) a multiple of {s.pp}")
+
+
+def _explain_parameter_server_zero(problem: Problem, s: Strategy) -> tuple[str, str]:
+    return (f"dp_comm parameter_server keeps whole gradients on the servers and cannot be "
+            f"combined with zero_stage {int(s.zero_stage)}",
+            "use zero_stage 0, or dp_comm all_reduce")
+
+
+EXPLAIN: dict[Rule, Callable[[Problem, Strategy], tuple[str, str]]] = {
+    Rule.GPU_COUNT: _explain_gpu_count,
+    Rule.TP_DIVIDES_HEADS: _explain_tp_divides_heads,
+    Rule.TP_WITHIN_NODE: _explain_tp_within_node,
+    Rule.PP_DIVIDES_LAYERS: _explain_pp_divides_layers,
+    Rule.BATCH_DIVISIBLE: _explain_batch_divisible,
+    Rule.INTERLEAVED_SCHEDULE: _explain_interleaved_schedule,
+    Rule.PARAMETER_SERVER_ZERO: _explain_parameter_server_zero,
+}
+
+
+def violation(rule: Rule, problem: Problem, strategy: Strategy) -> Violation:
+    message, fix = EXPLAIN[rule](problem, strategy)
+    return Violation(rule=rule.value, message=message, fix=fix)
+
+
+def stage_layout_violation(problem: Problem, s: Strategy) -> Violation | None:
+    """A hand-written layers_per_stage must list pp * vpp positive counts summing to the
+    model's layers."""
+    counts = s.layers_per_stage
+    if counts is None:
+        return None
+    layers, chunks = problem.model.num_layers, s.pp * s.vpp
+    if len(counts) != chunks:
+        message = (f"layers_per_stage has {len(counts)} entries but pp * vpp is {chunks}: "
+                   f"one count per pipeline chunk")
+    elif sum(counts) != layers:
+        message = (f"layers_per_stage sums to {sum(counts)} but the model has {layers} layers")
+    else:
+        return None
+    from planner.layout import even_layer_counts
+
+    return Violation(rule=Rule.STAGE_LAYOUT.value, message=message,
+                     fix=f"use layers_per_stage {even_layer_counts(layers, chunks)}")
