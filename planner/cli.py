@@ -6,7 +6,6 @@ nothing fits (or a violated rule) 1, our own bugs 3 (with --debug for the traceb
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
 
@@ -38,6 +37,89 @@ def problem_options(function):
     return function
 
 
+class _Count(click.ParamType):
+    """A positive number, with an optional K/M/B/T suffix: 300B, 1.5T, 2e12."""
+
+    name = "count"
+    _SCALE = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
+
+    def convert(self, value, param, ctx):
+        text = str(value).strip()
+        scale = self._SCALE.get(text[-1:].lower(), 1.0)
+        try:
+            number = float(text[:-1] if scale != 1.0 else text) * scale
+        except ValueError:
+            self.fail(f"{value!r} is not a number (examples: 300B, 1.5T, 2e12)", param, ctx)
+        if number <= 0:
+            self.fail(f"must be positive (got {value})", param, ctx)
+        return number
+
+
+def search_options(function):
+    """Pins and bounds on the strategy, and solver settings, for commands that search."""
+    positive = click.IntRange(min=1)
+    options = [
+        click.option("--tp", type=positive, help="Pin the tensor-parallel size."),
+        click.option("--pp", type=positive, help="Pin the pipeline-parallel size."),
+        click.option("--dp", type=positive, help="Pin the data-parallel size."),
+        click.option("--vpp", type=positive, help="Pin the interleaved chunks per pipeline rank."),
+        click.option("--micro-batch", type=positive, help="Pin the micro-batch size."),
+        click.option("--max-tp", type=positive, help="Upper bound on tp."),
+        click.option("--max-pp", type=positive, help="Upper bound on pp."),
+        click.option("--max-micro-batch", type=positive, help="Upper bound on the micro-batch."),
+        click.option("--zero", type=click.Choice(["0", "1", "2", "3"]), multiple=True,
+                     help="Allowed ZeRO stages (repeat the flag; default: all)."),
+        click.option("--recompute", type=click.Choice(["none", "selective", "full"]),
+                     multiple=True, help="Allowed recomputation (repeat; default: all)."),
+        click.option("--no-recompute", is_flag=True, help="Same as --recompute none."),
+        click.option("--sp/--no-sp", "sequence_parallel", default=None,
+                     help="Require or forbid sequence parallelism (default: either)."),
+        click.option("--dp-comm", type=click.Choice(["all_reduce", "parameter_server", "both"]),
+                     default="all_reduce", show_default=True,
+                     help="Data-parallel gradient exchange to consider."),
+        click.option("--any-pp", is_flag=True,
+                     help="Also try pp that divide the layers but are not powers of two."),
+        click.option("--cross-node-tp", is_flag=True,
+                     help="Allow tensor parallelism across nodes."),
+        click.option("--top", "top_k", type=positive, default=5, show_default=True,
+                     help="How many plans to rank."),
+        click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=10.0,
+                     show_default=True, help="CP-SAT time limit per solve, seconds."),
+        click.option("--workers", type=positive, default=1, show_default=True,
+                     help="CP-SAT worker threads."),
+        click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+                     help="CP-SAT random seed."),
+        click.option("--export-model", type=click.Path(dir_okay=False),
+                     help="Write the CP-SAT model (text proto) to this file."),
+    ]
+    for option in reversed(options):
+        function = option(function)
+    return function
+
+
+def _search_space(pins: dict):
+    """SearchSpace and SolverSettings from the options of `search_options`."""
+    from cost_models.enums import Recompute, ZeroStage
+    from planner.candidates import SearchSpace
+    from planner.schemas.strategy import DpComm
+    from planner.search import SolverSettings
+
+    recompute = tuple(Recompute(r) for r in pins.pop("recompute")) or tuple(Recompute)
+    if pins.pop("no_recompute"):
+        recompute = (Recompute.NONE,)
+    zero = tuple(ZeroStage(int(z)) for z in pins.pop("zero")) or tuple(ZeroStage)
+    sp = pins.pop("sequence_parallel")
+    dp_comm = pins.pop("dp_comm")
+    comms = (tuple(DpComm) if dp_comm == "both" else (DpComm(dp_comm),))
+    settings = SolverSettings(top_k=pins.pop("top_k"), time_limit_s=pins.pop("time_limit"),
+                              num_workers=pins.pop("workers"), random_seed=pins.pop("seed"),
+                              export_path=pins.pop("export_model"))
+    space = SearchSpace(zero_stages=zero, recompute=recompute,
+                        sequence_parallel=(False, True) if sp is None else (sp,),
+                        dp_comm=comms, **pins)
+    return space, settings
+
+
 def _load_problem(model, cluster, *, gpus, nodes, seq_len, global_batch, precision, optimizer):
     from planner.loader import make_problem
 
@@ -45,13 +127,8 @@ def _load_problem(model, cluster, *, gpus, nodes, seq_len, global_batch, precisi
                         ("--nodes", nodes)):
         if value is not None and value < 1:
             raise InputError(f"{flag}: must be at least 1 (got {value})")
-    problem = make_problem(model, cluster, gpus=gpus, nodes=nodes, seq_len=seq_len,
-                           global_batch=global_batch)
-    update = {k: v for k, v in (("precision", precision), ("optimizer", optimizer)) if v}
-    if update:
-        from dataclasses import replace
-        problem = replace(problem, training=problem.training.model_copy(update=update))
-    return problem
+    return make_problem(model, cluster, gpus=gpus, nodes=nodes, seq_len=seq_len,
+                        global_batch=global_batch, precision=precision, optimizer=optimizer)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -93,6 +170,39 @@ def memory(model, cluster, strategy, as_json, **overrides):
     heading = (f"{problem.model.name} on {problem.num_gpus} x {problem.cluster.gpu.name}: "
                f"{render.strategy_label(report)}")
     render.print_renderable(render.memory_view(report, heading=heading))
+
+
+@cli.command()
+@click.argument("model")
+@click.argument("cluster")
+@problem_options
+@search_options
+@click.option("--tokens", type=_Count(), help="Training tokens (e.g. 300B): adds time to train "
+              "and GPU-hours.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+def plan(model, cluster, tokens, as_json, gpus, nodes, seq_len, global_batch, precision,
+         optimizer, **pins):
+    """The fastest strategies that fit MODEL on CLUSTER, ranked."""
+    from planner.search import search
+
+    problem = _load_problem(model, cluster, gpus=gpus, nodes=nodes, seq_len=seq_len,
+                            global_batch=global_batch, precision=precision, optimizer=optimizer)
+    space, settings = _search_space(pins)
+    result = search(problem, space, settings, num_tokens=tokens)
+    if as_json:
+        out = {"model": problem.model.name, "cluster": problem.cluster.name,
+               "num_gpus": problem.num_gpus,
+               "plans": [p.model_dump(mode="json") for p in result.plans],
+               "search": result.search.model_dump(mode="json")}
+        click.echo(json.dumps(out, indent=2))
+        return
+    from planner import render
+
+    t = problem.training
+    heading = (f"{problem.model.name} on {problem.num_gpus} x {problem.cluster.gpu.name}: "
+               f"global batch {t.global_batch} x {t.seq_len} tokens, {t.precision.value}")
+    render.print_renderable(render.plan_view(heading=heading, plans=result.plans,
+                                             search=result.search))
 
 
 @cli.command()

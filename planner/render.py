@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from rich import box
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
 from cost_models.units import GiB
-from planner.schemas.report import MemoryReport, PlanReport, StageMemory
+from planner.schemas.report import (MemoryReport, PlanReport, SearchReport, StageMemory,
+                                    TimeReport)
 
 MEMORY_ROWS = (
     ("weights", "weights_bytes"),
@@ -71,7 +73,7 @@ def memory_table(memory: MemoryReport, *, title: str) -> Table:
     table.add_section()
     table.add_row("total", *(gib(stage.total_bytes) for _, stage in columns), style="bold")
     table.add_row("layers", *(str(stage.num_layers) for _, stage in columns))
-    table.add_row("micro-batches in flight", *(f"{stage.in_flight_micro_batches:g}"
+    table.add_row("micro-batches in flight", *(f"{stage.in_flight_micro_batches:.3g}"
                                                for _, stage in columns))
     return table
 
@@ -103,6 +105,118 @@ def strategy_label(plan: PlanReport) -> str:
 
 def memory_view(plan: PlanReport, *, heading: str) -> Group:
     return Group(memory_table(plan.memory, title=heading), fit_line(plan.memory))
+
+
+TIME_ROWS = (
+    ("compute (fwd + bwd + recompute)", "compute_s"),
+    ("tensor-parallel comm. (exposed)", "tp_comm_s"),
+    ("pipeline comm. (exposed)", "pp_comm_s"),
+    ("data-parallel comm. (exposed)", "dp_comm_s"),
+    ("pipeline bubble", "bubble_s"),
+    ("optimizer step", "optimizer_s"),
+    ("fixed overhead", "overhead_s"),
+)
+
+
+def percent(value: float) -> str:
+    return f"{100 * value:.1f}%"
+
+
+def rate(value: float) -> str:
+    """Three significant digits with a decimal suffix: 161K, 2.05M."""
+    for scale, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K")):
+        if value >= scale:
+            return f"{value / scale:.3g}{suffix}"
+    return f"{value:.3g}"
+
+
+def compact_strategy(plan: PlanReport) -> tuple[str, str]:
+    """('32x4x8 vpp6 mb1', 'sp sel z1'): degrees dp x tp x pp, then options."""
+    s = plan.strategy
+    degrees = f"{s.dp}x{s.tp}x{s.pp}" + (f" vpp{s.vpp}" if s.vpp > 1 else "") + \
+        f" mb{s.micro_batch}"
+    options = [o for o in ("sp" if s.sequence_parallel else "",
+                           {"none": "", "selective": "sel", "full": "full"}[s.recompute.value],
+                           f"z{int(s.zero_stage)}" if s.zero_stage else "") if o]
+    if s.dp_comm.value == "parameter_server":
+        options.append("ps")
+    return degrees, " ".join(options) or "-"
+
+
+PLANS_LEGEND = ("strategy: dp x tp x pp, interleaved chunks (vpp), micro-batch (mb); options: "
+                "sp sequence parallel, sel/full recompute, zN ZeRO stage, ps parameter server; "
+                "peak and free memory per GPU in GiB")
+
+
+def plans_table(plans: list[PlanReport], *, title: str) -> Table:
+    """One row per plan, narrow enough for 80 columns."""
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0),
+                  pad_edge=False, caption=PLANS_LEGEND, caption_justify="left")
+    for name in ("#", "strategy", "options", "peak", "free", "step", "tok/s", "MFU",
+                 "bound by"):
+        table.add_column(name, justify="left" if name in ("strategy", "options", "bound by")
+                         else "right", no_wrap=name != "bound by")
+    for rank, plan in enumerate(plans, start=1):
+        m, t = plan.memory, plan.time
+        degrees, options = compact_strategy(plan)
+        table.add_row(str(rank), degrees, options, f"{m.peak_bytes / GiB:.1f}",
+                      f"{(m.capacity_bytes - m.peak_bytes) / GiB:.1f}", seconds(t.step_s),
+                      rate(plan.throughput.tokens_per_s), percent(plan.throughput.mfu),
+                      plan.dominant_cost.replace("_", " "))
+    return table
+
+
+def time_table(time: TimeReport, *, title: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    table.add_column("per step")
+    table.add_column("time", justify="right")
+    table.add_column("share", justify="right")
+    for name, field in TIME_ROWS:
+        value = getattr(time, field)
+        table.add_row(name, seconds(value), percent(value / time.step_s))
+    table.add_section()
+    table.add_row("step", seconds(time.step_s), "100.0%", style="bold")
+    return table
+
+
+def throughput_line(plan: PlanReport) -> Text:
+    t = plan.throughput
+    text = Text(f"{rate(t.tokens_per_s)} tokens/s, {t.model_tflops_per_gpu:.1f} model TFLOP/s "
+                f"per GPU ({t.hardware_tflops_per_gpu:.1f} with recomputation), MFU "
+                f"{percent(t.mfu)}; slowest stage {plan.time.slowest_stage}, imbalance "
+                f"{plan.time.imbalance:.2f}")
+    if t.time_to_train_s is not None and t.gpu_hours is not None:
+        text.append(f"\ntime to train: {duration(t.time_to_train_s)}, "
+                    f"{count(t.gpu_hours)} GPU-hours", style="bold")
+    return text
+
+
+def search_line(search: SearchReport) -> Text:
+    verdict = ("optimal" if search.proven_optimal
+               else f"{search.status}, best found before the time limit, not proven optimal")
+    text = Text(f"CP-SAT: {verdict}, {seconds(search.seconds)}: "
+                f"{search.num_candidates:,} candidates, {search.num_valid:,} pass the rules and "
+                f"pins, {search.num_in_model:,} in the model", style="dim")
+    if search.heuristic_step_s is not None:
+        text.append(f"\nrule of thumb (tp up to a node, then the fewest stages that fit): "
+                    f"{search.heuristic_strategy} at {seconds(search.heuristic_step_s)} per "
+                    f"step", style="dim")
+    return text
+
+
+def plan_view(*, heading: str, plans: list[PlanReport], search: SearchReport) -> Group:
+    best = plans[0]
+    return Group(
+        plans_table(plans, title=heading),
+        Text(""),
+        memory_table(best.memory, title=f"best plan, memory: {strategy_label(best)}"),
+        fit_line(best.memory),
+        Text(""),
+        time_table(best.time, title="best plan, time per step"),
+        throughput_line(best),
+        Text(""),
+        search_line(search),
+    )
 
 
 def print_renderable(renderable, *, console: Console | None = None) -> None:

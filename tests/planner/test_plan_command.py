@@ -1,0 +1,124 @@
+"""`planner plan`: its JSON, its tables, what it says when nothing fits, and bad flags."""
+
+import json
+
+import pytest
+
+import model_zoo
+from cost_models.units import SECONDS_PER_DAY
+
+PLAN_KEYS = {"strategy", "memory", "time", "throughput", "dominant_cost"}
+STRATEGY_KEYS = {"dp", "tp", "pp", "vpp", "micro_batch", "global_batch", "sequence_parallel",
+                 "recompute", "zero_stage"}
+MEMORY_KEYS = {"peak_bytes", "capacity_bytes", "stages", "fits", "headroom_bytes"}
+TIME_KEYS = {"step_s", "compute_s", "tp_comm_s", "pp_comm_s", "dp_comm_s", "bubble_s",
+             "optimizer_s", "overhead_s"}
+THROUGHPUT_KEYS = {"tokens_per_s", "model_tflops_per_gpu", "mfu"}
+
+
+def test_plan_json(cli):
+    code, out, err = cli("plan", "llama2-7b", "dgx-h100", "--gpus", "16", "--json",
+                         "--tokens", "2T")
+    assert (code, err) == (0, "")
+    result = json.loads(out)
+    assert 1 <= len(result["plans"]) <= 5
+    for plan in result["plans"]:
+        assert PLAN_KEYS <= set(plan)
+        assert STRATEGY_KEYS <= set(plan["strategy"])
+        assert MEMORY_KEYS <= set(plan["memory"])
+        assert TIME_KEYS <= set(plan["time"])
+        assert THROUGHPUT_KEYS <= set(plan["throughput"])
+        t = plan["time"]
+        parts = sum(t[k] for k in TIME_KEYS - {"step_s"})
+        assert t["step_s"] == pytest.approx(parts)
+        assert plan["memory"]["peak_bytes"] <= plan["memory"]["capacity_bytes"]
+        tokens_per_step = plan["strategy"]["global_batch"] * 4096
+        assert plan["throughput"]["time_to_train_s"] == pytest.approx(
+            2e12 / tokens_per_step * t["step_s"])
+    assert {"status", "num_candidates", "seconds"} <= set(result["search"])
+
+
+def test_plan_tables(cli):
+    code, out, err = cli("plan", "gpt3-175b", "dgx-a100-80gb", "--gpus", "1024",
+                         "--tokens", "300B")
+    assert (code, err) == (0, "")
+    for text in ("best plan, memory", "best plan, time per step", "pipeline bubble",
+                 "time to train", "CP-SAT"):
+        assert text in out
+
+
+def test_gpt3_time_to_train_matches_narayanan2021(cli):
+    # Sec. 5.1: GPT-3 175B, 300B tokens, 1024 A100s, batch 1536, 140 TFLOP/s: about 34 days.
+    # The (t, p) = (8, 8) run with full recompute in fp16, as the paper ran it; our step model
+    # predicts its throughput to within the Table 1 calibration error (up to ~5%).
+    code, out, err = cli("plan", "gpt3-175b", "dgx-a100-80gb", "--gpus", "1024", "--tp", "8",
+                         "--pp", "8", "--vpp", "1", "--micro-batch", "1", "--recompute", "full",
+                         "--precision", "fp16", "--tokens", "300B", "--json", "--top", "1")
+    assert code == 0, err
+    days = json.loads(out)["plans"][0]["throughput"]["time_to_train_s"] / SECONDS_PER_DAY
+    assert days == pytest.approx(34, rel=0.10)
+
+
+NOT_FITTING = {"gpt-1t", "gpt-310.1b", "gpt-529.6b", "llama3-405b"}
+"""Zoo models whose model states alone exceed 64 x 80 GB (18 bytes x parameters)."""
+
+
+@pytest.mark.parametrize("name", model_zoo.names())
+def test_every_zoo_model_plans_on_64_gpus(cli, name):
+    code, out, err = cli("plan", name, "dgx-h100", "--gpus", "64", "--top", "1", "--json")
+    if name in NOT_FITTING:
+        assert code == 1 and out == ""
+        lines = err.splitlines()
+        assert lines[0].endswith("satisfies memory_fits")
+        assert lines[2].startswith("  closest miss: peak ")
+        assert lines[-1].startswith("    - more GPUs: ")
+    else:
+        assert (code, err) == (0, ""), err
+        assert json.loads(out)["plans"][0]["memory"]["fits"]
+
+
+def test_nothing_fits_names_rules_pins_and_ways_out(cli):
+    code, out, err = cli("plan", "llama2-7b", "dgx-h100", "--gpus", "64", "--tp", "16")
+    assert (code, out) == (1, "")
+    assert err.splitlines() == [
+        "Error: no strategy for llama2-7b on 64 x H100-SXM5-80GB (79.65 GiB) satisfies "
+        "tp_within_node and --tp 16",
+        "  tp_within_node: tp must stay inside a node",
+        "  --tp 16: your pin",
+        "  would fit:",
+        "    - allow --cross-node-tp: dp 4, tp 16, pp 1, mb 64, sp, recompute none, zero 1 fits",
+        "    - drop --tp 16: dp 64, tp 1, pp 1, mb 1, recompute none, zero 1 fits",
+    ]
+
+
+def test_a_pin_no_strategy_has(cli):
+    code, _, err = cli("plan", "llama2-7b", "dgx-h100", "--gpus", "8", "--tp", "3")
+    assert code == 1
+    assert err.splitlines()[:2] == [
+        "Error: no strategy for llama2-7b on 8 x H100-SXM5-80GB (79.65 GiB) satisfies --tp 3",
+        "  --tp 3: no strategy in the search space has it (tp * pp must divide the 8 GPUs)"]
+
+
+def test_cross_node_tp_when_allowed(cli):
+    code, out, _ = cli("plan", "llama2-7b", "dgx-h100", "--gpus", "64", "--tp", "16",
+                       "--cross-node-tp", "--json", "--top", "1")
+    assert code == 0
+    assert json.loads(out)["plans"][0]["strategy"]["tp"] == 16
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--tp", "0"), "Error: Invalid value for '--tp': 0 is not in the range x>=1."),
+    (("--tokens", "lots"), "Error: Invalid value for '--tokens': 'lots' is not a number "
+                           "(examples: 300B, 1.5T, 2e12)"),
+    (("--zero", "4"), "Error: Invalid value for '--zero': '4' is not one of '0', '1', '2', '3'."),
+    (("--top", "-1"), "Error: Invalid value for '--top': -1 is not in the range x>=1."),
+])
+def test_bad_flags(cli, args, message):
+    code, out, err = cli("plan", "llama2-7b", "dgx-h100", *args)
+    assert code == 2 and out == ""
+    assert err.splitlines() == [f"{message} (see 'planner plan --help')"]
+
+
+def test_plan_help(cli):
+    code, out, _ = cli("plan", "--help")
+    assert code == 0 and "--max-pp" in out and "--tokens" in out

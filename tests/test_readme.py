@@ -1,0 +1,48 @@
+"""The commands the README prints run, and print what it shows."""
+
+import shlex
+from pathlib import Path
+
+README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+
+
+def _setup_commands() -> list[str]:
+    block = README.split("```sh\n", 1)[1].split("```", 1)[0]
+    return block.strip().splitlines()
+
+
+def test_readme_starts_with_the_two_setup_commands():
+    assert README.startswith("```sh\n")
+    install_and_run, install_and_test = _setup_commands()
+    assert "pip install -q ." in install_and_run and "planner plan" in install_and_run
+    assert install_and_test.endswith(".venv/bin/python -m pytest")
+    ci = (Path(__file__).resolve().parent.parent / ".ci" / "run").read_text()
+    assert install_and_test in ci
+
+
+def test_readme_main_command_runs(cli):
+    command = _setup_commands()[0].split(".venv/bin/planner ", 1)[1]
+    code, out, err = cli(*shlex.split(command))
+    assert (code, err) == (0, "")
+    assert "time to train" in out
+
+
+def _examples() -> list[tuple[list[str], list[str]]]:
+    """(args, shown output lines) of every `$ planner ...` block."""
+    found = []
+    for block in README.split("```\n$ planner ")[1:]:
+        text = block.split("```", 1)[0]
+        first, *shown = text.splitlines()
+        found.append((shlex.split(first), [line for line in shown if line.strip()]))
+    return found
+
+
+def test_readme_examples_print_what_it_shows(cli):
+    examples = _examples()
+    assert len(examples) == 2
+    for args, shown in examples:
+        code, out, err = cli(*args)
+        printed = [line.rstrip() for line in (out + err).splitlines()]
+        for line in shown:
+            if line.strip() != "...":
+                assert line.rstrip() in printed, line
