@@ -21,7 +21,7 @@ import numpy as np
 from cost_models.enums import Recompute, ZeroStage
 from planner.costing import DP_COMM_ORDER, RECOMPUTE_ORDER, Candidates
 from planner.loader import Problem
-from planner.schemas.strategy import DpComm
+from planner.schemas.strategy import DpComm, LaunchTarget
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,8 @@ class SearchSpace:
     """Also try every pp that divides the layer count, not only powers of two."""
     cross_node_tp: bool = False
     """Allow tensor-parallel groups larger than a node (over the inter-node network)."""
+    targets: tuple[LaunchTarget, ...] = ()
+    """Launch targets the plans must run on: their rules apply too."""
 
     def pins(self) -> list[Pin]:
         """The user's pins and bounds, one per flag, for messages and infeasibility cores."""

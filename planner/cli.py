@@ -55,6 +55,31 @@ class _Count(click.ParamType):
         return number
 
 
+class _Targets(click.ParamType):
+    """Launch targets, comma-separated: megatron,deepspeed."""
+
+    name = "targets"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        from planner.schemas.strategy import LaunchTarget
+
+        names = [v.strip() for v in str(value).split(",") if v.strip()]
+        known = [t.value for t in LaunchTarget]
+        for name in names:
+            if name not in known:
+                import difflib
+
+                close = difflib.get_close_matches(name, known, n=1)
+                hint = f" (did you mean '{close[0]}'?)" if close else ""
+                self.fail(f"unknown target '{name}'{hint}; targets: {', '.join(known)}",
+                          param, ctx)
+        if not names:
+            self.fail("give at least one target", param, ctx)
+        return tuple(LaunchTarget(n) for n in dict.fromkeys(names))
+
+
 def search_options(function):
     """Pins and bounds on the strategy, and solver settings, for commands that search."""
     positive = click.IntRange(min=1)
@@ -97,7 +122,7 @@ def search_options(function):
     return function
 
 
-def _search_space(pins: dict):
+def _search_space(pins: dict, targets: tuple = ()):
     """SearchSpace and SolverSettings from the options of `search_options`."""
     from cost_models.enums import Recompute, ZeroStage
     from planner.candidates import SearchSpace
@@ -116,7 +141,7 @@ def _search_space(pins: dict):
                               export_path=pins.pop("export_model"))
     space = SearchSpace(zero_stages=zero, recompute=recompute,
                         sequence_parallel=(False, True) if sp is None else (sp,),
-                        dp_comm=comms, **pins)
+                        dp_comm=comms, targets=targets, **pins)
     return space, settings
 
 
@@ -179,21 +204,37 @@ def memory(model, cluster, strategy, as_json, **overrides):
 @search_options
 @click.option("--tokens", type=_Count(), help="Training tokens (e.g. 300B): adds time to train "
               "and GPU-hours.")
+@click.option("--emit", "targets", type=_Targets(), default=(),
+              help="Write launch configs for the plan: megatron, deepspeed, torchrun, "
+                   "torchtitan, mindspore (comma-separated). The search then keeps to "
+                   "what those frameworks run.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=".",
+              show_default=True, help="Directory for --emit.")
+@click.option("--plan", "plan_rank", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Which ranked plan --emit writes.")
+@click.option("--force", is_flag=True, help="Let --emit overwrite existing files.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
-def plan(model, cluster, tokens, as_json, gpus, nodes, seq_len, global_batch, precision,
-         optimizer, **pins):
+def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, as_json, gpus, nodes,
+         seq_len, global_batch, precision, optimizer, **pins):
     """The fastest strategies that fit MODEL on CLUSTER, ranked."""
     from planner.search import search
 
     problem = _load_problem(model, cluster, gpus=gpus, nodes=nodes, seq_len=seq_len,
                             global_batch=global_batch, precision=precision, optimizer=optimizer)
-    space, settings = _search_space(pins)
+    space, settings = _search_space(pins, targets)
     result = search(problem, space, settings, num_tokens=tokens)
+    written = []
+    if targets:
+        if plan_rank > len(result.plans):
+            raise InputError(f"--plan {plan_rank}: the search ranked {len(result.plans)} "
+                             f"plan(s)")
+        written = _emit(problem, result.plans[plan_rank - 1], targets, out_dir, force, tokens)
     if as_json:
         out = {"model": problem.model.name, "cluster": problem.cluster.name,
                "num_gpus": problem.num_gpus,
                "plans": [p.model_dump(mode="json") for p in result.plans],
-               "search": result.search.model_dump(mode="json")}
+               "search": result.search.model_dump(mode="json"),
+               "emitted": [str(p) for p in written]}
         click.echo(json.dumps(out, indent=2))
         return
     from planner import render
@@ -203,6 +244,93 @@ def plan(model, cluster, tokens, as_json, gpus, nodes, seq_len, global_batch, pr
                f"global batch {t.global_batch} x {t.seq_len} tokens, {t.precision.value}")
     render.print_renderable(render.plan_view(heading=heading, plans=result.plans,
                                              search=result.search))
+
+
+def _emit(problem, report, targets, out_dir, force, tokens) -> list:
+    """Write the launch configs of one evaluated plan; say so on stderr."""
+    from planner.emit import LaunchPlan, emit_files, write_files
+    from planner.schemas.strategy import Strategy
+
+    fields = report.strategy.model_dump(exclude={"num_micro_batches", "layers_per_stage"})
+    plan = LaunchPlan(problem, Strategy(**fields), report, num_tokens=tokens)
+    paths = write_files(emit_files(list(targets), plan), out_dir, force=force)
+    for path in paths:
+        _stderr(f"wrote {path}")
+    return paths
+
+
+@cli.command()
+@click.argument("model")
+@click.argument("cluster")
+@click.argument("strategy")
+@problem_options
+@click.option("--target", "targets", type=_Targets(), default=(),
+              help="Also check the rules of these frameworks (a strategy.yaml meant for one).")
+@click.option("--cross-node-tp", is_flag=True, help="Allow tensor parallelism across nodes.")
+@click.option("--no-compare", is_flag=True, help="Skip the search for the best plan.")
+@click.option("--tokens", type=_Count(), help="Training tokens: adds time to train.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+def validate(model, cluster, strategy, targets, cross_node_tp, no_compare, tokens, as_json,
+             gpus, **overrides):
+    """Check STRATEGY: a strategy.yaml, DeepSpeed JSON, Megatron-LM script or argument file,
+    torchtitan recipe or TOML, or MindSpore setup. Exit 1 when a rule is broken or it does
+    not fit."""
+    from planner.review import review_config
+    from planner.rules import RuleOptions
+
+    problem = _load_problem(model, cluster, gpus=gpus, **overrides)
+    review = review_config(problem, strategy, gpus_given=gpus,
+                           options=RuleOptions(cross_node_tp=cross_node_tp, targets=targets),
+                           compare=not no_compare, num_tokens=tokens)
+    if as_json:
+        report = review.report
+        out = {"model": problem.model.name, "cluster": problem.cluster.name,
+               "num_gpus": review.problem.num_gpus, "file": strategy,
+               "target": review.target.value if review.target else None,
+               "valid": review.valid,
+               "violations": [v.model_dump(mode="json") for v in review.violations],
+               "strategy": review.strategy.model_dump(mode="json"),
+               **({k: getattr(report, k).model_dump(mode="json")
+                   for k in ("memory", "time", "throughput")} if report else
+                  {"memory": None, "time": None, "throughput": None}),
+               "best": review.best.model_dump(mode="json") if review.best else None,
+               "best_note": review.best_note, "speedup": review.speedup}
+        click.echo(json.dumps(out, indent=2))
+    else:
+        from planner import render
+
+        render.print_renderable(render.review_view(review))
+    return ExitCode.OK if review.valid else ExitCode.NOT_FEASIBLE
+
+
+@cli.command()
+@click.argument("model")
+@click.argument("cluster")
+@click.argument("strategy")
+@problem_options
+@click.option("--target", "targets", type=_Targets(), required=True,
+              help="Frameworks to write configs for (comma-separated).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=".",
+              show_default=True, help="Directory for the files.")
+@click.option("--force", is_flag=True, help="Overwrite existing files.")
+@click.option("--cross-node-tp", is_flag=True, help="Allow tensor parallelism across nodes.")
+@click.option("--tokens", type=_Count(), help="Training tokens: sets the iteration count.")
+def emit(model, cluster, strategy, targets, out_dir, force, cross_node_tp, tokens, gpus,
+         **overrides):
+    """Write launch configs for STRATEGY (any file `planner validate` reads), e.g. a
+    Megatron-LM script from a DeepSpeed config. Refused, exit 1, when it breaks a rule."""
+    from planner import render
+    from planner.review import review_config
+    from planner.rules import RuleOptions
+
+    problem = _load_problem(model, cluster, gpus=gpus, **overrides)
+    review = review_config(problem, strategy, gpus_given=gpus,
+                           options=RuleOptions(cross_node_tp=cross_node_tp, targets=targets),
+                           compare=False, num_tokens=tokens)
+    if review.violations or review.report is None:
+        render.print_renderable(render.violations_text(review.violations), stderr=True)
+        raise InfeasibleError(f"{strategy}: not written: fix the problems above first")
+    _emit(review.problem, review.report, targets, out_dir, force, tokens)
 
 
 @cli.command()

@@ -21,7 +21,8 @@ from planner.candidates import CandidateGroup, SearchSpace, divisors, generate, 
 from planner.errors import InfeasibleError
 from planner.loader import Problem
 from planner.pool import Pool, evaluate_groups, passes
-from planner.rules import SUMMARY, Rule, RuleOptions, degree_violations, memory_violations
+from planner.rules import (SUMMARY, TARGET_CHECKS, Rule, RuleOptions, degree_violations,
+                           memory_violations)
 
 MAX_GPU_FACTOR = 64
 """How far beyond the requested GPU count the "more GPUs" suggestion looks."""
@@ -185,6 +186,17 @@ def explain_infeasible(problem: Problem, space: SearchSpace, groups: list[Candid
             ways.append(f"allow --cross-node-tp: {_describe(conflicts, i)} fits")
         elif name not in {r.value for r in Rule}:
             ways.append(f"drop {name}: {_describe(conflicts, i)} fits")
+    target_rules = {rule.value: targets for rule, (targets, _) in TARGET_CHECKS.items()}
+    blamed = sorted({t.value for name in core for t in target_rules.get(name, ())
+                     if t in options.targets})
+    if len(blamed) > 1:
+        for target in blamed:
+            relaxed = [n for n in conflicts.broken
+                       if target not in {t.value for t in target_rules.get(n, ())}]
+            i = _best(conflicts, relaxed)
+            if i is not None:
+                ways.append(f"without {target}'s rules (emit it separately): "
+                            f"{_describe(conflicts, i)} fits")
     if memory in core:
         more = _more_gpus(problem, space, options)
         if more:

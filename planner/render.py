@@ -219,5 +219,63 @@ def plan_view(*, heading: str, plans: list[PlanReport], search: SearchReport) ->
     )
 
 
-def print_renderable(renderable, *, console: Console | None = None) -> None:
-    (console or Console()).print(renderable)
+def _label(strategy) -> str:
+    """The degrees and options of a Strategy or a StrategyOut, as one phrase."""
+    parts = [f"dp {strategy.dp}", f"tp {strategy.tp}", f"pp {strategy.pp}"]
+    if strategy.vpp > 1:
+        parts.append(f"vpp {strategy.vpp}")
+    parts.append(f"mb {strategy.micro_batch}")
+    if strategy.sequence_parallel:
+        parts.append("sp")
+    if strategy.recompute.value != "none":
+        parts.append(f"recompute {strategy.recompute.value}")
+    if strategy.zero_stage:
+        parts.append(f"zero {int(strategy.zero_stage)}")
+    return ", ".join(parts)
+
+
+def violations_text(violations) -> Text:
+    if not violations:
+        return Text("no rule is broken", style="green")
+    noun = "problem" if len(violations) == 1 else "problems"
+    text = Text(f"{len(violations)} {noun}:", style="bold red")
+    for v in violations:
+        text.append(f"\n  - {v.rule}: ", style="bold")
+        text.append(f"{v.message}; fix: {v.fix}")
+    return text
+
+
+def comparison_text(review) -> Text:
+    if review.report is None:
+        return Text("")
+    step = review.report.time.step_s
+    if review.best is None:
+        return Text(f"your strategy: {seconds(step)} per step; no plan to compare with: "
+                    f"{review.best_note}", style="dim")
+    best = review.best.time.step_s
+    if best >= step * (1 - 1e-9):
+        return Text(f"your strategy: {seconds(step)} per step; the search finds nothing "
+                    f"faster", style="green")
+    return Text(f"your strategy: {seconds(step)} per step; best found: {seconds(best)}, "
+                f"{step / best:.2f}x faster: {_label(review.best.strategy)}", style="bold")
+
+
+def review_view(review) -> Group:
+    p = review.problem
+    what = f" ({review.target.value})" if review.target else ""
+    heading = (f"{review.file}{what}: {p.model.name} on {p.num_gpus} x {p.cluster.gpu.name}, "
+               f"global batch {review.strategy.global_batch} x {p.training.seq_len} tokens, "
+               f"{p.training.precision.value}: {_label(review.strategy)}")
+    parts = [Text(heading, style="bold"), violations_text(review.violations), Text("")]
+    if review.report is not None:
+        parts += [memory_table(review.report.memory, title="memory per GPU"),
+                  fit_line(review.report.memory), Text(""),
+                  time_table(review.report.time, title="time per step"),
+                  throughput_line(review.report), Text(""), comparison_text(review)]
+    else:
+        parts.append(Text("not evaluated: the layout does not match the model", style="dim"))
+    return Group(*parts)
+
+
+def print_renderable(renderable, *, stderr: bool = False) -> None:
+    Console(stderr=stderr).print(renderable)

@@ -18,7 +18,7 @@ import numpy as np
 from planner.costing import Candidates
 from planner.loader import Problem
 from planner.schemas.report import Violation
-from planner.schemas.strategy import DpComm, Strategy
+from planner.schemas.strategy import DpComm, LaunchTarget, Strategy
 
 
 class Rule(str, Enum):
@@ -31,6 +31,22 @@ class Rule(str, Enum):
     INTERLEAVED_SCHEDULE = "interleaved_schedule"
     PARAMETER_SERVER_ZERO = "parameter_server_zero"
     MEMORY_FITS = "memory_fits"
+    # Rules of one launch target: what that framework cannot run or refuses.
+    TARGET_PARAMETER_SERVER = "target_parameter_server"
+    DEEPSPEED_PIPELINE_ZERO = "deepspeed_pipeline_zero"
+    DEEPSPEED_TP_ZERO3 = "deepspeed_tp_zero3"
+    DEEPSPEED_INTERLEAVED = "deepspeed_interleaved"
+    DEEPSPEED_SELECTIVE_RECOMPUTE = "deepspeed_selective_recompute"
+    DEEPSPEED_SEQUENCE_PARALLEL = "deepspeed_sequence_parallel"
+    TORCHTITAN_ZERO1 = "torchtitan_zero1"
+    TORCHTITAN_FP16 = "torchtitan_fp16"
+    TORCHTITAN_SEQUENCE_PARALLEL = "torchtitan_sequence_parallel"
+    TORCHTITAN_SEQ_LEN = "torchtitan_seq_len"
+    MINDSPORE_POWER_OF_TWO = "mindspore_power_of_two"
+    MINDSPORE_DEVICE_NUM = "mindspore_device_num"
+    MINDSPORE_MICRO_BATCHES = "mindspore_micro_batches"
+    MINDSPORE_INTERLEAVED = "mindspore_interleaved"
+    MINDSPORE_ZERO = "mindspore_zero"
 
 
 SUMMARY: dict[Rule, str] = {
@@ -44,6 +60,21 @@ SUMMARY: dict[Rule, str] = {
                                "groups of pp",
     Rule.PARAMETER_SERVER_ZERO: "a parameter server needs zero_stage 0",
     Rule.MEMORY_FITS: "the peak stage must fit in GPU memory",
+    Rule.TARGET_PARAMETER_SERVER: "no launch target implements a parameter server",
+    Rule.DEEPSPEED_PIPELINE_ZERO: "DeepSpeed's pipeline engine allows ZeRO stage 0 or 1 only",
+    Rule.DEEPSPEED_TP_ZERO3: "DeepSpeed AutoTP does not support ZeRO stage 3",
+    Rule.DEEPSPEED_INTERLEAVED: "DeepSpeed's pipeline engine has no interleaved schedule",
+    Rule.DEEPSPEED_SELECTIVE_RECOMPUTE: "DeepSpeed checkpoints whole layers, not selectively",
+    Rule.DEEPSPEED_SEQUENCE_PARALLEL: "DeepSpeed AutoTP has no Megatron sequence parallelism",
+    Rule.TORCHTITAN_ZERO1: "torchtitan shards with FSDP2: ZeRO stage 0, 2 or 3, not 1",
+    Rule.TORCHTITAN_FP16: "torchtitan trains in bf16 or fp32, not fp16",
+    Rule.TORCHTITAN_SEQUENCE_PARALLEL: "torchtitan applies sequence parallelism with tp > 1",
+    Rule.TORCHTITAN_SEQ_LEN: "torchtitan's sequence parallelism needs seq_len divisible by tp",
+    Rule.MINDSPORE_POWER_OF_TWO: "MindSpore shard strategies must be powers of two",
+    Rule.MINDSPORE_DEVICE_NUM: "MindSpore's device_num must be 1, 2, 4 or a multiple of 8",
+    Rule.MINDSPORE_MICRO_BATCHES: "MindSpore needs at least as many micro-batches as stages",
+    Rule.MINDSPORE_INTERLEAVED: "the emitted MindSpore config has no interleaved pipeline",
+    Rule.MINDSPORE_ZERO: "MindSpore's parallel optimizer is ZeRO stage 1",
 }
 """One line per rule, for messages that name rules without a particular strategy."""
 
@@ -54,6 +85,8 @@ class RuleOptions:
 
     cross_node_tp: bool = False
     """Allow tensor-parallel groups that span nodes (priced on the inter-node link)."""
+    targets: tuple[LaunchTarget, ...] = ()
+    """Launch targets whose own rules apply too (a plan to emit, a config to validate)."""
 
 
 # --------------------------------------------------------------------------- vectorised checks
@@ -112,10 +145,64 @@ DEGREE_CHECKS: dict[Rule, Callable[[Problem, Candidates, RuleOptions], np.ndarra
 """Rules decided by the degrees alone, in the order `validate` reports them."""
 
 
+def _num_micro_batches(c: Candidates) -> np.ndarray:
+    return c.global_batch // np.maximum(c.dp * c.mb, 1)
+
+
+def _is_power_of_two(values) -> np.ndarray:
+    values = np.asarray(values)
+    return (values & (values - 1)) == 0
+
+
+def _everywhere(problem: Problem, c: Candidates, flag: bool) -> np.ndarray:
+    return np.full(len(c), flag)
+
+
+_T = LaunchTarget
+_ALL_TARGETS = tuple(LaunchTarget)
+TARGET_CHECKS: dict[Rule, tuple[tuple[LaunchTarget, ...], Callable[[Problem, Candidates],
+                                                                    np.ndarray]]] = {
+    Rule.TARGET_PARAMETER_SERVER: (
+        tuple(t for t in _ALL_TARGETS if t is not _T.TORCHRUN),
+        lambda p, c: c.dp_comm == 1),
+    # deepspeed/runtime/pipe/engine.py: "ZeRO-2 and ZeRO-3 are incompatible with pipeline
+    # parallelism".
+    Rule.DEEPSPEED_PIPELINE_ZERO: ((_T.DEEPSPEED,), lambda p, c: (c.pp > 1) & (c.zero >= 2)),
+    # DeepSpeed docs, config-json "tensor_parallel": AutoTP supports ZeRO stages 0, 1 and 2.
+    Rule.DEEPSPEED_TP_ZERO3: ((_T.DEEPSPEED,), lambda p, c: (c.tp > 1) & (c.zero == 3)),
+    Rule.DEEPSPEED_INTERLEAVED: ((_T.DEEPSPEED,), lambda p, c: c.vpp > 1),
+    Rule.DEEPSPEED_SELECTIVE_RECOMPUTE: ((_T.DEEPSPEED,), lambda p, c: c.recompute == 1),
+    Rule.DEEPSPEED_SEQUENCE_PARALLEL: ((_T.DEEPSPEED,), lambda p, c: c.sp),
+    Rule.TORCHTITAN_ZERO1: ((_T.TORCHTITAN,), lambda p, c: c.zero == 1),
+    Rule.TORCHTITAN_FP16: ((_T.TORCHTITAN,), lambda p, c: _everywhere(
+        p, c, p.training.precision.value == "fp16")),
+    Rule.TORCHTITAN_SEQUENCE_PARALLEL: ((_T.TORCHTITAN,), lambda p, c: (c.tp > 1) & ~c.sp),
+    Rule.TORCHTITAN_SEQ_LEN: ((_T.TORCHTITAN,), lambda p, c: p.training.seq_len % c.tp != 0),
+    # MindSpore operator_info.cc: "the value of strategy must be the power of 2" (checked when
+    # the device count is a power of two).
+    Rule.MINDSPORE_POWER_OF_TWO: ((_T.MINDSPORE,), lambda p, c: _everywhere(
+        p, c, bool(_is_power_of_two(p.num_gpus))) & ~(_is_power_of_two(c.dp)
+                                                      & _is_power_of_two(c.tp))),
+    # MindSpore device_manager.cc: device_num must be divisible by 8, or equal to 1, 2 or 4.
+    Rule.MINDSPORE_DEVICE_NUM: ((_T.MINDSPORE,), lambda p, c: _everywhere(
+        p, c, p.num_gpus % 8 != 0 and p.num_gpus not in (1, 2, 4))),
+    # MindFormers TransformerOpParallelConfig: micro_batch_num >= pipeline_stage.
+    Rule.MINDSPORE_MICRO_BATCHES: ((_T.MINDSPORE,),
+                                   lambda p, c: (c.pp > 1) & (_num_micro_batches(c) < c.pp)),
+    Rule.MINDSPORE_INTERLEAVED: ((_T.MINDSPORE,), lambda p, c: c.vpp > 1),
+    Rule.MINDSPORE_ZERO: ((_T.MINDSPORE,), lambda p, c: c.zero >= 2),
+}
+"""Rules of launch targets: (targets, where candidates break it)."""
+
+
 def degree_violations(problem: Problem, cands: Candidates,
                       options: RuleOptions) -> dict[Rule, np.ndarray]:
-    """For each degree rule, where `cands` break it."""
-    return {rule: check(problem, cands, options) for rule, check in DEGREE_CHECKS.items()}
+    """For each degree rule, and each rule of the requested targets, where `cands` break it."""
+    found = {rule: check(problem, cands, options) for rule, check in DEGREE_CHECKS.items()}
+    for rule, (targets, check) in TARGET_CHECKS.items():
+        if set(targets) & set(options.targets):
+            found[rule] = np.asarray(check(problem, cands), dtype=bool)
+    return found
 
 
 MIB = 2**20
@@ -238,8 +325,69 @@ EXPLAIN: dict[Rule, Callable[[Problem, Strategy], tuple[str, str]]] = {
 }
 
 
+def _explain_target(rule: Rule):
+    """Explanations of the target rules: (message, fix) from the strategy."""
+    def explain(problem: Problem, s: Strategy) -> tuple[str, str]:
+        z = int(s.zero_stage)
+        m = s.global_batch // (s.dp * s.micro_batch)
+        n = problem.num_gpus
+        texts = {
+            Rule.TARGET_PARAMETER_SERVER: (
+                "dp_comm parameter_server has no launch target: every framework here "
+                "exchanges gradients with collectives", "use dp_comm all_reduce"),
+            Rule.DEEPSPEED_PIPELINE_ZERO: (
+                f"zero_stage {z} with pp {s.pp}: DeepSpeed refuses it (\"ZeRO-2 and ZeRO-3 are "
+                "incompatible with pipeline parallelism\")",
+                "use zero_stage 1, or pp 1 with more data parallelism"),
+            Rule.DEEPSPEED_TP_ZERO3: (
+                f"zero_stage 3 with tp {s.tp}: DeepSpeed AutoTP supports ZeRO stages 0, 1 and 2",
+                "use zero_stage 2, or tp 1"),
+            Rule.DEEPSPEED_INTERLEAVED: (
+                f"vpp {s.vpp}: DeepSpeed's pipeline engine runs one chunk per stage",
+                "use vpp 1"),
+            Rule.DEEPSPEED_SELECTIVE_RECOMPUTE: (
+                "recompute selective: DeepSpeed activation checkpointing recomputes whole "
+                "layers", "use recompute full, or none"),
+            Rule.DEEPSPEED_SEQUENCE_PARALLEL: (
+                "sequence_parallel: DeepSpeed AutoTP keeps activations whole on every tensor-"
+                "parallel rank", "use sequence_parallel false"),
+            Rule.TORCHTITAN_ZERO1: (
+                "zero_stage 1: torchtitan shards with FSDP2, which shards gradients too",
+                "use zero_stage 2 (fsdp_reshard_after_forward never) or 3"),
+            Rule.TORCHTITAN_FP16: (
+                "precision fp16: torchtitan's mixed_precision_param is bfloat16 or float32",
+                "use precision bf16"),
+            Rule.TORCHTITAN_SEQUENCE_PARALLEL: (
+                f"sequence_parallel false with tp {s.tp}: torchtitan always shards activations "
+                "along the sequence with tensor parallelism", "use sequence_parallel true"),
+            Rule.TORCHTITAN_SEQ_LEN: (
+                f"seq_len ({problem.training.seq_len}) must be divisible by tp ({s.tp}) for "
+                "torchtitan's sequence parallelism",
+                f"use tp {_largest_divisor_at_most(problem.training.seq_len, s.tp)}"),
+            Rule.MINDSPORE_POWER_OF_TWO: (
+                f"dp ({s.dp}) and tp ({s.tp}) must be powers of two on {n} devices: MindSpore "
+                "refuses other shard strategies (\"the value of strategy must be the power of "
+                "2\")", "use powers of two for dp and tp"),
+            Rule.MINDSPORE_DEVICE_NUM: (
+                f"device_num ({n}) must be 1, 2, 4 or a multiple of 8 for MindSpore",
+                f"use {max(8, n // 8 * 8)} devices"),
+            Rule.MINDSPORE_MICRO_BATCHES: (
+                f"micro_batch_num ({m}) must be at least pipeline_stage ({s.pp}) for MindSpore",
+                f"use micro_batch {max(1, s.global_batch // (s.dp * s.pp))} or fewer stages"),
+            Rule.MINDSPORE_INTERLEAVED: (
+                f"vpp {s.vpp}: the emitted MindSpore config runs one chunk per stage",
+                "use vpp 1"),
+            Rule.MINDSPORE_ZERO: (
+                f"zero_stage {z}: MindSpore's parallel optimizer (enable_parallel_optimizer) "
+                "shards optimizer states, ZeRO stage 1", "use zero_stage 1"),
+        }
+        return texts[rule]
+    return explain
+
+
 def violation(rule: Rule, problem: Problem, strategy: Strategy) -> Violation:
-    message, fix = EXPLAIN[rule](problem, strategy)
+    explain = EXPLAIN.get(rule) or _explain_target(rule)
+    message, fix = explain(problem, strategy)
     return Violation(rule=rule.value, message=message, fix=fix)
 
 

@@ -136,7 +136,7 @@ def search(problem: Problem, space: SearchSpace = SearchSpace(),
     it fit) when no candidate passes every rule.
     """
     start = time.perf_counter()
-    options = RuleOptions(cross_node_tp=space.cross_node_tp)
+    options = RuleOptions(cross_node_tp=space.cross_node_tp, targets=space.targets)
     pins = space.pins()
     groups = generate(problem, space)
     num_candidates = sum(len(g.cands) for g in groups)

@@ -12,7 +12,7 @@ from cost_models.enums import Recompute, ZeroStage
 from cost_models.units import GiB
 from planner.costing import Candidates, evaluate_strategy
 from planner.loader import Problem
-from planner.rules import (DEGREE_CHECKS, Rule, RuleOptions, memory_violations,
+from planner.rules import (Rule, RuleOptions, degree_violations, memory_violations,
                            stage_layout_violation, violation)
 from planner.schemas.report import PlanReport, Violation
 from planner.schemas.strategy import Strategy
@@ -35,8 +35,9 @@ def validate(problem: Problem, strategy: Strategy, *, options: RuleOptions = Rul
     """Every rule `strategy` breaks, and its memory, time and throughput when it can be laid
     out. `strategy` must be resolved (dp and global_batch set)."""
     cands = Candidates.from_strategy(strategy)
-    found = [violation(rule, problem, strategy) for rule, check in DEGREE_CHECKS.items()
-             if bool(check(problem, cands, options)[0])]
+    found = [violation(rule, problem, strategy)
+             for rule, broken in degree_violations(problem, cands, options).items()
+             if bool(broken[0])]
     layout = stage_layout_violation(problem, strategy)
     if layout is not None:
         found.append(layout)

@@ -18,6 +18,16 @@ class DpComm(str, Enum):
     """Workers push gradients to and pull weights from parameter servers (Li et al. 2014)."""
 
 
+class LaunchTarget(str, Enum):
+    """Frameworks a plan can be emitted for, and whose configs `validate` reads."""
+
+    MEGATRON = "megatron"
+    DEEPSPEED = "deepspeed"
+    TORCHRUN = "torchrun"
+    TORCHTITAN = "torchtitan"
+    MINDSPORE = "mindspore"
+
+
 class Strategy(BaseModel):
     """Degrees and options of one training run (a strategy.yaml, or one plan of the search).
 
