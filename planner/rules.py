@@ -70,7 +70,7 @@ SUMMARY: dict[Rule, str] = {
     Rule.TORCHTITAN_FP16: "torchtitan trains in bf16 or fp32, not fp16",
     Rule.TORCHTITAN_SEQUENCE_PARALLEL: "torchtitan applies sequence parallelism with tp > 1",
     Rule.TORCHTITAN_SEQ_LEN: "torchtitan's sequence parallelism needs seq_len divisible by tp",
-    Rule.MINDSPORE_POWER_OF_TWO: "MindSpore shard strategies must be powers of two",
+    Rule.MINDSPORE_POWER_OF_TWO: "MindSpore needs tp and pp to be powers of two",
     Rule.MINDSPORE_DEVICE_NUM: "MindSpore's device_num must be 1, 2, 4 or a multiple of 8",
     Rule.MINDSPORE_MICRO_BATCHES: "MindSpore needs at least as many micro-batches as stages",
     Rule.MINDSPORE_INTERLEAVED: "the emitted MindSpore config has no interleaved pipeline",
@@ -178,11 +178,11 @@ TARGET_CHECKS: dict[Rule, tuple[tuple[LaunchTarget, ...], Callable[[Problem, Can
         p, c, p.training.precision.value == "fp16")),
     Rule.TORCHTITAN_SEQUENCE_PARALLEL: ((_T.TORCHTITAN,), lambda p, c: (c.tp > 1) & ~c.sp),
     Rule.TORCHTITAN_SEQ_LEN: ((_T.TORCHTITAN,), lambda p, c: p.training.seq_len % c.tp != 0),
-    # MindSpore operator_info.cc: "the value of strategy must be the power of 2" (checked when
-    # the device count is a power of two).
-    Rule.MINDSPORE_POWER_OF_TWO: ((_T.MINDSPORE,), lambda p, c: _everywhere(
-        p, c, bool(_is_power_of_two(p.num_gpus))) & ~(_is_power_of_two(c.dp)
-                                                      & _is_power_of_two(c.tp))),
+    # MindSpore operator_info.cc: shard strategy values must be powers of two ("Invalid
+    # Strategy value it is not the power of 2"; newer releases check only on power-of-two
+    # device counts). The planner's own rule for tp and pp, as the user asked.
+    Rule.MINDSPORE_POWER_OF_TWO: ((_T.MINDSPORE,), lambda p, c: ~(_is_power_of_two(c.tp)
+                                                                 & _is_power_of_two(c.pp))),
     # MindSpore device_manager.cc: device_num must be divisible by 8, or equal to 1, 2 or 4.
     Rule.MINDSPORE_DEVICE_NUM: ((_T.MINDSPORE,), lambda p, c: _everywhere(
         p, c, p.num_gpus % 8 != 0 and p.num_gpus not in (1, 2, 4))),
@@ -278,10 +278,15 @@ def _explain_pp_divides_layers(problem: Problem, s: Strategy) -> tuple[str, str]
     chunks = s.pp * s.vpp
     what = f"pp * vpp ({s.pp} * {s.vpp} = {chunks})" if s.vpp > 1 else f"pp ({s.pp})"
     message = f"num_layers ({layers}) must be divisible by {what} for an even split"
-    options = [p for p in range(1, layers + 1) if layers % (p * s.vpp) == 0]
+    # The nearest pp that splits the layers evenly and, with the same tp, divides the GPUs.
+    options = [p for p in range(1, layers + 1) if layers % (p * s.vpp) == 0
+               and problem.num_gpus % (s.tp * p) == 0] or [1]
     nearest = min(options, key=lambda p: (abs(p - s.pp), p))
-    fix = (f"use pp {nearest}" if s.vpp == 1 or nearest != s.pp else "use vpp 1")
-    return message, fix + " or give layers_per_stage"
+    if nearest == s.pp:
+        fix = "use vpp 1"
+    else:
+        fix = f"use pp {nearest} (dp {problem.num_gpus // (s.tp * nearest)})"
+    return message, fix + ", or give layers_per_stage"
 
 
 def _explain_batch_divisible(problem: Problem, s: Strategy) -> tuple[str, str]:
@@ -365,9 +370,9 @@ def _explain_target(rule: Rule):
                 "torchtitan's sequence parallelism",
                 f"use tp {_largest_divisor_at_most(problem.training.seq_len, s.tp)}"),
             Rule.MINDSPORE_POWER_OF_TWO: (
-                f"dp ({s.dp}) and tp ({s.tp}) must be powers of two on {n} devices: MindSpore "
-                "refuses other shard strategies (\"the value of strategy must be the power of "
-                "2\")", "use powers of two for dp and tp"),
+                f"tp ({s.tp}) and pp ({s.pp}) must be powers of two for MindSpore: it refuses "
+                "other shard strategies (\"the value of strategy must be the power of 2\")",
+                "use powers of two for tp and pp"),
             Rule.MINDSPORE_DEVICE_NUM: (
                 f"device_num ({n}) must be 1, 2, 4 or a multiple of 8 for MindSpore",
                 f"use {max(8, n // 8 * 8)} devices"),

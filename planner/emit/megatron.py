@@ -133,7 +133,7 @@ def _parallel_args(plan: LaunchPlan) -> list[str]:
         args += ["--use-megatron-fsdp",
                  f"--data-parallel-sharding-strategy {FSDP_STRATEGIES[s.zero_stage]}",
                  "--ckpt-format fsdp_dtensor"]
-    if s.overlap_grad_reduce and s.dp > 1:
+    if s.overlap_grad_reduce:
         args.append("--overlap-grad-reduce")
         if s.zero_stage >= ZeroStage.OPTIMIZER_STATES:
             args.append("--overlap-param-gather")
@@ -171,13 +171,31 @@ def emit(plan: LaunchPlan) -> dict[str, str]:
     p = plan.problem
     shape = transformer_shape(p.model, "megatron")
     script = "pretrain_gpt.py" if shape.layer.causal else "pretrain_bert.py"
+    name = script.replace(".py", ".sh")
+    if shape.layer.causal:
+        tokenizer = ["# NullTokenizer keeps the model's vocabulary; point TOKENIZER_ARGS at "
+                     "your tokenizer.",
+                     *_array("TOKENIZER_ARGS", ["--tokenizer-type NullTokenizer",
+                                                f"--vocab-size {shape.embedding.vocab_size}"]),
+                     'if [ -n "${DATA_PATH:-}" ]; then',
+                     '  DATA_ARGS=(--data-path "$DATA_PATH" --split 949,50,1)', "else",
+                     "  DATA_ARGS=(--mock-data)             # synthetic tokens: a throughput "
+                     "test", "fi"]
+    else:   # BERT's masked-LM data needs its WordPiece vocabulary (mask, CLS, SEP tokens)
+        tokenizer = [*_array("TOKENIZER_ARGS", ["--tokenizer-type BertWordPieceLowerCase",
+                                                '--vocab-file "$VOCAB_FILE"']),
+                     *_array("DATA_ARGS", ['--data-path "$DATA_PATH"', "--split 949,50,1"])]
     lines = [
         "#!/usr/bin/env bash",
         *(f"# {line}" for line in header_lines(plan, "Megatron-LM", CHECKED_AGAINST)),
-        "# Run on every node: MASTER_ADDR=<first node> [DATA_PATH=<prefix>] bash "
-        "pretrain_gpt.sh",
+        "# Run on every node: MASTER_ADDR=<first node> "
+        + ("[DATA_PATH=<prefix>]" if shape.layer.causal
+           else "DATA_PATH=<prefix> VOCAB_FILE=<vocab.txt>") + f" bash {name}",
         "set -euo pipefail", "",
         "MEGATRON_PATH=${MEGATRON_PATH:-/workspace/Megatron-LM}",
+        *([] if shape.layer.causal else [
+            "DATA_PATH=${DATA_PATH:?set DATA_PATH to a Megatron .bin/.idx prefix}",
+            "VOCAB_FILE=${VOCAB_FILE:?set VOCAB_FILE to the BERT WordPiece vocabulary}"]),
         f"CHECKPOINT_PATH=${{CHECKPOINT_PATH:-checkpoints/{p.model.name}}}",
         *torchrun.launcher(plan), "",
         *torchrun.environment(p.cluster, tp=plan.strategy.tp,
@@ -186,14 +204,7 @@ def emit(plan: LaunchPlan) -> dict[str, str]:
         *_array("MODEL_ARGS", _model_args(plan)),
         *_array("PARALLEL_ARGS", _parallel_args(plan)),
         *_array("TRAINING_ARGS", _training_args(plan)),
-        "# NullTokenizer keeps the model's vocabulary; point TOKENIZER_ARGS at your tokenizer.",
-        *_array("TOKENIZER_ARGS", ["--tokenizer-type NullTokenizer",
-                                   f"--vocab-size {shape.embedding.vocab_size}"]),
-        'if [ -n "${DATA_PATH:-}" ]; then',
-        '  DATA_ARGS=(--data-path "$DATA_PATH" --split 949,50,1)',
-        "else",
-        "  DATA_ARGS=(--mock-data)             # synthetic tokens: a throughput test",
-        "fi",
+        *tokenizer,
         *_array("LOGGING_ARGS", ["--log-interval 10", "--log-throughput",
                                  "--eval-interval 1000", "--eval-iters 10",
                                  '--save "$CHECKPOINT_PATH"', '--load "$CHECKPOINT_PATH"',
@@ -202,7 +213,7 @@ def emit(plan: LaunchPlan) -> dict[str, str]:
         f'{torchrun.TORCHRUN} \\\n  "$MEGATRON_PATH/{script}" \\\n'
         '  "${MODEL_ARGS[@]}" "${PARALLEL_ARGS[@]}" "${TRAINING_ARGS[@]}" '
         '"${TOKENIZER_ARGS[@]}" \\\n  "${DATA_ARGS[@]}" "${LOGGING_ARGS[@]}"', ""]
-    return {"pretrain_gpt.sh" if shape.layer.causal else "pretrain_bert.sh": "\n".join(lines)}
+    return {name: "\n".join(lines)}
 
 
 # --------------------------------------------------------------------------- reading

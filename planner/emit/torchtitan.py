@@ -133,8 +133,8 @@ def _recipe(plan: LaunchPlan) -> str:
     if flavor:
         base = [f"from torchtitan.models.llama3.config_registry import {flavor[1]} as base_config"]
     else:
-        base = [f"# torchtitan ships no recipe for {name}: import the function that returns its",
-                "# Trainer.Config as base_config.",
+        base = ["", f"# torchtitan ships no recipe for {name}: import the function that returns "
+                "its", "# Trainer.Config as base_config.",
                 "def base_config():",
                 f'    raise RuntimeError("set base_config to the recipe of {name} (see the '
                 f'comment above)")']

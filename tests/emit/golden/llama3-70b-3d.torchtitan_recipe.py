@@ -1,0 +1,46 @@
+# torchtitan launch config written by planner 0.1.0.
+# Model llama3-70b on 64 x H100-SXM5-80GB (dgx-h100).
+# Strategy: dp 2, tp 8, pp 4, vpp 2, mb 1, global batch 512, seq_len 8192, sequence_parallel
+#   true, recompute full, zero_stage 2, bf16.
+# Predicted: 100.870 s per step, peak 26.0 GiB per GPU (stage 0), MFU 31.6%.
+# Keys checked against pytorch/torchtitan torchtitan/config/configs.py @0014ac2c, trainer.py
+#   @003fe280 (recipe); torchtitan/config/job_config.py @6404b932 (0.2.x TOML).
+# Run: torchrun ... -m torchtitan.train --module torchtitan_recipe --config planner_plan
+
+from dataclasses import replace
+
+from torchtitan.config.configs import ActivationCheckpointConfig, ParallelismConfig
+from torchtitan.trainer import Trainer
+
+from torchtitan.models.llama3.config_registry import llama3_70b as base_config
+
+
+def planner_plan() -> Trainer.Config:
+    """llama3-70b: dp 2, tp 8, pp 4, vpp 2, mb 1 (planner)."""
+    config = base_config()
+    return replace(
+        config,
+        training=replace(config.training,
+            local_batch_size=256,
+            global_batch_size=512,
+            seq_len=8192,
+            mixed_precision_param='bfloat16',
+            mixed_precision_reduce='float32',
+            steps=10000,
+        ),
+        parallelism=ParallelismConfig(
+            data_parallel_replicate_degree=1,
+            data_parallel_shard_degree=2,
+            fsdp_reshard_after_forward='never',
+            tensor_parallel_degree=8,
+            pipeline_parallel_degree=4,
+            context_parallel_degree=1,
+            pipeline_parallel_schedule='Interleaved1F1B',
+            pipeline_parallel_microbatch_size=1,
+            pipeline_parallel_layers_per_stage=10,
+            pipeline_parallel_first_stage_less_layers=0,
+            pipeline_parallel_last_stage_less_layers=0,
+            enable_sequence_parallel=True,
+        ),
+        activation_checkpoint=ActivationCheckpointConfig(mode='full'),
+    )
