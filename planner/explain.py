@@ -21,6 +21,7 @@ from planner.candidates import CandidateGroup, SearchSpace, divisors, generate, 
 from planner.errors import InfeasibleError
 from planner.loader import Problem
 from planner.pool import Pool, evaluate_groups, passes
+from planner.schemas.strategy import strategy_label
 from planner.rules import (SUMMARY, TARGET_CHECKS, Rule, RuleOptions, degree_violations,
                            memory_violations)
 
@@ -102,14 +103,7 @@ def _best(conflicts: _Conflicts, names) -> int | None:
 
 def _describe(conflicts: _Conflicts, i: int) -> str:
     pool = conflicts.pool
-    b = pool.batches[pool.batch[i]]
-    s = b.cands.strategy(int(pool.row[i]))
-    parts = [s.degrees_label()]
-    if s.sequence_parallel:
-        parts.append("sp")
-    parts.append(f"recompute {s.recompute.value}")
-    parts.append(f"zero {int(s.zero_stage)}")
-    return ", ".join(parts)
+    return strategy_label(pool.batches[pool.batch[i]].cands.strategy(int(pool.row[i])))
 
 
 def _gpu_counts(problem: Problem, space: SearchSpace) -> list[int]:

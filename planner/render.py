@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cost_models.units import GiB
+from planner.schemas.strategy import strategy_label as strategy_phrase
 from planner.schemas.report import (MemoryReport, PlanReport, SearchReport, StageMemory,
                                     TimeReport)
 
@@ -89,18 +90,7 @@ def fit_line(memory: MemoryReport) -> Text:
 
 
 def strategy_label(plan: PlanReport) -> str:
-    s = plan.strategy
-    parts = [f"dp {s.dp}", f"tp {s.tp}", f"pp {s.pp}"]
-    if s.vpp > 1:
-        parts.append(f"vpp {s.vpp}")
-    parts += [f"mb {s.micro_batch}"]
-    if s.sequence_parallel:
-        parts.append("sp")
-    if s.recompute.value != "none":
-        parts.append(f"recompute {s.recompute.value}")
-    if s.zero_stage:
-        parts.append(f"zero {int(s.zero_stage)}")
-    return ", ".join(parts)
+    return strategy_phrase(plan.strategy)
 
 
 def memory_view(plan: PlanReport, *, heading: str) -> Group:
@@ -219,21 +209,6 @@ def plan_view(*, heading: str, plans: list[PlanReport], search: SearchReport) ->
     )
 
 
-def _label(strategy) -> str:
-    """The degrees and options of a Strategy or a StrategyOut, as one phrase."""
-    parts = [f"dp {strategy.dp}", f"tp {strategy.tp}", f"pp {strategy.pp}"]
-    if strategy.vpp > 1:
-        parts.append(f"vpp {strategy.vpp}")
-    parts.append(f"mb {strategy.micro_batch}")
-    if strategy.sequence_parallel:
-        parts.append("sp")
-    if strategy.recompute.value != "none":
-        parts.append(f"recompute {strategy.recompute.value}")
-    if strategy.zero_stage:
-        parts.append(f"zero {int(strategy.zero_stage)}")
-    return ", ".join(parts)
-
-
 def violations_text(violations) -> Text:
     if not violations:
         return Text("no rule is broken", style="green")
@@ -257,7 +232,7 @@ def comparison_text(review) -> Text:
         return Text(f"your strategy: {seconds(step)} per step; the search finds nothing "
                     f"faster", style="green")
     return Text(f"your strategy: {seconds(step)} per step; best found: {seconds(best)}, "
-                f"{step / best:.2f}x faster: {_label(review.best.strategy)}", style="bold")
+                f"{step / best:.2f}x faster: {strategy_phrase(review.best.strategy)}", style="bold")
 
 
 def review_view(review) -> Group:
@@ -265,7 +240,7 @@ def review_view(review) -> Group:
     what = f" ({review.target.value})" if review.target else ""
     heading = (f"{review.file}{what}: {p.model.name} on {p.num_gpus} x {p.cluster.gpu.name}, "
                f"global batch {review.strategy.global_batch} x {p.training.seq_len} tokens, "
-               f"{p.training.precision.value}: {_label(review.strategy)}")
+               f"{p.training.precision.value}: {strategy_phrase(review.strategy)}")
     parts = [Text(heading, style="bold"), violations_text(review.violations), Text("")]
     if review.report is not None:
         parts += [memory_table(review.report.memory, title="memory per GPU"),

@@ -81,6 +81,18 @@ def did_you_mean(name: str, known) -> str:
     return f" (did you mean '{close}'?)" if close else ""
 
 
+def parse_python(text: str, file: str):
+    """The syntax tree of a Python config file (never run), or an InputError naming the line."""
+    import ast
+
+    try:
+        return ast.parse(text, filename=file)
+    except SyntaxError as e:
+        from planner.errors import InputError
+
+        raise InputError(f"{file}: line {e.lineno}: Python syntax error: {e.msg}") from None
+
+
 def header_lines(plan: LaunchPlan, target: str, checked_against: str) -> list[str]:
     """Comment lines (without the comment marker) that open every emitted file."""
     p, s, r = plan.problem, plan.strategy, plan.report

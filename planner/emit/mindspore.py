@@ -15,7 +15,8 @@ import ast
 from typing import Any
 
 from cost_models.enums import Recompute, ZeroStage
-from planner.emit.base import LaunchPlan, ParsedConfig, did_you_mean, header_lines
+from planner.emit.base import (LaunchPlan, ParsedConfig, did_you_mean, header_lines,
+                               parse_python)
 from planner.errors import InputError
 from planner.loader import Problem
 from planner.schemas.strategy import LaunchTarget
@@ -94,10 +95,7 @@ def emit(plan: LaunchPlan) -> dict[str, str]:
 # --------------------------------------------------------------------------- reading
 
 def _calls(text: str, file: str) -> dict[str, dict[str, Any]]:
-    try:
-        tree = ast.parse(text, filename=file)
-    except SyntaxError as e:
-        raise InputError(f"{file}: line {e.lineno}: Python syntax error: {e.msg}") from None
+    tree = parse_python(text, file)
     found: dict[str, dict[str, Any]] = {}
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):

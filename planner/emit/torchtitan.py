@@ -16,7 +16,8 @@ import ast
 from typing import Any
 
 from cost_models.enums import Precision, Recompute, ZeroStage
-from planner.emit.base import LaunchPlan, ParsedConfig, did_you_mean, header_lines
+from planner.emit.base import (LaunchPlan, ParsedConfig, did_you_mean, header_lines,
+                               parse_python)
 from planner.errors import InputError
 from planner.loader import Problem
 from planner.schemas.strategy import LaunchTarget
@@ -184,10 +185,7 @@ def _read_toml(text: str, file: str) -> dict[str, Any]:
 
 def _recipe_sections(text: str, file: str) -> dict[str, dict[str, Any]]:
     """Keyword arguments of the config constructors in a recipe module (literals only)."""
-    try:
-        tree = ast.parse(text, filename=file)
-    except SyntaxError as e:
-        raise InputError(f"{file}: line {e.lineno}: Python syntax error: {e.msg}") from None
+    tree = parse_python(text, file)
     names = {"ParallelismConfig": "parallelism", "TrainingConfig": "training",
              "ActivationCheckpointConfig": "activation_checkpoint"}
     sections: dict[str, dict[str, Any]] = {}

@@ -68,8 +68,27 @@ class Strategy(BaseModel):
         return self.pp * self.vpp
 
     def degrees_label(self) -> str:
-        parts = [f"dp {self.dp}", f"tp {self.tp}", f"pp {self.pp}"]
-        if self.vpp > 1:
-            parts.append(f"vpp {self.vpp}")
-        parts.append(f"mb {self.micro_batch}")
-        return ", ".join(parts)
+        return degrees_label(self)
+
+
+def degrees_label(s) -> str:
+    """'dp 8, tp 8, pp 2, vpp 3, mb 1' for a Strategy or a plan's StrategyOut."""
+    parts = [f"dp {s.dp}", f"tp {s.tp}", f"pp {s.pp}"]
+    if s.vpp > 1:
+        parts.append(f"vpp {s.vpp}")
+    parts.append(f"mb {s.micro_batch}")
+    return ", ".join(parts)
+
+
+def strategy_label(s) -> str:
+    """The degrees and the options: 'dp 8, tp 8, pp 1, mb 1, sp, recompute selective, zero 1'."""
+    parts = [degrees_label(s)]
+    if s.sequence_parallel:
+        parts.append("sp")
+    if s.recompute is not Recompute.NONE:
+        parts.append(f"recompute {s.recompute.value}")
+    if s.zero_stage:
+        parts.append(f"zero {int(s.zero_stage)}")
+    if s.dp_comm is DpComm.PARAMETER_SERVER:
+        parts.append("parameter server")
+    return ", ".join(parts)

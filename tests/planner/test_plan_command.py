@@ -86,8 +86,8 @@ def test_nothing_fits_names_rules_pins_and_ways_out(cli):
         "  tp_within_node: tp must stay inside a node",
         "  --tp 16: your pin",
         "  would fit:",
-        "    - allow --cross-node-tp: dp 4, tp 16, pp 1, mb 64, sp, recompute none, zero 1 fits",
-        "    - drop --tp 16: dp 64, tp 1, pp 1, mb 1, recompute none, zero 1 fits",
+        "    - allow --cross-node-tp: dp 4, tp 16, pp 1, mb 64, sp, zero 1 fits",
+        "    - drop --tp 16: dp 64, tp 1, pp 1, mb 1, zero 1 fits",
     ]
 
 
