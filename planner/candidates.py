@@ -46,6 +46,8 @@ class SearchSpace:
     """Allow tensor-parallel groups larger than a node (over the inter-node network)."""
     targets: tuple[LaunchTarget, ...] = ()
     """Launch targets the plans must run on: their rules apply too."""
+    even_layouts: bool = False
+    """Only Megatron-LM's even split (pp * vpp dividing the layers), no balanced layouts."""
 
     def pins(self) -> list[Pin]:
         """The user's pins and bounds, one per flag, for messages and infeasibility cores."""
@@ -132,10 +134,12 @@ def _pp_values(problem: Problem, space: SearchSpace, tp: int) -> list[int]:
 
 
 def _vpp_values(problem: Problem, space: SearchSpace, pp: int) -> list[int]:
+    """Chunks per stage: the divisors of the layers a stage holds (rounded down when pp does
+    not divide them: the layout then gives some chunks one layer more)."""
     num_layers = problem.model.num_layers
-    if pp == 1 or num_layers % pp:
+    if pp == 1:
         return _with_pin([1], space.vpp)
-    return _with_pin(divisors(num_layers // pp), space.vpp)
+    return _with_pin(divisors(max(1, num_layers // pp)), space.vpp)
 
 
 def _micro_batch_values(space: SearchSpace, global_batch: int, dp: int) -> list[int]:

@@ -106,6 +106,8 @@ def search_options(function):
                      help="Also try pp that divide the layers but are not powers of two."),
         click.option("--cross-node-tp", is_flag=True,
                      help="Allow tensor parallelism across nodes."),
+        click.option("--even-layouts", is_flag=True,
+                     help="Split layers evenly over pipeline stages (no balanced layouts)."),
         click.option("--top", "top_k", type=positive, default=5, show_default=True,
                      help="How many plans to rank."),
         click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=10.0,
@@ -251,8 +253,12 @@ def _emit(problem, report, targets, out_dir, force, tokens) -> list:
     from planner.emit import LaunchPlan, emit_files, write_files
     from planner.schemas.strategy import Strategy
 
+    from planner.layout import explicit_counts
+
     fields = report.strategy.model_dump(exclude={"num_micro_batches", "layers_per_stage"})
-    plan = LaunchPlan(problem, Strategy(**fields), report, num_tokens=tokens)
+    layers = explicit_counts(report.strategy.layers_per_stage)
+    plan = LaunchPlan(problem, Strategy(**fields, layers_per_stage=layers), report,
+                      num_tokens=tokens)
     paths = write_files(emit_files(list(targets), plan), out_dir, force=force)
     for path in paths:
         _stderr(f"wrote {path}")
@@ -294,7 +300,8 @@ def validate(model, cluster, strategy, targets, cross_node_tp, no_compare, token
                    for k in ("memory", "time", "throughput")} if report else
                   {"memory": None, "time": None, "throughput": None}),
                "best": review.best.model_dump(mode="json") if review.best else None,
-               "best_note": review.best_note, "speedup": review.speedup}
+               "best_note": review.best_note, "speedup": review.speedup,
+               "layout_advice": review.advice}
         click.echo(json.dumps(out, indent=2))
     else:
         from planner import render

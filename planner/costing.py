@@ -111,6 +111,9 @@ class BlockCosts:
     activation_bytes: np.ndarray
     output_elements: np.ndarray
 
+    def take(self, index) -> BlockCosts:
+        return BlockCosts(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+
 
 def block_costs(problem: Problem, cands: Candidates) -> BlockCosts:
     """Evaluate every block type once per distinct (tp, micro-batch, SP, recompute) point."""
@@ -142,7 +145,7 @@ def chain_types(model) -> ChainTypes:
 
 
 @lru_cache(maxsize=32)
-def _type_params(model) -> tuple[np.ndarray, np.ndarray]:
+def type_params(model) -> tuple[np.ndarray, np.ndarray]:
     types = chain_types(model)
     sharded = np.array([b.params().sharded for b in types.unique_blocks], dtype=float)
     replicated = np.array([b.params().replicated for b in types.unique_blocks], dtype=float)
@@ -224,7 +227,7 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
     m = cands.num_micro_batches
 
     # ---- parameters and model states per stage
-    sharded, replicated = _type_params(model)
+    sharded, replicated = type_params(model)
     chunk_sharded, chunk_replicated = counts @ sharded, counts @ replicated  # (K,)
     stage_sharded = chunk_sharded.reshape(v, p).sum(0)
     stage_replicated = chunk_replicated.reshape(v, p).sum(0)

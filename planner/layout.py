@@ -64,6 +64,13 @@ def even_layer_counts(num_layers: int, num_chunks: int) -> list[int]:
     return counts
 
 
+def explicit_counts(layers_per_chunk) -> tuple[int, ...] | None:
+    """The layer counts a launch config must spell out: None when every chunk holds the same
+    number of layers (every framework's default split)."""
+    counts = tuple(int(c) for c in layers_per_chunk)
+    return None if len(set(counts)) == 1 else counts
+
+
 def uniform_layout(model: ModelSpec, pp: int, vpp: int) -> Layout:
     return layout_from_layer_counts(model, pp, vpp,
                                     even_layer_counts(model.num_layers, pp * vpp))

@@ -12,10 +12,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.candidates import CandidateGroup, Pin
-from planner.costing import Candidates, Evaluation, evaluate
+from planner.costing import BlockCosts, Candidates, Evaluation, block_costs, evaluate
 from planner.layout import Layout, uniform_layout
 from planner.loader import Problem
 from planner.rules import RuleOptions, degree_violations
+from planner.schemas.strategy import Strategy
 
 
 def passes(problem: Problem, cands: Candidates, pins: list[Pin],
@@ -35,7 +36,19 @@ class Batch:
 
     layout: Layout
     cands: Candidates
+    costs: BlockCosts
     ev: Evaluation
+
+    def strategy(self, row: int, model) -> Strategy:
+        """The strategy of a row, with this batch's layer counts per pipeline chunk."""
+        return self.cands.strategy(row, tuple(self.layout.layers_per_chunk(model)))
+
+
+def _columns(batch: Batch, index: int) -> tuple:
+    c, ev = batch.cands, batch.ev
+    return (np.full(len(c), index), np.arange(len(c)), ev.step_s, ev.peak_bytes,
+            np.stack([c.dp, c.tp, c.pp, c.vpp, c.mb], axis=1),
+            np.stack([c.sp.astype(np.int64), c.recompute, c.zero, c.dp_comm], axis=1))
 
 
 @dataclass
@@ -52,6 +65,15 @@ class Pool:
     options: np.ndarray
     """(N, 4): sequence parallel, recompute, zero, dp_comm."""
 
+    @classmethod
+    def of(cls, batches: list[Batch]) -> Pool:
+        if not batches:
+            empty = np.zeros(0, dtype=np.int64)
+            return cls([], empty, empty, np.zeros(0), np.zeros(0), np.zeros((0, 5), np.int64),
+                       np.zeros((0, 4), np.int64))
+        parts = [_columns(b, i) for i, b in enumerate(batches)]
+        return cls(batches, *[np.concatenate(c) for c in zip(*parts)])
+
     def __len__(self) -> int:
         return len(self.row)
 
@@ -59,31 +81,30 @@ class Pool:
         return Pool(self.batches, self.batch[index], self.row[index], self.step_s[index],
                      self.peak_bytes[index], self.degrees[index], self.options[index])
 
+    def extend(self, batch: Batch) -> Pool:
+        """This pool and one more evaluated batch."""
+        columns = _columns(batch, len(self.batches))
+        return Pool(self.batches + [batch], *[np.concatenate([mine, more]) for mine, more in
+                                             zip((self.batch, self.row, self.step_s,
+                                                  self.peak_bytes, self.degrees, self.options),
+                                                 columns)])
+
     def label(self, i: int) -> str:
         b = self.batches[self.batch[i]]
         return b.cands.strategy(int(self.row[i])).degrees_label()
 
 
 def evaluate_groups(problem: Problem, groups: list[tuple[CandidateGroup, np.ndarray]]) -> Pool:
-    """Evaluate the rows of each group that `mask` keeps."""
-    batches, parts = [], []
+    """Evaluate the rows of each group that `mask` keeps, in the group's even layout."""
+    batches = []
     for group, mask in groups:
         if not mask.any():
             continue
         cands = group.cands.take(np.flatnonzero(mask))
         layout = uniform_layout(problem.model, group.pp, group.vpp)
-        ev = evaluate(problem, layout, cands)
-        batches.append(Batch(layout, cands, ev))
-        c = cands
-        parts.append((np.full(len(c), len(batches) - 1), np.arange(len(c)), ev.step_s,
-                      ev.peak_bytes, np.stack([c.dp, c.tp, c.pp, c.vpp, c.mb], axis=1),
-                      np.stack([c.sp.astype(np.int64), c.recompute, c.zero, c.dp_comm], axis=1)))
-    if not parts:
-        empty = np.zeros(0, dtype=np.int64)
-        return Pool([], empty, empty, np.zeros(0), np.zeros(0), np.zeros((0, 5), np.int64),
-                      np.zeros((0, 4), np.int64))
-    columns = [np.concatenate(c) for c in zip(*parts)]
-    return Pool(batches, *columns)
+        costs = block_costs(problem, cands)
+        batches.append(Batch(layout, cands, costs, evaluate(problem, layout, cands, costs)))
+    return Pool.of(batches)
 
 
 def pareto(pool: Pool) -> Pool:

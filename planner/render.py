@@ -130,11 +130,14 @@ def compact_strategy(plan: PlanReport) -> tuple[str, str]:
                            f"z{int(s.zero_stage)}" if s.zero_stage else "") if o]
     if s.dp_comm.value == "parameter_server":
         options.append("ps")
+    if len(set(s.layers_per_stage)) > 1:
+        options.append("bal")
     return degrees, " ".join(options) or "-"
 
 
 PLANS_LEGEND = ("strategy: dp x tp x pp, interleaved chunks (vpp), micro-batch (mb); options: "
-                "sp sequence parallel, sel/full recompute, zN ZeRO stage, ps parameter server; "
+                "sp sequence parallel, sel/full recompute, zN ZeRO stage, ps parameter server, "
+                "bal balanced uneven layout; "
                 "peak and free memory per GPU in GiB")
 
 
@@ -187,6 +190,9 @@ def search_line(search: SearchReport) -> Text:
     text = Text(f"CP-SAT: {verdict}, {seconds(search.seconds)}: "
                 f"{search.num_candidates:,} candidates, {search.num_valid:,} pass the rules and "
                 f"pins, {search.num_in_model:,} in the model", style="dim")
+    if search.num_layouts_balanced:
+        text.append(f"\nstage layouts: {search.num_layouts_balanced} balanced by CP-SAT, "
+                    f"{search.num_layouts_improved} better than the even split", style="dim")
     if search.heuristic_step_s is not None:
         text.append(f"\nrule of thumb (tp up to a node, then the fewest stages that fit): "
                     f"{search.heuristic_strategy} at {seconds(search.heuristic_step_s)} per "
@@ -194,9 +200,51 @@ def search_line(search: SearchReport) -> Text:
     return text
 
 
+STAGES_SHOWN = 16
+"""Pipelines longer than this show their first and last stages, and the slowest and fullest."""
+
+
+def stages_table(plan: PlanReport, *, title: str) -> Table:
+    """One row per pipeline stage: layers, time per micro-batch, peak memory."""
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0),
+                  pad_edge=False)
+    for name in ("stage", "layers", "time / micro-batch", "vs mean", "memory", "in flight"):
+        table.add_column(name, justify="right")
+    times = [st.total_s for st in plan.time.stages]
+    mean = sum(times) / len(times)
+    p = len(times)
+    shown = set(range(p)) if p <= STAGES_SHOWN else (
+        set(range(4)) | set(range(p - 4, p))
+        | {plan.time.slowest_stage, plan.memory.peak_stage})
+    previous = -1
+    for r in sorted(shown):
+        if r != previous + 1:
+            table.add_row("...", "", "", "", "", "")
+        memory, marks = plan.memory.stages[r], []
+        if r == plan.time.slowest_stage:
+            marks.append("slowest")
+        if r == plan.memory.peak_stage:
+            marks.append("fullest")
+        label = f"{r}" + (f" ({', '.join(marks)})" if marks else "")
+        table.add_row(label, str(memory.num_layers), seconds(times[r]),
+                      f"{times[r] / mean:.2f}x", gib(memory.total_bytes),
+                      f"{memory.in_flight_micro_batches:.3g}")
+        previous = r
+    return table
+
+
+def layout_line(plan: PlanReport) -> Text:
+    counts = plan.strategy.layers_per_stage
+    kind = "even" if len(set(counts)) == 1 else "balanced"
+    shown = ", ".join(str(c) for c in counts) if len(counts) <= 32 else \
+        ", ".join(str(c) for c in counts[:16]) + ", ..."
+    return Text(f"{kind} layout, layers per chunk in pipeline order: [{shown}]; imbalance "
+                f"(slowest / mean stage) {plan.time.imbalance:.3f}", style="dim")
+
+
 def plan_view(*, heading: str, plans: list[PlanReport], search: SearchReport) -> Group:
     best = plans[0]
-    return Group(
+    parts = [
         plans_table(plans, title=heading),
         Text(""),
         memory_table(best.memory, title=f"best plan, memory: {strategy_label(best)}"),
@@ -204,9 +252,11 @@ def plan_view(*, heading: str, plans: list[PlanReport], search: SearchReport) ->
         Text(""),
         time_table(best.time, title="best plan, time per step"),
         throughput_line(best),
-        Text(""),
-        search_line(search),
-    )
+    ]
+    if best.strategy.pp > 1:
+        parts += [Text(""), stages_table(best, title="best plan, pipeline stages"),
+                  layout_line(best)]
+    return Group(*parts, Text(""), search_line(search))
 
 
 def violations_text(violations) -> Text:
@@ -246,7 +296,13 @@ def review_view(review) -> Group:
         parts += [memory_table(review.report.memory, title="memory per GPU"),
                   fit_line(review.report.memory), Text(""),
                   time_table(review.report.time, title="time per step"),
-                  throughput_line(review.report), Text(""), comparison_text(review)]
+                  throughput_line(review.report)]
+        if review.strategy.pp > 1:
+            parts += [Text(""), stages_table(review.report, title="pipeline stages"),
+                      layout_line(review.report)]
+        if review.advice:
+            parts.append(Text(f"layout: {review.advice}", style="bold"))
+        parts += [Text(""), comparison_text(review)]
     else:
         parts.append(Text("not evaluated: the layout does not match the model", style="dim"))
     return Group(*parts)

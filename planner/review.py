@@ -13,6 +13,7 @@ from planner.candidates import SearchSpace
 from planner.emit import ParsedConfig, read_config
 from planner.errors import InfeasibleError, InputError
 from planner.loader import Problem, validate_file
+from planner.rebalance import layout_advice
 from planner.rules import RuleOptions
 from planner.schemas.model import TrainingSpec
 from planner.schemas.report import PlanReport, Violation
@@ -33,6 +34,8 @@ class Review:
     best: PlanReport | None
     best_note: str | None
     """Why there is no best plan to compare with (nothing fits under the same rules)."""
+    advice: str | None = None
+    """How to balance its pipeline stages, when that saves time."""
 
     @property
     def valid(self) -> bool:
@@ -98,5 +101,8 @@ def review_config(problem: Problem, path: str, *, gpus_given: int | None,
             best = search(problem, space, settings, num_tokens=num_tokens).plans[0]
         except InfeasibleError as e:
             note = str(e)
+    advice = None
+    if check.report is not None and LaunchTarget.DEEPSPEED not in targets:
+        advice = layout_advice(problem, strategy, check.report)
     return Review(problem, path, strategy, parsed.target, parsed.findings + check.violations,
-                  check.report, best, note)
+                  check.report, best, note, advice)

@@ -38,6 +38,7 @@ class Rule(str, Enum):
     DEEPSPEED_INTERLEAVED = "deepspeed_interleaved"
     DEEPSPEED_SELECTIVE_RECOMPUTE = "deepspeed_selective_recompute"
     DEEPSPEED_SEQUENCE_PARALLEL = "deepspeed_sequence_parallel"
+    DEEPSPEED_UNEVEN_LAYOUT = "deepspeed_uneven_layout"
     TORCHTITAN_ZERO1 = "torchtitan_zero1"
     TORCHTITAN_FP16 = "torchtitan_fp16"
     TORCHTITAN_SEQUENCE_PARALLEL = "torchtitan_sequence_parallel"
@@ -66,6 +67,7 @@ SUMMARY: dict[Rule, str] = {
     Rule.DEEPSPEED_INTERLEAVED: "DeepSpeed's pipeline engine has no interleaved schedule",
     Rule.DEEPSPEED_SELECTIVE_RECOMPUTE: "DeepSpeed checkpoints whole layers, not selectively",
     Rule.DEEPSPEED_SEQUENCE_PARALLEL: "DeepSpeed AutoTP has no Megatron sequence parallelism",
+    Rule.DEEPSPEED_UNEVEN_LAYOUT: "DeepSpeed's config cannot place layers unevenly",
     Rule.TORCHTITAN_ZERO1: "torchtitan shards with FSDP2: ZeRO stage 0, 2 or 3, not 1",
     Rule.TORCHTITAN_FP16: "torchtitan trains in bf16 or fp32, not fp16",
     Rule.TORCHTITAN_SEQUENCE_PARALLEL: "torchtitan applies sequence parallelism with tp > 1",
@@ -87,6 +89,9 @@ class RuleOptions:
     """Allow tensor-parallel groups that span nodes (priced on the inter-node link)."""
     targets: tuple[LaunchTarget, ...] = ()
     """Launch targets whose own rules apply too (a plan to emit, a config to validate)."""
+    explicit_layouts: bool = False
+    """The strategies carry their layer counts per chunk (a searched plan, a layers_per_stage):
+    pp * vpp need not divide the layers."""
 
 
 # --------------------------------------------------------------------------- vectorised checks
@@ -111,7 +116,10 @@ def _tp_within_node(problem: Problem, c: Candidates, options: RuleOptions) -> np
 
 
 def _pp_divides_layers(problem: Problem, c: Candidates, options: RuleOptions) -> np.ndarray:
-    # An even split (Megatron-LM's default) needs num_layers divisible by pp * vpp.
+    # An even split (Megatron-LM's default) needs num_layers divisible by pp * vpp; an explicit
+    # layout needs one layer per chunk at least.
+    if options.explicit_layouts:
+        return problem.model.num_layers < c.pp * c.vpp
     return problem.model.num_layers % (c.pp * c.vpp) != 0
 
 
@@ -173,6 +181,9 @@ TARGET_CHECKS: dict[Rule, tuple[tuple[LaunchTarget, ...], Callable[[Problem, Can
     Rule.DEEPSPEED_INTERLEAVED: ((_T.DEEPSPEED,), lambda p, c: c.vpp > 1),
     Rule.DEEPSPEED_SELECTIVE_RECOMPUTE: ((_T.DEEPSPEED,), lambda p, c: c.recompute == 1),
     Rule.DEEPSPEED_SEQUENCE_PARALLEL: ((_T.DEEPSPEED,), lambda p, c: c.sp),
+    # PipelineModule(partition_method="uniform") is all the emitted JSON can ask for.
+    Rule.DEEPSPEED_UNEVEN_LAYOUT: ((_T.DEEPSPEED,),
+                                   lambda p, c: p.model.num_layers % (c.pp * c.vpp) != 0),
     Rule.TORCHTITAN_ZERO1: ((_T.TORCHTITAN,), lambda p, c: c.zero == 1),
     Rule.TORCHTITAN_FP16: ((_T.TORCHTITAN,), lambda p, c: _everywhere(
         p, c, p.training.precision.value == "fp16")),
@@ -356,6 +367,10 @@ def _explain_target(rule: Rule):
             Rule.DEEPSPEED_SEQUENCE_PARALLEL: (
                 "sequence_parallel: DeepSpeed AutoTP keeps activations whole on every tensor-"
                 "parallel rank", "use sequence_parallel false"),
+            Rule.DEEPSPEED_UNEVEN_LAYOUT: (
+                f"pp {s.pp} does not split {problem.model.num_layers} layers evenly: DeepSpeed's "
+                "pipeline partitions layers in code (partition_method), which its config "
+                "cannot set", "use a pp that divides the layers"),
             Rule.TORCHTITAN_ZERO1: (
                 "zero_stage 1: torchtitan shards with FSDP2, which shards gradients too",
                 "use zero_stage 2 (fsdp_reshard_after_forward never) or 3"),

@@ -28,8 +28,10 @@ from planner.candidates import SearchSpace, generate
 from planner.costing import report
 from planner.loader import Problem
 from planner.pool import Pool, evaluate_groups, pareto, passes
+from planner.rebalance import LayoutStats, rebalance
 from planner.rules import Rule, RuleOptions, memory_violations
 from planner.schemas.report import PlanReport, SearchReport
+from planner.schemas.strategy import LaunchTarget
 from planner.validate import validate
 
 US_PER_S = 1e6
@@ -136,7 +138,11 @@ def search(problem: Problem, space: SearchSpace = SearchSpace(),
     it fit) when no candidate passes every rule.
     """
     start = time.perf_counter()
-    options = RuleOptions(cross_node_tp=space.cross_node_tp, targets=space.targets)
+    # Plans carry their own layouts, so pp * vpp need not divide the layers, except for
+    # targets that cannot express an uneven split.
+    uneven = LaunchTarget.DEEPSPEED not in space.targets and not space.even_layouts
+    options = RuleOptions(cross_node_tp=space.cross_node_tp, targets=space.targets,
+                          explicit_layouts=uneven)
     pins = space.pins()
     groups = generate(problem, space)
     num_candidates = sum(len(g.cands) for g in groups)
@@ -144,13 +150,15 @@ def search(problem: Problem, space: SearchSpace = SearchSpace(),
                                      for g in groups])
     num_valid = len(pool)
     capacity = float(problem.cluster.capacity_bytes)
+    pool = pareto(pool)
+    layouts = LayoutStats(0, 0, True)
+    if uneven:
+        pool, layouts = rebalance(problem, pool)
     over = memory_violations(pool.peak_bytes, capacity, conservative=True)
     if not len(pool) or over.all():
         from planner.explain import explain_infeasible
 
         raise explain_infeasible(problem, space, groups, options)
-    pool = pareto(pool)
-    over = memory_violations(pool.peak_bytes, capacity, conservative=True)
     hint = _heuristic(pool, ~over)
     plan_model = _PlanModel(pool, over, hint)
     if settings.export_path:
@@ -166,8 +174,9 @@ def search(problem: Problem, space: SearchSpace = SearchSpace(),
     plans = [_checked_report(problem, pool, i, options, num_tokens) for i in chosen]
     heuristic = None if hint is None else float(pool.step_s[hint])
     stats = SearchReport(
-        status=statuses[0], proven_optimal=statuses[0] == "OPTIMAL",
+        status=statuses[0], proven_optimal=statuses[0] == "OPTIMAL" and layouts.complete,
         num_candidates=num_candidates, num_valid=num_valid, num_in_model=len(pool),
+        num_layouts_balanced=layouts.num_balanced, num_layouts_improved=layouts.num_improved,
         seconds=time.perf_counter() - start, heuristic_step_s=heuristic,
         heuristic_strategy=None if hint is None else pool.label(hint))
     return SearchResult(plans=plans, search=stats)
@@ -179,7 +188,8 @@ def _checked_report(problem: Problem, pool: Pool, i: int, options: RuleOptions,
     b = pool.batches[pool.batch[i]]
     row = int(pool.row[i])
     plan = report(problem, b.layout, b.cands, b.ev, row, num_tokens=num_tokens)
-    check = validate(problem, b.cands.strategy(row), options=options, num_tokens=num_tokens)
+    check = validate(problem, b.strategy(row, problem.model), options=options,
+                     num_tokens=num_tokens)
     if not check.valid:
         raise AssertionError(f"search returned {pool.label(i)}, which validate rejects: "
                              f"{[v.rule for v in check.violations]}")

@@ -6,7 +6,7 @@ a hand-written strategy are judged by the same rules (`planner.rules`) and the s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cost_models.enums import Recompute, ZeroStage
 from cost_models.units import GiB
@@ -15,7 +15,7 @@ from planner.loader import Problem
 from planner.rules import (Rule, RuleOptions, degree_violations, memory_violations,
                            stage_layout_violation, violation)
 from planner.schemas.report import PlanReport, Violation
-from planner.schemas.strategy import Strategy
+from planner.schemas.strategy import LaunchTarget, Strategy
 
 
 @dataclass(frozen=True)
@@ -34,10 +34,16 @@ def validate(problem: Problem, strategy: Strategy, *, options: RuleOptions = Rul
              num_tokens: float | None = None) -> Validation:
     """Every rule `strategy` breaks, and its memory, time and throughput when it can be laid
     out. `strategy` must be resolved (dp and global_batch set)."""
+    if strategy.layers_per_stage is not None:
+        options = replace(options, explicit_layouts=True)
     cands = Candidates.from_strategy(strategy)
     found = [violation(rule, problem, strategy)
              for rule, broken in degree_violations(problem, cands, options).items()
              if bool(broken[0])]
+    uneven = strategy.layers_per_stage is not None and len(set(strategy.layers_per_stage)) > 1
+    if uneven and LaunchTarget.DEEPSPEED in options.targets and \
+            not any(v.rule == Rule.DEEPSPEED_UNEVEN_LAYOUT.value for v in found):
+        found.append(violation(Rule.DEEPSPEED_UNEVEN_LAYOUT, problem, strategy))
     layout = stage_layout_violation(problem, strategy)
     if layout is not None:
         found.append(layout)

@@ -120,11 +120,64 @@ def _model_args(plan: LaunchPlan) -> list[str]:
     return args
 
 
+def first_last_stages(counts: tuple[int, ...], pp: int, vpp: int) -> tuple[int, int] | None:
+    """(first, last) stage layer counts when Megatron-LM's --decoder-first/last-pipeline-
+    num-layers express `counts` (per chunk, pipeline order): equal chunks within each stage,
+    equal middle stages (transformer_config.py splits the rest evenly over them)."""
+    stages = [[counts[c * pp + r] for c in range(vpp)] for r in range(pp)]
+    if any(len(set(chunks)) != 1 for chunks in stages):
+        return None
+    totals = [sum(chunks) for chunks in stages]
+    if len(set(totals[1:-1])) > 1:
+        return None
+    return totals[0], totals[-1]
+
+
+def layout_string(counts: tuple[int, ...]) -> str:
+    """Megatron-LM's --pipeline-model-parallel-layout for per-chunk layer counts: virtual stages
+    in pipeline order separated by '|', E the embedding, t*N N decoder layers, L the loss
+    (megatron/core/transformer/pipeline_parallel_layer_layout.py)."""
+    stages = [f"t*{c}" if c > 1 else "t" for c in counts]
+    stages[0], stages[-1] = "E" + stages[0], stages[-1] + "L"
+    return "|".join(stages)
+
+
+def parse_layout_string(text: str, file: str) -> tuple[int, ...]:
+    """Decoder layers per virtual stage of a layout string (the grammar of
+    PipelineParallelLayerLayout.parse_str_to_list: commas dropped, (..)*n then x*n unrolled)."""
+    import re
+
+    flat = text.replace(",", "")
+    flat = re.sub(r"\(([^)]+)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), flat)
+    flat = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), flat)
+    bad = set(flat) - set("EtmL|")
+    if bad:
+        raise InputError(f"{file}: --pipeline-model-parallel-layout {text}: invalid layer "
+                         f"character {sorted(bad)[0]!r}; known: E, t, m, L")
+    return tuple(stage.count("t") for stage in flat.split("|"))
+
+
+def _layout_args(s) -> list[str]:
+    counts = s.layers_per_stage
+    if counts is None:
+        return [f"--num-virtual-stages-per-pipeline-rank {s.vpp}"] if s.vpp > 1 else []
+    ends = first_last_stages(counts, s.pp, s.vpp)
+    if ends is None:
+        return [f'--pipeline-model-parallel-layout "{layout_string(counts)}"']
+    args = [f"--num-virtual-stages-per-pipeline-rank {s.vpp}"] if s.vpp > 1 else []
+    middle = sum(counts[1:s.pp - 1]) // max(1, s.pp - 2) * s.vpp if s.pp > 2 else None
+    first, last = ends
+    if first != middle:
+        args.append(f"--decoder-first-pipeline-num-layers {first}")
+    if last != middle:
+        args.append(f"--decoder-last-pipeline-num-layers {last}")
+    return args
+
+
 def _parallel_args(plan: LaunchPlan) -> list[str]:
     s = plan.strategy
-    args = [f"--tensor-model-parallel-size {s.tp}", f"--pipeline-model-parallel-size {s.pp}"]
-    if s.vpp > 1:
-        args.append(f"--num-virtual-stages-per-pipeline-rank {s.vpp}")
+    args = [f"--tensor-model-parallel-size {s.tp}", f"--pipeline-model-parallel-size {s.pp}",
+            *_layout_args(s)]
     if s.sequence_parallel:
         args.append("--sequence-parallel")
     if s.zero_stage >= ZeroStage.OPTIMIZER_STATES:
@@ -335,7 +388,17 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
         s["recompute"] = Recompute.SELECTIVE
     first = number("--decoder-first-pipeline-num-layers")
     last = number("--decoder-last-pipeline-num-layers")
-    if first is not None or last is not None:
+    layout = flags.get("--pipeline-model-parallel-layout")
+    if layout is not None and layout.value is not None:
+        counts = parse_layout_string(layout.value, file)
+        if len(counts) % pp:
+            parsed.finding("megatron_flag", f"Megatron-LM stops: the layout's {len(counts)} "
+                           f"stages are not divisible by pp ({pp})",
+                           f"give {pp} x vpp stages in --pipeline-model-parallel-layout")
+        else:
+            s["vpp"] = len(counts) // pp
+            s["layers_per_stage"] = counts
+    elif first is not None or last is not None:
         s["layers_per_stage"] = tuple(_layers_per_chunk(num_layers, pp, vpp, first, last))
     if s["sequence_parallel"] and tp == 1:
         parsed.finding("megatron_silent", "Megatron-LM silently disables --sequence-parallel "

@@ -89,6 +89,12 @@ def emit(plan: LaunchPlan) -> dict[str, str]:
              "# Samples per data-parallel rank per micro-batch; accumulation only without a "
              "pipeline.", f"runner_config = dict(batch_size={s.micro_batch}, "
              f"gradient_accumulation_steps={runner['gradient_accumulation_steps']})", ""]
+    if s.layers_per_stage is not None:
+        layers = p.model.num_layers
+        offset = [n - layers // s.pp for n in s.layers_per_stage]
+        lines += ["# Uneven stages (MindFormers LayerSetting): stage i runs num_layers // "
+                  "pipeline_stage + offset[i]", "# layers; put offset in your model_config.",
+                  f"model_config = dict(offset={offset})", ""]
     return {"mindspore_parallel.py": "\n".join(lines)}
 
 
@@ -112,15 +118,16 @@ def _calls(text: str, file: str) -> dict[str, dict[str, Any]]:
                 found.setdefault(section, {})[keyword.arg] = ast.literal_eval(keyword.value)
             except ValueError:
                 found.setdefault(section, {})[keyword.arg] = None
-    for node in ast.walk(tree):                   # runner_config = dict(...) or {...}
-        if isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == "runner_config" for t in node.targets):
-            value = node.value
-            if isinstance(value, ast.Call) and getattr(value.func, "id", None) == "dict":
-                found["runner"] = {k.arg: ast.literal_eval(k.value) for k in value.keywords
-                                   if k.arg is not None}
-            elif isinstance(value, ast.Dict):
-                found["runner"] = ast.literal_eval(value)
+    for node in ast.walk(tree):           # runner_config / model_config = dict(...) or {...}
+        names = {t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name)}
+        if not isinstance(node, ast.Assign) or not names & {"runner_config", "model_config"}:
+            continue
+        value, key = node.value, "runner" if "runner_config" in names else "model"
+        if isinstance(value, ast.Call) and getattr(value.func, "id", None) == "dict":
+            found[key] = {k.arg: ast.literal_eval(k.value) for k in value.keywords
+                          if k.arg is not None}
+        elif isinstance(value, ast.Dict):
+            found[key] = ast.literal_eval(value)
     return found
 
 
@@ -165,6 +172,16 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
         m = _int(runner, "gradient_accumulation_steps", 1, file)
     rc = (Recompute.FULL if recompute.get("recompute") is True else
           Recompute.SELECTIVE if recompute.get("select_recompute") else Recompute.NONE)
+    offset = calls.get("model", {}).get("offset")
+    if isinstance(offset, list) and len(offset) == pp and pp > 1:
+        layers = problem.model.num_layers
+        if sum(offset) != layers % pp:
+            parsed.finding("mindspore_offset", f"MindFormers stops: the sum of offset "
+                           f"({sum(offset)}) should equal the remainder of num_layers "
+                           f"({layers}) by pipeline_stage ({pp}), {layers % pp}",
+                           "make the offsets add up to that remainder")
+        else:
+            parsed.strategy["layers_per_stage"] = tuple(layers // pp + o for o in offset)
     parsed.strategy.update(
         dp=dp, tp=tp, pp=pp, micro_batch=micro, global_batch=micro * dp * m,
         sequence_parallel=bool(parallel.get("use_seq_parallel", False)), recompute=rc,

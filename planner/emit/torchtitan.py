@@ -73,12 +73,31 @@ def _parallelism(plan: LaunchPlan) -> dict[str, Any]:
     if s.pp > 1:
         fields.update(
             pipeline_parallel_schedule="Interleaved1F1B" if s.vpp > 1 else "1F1B",
-            pipeline_parallel_microbatch_size=s.micro_batch,
-            pipeline_parallel_layers_per_stage=layers // (s.pp * s.vpp),
-            # The embedding and the output layer are not counted as layers of their stages.
-            pipeline_parallel_first_stage_less_layers=0,
-            pipeline_parallel_last_stage_less_layers=0)
+            pipeline_parallel_microbatch_size=s.micro_batch)
+        if s.layers_per_stage is None:
+            fields.update(
+                pipeline_parallel_layers_per_stage=layers // (s.pp * s.vpp),
+                # The embedding and the output layer are not counted as layers of their stages.
+                pipeline_parallel_first_stage_less_layers=0,
+                pipeline_parallel_last_stage_less_layers=0)
+        else:
+            fields["module_fqns_per_model_part"] = module_fqns(s.layers_per_stage)
     return fields
+
+
+def module_fqns(counts) -> list[list[str]]:
+    """torchtitan's module names per pipeline part (model chunk) of a decoder: tok_embeddings
+    first, layers.<i> in order, norm and output last (pipeline_parallel.py,
+    generate_llm_fqn_per_model_part)."""
+    parts, layer = [], 0
+    for k, count in enumerate(counts):
+        part = ["tok_embeddings"] if k == 0 else []
+        part += [f"layers.{i}" for i in range(layer, layer + count)]
+        layer += count
+        if k == len(counts) - 1:
+            part += ["norm", "output"]
+        parts.append(part)
+    return parts
 
 
 def _training(plan: LaunchPlan) -> dict[str, Any]:
@@ -103,6 +122,8 @@ def _toml_value(value: Any) -> str:
         return str(value).lower()
     if isinstance(value, str):
         return f'"{value}"'
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     return str(value)
 
 
@@ -249,7 +270,13 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
         zero = ZeroStage.PARAMETERS
     layers = problem.model.num_layers
     vpp = 1
-    if pp > 1:
+    parts = par.get("module_fqns_per_model_part")
+    if pp > 1 and isinstance(parts, list) and parts:
+        counts = tuple(sum(1 for name in part if str(name).startswith("layers."))
+                       for part in parts)
+        vpp = max(1, len(counts) // pp)
+        parsed.strategy["layers_per_stage"] = counts
+    elif pp > 1:
         per_stage = par.get("pipeline_parallel_layers_per_stage")
         schedule = str(par.get("pipeline_parallel_schedule", "1F1B"))
         if isinstance(per_stage, int) and per_stage > 0:

@@ -163,6 +163,10 @@ class SearchReport(BaseModel):
     """Those that pass every rule but memory, and the user's pins (each one evaluated)."""
     num_in_model: int
     """Those left in the CP-SAT model after dropping candidates beaten on time and memory."""
+    num_layouts_balanced: int = 0
+    """Candidates whose stage layout CP-SAT balanced (planner/rebalance.py)."""
+    num_layouts_improved: int = 0
+    """Of those, how many beat their even layout or fit only when balanced."""
     seconds: float
     heuristic_step_s: float | None = None
     """Step time of Megatron-LM's rule of thumb (tp = node, fewest stages that fit)."""

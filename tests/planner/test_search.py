@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from cost_models.enums import Recompute, ZeroStage
 from planner.candidates import SearchSpace
 from planner.costing import Candidates, evaluate
-from planner.layout import uniform_layout
+from planner.layout import layout_from_layer_counts, uniform_layout
 from planner.rules import RuleOptions, degree_violations, memory_violations
 from planner.errors import InfeasibleError
 from planner.loader import Problem, make_problem
@@ -65,10 +65,21 @@ def _power_of_two(n: int) -> bool:
     return n & (n - 1) == 0
 
 
-def brute_force(problem: Problem) -> tuple[float, Strategy | None]:
+def _compositions(total: int, parts: int):
+    """Every way to give `parts` chunks at least one of `total` layers, in order."""
+    if parts == 1:
+        yield (total,)
+        return
+    for first in range(1, total - parts + 2):
+        for rest in _compositions(total - first, parts - 1):
+            yield (first, *rest)
+
+
+def brute_force(problem: Problem, *, layouts: bool) -> tuple[float, Strategy | None]:
     """The fastest valid strategy by exhaustive enumeration: tp and pp powers of two, dp the
-    GPUs left, every vpp, micro-batch, SP, recompute and ZeRO stage. Each (pp, vpp) batch is
-    evaluated at once and filtered with the rules `validate` applies."""
+    GPUs left, every vpp, micro-batch, SP, recompute and ZeRO stage, and with `layouts` every
+    split of the layers over the pipeline chunks (else the even split only). Each batch of
+    one layout is evaluated at once and filtered with the rules `validate` applies."""
     n, layers = problem.num_gpus, problem.model.num_layers
     gb = problem.training.global_batch
     rows: dict[tuple[int, int], list] = {}
@@ -77,25 +88,34 @@ def brute_force(problem: Problem) -> tuple[float, Strategy | None]:
             continue
         dp = n // (tp * pp)
         for vpp, mb in itertools.product(range(1, layers + 1), range(1, gb + 1)):
-            if layers % (pp * vpp) or gb % (dp * mb):
+            if pp * vpp > layers or (not layouts and layers % (pp * vpp)) or gb % (dp * mb):
                 continue                        # validate refuses these: skip the evaluation
+            if vpp > 1 and layers // pp % vpp:
+                continue                        # the search's vpp domain: divisors of L // pp
             for sp, rc, zero in itertools.product((False, True), range(3), range(4)):
                 if not sp or tp > 1:
                     rows.setdefault((pp, vpp), []).append((tp, pp, vpp, dp, mb, sp, rc, zero))
     best = (float("inf"), None)
+    options = RuleOptions(explicit_layouts=layouts)
     for (pp, vpp), table in rows.items():
         a = np.array(table)
         cands = Candidates(tp=a[:, 0], pp=a[:, 1], vpp=a[:, 2], dp=a[:, 3], mb=a[:, 4],
                            sp=a[:, 5].astype(bool), recompute=a[:, 6], zero=a[:, 7],
                            overlap=np.ones(len(a), bool), dp_comm=np.zeros(len(a), int),
                            num_servers=a[:, 3], global_batch=np.full(len(a), gb))
-        ev = evaluate(problem, uniform_layout(problem.model, pp, vpp), cands)
-        ok = ~memory_violations(ev.peak_bytes, problem.cluster.capacity_bytes)
-        for bad in degree_violations(problem, cands, RuleOptions()).values():
-            ok &= ~bad
-        for i in np.flatnonzero(ok):
-            if ev.step_s[i] < best[0]:
-                best = (float(ev.step_s[i]), cands.strategy(int(i)))
+        ok_rules = np.ones(len(a), bool)
+        for bad in degree_violations(problem, cands, options).values():
+            ok_rules &= ~bad
+        splits = (list(_compositions(layers, pp * vpp)) if layouts and pp > 1
+                  else [None])
+        for counts in splits:
+            layout = (uniform_layout(problem.model, pp, vpp) if counts is None
+                      else layout_from_layer_counts(problem.model, pp, vpp, counts))
+            ev = evaluate(problem, layout, cands)
+            ok = ok_rules & ~memory_violations(ev.peak_bytes, problem.cluster.capacity_bytes)
+            for i in np.flatnonzero(ok):
+                if ev.step_s[i] < best[0]:
+                    best = (float(ev.step_s[i]), cands.strategy(int(i), counts))
     return best
 
 
@@ -108,19 +128,22 @@ def problems(write):
     return _make
 
 
-@pytest.mark.parametrize(("model_text", "gpus"), [
-    *[(TINY_MODEL, n) for n in (1, 2, 8, 12, 16)],
-    *[(GQA_MODEL, n) for n in (1, 2, 8, 12, 16)],
-    (MEDIUM_MODEL, 8), (MEDIUM_MODEL, 16),
+@pytest.mark.parametrize(("model_text", "gpus", "layouts"), [
+    *[(TINY_MODEL, n, True) for n in (1, 2, 8, 12, 16)],
+    *[(GQA_MODEL, n, True) for n in (1, 2, 8, 12, 16)],
+    (MEDIUM_MODEL, 8, False), (MEDIUM_MODEL, 16, False),
 ])
-def test_cp_sat_optimum_equals_brute_force(problems, model_text, gpus):
+def test_cp_sat_optimum_equals_brute_force(problems, model_text, gpus, layouts):
+    # With `layouts` the brute force tries every split of the layers; the 16-layer model is
+    # compared with the even split only (--even-layouts), which keeps the enumeration small.
     problem = problems(model_text, gpus)
-    expected, strategy = brute_force(problem)
+    expected, strategy = brute_force(problem, layouts=layouts)
+    space = SearchSpace(even_layouts=not layouts)
     if strategy is None:                          # tiny on 12 GPUs: no dp in 3, 6, 12 divides 32
         with pytest.raises(InfeasibleError, match="satisfies batch_divisible$"):
-            search(problem)
+            search(problem, space)
         return
-    got = search(problem, settings=SolverSettings(top_k=1)).plans[0]
+    got = search(problem, space, SolverSettings(top_k=1)).plans[0]
     # The search compares whole microseconds; two strategies closer than that may swap.
     assert got.time.step_s == pytest.approx(expected, abs=1e-6), strategy
 
@@ -132,7 +155,7 @@ def test_brute_force_on_a_tight_memory_budget(problems):
     gpu = problem.cluster.gpu.model_copy(
         update={"memory_gib": (free.memory.peak_bytes - 2**20) / 2**30})
     tight = replace(problem, cluster=problem.cluster.model_copy(update={"gpu": gpu}))
-    expected, strategy = brute_force(tight)
+    expected, strategy = brute_force(tight, layouts=True)
     got = search(tight, settings=SolverSettings(top_k=1)).plans[0]
     assert got.time.step_s == pytest.approx(expected, abs=1e-6), strategy
     assert got.time.step_s > free.time.step_s and got.memory.fits
@@ -222,4 +245,5 @@ def test_plans_use_every_gpu_and_pass_the_rules(gpus, layers, heads, batch):
         s = plan.strategy
         assert s.dp * s.tp * s.pp == gpus
         assert batch % (s.dp * s.micro_batch) == 0
-        assert heads % s.tp == 0 and layers % (s.pp * s.vpp) == 0
+        assert heads % s.tp == 0 and len(s.layers_per_stage) == s.pp * s.vpp
+        assert sum(s.layers_per_stage) == layers and min(s.layers_per_stage) >= 1
