@@ -84,6 +84,12 @@ def stage_totals(costs: ChainCosts, bounds) -> tuple[list[float], list[float]]:
     return times, memory
 
 
+def allowed_cuts(costs: ChainCosts) -> list[int]:
+    """Positions a chunk may start at: right after a layer (and not at the chain's end)."""
+    n = len(costs.is_layer)
+    return [x for x in range(1, n) if costs.is_layer[x - 1]]
+
+
 def _runs(costs: ChainCosts) -> list[tuple[int, int]]:
     """(start, length) of each run of consecutive blocks with identical costs: an LM chain
     (embedding, L identical layers, norm, head) is four runs whatever L is."""
@@ -186,7 +192,9 @@ def _greedy_cuts(costs: ChainCosts) -> tuple[int, ...] | None:
                     break
                 time, memory, has_layer = t, m, has_layer or costs.is_layer[end]
                 end += 1
-            if not has_layer or time > limit or memory > costs.capacity_bytes:
+            while end < n and not costs.is_layer[end - 1]:
+                end -= 1                           # a chunk ends with a layer
+            if not has_layer or end <= start or time > limit or memory > costs.capacity_bytes:
                 return None
             cuts.append(end)
             start = end
@@ -331,7 +339,10 @@ def balance(costs: ChainCosts, *, hint: tuple[int, ...] | None = None,
 
     model = cp_model.CpModel()
     # Cut k is where chunk k starts; chunk 0 starts at the chain's head, the last ends at n.
-    cuts = [model.new_constant(0)] + [model.new_int_var(1, n - 1, f"cut[{k}]")
+    # A chunk ends with a layer: blocks between layers (a middle norm) go with the layer
+    # after them, as in a layout given by layer counts (layout.layout_from_layer_counts).
+    allowed = cp_model.Domain.from_values(allowed_cuts(costs))
+    cuts = [model.new_constant(0)] + [model.new_int_var_from_domain(allowed, f"cut[{k}]")
                                       for k in range(1, big_k)] + [model.new_constant(n)]
     for k in range(big_k):
         model.add(cuts[k + 1] >= cuts[k] + 1)                 # chunks are not empty
@@ -384,9 +395,9 @@ def exact_partition(costs: ChainCosts) -> tuple[float, tuple[int, ...]] | None:
     best[0][0] = 0.0
     for k in range(1, p + 1):
         r = k - 1
-        for j in range(1, n + 1):
-            for i in range(j):
-                if best[k - 1][i] == inf or layers[j] - layers[i] < 1:
+        for j in (*allowed_cuts(costs), n):
+            for i in (0, *allowed_cuts(costs)):
+                if i >= j or best[k - 1][i] == inf or layers[j] - layers[i] < 1:
                     continue
                 mem = (state[j] - state[i] + costs.in_flight[r][0] * (act[j] - act[i])
                        + costs.stage_bytes[r])

@@ -7,6 +7,7 @@ nothing fits (or a violated rule) 1, our own bugs 3 (with --debug for the traceb
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 import click
@@ -50,8 +51,8 @@ class _Count(click.ParamType):
             number = float(text[:-1] if scale != 1.0 else text) * scale
         except ValueError:
             self.fail(f"{value!r} is not a number (examples: 300B, 1.5T, 2e12)", param, ctx)
-        if number <= 0:
-            self.fail(f"must be positive (got {value})", param, ctx)
+        if not math.isfinite(number) or number <= 0:
+            self.fail(f"must be a positive number (got {value})", param, ctx)
         return number
 
 

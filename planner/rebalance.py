@@ -130,14 +130,25 @@ def rebalance(problem: Problem, pool: Pool, *,
     best = float(pool.step_s[fits].min()) if fits.any() else np.inf
     bounds, memory_bounds = lower_bounds(problem, pool)
     eligible = np.flatnonzero(np.isfinite(bounds) & (memory_bounds <= capacity))
-    # Nothing fits yet: the smallest peaks first; otherwise the most promising bound first.
-    order = eligible[np.argsort(pool.peak_bytes[eligible] if not np.isfinite(best)
-                                else bounds[eligible], kind="stable")]
+    by_bound = list(eligible[np.argsort(bounds[eligible], kind="stable")])
+    # Nothing fits yet: balance the smallest peaks first until something does; then go by
+    # the bound, which lets the search stop.
+    by_peak = [] if np.isfinite(best) else list(
+        eligible[np.argsort(pool.peak_bytes[eligible], kind="stable")])
+    tried: set[int] = set()
     balanced = improved = 0
     complete, optimal = True, True
-    for i in order:
-        if np.isfinite(best) and bounds[i] >= best:
-            break                                  # no later candidate can beat the best
+    while by_peak or by_bound:
+        if by_peak and not np.isfinite(best):
+            i = int(by_peak.pop(0))
+        else:
+            by_peak = []
+            i = int(by_bound.pop(0))
+            if bounds[i] >= best:
+                break                              # no later candidate can beat the best
+        if i in tried:
+            continue
+        tried.add(i)
         left = budget_s - (time.perf_counter() - start)
         if left <= 0:
             complete = False

@@ -43,6 +43,7 @@ class Rule(str, Enum):
     TORCHTITAN_FP16 = "torchtitan_fp16"
     TORCHTITAN_SEQUENCE_PARALLEL = "torchtitan_sequence_parallel"
     TORCHTITAN_SEQ_LEN = "torchtitan_seq_len"
+    TORCHTITAN_MICRO_BATCHES = "torchtitan_micro_batches"
     MINDSPORE_POWER_OF_TWO = "mindspore_power_of_two"
     MINDSPORE_DEVICE_NUM = "mindspore_device_num"
     MINDSPORE_MICRO_BATCHES = "mindspore_micro_batches"
@@ -69,9 +70,11 @@ SUMMARY: dict[Rule, str] = {
     Rule.DEEPSPEED_SEQUENCE_PARALLEL: "DeepSpeed AutoTP has no Megatron sequence parallelism",
     Rule.DEEPSPEED_UNEVEN_LAYOUT: "DeepSpeed's config cannot place layers unevenly",
     Rule.TORCHTITAN_ZERO1: "torchtitan shards with FSDP2: ZeRO stage 0, 2 or 3, not 1",
-    Rule.TORCHTITAN_FP16: "torchtitan trains in bf16 or fp32, not fp16",
+    Rule.TORCHTITAN_FP16: "torchtitan trains in bf16 or fp32, not fp16 (use --precision bf16)",
     Rule.TORCHTITAN_SEQUENCE_PARALLEL: "torchtitan applies sequence parallelism with tp > 1",
     Rule.TORCHTITAN_SEQ_LEN: "torchtitan's sequence parallelism needs seq_len divisible by tp",
+    Rule.TORCHTITAN_MICRO_BATCHES: "PyTorch's pipeline schedules need as many micro-batches as "
+                                   "stages",
     Rule.MINDSPORE_POWER_OF_TWO: "MindSpore needs tp and pp to be powers of two",
     Rule.MINDSPORE_DEVICE_NUM: "MindSpore's device_num must be 1, 2, 4 or a multiple of 8",
     Rule.MINDSPORE_MICRO_BATCHES: "MindSpore needs at least as many micro-batches as stages",
@@ -189,6 +192,10 @@ TARGET_CHECKS: dict[Rule, tuple[tuple[LaunchTarget, ...], Callable[[Problem, Can
         p, c, p.training.precision.value == "fp16")),
     Rule.TORCHTITAN_SEQUENCE_PARALLEL: ((_T.TORCHTITAN,), lambda p, c: (c.tp > 1) & ~c.sp),
     Rule.TORCHTITAN_SEQ_LEN: ((_T.TORCHTITAN,), lambda p, c: p.training.seq_len % c.tp != 0),
+    # torch.distributed.pipelining PipelineScheduleSingle: "Number of microbatches (m) must be
+    # greater than or equal to the number of stages (p)".
+    Rule.TORCHTITAN_MICRO_BATCHES: ((_T.TORCHTITAN,),
+                                    lambda p, c: (c.pp > 1) & (_num_micro_batches(c) < c.pp)),
     # MindSpore operator_info.cc: shard strategy values must be powers of two ("Invalid
     # Strategy value it is not the power of 2"; newer releases check only on power-of-two
     # device counts). The planner's own rule for tp and pp, as the user asked.
@@ -288,16 +295,27 @@ def _explain_pp_divides_layers(problem: Problem, s: Strategy) -> tuple[str, str]
     layers = problem.model.num_layers
     chunks = s.pp * s.vpp
     what = f"pp * vpp ({s.pp} * {s.vpp} = {chunks})" if s.vpp > 1 else f"pp ({s.pp})"
-    message = f"num_layers ({layers}) must be divisible by {what} for an even split"
-    # The nearest pp that splits the layers evenly and, with the same tp, divides the GPUs.
-    options = [p for p in range(1, layers + 1) if layers % (p * s.vpp) == 0
-               and problem.num_gpus % (s.tp * p) == 0] or [1]
-    nearest = min(options, key=lambda p: (abs(p - s.pp), p))
-    if nearest == s.pp:
-        fix = "use vpp 1"
+    if chunks > layers:
+        message = f"{what} exceeds num_layers ({layers}): every pipeline chunk needs a layer"
     else:
-        fix = f"use pp {nearest} (dp {problem.num_gpus // (s.tp * nearest)})"
-    return message, fix + ", or give layers_per_stage"
+        message = f"num_layers ({layers}) must be divisible by {what} for an even split"
+
+    def nearest(vpp: int) -> int | None:
+        # The nearest pp that splits the layers evenly and, with the same tp, divides the GPUs.
+        options = [p for p in range(1, layers + 1) if layers % (p * vpp) == 0
+                   and problem.num_gpus % (s.tp * p) == 0 and (vpp == 1 or p > 1)]
+        return min(options, key=lambda p: (abs(p - s.pp), p)) if options else None
+
+    pp = nearest(s.vpp)
+    if pp is not None and pp != s.pp:
+        fix = f"use pp {pp} (dp {problem.num_gpus // (s.tp * pp)})"
+    else:
+        pp = nearest(1) or 1
+        fix = "use vpp 1" + (f" and pp {pp} (dp {problem.num_gpus // (s.tp * pp)})"
+                             if pp != s.pp else "")
+    if chunks <= layers:
+        fix += ", or give layers_per_stage"
+    return message, fix
 
 
 def _explain_batch_divisible(problem: Problem, s: Strategy) -> tuple[str, str]:
@@ -384,6 +402,10 @@ def _explain_target(rule: Rule):
                 f"seq_len ({problem.training.seq_len}) must be divisible by tp ({s.tp}) for "
                 "torchtitan's sequence parallelism",
                 f"use tp {_largest_divisor_at_most(problem.training.seq_len, s.tp)}"),
+            Rule.TORCHTITAN_MICRO_BATCHES: (
+                f"{m} micro-batches per step are fewer than the {s.pp} pipeline stages: "
+                "PyTorch's pipeline schedule refuses it",
+                f"use micro_batch {max(1, s.global_batch // (s.dp * s.pp))} or fewer stages"),
             Rule.MINDSPORE_POWER_OF_TWO: (
                 f"tp ({s.tp}) and pp ({s.pp}) must be powers of two for MindSpore: it refuses "
                 "other shard strategies (\"the value of strategy must be the power of 2\")",

@@ -26,6 +26,7 @@ from ortools.sat.python import cp_model
 
 from planner.candidates import SearchSpace, generate
 from planner.costing import report
+from planner.errors import InfeasibleError, InputError
 from planner.loader import Problem
 from planner.pool import Pool, evaluate_groups, pareto, passes
 from planner.rebalance import LayoutStats, rebalance
@@ -161,8 +162,8 @@ def search(problem: Problem, space: SearchSpace = SearchSpace(),
         raise explain_infeasible(problem, space, groups, options)
     hint = _heuristic(pool, ~over)
     plan_model = _PlanModel(pool, over, hint)
-    if settings.export_path:
-        plan_model.model.export_to_file(settings.export_path)
+    if settings.export_path and not plan_model.model.export_to_file(settings.export_path):
+        raise InputError(f"--export-model {settings.export_path}: cannot write the model there")
     chosen, statuses = [], []
     for _ in range(settings.top_k):
         status, i = plan_model.solve(settings)
@@ -171,6 +172,9 @@ def search(problem: Problem, space: SearchSpace = SearchSpace(),
         statuses.append(status)
         chosen.append(i)
         plan_model.exclude_degrees(i)
+    if not chosen:
+        raise InfeasibleError(f"CP-SAT found no plan within --time-limit {settings.time_limit_s:g} "
+                              f"s ({len(pool):,} candidates); give it more time")
     plans = [_checked_report(problem, pool, i, options, num_tokens) for i in chosen]
     heuristic = None if hint is None else float(pool.step_s[hint])
     stats = SearchReport(

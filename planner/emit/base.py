@@ -139,6 +139,11 @@ def transformer_shape(model: ModelSpec, target: str) -> ModelShape:
         what = f"{', '.join(others)} blocks" if others else "layers of different shapes"
         raise InputError(f"--emit {target}: {model.name} has {what}; {target} launch configs "
                          f"describe one stack of identical transformer layers")
-    embedding = next(b for b in model.blocks if isinstance(b, EmbeddingBlock))
-    output = next(b for b in model.blocks if isinstance(b, OutputBlock))
+    embedding = next((b for b in model.blocks if isinstance(b, EmbeddingBlock)), None)
+    output = next((b for b in model.blocks if isinstance(b, OutputBlock)), None)
+    if embedding is None or output is None:
+        missing = "embedding" if embedding is None else "output layer"
+        raise InputError(f"--emit {target}: {model.name} has no {missing}; {target} launch "
+                         f"configs describe a language model with an embedding and an output "
+                         f"layer")
     return ModelShape(len(layers), layers[0], embedding, output)

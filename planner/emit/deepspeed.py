@@ -314,13 +314,20 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
     optimizer = data.get("optimizer")
     if isinstance(optimizer, dict) and isinstance(optimizer.get("type"), str):
         kind = optimizer["type"].lower()
-        momentum = (optimizer.get("params") or {}).get("momentum", 0)
+        params = optimizer.get("params") or {}
+        if not isinstance(params, dict):
+            raise InputError(f"{file}: optimizer.params: must be an object of arguments "
+                             f"(got {params!r})")
+        momentum = params.get("momentum", 0)
         if kind == "sgd":
             parsed.training["optimizer"] = (Optimizer.SGD_MOMENTUM if momentum
                                             else Optimizer.SGD)
         else:
             parsed.training["optimizer"] = Optimizer.ADAM
     interval = pipe.get("activation_checkpoint_interval", 0)
+    if isinstance(interval, bool) or not isinstance(interval, int) or interval < 0:
+        raise InputError(f"{file}: pipeline.activation_checkpoint_interval: must be a "
+                         f"non-negative integer (got {interval!r})")
     full = (interval > 0) if pp > 1 else isinstance(data.get("activation_checkpointing"), dict)
     parsed.strategy.update(tp=tp, pp=pp, zero_stage=stage,
                            recompute=Recompute.FULL if full else Recompute.NONE,

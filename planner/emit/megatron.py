@@ -326,6 +326,55 @@ def _check_model(parsed: ParsedConfig, flags: dict[str, Flag], problem: Problem,
                                f"use {name} {expected[name]}, or plan for the script's model")
 
 
+def _read_layout(parsed: ParsedConfig, text: str, file: str,
+                 num_layers: int) -> tuple[int, ...] | None:
+    """Decoder layers per virtual stage of a --pipeline-model-parallel-layout, with the
+    checks of PipelineParallelLayerLayout.validate_layer_layout."""
+    flat = text.replace(",", "").replace(" ", "")
+    if not flat.startswith("E") and not flat.startswith("(E"):
+        parsed.finding("megatron_flag", "Megatron-LM stops: the first layer of "
+                       "--pipeline-model-parallel-layout must be embedding (E)",
+                       "start the layout with E")
+    if not flat.endswith("L"):
+        parsed.finding("megatron_flag", "Megatron-LM stops: the last layer of "
+                       "--pipeline-model-parallel-layout must be loss (L)",
+                       "end the layout with L")
+    counts = parse_layout_string(text, file)
+    if sum(counts) != num_layers:
+        parsed.finding("megatron_flag", f"Megatron-LM stops: number of decoder layers "
+                       f"({sum(counts)}) must match num_layers ({num_layers})",
+                       f"give the layout {num_layers} t's")
+        return None
+    if min(counts) < 1:
+        empty = counts.index(0)
+        raise InputError(f"{file}: --pipeline-model-parallel-layout {text}: virtual stage "
+                         f"{empty} holds no decoder layer; Megatron-LM allows it, the planner "
+                         f"needs a layer in every stage")
+    return counts
+
+
+def _uneven_problem(num_layers: int, pp: int, vpp: int, first: int | None,
+                    last: int | None) -> str | None:
+    """What TransformerConfig.__post_init__ refuses in uneven first/last stages, or None."""
+    for name, count in (("first", first), ("last", last)):
+        if count is not None and count <= 0:
+            return f"num_layers_in_{name}_pipeline_stage must be larger than 0"
+        if count is not None and vpp > 1 and count % vpp:
+            return (f"number of layers at {name} stage: {count} must be divisible by virtual "
+                    f"pipeline parallel degree {vpp}")
+    ends = int(first is not None) + int(last is not None)
+    middle, mid_pp = num_layers - (first or 0) - (last or 0), pp - ends
+    if bool(middle) != bool(mid_pp) or middle < 0:
+        return f"Mismatch: {middle} middle layers remaining but {mid_pp} middle PP stages available"
+    if mid_pp and middle % mid_pp:
+        return (f"number of layers at middle stage: {middle} must be divisible by the middle "
+                f"pipeline model parallel size {mid_pp}")
+    if mid_pp and vpp > 1 and (middle // mid_pp) % vpp:
+        return (f"number of layers at middle stage: {middle // mid_pp} per stage must be "
+                f"divisible by virtual pipeline parallel degree {vpp}")
+    return None
+
+
 def _layers_per_chunk(num_layers: int, pp: int, vpp: int, first: int | None,
                       last: int | None) -> list[int]:
     """Per-chunk layer counts (pipeline order) of Megatron-LM's uneven first/last stages.
@@ -361,8 +410,21 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
     num_layers = number("--num-layers") or problem.model.num_layers
     vpp = number("--num-virtual-stages-per-pipeline-rank")
     per_chunk = number("--num-layers-per-virtual-pipeline-stage")
+    layout = flags.get("--pipeline-model-parallel-layout")
+    # arguments.py: at most one way to ask for virtual stages.
+    ways = [f for f in ("--num-layers-per-virtual-pipeline-stage",
+                        "--num-virtual-stages-per-pipeline-rank",
+                        "--pipeline-model-parallel-layout") if f in flags]
+    if len(ways) > 1:
+        parsed.finding("megatron_flag", "Megatron-LM stops: no more than one of "
+                       f"{', '.join(ways)} can be set at the same time", f"keep only {ways[-1]}")
     if per_chunk:
-        vpp = num_layers // pp // per_chunk
+        if (num_layers // pp) % per_chunk:
+            parsed.finding("megatron_flag", f"Megatron-LM stops: number of layers per pipeline "
+                           f"stage ({num_layers // pp}) must be divisible by number of layers "
+                           f"per virtual pipeline stage ({per_chunk})",
+                           "use --num-virtual-stages-per-pipeline-rank")
+        vpp = max(1, num_layers // pp // per_chunk)
     vpp = vpp or 1
     s = parsed.strategy
     zero = ZeroStage.OPTIMIZER_STATES if "--use-distributed-optimizer" in flags \
@@ -388,18 +450,33 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
         s["recompute"] = Recompute.SELECTIVE
     first = number("--decoder-first-pipeline-num-layers")
     last = number("--decoder-last-pipeline-num-layers")
-    layout = flags.get("--pipeline-model-parallel-layout")
     if layout is not None and layout.value is not None:
-        counts = parse_layout_string(layout.value, file)
-        if len(counts) % pp:
-            parsed.finding("megatron_flag", f"Megatron-LM stops: the layout's {len(counts)} "
-                           f"stages are not divisible by pp ({pp})",
+        if first is not None or last is not None:
+            parsed.finding("megatron_flag", "Megatron-LM stops: pipeline_model_parallel_layout "
+                           "cannot be set with other pipeline layout arguments",
+                           "drop --decoder-first/last-pipeline-num-layers")
+        counts = _read_layout(parsed, layout.value, file, num_layers)
+        if counts is not None and len(counts) % pp:
+            parsed.finding("megatron_flag", f"Megatron-LM stops: pipeline_model_parallel_layout "
+                           f"({len(counts)} stages) must be divisible by "
+                           f"pipeline_model_parallel_size ({pp})",
                            f"give {pp} x vpp stages in --pipeline-model-parallel-layout")
-        else:
+        elif counts is not None:
             s["vpp"] = len(counts) // pp
             s["layers_per_stage"] = counts
     elif first is not None or last is not None:
-        s["layers_per_stage"] = tuple(_layers_per_chunk(num_layers, pp, vpp, first, last))
+        if per_chunk:
+            parsed.finding("megatron_flag", "Megatron-LM stops: please use "
+                           "--num-virtual-stages-per-pipeline-rank to specify virtual pipeline "
+                           "parallel degree when enable uneven pipeline parallelism",
+                           "use --num-virtual-stages-per-pipeline-rank")
+        problem_text = _uneven_problem(num_layers, pp, vpp, first, last)
+        if problem_text:
+            parsed.finding("megatron_flag", f"Megatron-LM stops: {problem_text}",
+                           "choose first/last layer counts that leave the middle stages an "
+                           "equal share")
+        else:
+            s["layers_per_stage"] = tuple(_layers_per_chunk(num_layers, pp, vpp, first, last))
     if s["sequence_parallel"] and tp == 1:
         parsed.finding("megatron_silent", "Megatron-LM silently disables --sequence-parallel "
                        "when tp is 1 (a warning, not an error)", "drop --sequence-parallel")

@@ -100,6 +100,23 @@ def emit(plan: LaunchPlan) -> dict[str, str]:
 
 # --------------------------------------------------------------------------- reading
 
+class _RunTime:
+    """A value the file computes when it runs (a name, an expression): unknown here."""
+
+    def __init__(self, node: ast.AST) -> None:
+        self.source = ast.unparse(node)
+
+    def __repr__(self) -> str:
+        return self.source
+
+
+def _literal(node: ast.AST) -> Any:
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        return _RunTime(node)
+
+
 def _calls(text: str, file: str) -> dict[str, dict[str, Any]]:
     tree = parse_python(text, file)
     found: dict[str, dict[str, Any]] = {}
@@ -114,25 +131,26 @@ def _calls(text: str, file: str) -> dict[str, dict[str, Any]]:
         for keyword in node.keywords:
             if keyword.arg is None:
                 continue
-            try:
-                found.setdefault(section, {})[keyword.arg] = ast.literal_eval(keyword.value)
-            except ValueError:
-                found.setdefault(section, {})[keyword.arg] = None
+            found.setdefault(section, {})[keyword.arg] = _literal(keyword.value)
     for node in ast.walk(tree):           # runner_config / model_config = dict(...) or {...}
         names = {t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name)}
         if not isinstance(node, ast.Assign) or not names & {"runner_config", "model_config"}:
             continue
         value, key = node.value, "runner" if "runner_config" in names else "model"
         if isinstance(value, ast.Call) and getattr(value.func, "id", None) == "dict":
-            found[key] = {k.arg: ast.literal_eval(k.value) for k in value.keywords
+            found[key] = {k.arg: _literal(k.value) for k in value.keywords
                           if k.arg is not None}
         elif isinstance(value, ast.Dict):
-            found[key] = ast.literal_eval(value)
+            found[key] = {_literal(k): _literal(v) for k, v in zip(value.keys, value.values)
+                          if k is not None}
     return found
 
 
 def _int(fields: dict, key: str, default: int, file: str) -> int:
     value = fields.get(key, default)
+    if isinstance(value, _RunTime):
+        raise InputError(f"{file}: {key}: computed when the file runs ({value.source}); "
+                         f"planner validate needs a number there")
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InputError(f"{file}: {key}: expected a positive integer (got {value!r})")
     return value
@@ -173,9 +191,17 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
     rc = (Recompute.FULL if recompute.get("recompute") is True else
           Recompute.SELECTIVE if recompute.get("select_recompute") else Recompute.NONE)
     offset = calls.get("model", {}).get("offset")
-    if isinstance(offset, list) and len(offset) == pp and pp > 1:
+    if isinstance(offset, list) and pp > 1:
         layers = problem.model.num_layers
-        if sum(offset) != layers % pp:
+        if len(offset) != pp or not all(isinstance(o, int) and not isinstance(o, bool)
+                                        for o in offset):
+            raise InputError(f"{file}: model_config.offset: expected {pp} integers, one per "
+                             f"pipeline stage (got {offset!r})")
+        if min(layers // pp + o for o in offset) < 1:
+            parsed.finding("mindspore_offset", f"offset {offset} leaves a pipeline stage "
+                           f"without layers ({layers} layers on {pp} stages)",
+                           "give every stage at least one layer")
+        elif sum(offset) != layers % pp:
             parsed.finding("mindspore_offset", f"MindFormers stops: the sum of offset "
                            f"({sum(offset)}) should equal the remainder of num_layers "
                            f"({layers}) by pipeline_stage ({pp}), {layers % pp}",

@@ -52,11 +52,23 @@ def environment(cluster: ClusterSpec, *, tp: int, ordered_kernels: bool = True) 
     return lines
 
 
+def nodes_and_gpus(num_gpus: int, gpus_per_node: int) -> tuple[int, int]:
+    """(nodes, processes per node) that launch exactly `num_gpus` on the fewest nodes: torchrun
+    starts the same number of processes on every node."""
+    from planner.errors import InputError
+
+    nodes = -(-num_gpus // gpus_per_node)
+    if num_gpus % nodes:
+        raise InputError(f"--emit: {num_gpus} GPUs cannot be spread evenly over nodes of "
+                         f"{gpus_per_node} (torchrun starts as many processes on every node); "
+                         f"use a GPU count that {nodes} nodes share equally")
+    return nodes, num_gpus // nodes
+
+
 def launcher(plan: LaunchPlan) -> list[str]:
     """Variable lines for the rendezvous: every node runs the same command."""
     p = plan.problem
-    node = p.cluster.gpus_per_node
-    nodes, per_node = (p.num_gpus // node, node) if p.num_gpus >= node else (1, p.num_gpus)
+    nodes, per_node = nodes_and_gpus(p.num_gpus, p.cluster.gpus_per_node)
     return [
         f"NNODES=${{NNODES:-{nodes}}}            # {p.num_gpus} GPUs = {nodes} x {per_node}",
         f"NPROC_PER_NODE=${{NPROC_PER_NODE:-{per_node}}}",

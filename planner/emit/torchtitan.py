@@ -239,11 +239,81 @@ def _int(fields: dict, key: str, default: int, file: str) -> int:
     return value
 
 
+
+def _fqn_counts(parts: Any, file: str) -> tuple[int, ...]:
+    """Decoder layers in each part of module_fqns_per_model_part (a list of lists of names)."""
+    if not isinstance(parts, list) or not all(
+            isinstance(part, list) and all(isinstance(n, str) for n in part) for part in parts):
+        raise InputError(f"{file}: module_fqns_per_model_part: expected a list of lists of "
+                         f"module names, one list per model part")
+    counts = tuple(sum(1 for name in part if name.startswith("layers.")) for part in parts)
+    if min(counts, default=0) < 1:
+        empty = counts.index(0) if counts else 0
+        raise InputError(f"{file}: module_fqns_per_model_part: part {empty} holds no layers.N; "
+                         f"the planner needs a decoder layer in every part")
+    return counts
+
+
+SINGLE_STAGE_SCHEDULES = ("1f1b", "gpipe")
+"""torch.distributed.pipelining schedules that run one stage per rank."""
+
+
+def _default_split(parsed: ParsedConfig, par: dict, layers: int, pp: int, file: str) -> int:
+    """The layout torchtitan builds without module names: num_virtual_stages =
+    ceil((layers + first_less + last_less) / layers_per_stage) (one per rank for single-stage
+    schedules, two for the others without layers_per_stage); the layers plus the
+    first_less/last_less weights of the embedding and the output spread evenly over the
+    stages, the first and last stages giving up those weights (pipeline_parallel.py,
+    generate_llm_fqn_per_model_part). Returns vpp; records the layout when uneven."""
+    schedule = str(par.get("pipeline_parallel_schedule", "1F1B")).lower()
+    first = _int(par, "pipeline_parallel_first_stage_less_layers", 1, file)
+    last = _int(par, "pipeline_parallel_last_stage_less_layers", 1, file)
+    per_stage = par.get("pipeline_parallel_layers_per_stage")
+    single = schedule in SINGLE_STAGE_SCHEDULES
+    if isinstance(per_stage, int) and per_stage > 0:
+        stages = -(-(layers + first + last) // per_stage)
+        if stages % pp:
+            parsed.finding("torchtitan_pipeline", f"torchtitan stops: number of virtual stages "
+                           f"({stages}) must be divisible by pipeline parallel size ({pp})",
+                           "choose pipeline_parallel_layers_per_stage so that it is")
+            return 1
+        if single and stages != pp:
+            parsed.finding("torchtitan_pipeline", f"torchtitan stops: single stage schedule "
+                           f"{par.get('pipeline_parallel_schedule', '1F1B')} requires exactly 1 "
+                           f"stage per rank, and this layout has {stages // pp}",
+                           "use Interleaved1F1B, or a layers_per_stage giving one stage a rank")
+        elif not single and stages // pp < 2:
+            parsed.finding("torchtitan_pipeline", "torchtitan stops: a multi-stage schedule "
+                           "requires at least 2 stages per rank",
+                           "use 1F1B, or fewer layers per stage")
+    else:
+        stages = pp if single else 2 * pp
+    effective = layers + first + last
+    if stages > effective:
+        parsed.finding("torchtitan_pipeline", f"torchtitan stops: number of stages ({stages}) "
+                       f"cannot be greater than effective layers ({effective})",
+                       "use fewer pipeline stages")
+        return 1
+    counts = [effective // stages + (1 if i < effective % stages else 0) for i in range(stages)]
+    counts[0] -= first
+    counts[-1] -= last
+    if min(counts) < 1:
+        raise InputError(f"{file}: the split torchtitan makes leaves a stage without layers "
+                         f"({counts}); the planner needs a layer in every stage")
+    if len(set(counts)) > 1:
+        parsed.strategy["layers_per_stage"] = tuple(counts)
+    return stages // pp
+
+
 def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> ParsedConfig:
     """A torchtitan TOML (0.2.x) or recipe module -> its strategy and what torchtitan refuses."""
     sections = (_read_toml(text, file) if file.endswith(".toml")
                 else _recipe_sections(text, file))
     parsed = ParsedConfig(strategy={}, target=LaunchTarget.TORCHTITAN)
+    for section in SECTION_KEYS:
+        if not isinstance(sections.get(section, {}), dict):
+            raise InputError(f"{file}: {section}: must be a table of settings "
+                             f"(got {sections[section]!r})")
     for section, known in SECTION_KEYS.items():
         for key in sections.get(section, {}):
             if key not in known:
@@ -271,21 +341,17 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
     layers = problem.model.num_layers
     vpp = 1
     parts = par.get("module_fqns_per_model_part")
-    if pp > 1 and isinstance(parts, list) and parts:
-        counts = tuple(sum(1 for name in part if str(name).startswith("layers."))
-                       for part in parts)
-        vpp = max(1, len(counts) // pp)
-        parsed.strategy["layers_per_stage"] = counts
+    if pp > 1 and parts is not None:
+        counts = _fqn_counts(parts, file)
+        if len(counts) % pp:
+            parsed.finding("torchtitan_pipeline", f"torchtitan stops: {len(counts)} model parts "
+                           f"are not divisible by pipeline_parallel_degree ({pp})",
+                           f"give {pp} x (stages per rank) parts")
+        else:
+            vpp = len(counts) // pp
+            parsed.strategy["layers_per_stage"] = counts
     elif pp > 1:
-        per_stage = par.get("pipeline_parallel_layers_per_stage")
-        schedule = str(par.get("pipeline_parallel_schedule", "1F1B"))
-        if isinstance(per_stage, int) and per_stage > 0:
-            extra = (_int(par, "pipeline_parallel_first_stage_less_layers", 1, file)
-                     + _int(par, "pipeline_parallel_last_stage_less_layers", 1, file))
-            stages = -(-(layers + extra) // per_stage)
-            vpp = max(1, stages // pp)
-        elif schedule.lower() not in ("1f1b", "gpipe"):
-            vpp = 2                               # multi-stage schedules default to 2 per rank
+        vpp = _default_split(parsed, par, layers, pp, file)
     local = _int(train, "local_batch_size", _int(train, "batch_size", 8, file), file)
     micro = _int(par, "pipeline_parallel_microbatch_size", 1, file) if pp > 1 else local
     global_batch = _int(train, "global_batch_size", -1, file)

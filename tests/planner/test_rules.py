@@ -81,6 +81,10 @@ CASES = [
     ("torchtitan_sequence_parallel", "llama2-7b", "dgx-h100", 64, dict(dp=8, tp=8),
      (T.TORCHTITAN,), "sequence_parallel false with tp 8: torchtitan always shards activations "
      "along the sequence with tensor parallelism", "use sequence_parallel true"),
+    ("torchtitan_micro_batches", "llama2-7b", "dgx-h100", 64,
+     dict(dp=8, tp=1, pp=8, micro_batch=4, global_batch=128, zero_stage=3), (T.TORCHTITAN,),
+     "4 micro-batches per step are fewer than the 8 pipeline stages: PyTorch's pipeline "
+     "schedule refuses it", "use micro_batch 2 or fewer stages"),
     ("mindspore_power_of_two", "gpt3-175b", "ascend-910b", 48, dict(dp=8, tp=6, pp=1),
      (T.MINDSPORE,), "tp (6) and pp (1) must be powers of two for MindSpore: it refuses other "
      "shard strategies (\"the value of strategy must be the power of 2\")",
