@@ -48,6 +48,16 @@ efficiency:
 """
 
 
+def compositions(total: int, parts: int):
+    """Every way to give `parts` pipeline chunks at least one of `total` layers, in order."""
+    if parts == 1:
+        yield (total,)
+        return
+    for first in range(1, total - parts + 2):
+        for rest in compositions(total - first, parts - 1):
+            yield (first, *rest)
+
+
 @pytest.fixture
 def write(tmp_path: Path):
     """write(name, text) -> path of a file in a temporary directory."""

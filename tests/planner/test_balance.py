@@ -18,6 +18,7 @@ from planner.schemas.strategy import Strategy
 from planner.search import SolverSettings, search
 from planner.stage_costs import chain_costs
 from planner.validate import validate
+from tests.conftest import compositions
 
 US, KIB = 1e-6, 1024.0
 
@@ -96,15 +97,6 @@ def test_cp_sat_layout_equals_the_linear_partition_dp(profile, pp, tight):
     assert max(memory) <= costs.capacity_bytes
 
 
-def _compositions(total: int, parts: int):
-    if parts == 1:
-        yield (total,)
-        return
-    for first in range(1, total - parts + 2):
-        for rest in _compositions(total - first, parts - 1):
-            yield (first, *rest)
-
-
 @pytest.mark.parametrize("profile", ["transformer", "random"])
 @pytest.mark.parametrize(("pp", "vpp"), [(2, 2), (3, 2), (2, 3)])
 def test_interleaved_layouts_equal_brute_force(profile, pp, vpp):
@@ -115,7 +107,7 @@ def test_interleaved_layouts_equal_brute_force(profile, pp, vpp):
     costs = _chain(times, states, acts, pp=pp, vpp=vpp, layers=layers,
                    capacity_kib=sum(states) // pp + 4 * sum(acts) // pp)
     n, best = len(times), None
-    for sizes in _compositions(n, pp * vpp):
+    for sizes in compositions(n, pp * vpp):
         bounds = (0, *itertools.accumulate(sizes))
         if any(not any(layers[bounds[k]:bounds[k + 1]]) for k in range(pp * vpp)):
             continue

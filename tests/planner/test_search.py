@@ -29,7 +29,7 @@ from planner.loader import Problem, make_problem
 from planner.schemas.strategy import Strategy
 from planner.search import SolverSettings, search
 from planner.validate import validate
-from tests.conftest import SMALL_CLUSTER, TINY_MODEL
+from tests.conftest import SMALL_CLUSTER, TINY_MODEL, compositions
 
 GQA_MODEL = """\
 name: tiny-gqa
@@ -65,16 +65,6 @@ def _power_of_two(n: int) -> bool:
     return n & (n - 1) == 0
 
 
-def _compositions(total: int, parts: int):
-    """Every way to give `parts` chunks at least one of `total` layers, in order."""
-    if parts == 1:
-        yield (total,)
-        return
-    for first in range(1, total - parts + 2):
-        for rest in _compositions(total - first, parts - 1):
-            yield (first, *rest)
-
-
 def brute_force(problem: Problem, *, layouts: bool) -> tuple[float, Strategy | None]:
     """The fastest valid strategy by exhaustive enumeration: tp and pp powers of two, dp the
     GPUs left, every vpp, micro-batch, SP, recompute and ZeRO stage, and with `layouts` every
@@ -106,7 +96,7 @@ def brute_force(problem: Problem, *, layouts: bool) -> tuple[float, Strategy | N
         ok_rules = np.ones(len(a), bool)
         for bad in degree_violations(problem, cands, options).values():
             ok_rules &= ~bad
-        splits = (list(_compositions(layers, pp * vpp)) if layouts and pp > 1
+        splits = (list(compositions(layers, pp * vpp)) if layouts and pp > 1
                   else [None])
         for counts in splits:
             layout = (uniform_layout(problem.model, pp, vpp) if counts is None
