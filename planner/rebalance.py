@@ -117,8 +117,7 @@ def _layer_state_bytes(problem: Problem, cands, rows, layer_type: int) -> np.nda
     """Bytes of model states one layer puts on a rank (after TP and ZeRO sharding)."""
     sharded, replicated = type_params(problem.model)
     params = sharded[layer_type] / cands.tp[rows] + replicated[layer_type]
-    return params * np.array([state_bytes_per_stored_param(problem, cands, int(i))
-                              for i in rows])
+    return params * state_bytes_per_stored_param(problem, cands, rows)
 
 
 def rebalance(problem: Problem, pool: Pool, *,

@@ -16,7 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 from cost_models.enums import ZeroStage
-from cost_models.memory import state_bytes_per_param, zero3_gather_buffer_bytes
+from cost_models.memory import (model_state_bytes, state_bytes_per_param,
+                                zero3_gather_buffer_bytes)
 from cost_models.pipeline import in_flight_per_chunk
 from cost_models.units import GiB
 from planner.balance import ChainCosts
@@ -26,14 +27,12 @@ from planner.loader import Problem
 from planner.schemas.model import OutputBlock
 
 
-def state_bytes_per_stored_param(problem: Problem, cands: Candidates, i: int) -> float:
+def state_bytes_per_stored_param(problem: Problem, cands: Candidates, rows):
     """Bytes of weights, gradients and optimizer state per parameter a rank stores, after
-    ZeRO sharding over data parallelism (Rajbhandari et al. 2020, Sec. 5)."""
+    ZeRO sharding over data parallelism: `memory.model_state_bytes` of one parameter."""
     per = state_bytes_per_param(problem.training.precision, problem.training.optimizer)
-    dp, zero = float(cands.dp[i]), int(cands.zero[i])
-    return (per.weights / (dp if zero >= ZeroStage.PARAMETERS else 1)
-            + per.gradients / (dp if zero >= ZeroStage.GRADIENTS else 1)
-            + per.optimizer / (dp if zero >= ZeroStage.OPTIMIZER_STATES else 1))
+    return model_state_bytes(num_params=1.0, dp=cands.dp[rows].astype(float),
+                             zero_stage=cands.zero[rows], per_param=per).total
 
 
 def chain_costs(problem: Problem, cands: Candidates, costs: BlockCosts, ev: Evaluation,
@@ -46,7 +45,7 @@ def chain_costs(problem: Problem, cands: Candidates, costs: BlockCosts, ev: Eval
     tp = float(cands.tp[i])
     sharded, replicated = type_params(model)
     params = sharded / tp + replicated                       # per block type, on one TP rank
-    per_param = state_bytes_per_stored_param(problem, cands, i)
+    per_param = float(state_bytes_per_stored_param(problem, cands, i))
     time = (costs.forward_s[i] + costs.backward_s[i] + costs.recompute_s[i]
             + costs.tp_comm_s[i])
     m = float(cands.num_micro_batches[i])
