@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from planner.balance import ChainCosts, balance, stage_totals  # noqa: E402
+from planner.search.balance import ChainCosts, balance, stage_totals  # noqa: E402
 
 US, KIB = 1e-6, 1024.0
 

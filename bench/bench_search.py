@@ -19,8 +19,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from planner.errors import InfeasibleError  # noqa: E402
-from planner.loader import make_problem  # noqa: E402
-from planner.search import search  # noqa: E402
+from planner.inputs.loader import make_problem  # noqa: E402
+from planner.search.solver import search  # noqa: E402
 
 GPU_COUNTS = (8, 64, 512, 1024, 3072, 8192, 16384)
 TARGETS_S = {("gpt-1t", 3072): 1.0, ("gpt-1t", 16384): 2.0}

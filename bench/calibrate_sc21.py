@@ -5,7 +5,7 @@
 One set of constants for all ten runs, never one per row: `gemm_peak_fraction` (the share of
 peak large GEMMs reach inside a training step) and `gemm_half_efficiency_dim` (the GEMM
 dimension at which tile and wave quantisation halve it). A grid search minimises the mean
-absolute percentage error; copy the result into planner/presets/dgx-a100-80gb.yaml.
+absolute percentage error; copy the result into planner/inputs/presets/dgx-a100-80gb.yaml.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import sc21  # noqa: E402
-from planner.loader import load_cluster  # noqa: E402
+from planner.inputs.loader import load_cluster  # noqa: E402
 
 PEAK_FRACTIONS = np.round(np.arange(0.55, 0.90, 0.005), 3)
 HALF_EFFICIENCY_DIMS = (0, 16, 32, 64, 128, 256)

@@ -14,8 +14,8 @@ from pathlib import Path
 import yaml
 
 from cost_models.enums import Precision, Recompute
-from planner.costing import evaluate_strategy
-from planner.loader import Problem, make_problem
+from planner.costing.evaluate import evaluate_strategy
+from planner.inputs.loader import Problem, make_problem
 from planner.schemas.cluster import ClusterSpec
 from planner.schemas.strategy import Strategy
 

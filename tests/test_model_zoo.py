@@ -4,7 +4,7 @@ import pytest
 
 import model_zoo
 from cost_models.references import REFERENCES
-from planner.loader import load_model
+from planner.inputs.loader import load_model
 
 EXPECTED = {
     "gpt3-175b", "bert-large", "gpt2-xl", "llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b",

@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 from cost_models.enums import AttentionKind, MlpKind, Recompute, ZeroStage
 from cost_models.memory import transformer_layer_activation_bytes
-from planner.costing import Candidates, evaluate
-from planner.layout import uniform_layout
-from planner.loader import Problem, load_cluster
+from planner.costing.evaluate import Candidates, evaluate
+from planner.costing.layout import uniform_layout
+from planner.inputs.loader import Problem, load_cluster
 from planner.schemas.model_file import TransformerShorthand
 
 ORDER = (Recompute.FULL, Recompute.SELECTIVE, Recompute.NONE)

@@ -7,8 +7,8 @@ import model_zoo
 from cost_models.compute import megatron_flops_per_iteration, training_time_s
 from cost_models.parameters import megatron_gpt_params
 from cost_models.units import SECONDS_PER_DAY
-from planner.costing import step_flops_per_sequence
-from planner.loader import load_model
+from planner.costing.evaluate import step_flops_per_sequence
+from planner.inputs.loader import load_model
 
 SC21 = [n for n in model_zoo.names() if n.startswith("gpt-")]
 

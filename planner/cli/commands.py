@@ -1,0 +1,402 @@
+"""The `planner` command line: parse, load, call one function, render.
+
+Only this module imports click. Errors from the library become exit codes here: bad input 2,
+nothing fits (or a violated rule) 1, our own bugs 3 (with --debug for the traceback).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+import click
+
+from planner.errors import ExitCode, InfeasibleError, InputError
+
+INTERNAL_ERROR = 3
+
+
+def _stderr(line: str) -> None:
+    click.echo(line, err=True)
+
+
+def problem_options(function):
+    """Options shared by every command that loads a model and a cluster."""
+    options = [
+        click.option("--gpus", type=int, help="GPUs to use (default: the whole cluster)."),
+        click.option("--nodes", type=int, help="Override the cluster's node count."),
+        click.option("--seq-len", type=int, help="Override training.seq_len."),
+        click.option("--global-batch", type=int, help="Override training.global_batch."),
+        click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]),
+                     help="Override training.precision."),
+        click.option("--optimizer", type=click.Choice(["adam", "sgd", "sgd_momentum"]),
+                     help="Override training.optimizer."),
+    ]
+    for option in reversed(options):
+        function = option(function)
+    return function
+
+
+class _Count(click.ParamType):
+    """A positive number, with an optional K/M/B/T suffix: 300B, 1.5T, 2e12."""
+
+    name = "count"
+    _SCALE = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
+
+    def convert(self, value, param, ctx):
+        text = str(value).strip()
+        scale = self._SCALE.get(text[-1:].lower(), 1.0)
+        try:
+            number = float(text[:-1] if scale != 1.0 else text) * scale
+        except ValueError:
+            self.fail(f"{value!r} is not a number (examples: 300B, 1.5T, 2e12)", param, ctx)
+        if not math.isfinite(number) or number <= 0:
+            self.fail(f"must be a positive number (got {value})", param, ctx)
+        return number
+
+
+class _Targets(click.ParamType):
+    """Launch targets, comma-separated: megatron,deepspeed."""
+
+    name = "targets"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        from planner.schemas.strategy import LaunchTarget
+
+        names = [v.strip() for v in str(value).split(",") if v.strip()]
+        known = [t.value for t in LaunchTarget]
+        for name in names:
+            if name not in known:
+                import difflib
+
+                close = difflib.get_close_matches(name, known, n=1)
+                hint = f" (did you mean '{close[0]}'?)" if close else ""
+                self.fail(f"unknown target '{name}'{hint}; targets: {', '.join(known)}",
+                          param, ctx)
+        if not names:
+            self.fail("give at least one target", param, ctx)
+        return tuple(LaunchTarget(n) for n in dict.fromkeys(names))
+
+
+def search_options(function):
+    """Pins and bounds on the strategy, and solver settings, for commands that search."""
+    positive = click.IntRange(min=1)
+    options = [
+        click.option("--tp", type=positive, help="Pin the tensor-parallel size."),
+        click.option("--pp", type=positive, help="Pin the pipeline-parallel size."),
+        click.option("--dp", type=positive, help="Pin the data-parallel size."),
+        click.option("--vpp", type=positive, help="Pin the interleaved chunks per pipeline rank."),
+        click.option("--micro-batch", type=positive, help="Pin the micro-batch size."),
+        click.option("--max-tp", type=positive, help="Upper bound on tp."),
+        click.option("--max-pp", type=positive, help="Upper bound on pp."),
+        click.option("--max-micro-batch", type=positive, help="Upper bound on the micro-batch."),
+        click.option("--zero", type=click.Choice(["0", "1", "2", "3"]), multiple=True,
+                     help="Allowed ZeRO stages (repeat the flag; default: all)."),
+        click.option("--recompute", type=click.Choice(["none", "selective", "full"]),
+                     multiple=True, help="Allowed recomputation (repeat; default: all)."),
+        click.option("--no-recompute", is_flag=True, help="Same as --recompute none."),
+        click.option("--sp/--no-sp", "sequence_parallel", default=None,
+                     help="Require or forbid sequence parallelism (default: either)."),
+        click.option("--dp-comm", type=click.Choice(["all_reduce", "parameter_server", "both"]),
+                     default="all_reduce", show_default=True,
+                     help="Data-parallel gradient exchange to consider."),
+        click.option("--any-pp", is_flag=True,
+                     help="Also try pp that divide the layers but are not powers of two."),
+        click.option("--cross-node-tp", is_flag=True,
+                     help="Allow tensor parallelism across nodes."),
+        click.option("--even-layouts", is_flag=True,
+                     help="Split layers evenly over pipeline stages (no balanced layouts)."),
+        click.option("--top", "top_k", type=positive, default=5, show_default=True,
+                     help="How many plans to rank."),
+        click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=10.0,
+                     show_default=True, help="CP-SAT time limit per solve, seconds."),
+        click.option("--workers", type=positive, default=1, show_default=True,
+                     help="CP-SAT worker threads."),
+        click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+                     help="CP-SAT random seed."),
+        click.option("--export-model", type=click.Path(dir_okay=False),
+                     help="Write the CP-SAT model (text proto) to this file."),
+    ]
+    for option in reversed(options):
+        function = option(function)
+    return function
+
+
+def _search_space(pins: dict, targets: tuple = ()):
+    """SearchSpace and SolverSettings from the options of `search_options`."""
+    from cost_models.enums import Recompute, ZeroStage
+    from planner.search.candidates import SearchSpace
+    from planner.schemas.strategy import DpComm
+    from planner.search.solver import SolverSettings
+
+    recompute = tuple(Recompute(r) for r in pins.pop("recompute")) or tuple(Recompute)
+    if pins.pop("no_recompute"):
+        recompute = (Recompute.NONE,)
+    zero = tuple(ZeroStage(int(z)) for z in pins.pop("zero")) or tuple(ZeroStage)
+    sp = pins.pop("sequence_parallel")
+    dp_comm = pins.pop("dp_comm")
+    comms = (tuple(DpComm) if dp_comm == "both" else (DpComm(dp_comm),))
+    settings = SolverSettings(top_k=pins.pop("top_k"), time_limit_s=pins.pop("time_limit"),
+                              num_workers=pins.pop("workers"), random_seed=pins.pop("seed"),
+                              export_path=pins.pop("export_model"))
+    space = SearchSpace(zero_stages=zero, recompute=recompute,
+                        sequence_parallel=(False, True) if sp is None else (sp,),
+                        dp_comm=comms, targets=targets, **pins)
+    return space, settings
+
+
+def _load_problem(model, cluster, *, gpus, nodes, seq_len, global_batch, precision, optimizer):
+    from planner.inputs.loader import make_problem
+
+    for flag, value in (("--seq-len", seq_len), ("--global-batch", global_batch),
+                        ("--nodes", nodes)):
+        if value is not None and value < 1:
+            raise InputError(f"{flag}: must be at least 1 (got {value})")
+    return make_problem(model, cluster, gpus=gpus, nodes=nodes, seq_len=seq_len,
+                        global_batch=global_batch, precision=precision, optimizer=optimizer)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="planner")
+@click.option("--debug", is_flag=True, help="Show the traceback of internal errors.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """Plan data, tensor and pipeline parallelism for training a model on a GPU cluster.
+
+    MODEL is a model.yaml, a Hugging Face config.json or a zoo name (`planner zoo`);
+    CLUSTER is a cluster.yaml or a preset name (`planner clusters`).
+    """
+    ctx.obj = {"debug": debug}
+
+
+@cli.command()
+@click.argument("model")
+@click.argument("cluster")
+@click.argument("strategy")
+@problem_options
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (bytes) instead of a table.")
+def memory(model, cluster, strategy, as_json, **overrides):
+    """Per-GPU memory of STRATEGY (a strategy.yaml), stage by stage."""
+    from planner.costing.evaluate import evaluate_strategy
+    from planner.inputs.loader import load_strategy, resolve_strategy
+
+    problem = _load_problem(model, cluster, **overrides)
+    plan = resolve_strategy(load_strategy(strategy), problem, file=strategy)
+    report = evaluate_strategy(problem, plan)
+    if as_json:
+        out = {"model": problem.model.name, "cluster": problem.cluster.name,
+               "num_gpus": problem.num_gpus,
+               "strategy": report.strategy.model_dump(mode="json"),
+               **report.memory.model_dump(mode="json")}
+        click.echo(json.dumps(out, indent=2))
+        return
+    from planner.cli import render
+
+    heading = (f"{problem.model.name} on {problem.num_gpus} x {problem.cluster.gpu.name}: "
+               f"{render.strategy_label(report)}")
+    render.print_renderable(render.memory_view(report, heading=heading))
+
+
+@cli.command()
+@click.argument("model")
+@click.argument("cluster")
+@problem_options
+@search_options
+@click.option("--tokens", type=_Count(), help="Training tokens (e.g. 300B): adds time to train "
+              "and GPU-hours.")
+@click.option("--emit", "targets", type=_Targets(), default=(),
+              help="Write launch configs for the plan: megatron, deepspeed, torchrun, "
+                   "torchtitan, mindspore (comma-separated). The search then keeps to "
+                   "what those frameworks run.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=".",
+              show_default=True, help="Directory for --emit.")
+@click.option("--plan", "plan_rank", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Which ranked plan --emit writes.")
+@click.option("--force", is_flag=True, help="Let --emit overwrite existing files.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, as_json, gpus, nodes,
+         seq_len, global_batch, precision, optimizer, **pins):
+    """The fastest strategies that fit MODEL on CLUSTER, ranked."""
+    from planner.search.solver import search
+
+    problem = _load_problem(model, cluster, gpus=gpus, nodes=nodes, seq_len=seq_len,
+                            global_batch=global_batch, precision=precision, optimizer=optimizer)
+    space, settings = _search_space(pins, targets)
+    result = search(problem, space, settings, num_tokens=tokens)
+    written = []
+    if targets:
+        if plan_rank > len(result.plans):
+            raise InputError(f"--plan {plan_rank}: the search ranked {len(result.plans)} "
+                             f"plan(s)")
+        written = _emit(problem, result.plans[plan_rank - 1], targets, out_dir, force, tokens)
+    if as_json:
+        out = {"model": problem.model.name, "cluster": problem.cluster.name,
+               "num_gpus": problem.num_gpus,
+               "plans": [p.model_dump(mode="json") for p in result.plans],
+               "search": result.search.model_dump(mode="json"),
+               "emitted": [str(p) for p in written]}
+        click.echo(json.dumps(out, indent=2))
+        return
+    from planner.cli import render
+
+    t = problem.training
+    heading = (f"{problem.model.name} on {problem.num_gpus} x {problem.cluster.gpu.name}: "
+               f"global batch {t.global_batch} x {t.seq_len} tokens, {t.precision.value}")
+    render.print_renderable(render.plan_view(heading=heading, plans=result.plans,
+                                             search=result.search))
+
+
+def _emit(problem, report, targets, out_dir, force, tokens) -> list:
+    """Write the launch configs of one evaluated plan; say so on stderr."""
+    from planner.frameworks import LaunchPlan, emit_files, write_files
+    from planner.schemas.strategy import Strategy
+
+    from planner.costing.layout import explicit_counts
+
+    fields = report.strategy.model_dump(exclude={"num_micro_batches", "layers_per_stage"})
+    layers = explicit_counts(report.strategy.layers_per_stage)
+    plan = LaunchPlan(problem, Strategy(**fields, layers_per_stage=layers), report,
+                      num_tokens=tokens)
+    paths = write_files(emit_files(list(targets), plan), out_dir, force=force)
+    for path in paths:
+        _stderr(f"wrote {path}")
+    return paths
+
+
+@cli.command()
+@click.argument("model")
+@click.argument("cluster")
+@click.argument("strategy")
+@problem_options
+@click.option("--target", "targets", type=_Targets(), default=(),
+              help="Also check the rules of these frameworks (a strategy.yaml meant for one).")
+@click.option("--cross-node-tp", is_flag=True, help="Allow tensor parallelism across nodes.")
+@click.option("--no-compare", is_flag=True, help="Skip the search for the best plan.")
+@click.option("--tokens", type=_Count(), help="Training tokens: adds time to train.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+def validate(model, cluster, strategy, targets, cross_node_tp, no_compare, tokens, as_json,
+             gpus, **overrides):
+    """Check STRATEGY: a strategy.yaml, DeepSpeed JSON, Megatron-LM script or argument file,
+    torchtitan recipe or TOML, or MindSpore setup. Exit 1 when a rule is broken or it does
+    not fit."""
+    from planner.feasibility.review import review_config
+    from planner.feasibility.rules import RuleOptions
+
+    problem = _load_problem(model, cluster, gpus=gpus, **overrides)
+    review = review_config(problem, strategy, gpus_given=gpus,
+                           options=RuleOptions(cross_node_tp=cross_node_tp, targets=targets),
+                           compare=not no_compare, num_tokens=tokens)
+    if as_json:
+        report = review.report
+        out = {"model": problem.model.name, "cluster": problem.cluster.name,
+               "num_gpus": review.problem.num_gpus, "file": strategy,
+               "target": review.target.value if review.target else None,
+               "valid": review.valid,
+               "violations": [v.model_dump(mode="json") for v in review.violations],
+               "strategy": review.strategy.model_dump(mode="json"),
+               **({k: getattr(report, k).model_dump(mode="json")
+                   for k in ("memory", "time", "throughput")} if report else
+                  {"memory": None, "time": None, "throughput": None}),
+               "best": review.best.model_dump(mode="json") if review.best else None,
+               "best_note": review.best_note, "speedup": review.speedup,
+               "layout_advice": review.advice}
+        click.echo(json.dumps(out, indent=2))
+    else:
+        from planner.cli import render
+
+        render.print_renderable(render.review_view(review))
+    return ExitCode.OK if review.valid else ExitCode.NOT_FEASIBLE
+
+
+@cli.command()
+@click.argument("model")
+@click.argument("cluster")
+@click.argument("strategy")
+@problem_options
+@click.option("--target", "targets", type=_Targets(), required=True,
+              help="Frameworks to write configs for (comma-separated).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=".",
+              show_default=True, help="Directory for the files.")
+@click.option("--force", is_flag=True, help="Overwrite existing files.")
+@click.option("--cross-node-tp", is_flag=True, help="Allow tensor parallelism across nodes.")
+@click.option("--tokens", type=_Count(), help="Training tokens: sets the iteration count.")
+def emit(model, cluster, strategy, targets, out_dir, force, cross_node_tp, tokens, gpus,
+         **overrides):
+    """Write launch configs for STRATEGY (any file `planner validate` reads), e.g. a
+    Megatron-LM script from a DeepSpeed config. Refused, exit 1, when it breaks a rule."""
+    from planner.cli import render
+    from planner.feasibility.review import review_config
+    from planner.feasibility.rules import RuleOptions
+
+    problem = _load_problem(model, cluster, gpus=gpus, **overrides)
+    review = review_config(problem, strategy, gpus_given=gpus,
+                           options=RuleOptions(cross_node_tp=cross_node_tp, targets=targets),
+                           compare=False, num_tokens=tokens)
+    if review.violations or review.report is None:
+        render.print_renderable(render.violations_text(review.violations), stderr=True)
+        raise InfeasibleError(f"{strategy}: not written: fix the problems above first")
+    _emit(review.problem, review.report, targets, out_dir, force, tokens)
+
+
+@cli.command()
+def zoo():
+    """List the built-in models."""
+    import model_zoo
+    from planner.cli import render
+    from planner.inputs.loader import load_model
+
+    for name in model_zoo.names():
+        model, training = load_model(name)
+        click.echo(f"{name:24s} {render.count(model.num_params):>10s} params  "
+                   f"{model.num_layers:4d} layers  seq {training.seq_len}")
+
+
+@cli.command()
+def clusters():
+    """List the cluster presets."""
+    from planner.inputs import presets
+    from planner.inputs.loader import load_cluster
+
+    for name in presets.names():
+        c = load_cluster(name)
+        click.echo(f"{name:16s} {c.num_nodes:5d} nodes x {c.gpus_per_node} {c.gpu.name} "
+                   f"({c.gpu.memory_gib:g} GiB)")
+
+
+def run(args: list[str]) -> int:
+    """Run the CLI on `args`; every failure becomes one stderr line and an exit code."""
+    debug = "--debug" in args
+    try:
+        code = cli.main(args=args, prog_name="planner", standalone_mode=False)
+    except InputError as e:
+        _stderr(f"Error: {e}")
+        code = ExitCode.BAD_INPUT
+    except InfeasibleError as e:
+        _stderr(f"Error: {e}")
+        for line in e.details:
+            _stderr(f"  {line}")
+        code = ExitCode.NOT_FEASIBLE
+    except click.exceptions.UsageError as e:
+        hint = f" (see '{e.ctx.command_path} --help')" if e.ctx is not None else ""
+        _stderr(f"Error: {e.format_message()}{hint}")
+        code = ExitCode.BAD_INPUT
+    except click.exceptions.Abort:
+        _stderr("Aborted.")
+        code = ExitCode.NOT_FEASIBLE
+    except click.exceptions.ClickException as e:
+        _stderr(f"Error: {e.format_message()}")
+        code = e.exit_code
+    except Exception as e:  # noqa: BLE001 - our bug: say so in one line unless --debug
+        if debug:
+            raise
+        _stderr(f"Error: internal error ({type(e).__name__}: {e}); rerun with --debug and "
+                f"report the traceback")
+        code = INTERNAL_ERROR
+    return int(code or 0)
+
+
+def main() -> None:
+    sys.exit(run(sys.argv[1:]))

@@ -1,0 +1,499 @@
+"""Evaluate strategies: memory per pipeline stage, step time and throughput.
+
+Everything is vectorised over a batch of candidate strategies that share one pipeline layout,
+so the search and `validate` run the same code: `validate` is a batch of one. Formulas live in
+`cost_models`; this module only places blocks on stages and adds their costs up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from functools import lru_cache
+
+import numpy as np
+
+from cost_models import communication as comm
+from cost_models.compute import gemm_flops, optimizer_step_bytes_per_param, transformer_layer_gemms
+from cost_models.enums import Collective, Recompute, ZeroStage
+from cost_models.memory import (model_state_bytes, reserve_bytes, state_bytes_per_param,
+                                zero3_gather_buffer_bytes)
+from cost_models.pipeline import in_flight_per_chunk, pipeline_time_s
+from cost_models.units import GiB, TFLOPS, bytes_per_value
+from planner.costing.block_costs import (BlockCost, TpPlacement, block_cost, block_model_flops,
+                                 pipeline_send_bytes)
+from planner.costing.layout import ChainTypes, Layout, layout_from_layer_counts, uniform_layout
+from planner.inputs.loader import Problem
+from planner.schemas.model import EmbeddingBlock, OutputBlock, TransformerBlock
+from planner.schemas.report import (MemoryReport, PlanReport, StageMemory, StageTime,
+                                    StrategyOut, ThroughputReport, TimeReport)
+from planner.schemas.strategy import DpComm, Strategy
+
+RECOMPUTE_ORDER = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
+DP_COMM_ORDER = (DpComm.ALL_REDUCE, DpComm.PARAMETER_SERVER)
+
+
+@dataclass
+class Candidates:
+    """Strategies as parallel integer arrays, one entry per strategy."""
+
+    tp: np.ndarray
+    pp: np.ndarray
+    vpp: np.ndarray
+    dp: np.ndarray
+    mb: np.ndarray
+    global_batch: np.ndarray
+    sp: np.ndarray
+    recompute: np.ndarray
+    """Index into RECOMPUTE_ORDER."""
+    zero: np.ndarray
+    overlap: np.ndarray
+    dp_comm: np.ndarray
+    """Index into DP_COMM_ORDER."""
+    num_servers: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.tp)
+
+    @property
+    def num_micro_batches(self) -> np.ndarray:
+        return self.global_batch / (self.dp * self.mb)
+
+    def take(self, index) -> Candidates:
+        return Candidates(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+
+    @classmethod
+    def from_strategy(cls, s: Strategy) -> Candidates:
+        one = lambda v: np.array([v])  # noqa: E731
+        return cls(tp=one(s.tp), pp=one(s.pp), vpp=one(s.vpp), dp=one(s.dp),
+                   mb=one(s.micro_batch), global_batch=one(s.global_batch),
+                   sp=one(s.sequence_parallel), recompute=one(RECOMPUTE_ORDER.index(s.recompute)),
+                   zero=one(int(s.zero_stage)), overlap=one(s.overlap_grad_reduce),
+                   dp_comm=one(DP_COMM_ORDER.index(s.dp_comm)),
+                   num_servers=one(s.num_servers or s.dp))
+
+    def strategy(self, i: int, layers_per_stage: tuple[int, ...] | None = None) -> Strategy:
+        return Strategy(
+            dp=int(self.dp[i]), tp=int(self.tp[i]), pp=int(self.pp[i]), vpp=int(self.vpp[i]),
+            micro_batch=int(self.mb[i]), global_batch=int(self.global_batch[i]),
+            sequence_parallel=bool(self.sp[i]), recompute=RECOMPUTE_ORDER[self.recompute[i]],
+            zero_stage=ZeroStage(int(self.zero[i])), overlap_grad_reduce=bool(self.overlap[i]),
+            dp_comm=DP_COMM_ORDER[self.dp_comm[i]],
+            num_servers=int(self.num_servers[i]) if self.dp_comm[i] else None,
+            layers_per_stage=layers_per_stage)
+
+
+# --------------------------------------------------------------------------- placement
+
+def tp_placement(tp, gpus_per_node: int) -> TpPlacement:
+    """TP ranks are innermost (consecutive ranks): a group of t fills min(t, node) per node."""
+    return TpPlacement(size=tp, ranks_per_node=np.minimum(tp, gpus_per_node),
+                       num_nodes=np.ceil(tp / gpus_per_node))
+
+
+def strided_placement(size, stride, gpus_per_node: int):
+    """(ranks per node, nodes) of a group of `size` ranks `stride` apart (DP after TP; PP after
+    TP and DP, Megatron-LM's default order tp-dp-pp)."""
+    per_node = np.where(stride >= gpus_per_node, 1,
+                        np.minimum(size, np.maximum(gpus_per_node // stride, 1)))
+    return per_node, np.ceil(size / per_node)
+
+
+# --------------------------------------------------------------------------- block costs
+
+@dataclass
+class BlockCosts:
+    """Per-candidate, per-block-type costs: (N, U) arrays of BlockCost fields."""
+
+    forward_s: np.ndarray
+    backward_s: np.ndarray
+    recompute_s: np.ndarray
+    tp_comm_s: np.ndarray
+    activation_bytes: np.ndarray
+    output_elements: np.ndarray
+
+    def take(self, index) -> BlockCosts:
+        return BlockCosts(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+
+
+def block_costs(problem: Problem, cands: Candidates) -> BlockCosts:
+    """Evaluate every block type once per distinct (tp, micro-batch, SP, recompute) point."""
+    types = chain_types(problem.model)
+    keys = np.stack([cands.tp, cands.mb, cands.sp.astype(int), cands.recompute], axis=1)
+    points, inverse = np.unique(keys, axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    num_types = len(types.unique_blocks)
+    out = {name: np.zeros((len(points), num_types)) for name in BlockCost._fields}
+    for sp in (0, 1):
+        for rc in range(len(RECOMPUTE_ORDER)):
+            mask = (points[:, 2] == sp) & (points[:, 3] == rc)
+            if not mask.any():
+                continue
+            tp, mb = points[mask, 0], points[mask, 1]
+            place = tp_placement(tp, problem.cluster.gpus_per_node)
+            for u, block in enumerate(types.unique_blocks):
+                cost = block_cost(block, training=problem.training, cluster=problem.cluster,
+                                  tp=tp, mb=mb, sequence_parallel=bool(sp),
+                                  recompute=RECOMPUTE_ORDER[rc], place=place)
+                for name, value in zip(BlockCost._fields, cost):
+                    out[name][mask, u] = value
+    return BlockCosts(**{name: table[inverse] for name, table in out.items()})
+
+
+@lru_cache(maxsize=32)
+def chain_types(model) -> ChainTypes:
+    return ChainTypes(model)
+
+
+@lru_cache(maxsize=32)
+def type_params(model) -> tuple[np.ndarray, np.ndarray]:
+    types = chain_types(model)
+    sharded = np.array([b.params().sharded for b in types.unique_blocks], dtype=float)
+    replicated = np.array([b.params().replicated for b in types.unique_blocks], dtype=float)
+    return sharded, replicated
+
+
+@lru_cache(maxsize=32)
+def step_flops_per_sequence(model, seq_len: int) -> tuple[float, float, float]:
+    """(model FLOPs, extra FLOPs of full recompute, extra FLOPs of selective recompute) per
+    sequence per step. Model FLOPs are 3x the forward GEMMs (Narayanan et al. 2021, Sec. 5.1)."""
+    forward = sum(block_model_flops(b, seq_len=seq_len) for b in model.blocks)
+    layers = sum(block_model_flops(b, seq_len=seq_len) for b in model.blocks
+                 if b.kind in ("transformer", "evoformer"))
+    attention = 0.0
+    for b in model.blocks:
+        if isinstance(b, TransformerBlock):
+            g = transformer_layer_gemms(seq_len=seq_len, micro_batch=1, hidden=b.hidden,
+                                        num_heads=b.num_heads, num_kv_heads=b.kv_heads,
+                                        head_dim=b.dim_per_head, ffn_hidden=b.ffn, mlp=b.mlp,
+                                        tp=1)
+            attention += gemm_flops(g.scores) + gemm_flops(g.attend)
+    return 3 * forward, layers, attention
+
+
+# --------------------------------------------------------------------------- evaluation
+
+@dataclass
+class Evaluation:
+    """Costs of a batch of candidates: (N,) arrays and (N, pp) per-stage arrays."""
+
+    stage_weights: np.ndarray
+    stage_gradients: np.ndarray
+    stage_optimizer: np.ndarray
+    stage_activations: np.ndarray
+    stage_other: np.ndarray
+    stage_in_flight: np.ndarray
+    stage_layers: np.ndarray
+    stage_compute_s: np.ndarray
+    stage_tp_s: np.ndarray
+    stage_pp_s: np.ndarray
+    stage_dp_s: np.ndarray
+    peak_bytes: np.ndarray
+    peak_stage: np.ndarray
+    compute_s: np.ndarray
+    tp_comm_s: np.ndarray
+    pp_comm_s: np.ndarray
+    dp_comm_s: np.ndarray
+    bubble_s: np.ndarray
+    optimizer_s: np.ndarray
+    overhead_s: float
+    step_s: np.ndarray
+    slowest_stage: np.ndarray
+    imbalance: np.ndarray
+    dp_tree: np.ndarray
+    model_flops: np.ndarray
+    hardware_flops: np.ndarray
+
+    @property
+    def stage_total(self) -> np.ndarray:
+        return (self.stage_weights + self.stage_gradients + self.stage_optimizer
+                + self.stage_activations + self.stage_other)
+
+
+def _by_stage(chunk_values: np.ndarray, pp: int, vpp: int) -> np.ndarray:
+    """(N, K) per-chunk values -> (N, pp, vpp): chunk k = c * pp + r sits on stage r."""
+    n = chunk_values.shape[0]
+    return chunk_values.reshape(n, vpp, pp).transpose(0, 2, 1)
+
+
+def evaluate(problem: Problem, layout: Layout, cands: Candidates,
+             costs: BlockCosts | None = None) -> Evaluation:
+    """Memory and time of every candidate in `cands`, all laid out as `layout`."""
+    model, cluster, training = problem.model, problem.cluster, problem.training
+    costs = costs if costs is not None else block_costs(problem, cands)
+    p, v = layout.pp, layout.vpp
+    types = chain_types(model)
+    counts = types.chunk_counts(layout)                                   # (K, U)
+    tp, dp = cands.tp.astype(float), cands.dp.astype(float)
+    m = cands.num_micro_batches
+
+    # ---- parameters and model states per stage
+    sharded, replicated = type_params(model)
+    chunk_sharded, chunk_replicated = counts @ sharded, counts @ replicated  # (K,)
+    stage_sharded = chunk_sharded.reshape(v, p).sum(0)
+    stage_replicated = chunk_replicated.reshape(v, p).sum(0)
+    stage_sharded = stage_sharded + _tied_copy(model, layout)
+    params = stage_sharded[None, :] / tp[:, None] + stage_replicated[None, :]   # (N, p)
+    per_param = state_bytes_per_param(training.precision, training.optimizer)
+    zero = cands.zero[:, None]
+    states = model_state_bytes(num_params=params, dp=dp[:, None], zero_stage=zero,
+                               per_param=per_param)
+
+    # ---- activations: in-flight micro-batches per (stage, chunk) times chunk activations
+    chunk_act = _by_stage(costs.activation_bytes @ counts.T, p, v)            # (N, p, v)
+    in_flight = in_flight_per_chunk(stage=np.arange(p)[None, :, None], pp=p, vpp=v,
+                                    num_micro_batches=m[:, None, None],
+                                    chunk=np.arange(v)[None, None, :])
+    activations = (chunk_act * in_flight).sum(2)
+
+    largest_block = (sharded[None, :] / tp[:, None] + replicated[None, :]).max(1)
+    gathered = np.where(cands.zero == ZeroStage.PARAMETERS, zero3_gather_buffer_bytes(
+        largest_block_params_per_rank=largest_block, weight_bytes=per_param.weights,
+        prefetch_blocks=cluster.reserve.zero3_prefetch_blocks), 0.0)[:, None]
+    allocated = states.weights + states.gradients + states.optimizer + activations + gathered
+    other = gathered + reserve_bytes(allocated_bytes=allocated,
+                                     framework_bytes=cluster.reserve.framework_gib * GiB,
+                                     fragmentation_fraction=cluster.reserve.fragmentation_fraction)
+    total = allocated - gathered + other
+    peak_stage = total.argmax(1)
+    rows = np.arange(len(cands))
+
+    # ---- time per micro-batch per stage
+    def stage_sum(table):
+        return _by_stage(table @ counts.T, p, v).sum(2)
+
+    fwd, bwd = stage_sum(costs.forward_s), stage_sum(costs.backward_s)
+    compute = fwd + bwd + stage_sum(costs.recompute_s)
+    tp_comm = stage_sum(costs.tp_comm_s)
+    pp_comm = _pipeline_comm(problem, layout, cands, costs, types)
+    stage_blocks = counts.sum(1).reshape(v, p).sum(0)                     # (p,)
+    dp_per_mb, dp_end, dp_tree = _data_parallel(problem, cands, params, per_param, fwd, bwd,
+                                                stage_blocks)
+    tau = compute + tp_comm + pp_comm + dp_per_mb
+    slowest = tau.argmax(1)
+    pipeline = pipeline_time_s(max_stage_s=tau.max(1), sum_stage_s=tau.sum(1),
+                               num_micro_batches=m, vpp=v)
+
+    optimizer = params / np.where(cands.zero >= ZeroStage.OPTIMIZER_STATES, dp, 1)[:, None] \
+        * optimizer_step_bytes_per_param(weight_bytes=per_param.weights,
+                                         gradient_bytes=per_param.gradients,
+                                         optimizer_bytes=per_param.optimizer) \
+        / (cluster.gpu.hbm_gb_per_s * 1e9 * cluster.efficiency.hbm_fraction)
+    end = dp_end + optimizer
+    last = end.argmax(1)
+
+    model_flops, full_extra, selective_extra = step_flops_per_sequence(model, training.seq_len)
+    extra = np.select([cands.recompute == 2, cands.recompute == 1],
+                      [full_extra, selective_extra], 0.0)
+    batch = cands.global_batch.astype(float)
+    return Evaluation(
+        stage_weights=states.weights, stage_gradients=states.gradients,
+        stage_optimizer=states.optimizer, stage_activations=activations, stage_other=other,
+        stage_in_flight=in_flight.sum(2) / v,
+        stage_layers=np.array(layout.layers_per_chunk(model)).reshape(v, p).sum(0),
+        stage_compute_s=compute, stage_tp_s=tp_comm, stage_pp_s=pp_comm, stage_dp_s=dp_per_mb,
+        peak_bytes=total[rows, peak_stage], peak_stage=peak_stage,
+        compute_s=m * compute[rows, slowest], tp_comm_s=m * tp_comm[rows, slowest],
+        pp_comm_s=m * pp_comm[rows, slowest],
+        dp_comm_s=m * dp_per_mb[rows, slowest] + dp_end[rows, last],
+        bubble_s=pipeline - m * tau[rows, slowest], optimizer_s=optimizer[rows, last],
+        overhead_s=cluster.efficiency.step_overhead_s,
+        step_s=pipeline + end[rows, last] + cluster.efficiency.step_overhead_s,
+        slowest_stage=slowest, imbalance=tau.max(1) / tau.mean(1), dp_tree=dp_tree[rows, last],
+        model_flops=model_flops * batch, hardware_flops=(model_flops + extra) * batch)
+
+
+def _tied_copy(model, layout: Layout) -> np.ndarray:
+    """Sharded parameters a tied output layer adds on its own stage when the embedding it
+    shares lives on another stage (Megatron-LM keeps a copy and all-reduces its gradient)."""
+    extra = np.zeros(layout.pp)
+    embedding_stage = output_stage = None
+    for k in range(layout.num_chunks):
+        for i in layout.chunk_range(k):
+            block = model.blocks[i]
+            if isinstance(block, EmbeddingBlock):
+                embedding_stage = layout.stage_of_chunk(k)
+            if isinstance(block, OutputBlock) and block.tied:
+                output_stage, vocab, hidden = layout.stage_of_chunk(k), block.vocab_size, block.hidden
+    if output_stage is not None and embedding_stage is not None and output_stage != embedding_stage:
+        extra[output_stage] = vocab * hidden
+    return extra
+
+
+def _pipeline_comm(problem: Problem, layout: Layout, cands: Candidates, costs: BlockCosts,
+                   types: ChainTypes) -> np.ndarray:
+    """Seconds per micro-batch each stage spends in pipeline sends and receives.
+
+    Ref: Narayanan et al. 2021, Sec. 2.2 and 4.1: each micro-batch crosses every chunk
+    boundary once forward (activations) and once backward (their gradients); with v chunks
+    per stage a stage does this v times. The scatter/gather optimisation sends 1/t per rank
+    and all-gathers over NVLink on the receiving side (not needed with sequence parallelism).
+    """
+    p, v = layout.pp, layout.vpp
+    n = len(cands)
+    if p == 1:
+        return np.zeros((n, 1))
+    cluster = problem.cluster
+    value_bytes = bytes_per_value(problem.training.precision)
+    last_types = types.last_type_of_chunk(layout)
+    # A chunk sends its last block's output; the final chunk only receives (use its input).
+    senders = np.where(np.arange(layout.num_chunks) < layout.num_chunks - 1,
+                       last_types, np.roll(last_types, 1))
+    elements = costs.output_elements[:, senders]                              # (N, K)
+    tp = cands.tp.astype(float)[:, None]
+    sent = pipeline_send_bytes(elements, tp=tp, value_bytes=value_bytes)
+    per_node, nodes = strided_placement(cands.pp, cands.tp * cands.dp, cluster.gpus_per_node)
+    across = (nodes > 1)[:, None]
+    link = np.where(across, cluster.inter_bus_bytes_per_s, cluster.intra_bus_bytes_per_s)
+    latency = np.where(across, cluster.inter_latency_s, cluster.intra_latency_s)
+    transfer = comm.send_recv_time_s(message_bytes=sent, bytes_per_s=link, latency_s=latency)
+    place = tp_placement(cands.tp, cluster.gpus_per_node)
+    bus = comm.group_bus_bandwidth(ranks_per_node=place.ranks_per_node, num_nodes=place.num_nodes,
+                                   intra_bytes_per_s=cluster.intra_bus_bytes_per_s,
+                                   inter_bytes_per_s=cluster.inter_bus_bytes_per_s)
+    regather = comm.collective_time_s(Collective.ALL_GATHER, message_bytes=elements * value_bytes,
+                                      group_size=tp, bus_bytes_per_s=bus[:, None],
+                                      latency_s=cluster.intra_latency_s)
+    regather = np.where(cands.sp[:, None], 0.0, regather)
+    per_chunk = 2 * (transfer + regather)                                     # forward + backward
+    return _by_stage(per_chunk, p, v).sum(2)
+
+
+def _data_parallel(problem: Problem, cands: Candidates, params: np.ndarray, per_param,
+                   fwd: np.ndarray, bwd: np.ndarray, stage_blocks: np.ndarray):
+    """Data-parallel communication: (exposed per micro-batch, exposed at step end, tree?).
+
+    Ref: Rajbhandari et al. 2020, Sec. 7: an all-reduce of the gradients (ZeRO-0); a
+    reduce-scatter of gradients and an all-gather of weights, the same volume (ZeRO-1, Megatron's
+    distributed optimizer); ZeRO-2 reduce-scatters after every micro-batch because the
+    accumulated gradients are sharded; ZeRO-3 also all-gathers the weights before each forward
+    and backward, 1.5x the volume. With overlap, gradient traffic hides behind the backward pass
+    it follows and weight gathers behind the forward pass they precede; the rest is exposed,
+    and the hidden part still slows compute (`communication.exposed_time_s`).
+    The parameter-server alternative (Li et al. 2014) replaces the all-reduce for ZeRO-0.
+    ZeRO-3 gathers and reduces block by block (Zhao et al. 2023, PyTorch FSDP, Sec. 3.2: one
+    FSDP unit per transformer block), so it pays the ring latency once per block.
+    """
+    cluster = problem.cluster
+    dp = cands.dp.astype(float)
+    per_node, nodes = strided_placement(cands.dp, cands.tp, cluster.gpus_per_node)
+    per_node, nodes, dp_col = per_node[:, None], nodes[:, None], dp[:, None]
+    grads = params * per_param.gradients
+    weights = params * per_param.weights
+    bus = comm.group_bus_bandwidth(ranks_per_node=per_node, num_nodes=nodes,
+                                   intra_bytes_per_s=cluster.intra_bus_bytes_per_s,
+                                   inter_bytes_per_s=cluster.inter_bus_bytes_per_s)
+    latency = comm.group_latency_s(num_nodes=nodes, intra_latency_s=cluster.intra_latency_s,
+                                   inter_latency_s=cluster.inter_latency_s)
+
+    def ring(collective, size_bytes):
+        return comm.collective_time_s(collective, message_bytes=size_bytes, group_size=dp_col,
+                                      bus_bytes_per_s=bus, latency_s=latency)
+
+    allreduce, tree = comm.allreduce_time_s(
+        message_bytes=grads, group_size=dp_col, ranks_per_node=per_node, num_nodes=nodes,
+        intra_bytes_per_s=cluster.intra_bus_bytes_per_s,
+        inter_bytes_per_s=cluster.inter_bus_bytes_per_s,
+        intra_latency_s=cluster.intra_latency_s, inter_latency_s=cluster.inter_latency_s)
+    server = comm.parameter_server_time_s(
+        message_bytes=grads, num_workers=dp_col, num_servers=cands.num_servers[:, None],
+        worker_bytes_per_s=np.where(nodes > 1, cluster.inter_bus_bytes_per_s,
+                                    cluster.intra_bus_bytes_per_s),
+        server_bytes_per_s=cluster.inter_bus_bytes_per_s, latency_s=latency)
+    reduce_scatter = ring(Collective.REDUCE_SCATTER, grads)
+    all_gather = ring(Collective.ALL_GATHER, weights)
+    blocks = stage_blocks[None, :]
+    block_reduce_scatter = blocks * ring(Collective.REDUCE_SCATTER, grads / blocks)
+    block_all_gather = blocks * ring(Collective.ALL_GATHER, weights / blocks)
+    zero = cands.zero[:, None]
+    overlap = cands.overlap[:, None]
+    use_server = (cands.dp_comm == DP_COMM_ORDER.index(DpComm.PARAMETER_SERVER))[:, None]
+
+    grad_end = np.select([zero == 0, zero == 1], [np.where(use_server, server, allreduce),
+                                                  reduce_scatter], 0.0)
+    gather_end = np.where((zero == 1) | (zero == 2), all_gather, 0.0)
+    k = cluster.efficiency.overlap_interference
+
+    def hidden_behind(comm_s, compute_s):
+        return comm.exposed_time_s(comm_s, compute_s, interference=k)
+
+    end = np.where(overlap, hidden_behind(grad_end, bwd) + hidden_behind(gather_end, fwd),
+                   grad_end + gather_end)
+    per_mb_zero2 = np.where(overlap, hidden_behind(reduce_scatter, bwd), reduce_scatter)
+    per_mb_zero3 = np.where(overlap, hidden_behind(block_all_gather, fwd)
+                            + hidden_behind(block_all_gather + block_reduce_scatter, bwd),
+                            2 * block_all_gather + block_reduce_scatter)
+    per_mb = np.select([zero == 2, zero == 3], [per_mb_zero2, per_mb_zero3], 0.0)
+    single = dp_col <= 1
+    return (np.where(single, 0.0, per_mb), np.where(single, 0.0, end),
+            tree & ~use_server & (zero == 0))
+
+
+# --------------------------------------------------------------------------- one strategy
+
+def layout_for(problem: Problem, strategy: Strategy) -> Layout:
+    if strategy.layers_per_stage is not None:
+        return layout_from_layer_counts(problem.model, strategy.pp, strategy.vpp,
+                                        strategy.layers_per_stage)
+    return uniform_layout(problem.model, strategy.pp, strategy.vpp)
+
+
+def report(problem: Problem, layout: Layout, cands: Candidates, ev: Evaluation, i: int,
+           *, num_tokens: float | None = None) -> PlanReport:
+    """The PlanReport of candidate `i` of an evaluated batch."""
+    p = layout.pp
+    layers = [int(x) for x in layout.layers_per_chunk(problem.model)]
+    strategy = StrategyOut(
+        dp=int(cands.dp[i]), tp=int(cands.tp[i]), pp=p, vpp=layout.vpp,
+        micro_batch=int(cands.mb[i]), global_batch=int(cands.global_batch[i]),
+        sequence_parallel=bool(cands.sp[i]), recompute=RECOMPUTE_ORDER[cands.recompute[i]],
+        zero_stage=ZeroStage(int(cands.zero[i])), num_micro_batches=float(cands.num_micro_batches[i]),
+        overlap_grad_reduce=bool(cands.overlap[i]), dp_comm=DP_COMM_ORDER[cands.dp_comm[i]],
+        layers_per_stage=layers)
+    stages = [StageMemory(stage=r, weights_bytes=float(ev.stage_weights[i, r]),
+                          gradients_bytes=float(ev.stage_gradients[i, r]),
+                          optimizer_bytes=float(ev.stage_optimizer[i, r]),
+                          activations_bytes=float(ev.stage_activations[i, r]),
+                          other_bytes=float(ev.stage_other[i, r]),
+                          in_flight_micro_batches=float(ev.stage_in_flight[i, r]),
+                          num_layers=int(ev.stage_layers[r]))
+              for r in range(p)]
+    capacity = float(problem.cluster.capacity_bytes)
+    peak = float(ev.peak_bytes[i])
+    memory = MemoryReport(stages=stages, peak_bytes=peak, peak_stage=int(ev.peak_stage[i]),
+                          capacity_bytes=capacity, fits=peak <= capacity)
+    stage_times = [StageTime(stage=r, compute_s=float(ev.stage_compute_s[i, r]),
+                             tp_comm_s=float(ev.stage_tp_s[i, r]),
+                             pp_comm_s=float(ev.stage_pp_s[i, r]),
+                             dp_comm_s=float(ev.stage_dp_s[i, r])) for r in range(p)]
+    time = TimeReport(
+        compute_s=float(ev.compute_s[i]), tp_comm_s=float(ev.tp_comm_s[i]),
+        pp_comm_s=float(ev.pp_comm_s[i]), dp_comm_s=float(ev.dp_comm_s[i]),
+        bubble_s=float(ev.bubble_s[i]), optimizer_s=float(ev.optimizer_s[i]),
+        overhead_s=float(ev.overhead_s), stages=stage_times, slowest_stage=int(ev.slowest_stage[i]),
+        imbalance=float(ev.imbalance[i]),
+        dp_algorithm="tree" if ev.dp_tree[i] else "ring")
+    step = float(ev.step_s[i])
+    num_gpus = int(cands.dp[i] * cands.tp[i] * cands.pp[i])
+    peak_flops = problem.cluster.gpu.peak_flops(problem.training.precision)
+    model_tflops = float(ev.model_flops[i]) / (step * num_gpus) / TFLOPS
+    tokens_per_step = float(cands.global_batch[i]) * problem.training.seq_len
+    time_to_train = gpu_hours = None
+    if num_tokens is not None:
+        time_to_train = num_tokens / tokens_per_step * step
+        gpu_hours = time_to_train * num_gpus / 3600
+    throughput = ThroughputReport(
+        tokens_per_s=tokens_per_step / step, model_tflops_per_gpu=model_tflops,
+        hardware_tflops_per_gpu=float(ev.hardware_flops[i]) / (step * num_gpus) / TFLOPS,
+        mfu=model_tflops * TFLOPS / peak_flops, time_to_train_s=time_to_train,
+        gpu_hours=gpu_hours)
+    return PlanReport(strategy=strategy, memory=memory, time=time, throughput=throughput)
+
+
+def evaluate_strategy(problem: Problem, strategy: Strategy, *,
+                      num_tokens: float | None = None) -> PlanReport:
+    """Memory, time and throughput of one resolved strategy."""
+    layout = layout_for(problem, strategy)
+    cands = Candidates.from_strategy(strategy)
+    ev = evaluate(problem, layout, cands)
+    return report(problem, layout, cands, ev, 0, num_tokens=num_tokens)
+

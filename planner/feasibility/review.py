@@ -1,0 +1,108 @@
+"""A second opinion on a user's own config: every rule it breaks, what the framework itself
+would get wrong, its memory, time and throughput, and how far it is from the best plan.
+
+The config may be any file `planner.frameworks.read_config` reads; the rules are `planner.feasibility.rules`
+(the search uses the same ones), with the rules of the config's framework added.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from planner.search.candidates import SearchSpace
+from planner.frameworks import ParsedConfig, read_config
+from planner.errors import InfeasibleError, InputError
+from planner.inputs.loader import Problem, validate_file
+from planner.search.rebalance import layout_advice
+from planner.feasibility.rules import RuleOptions
+from planner.schemas.model import TrainingSpec
+from planner.schemas.report import PlanReport, Violation
+from planner.schemas.strategy import LaunchTarget, Strategy
+from planner.search.solver import SolverSettings, search
+from planner.feasibility.validate import validate
+
+
+@dataclass(frozen=True)
+class Review:
+    problem: Problem
+    file: str
+    strategy: Strategy
+    target: LaunchTarget | None
+    violations: list[Violation]
+    report: PlanReport | None
+    """None when the strategy cannot be laid out on the model."""
+    best: PlanReport | None
+    best_note: str | None
+    """Why there is no best plan to compare with (nothing fits under the same rules)."""
+    advice: str | None = None
+    """How to balance its pipeline stages, when that saves time."""
+
+    @property
+    def valid(self) -> bool:
+        return not self.violations and self.report is not None and self.report.memory.fits
+
+    @property
+    def speedup(self) -> float | None:
+        if self.best is None or self.report is None:
+            return None
+        return self.report.time.step_s / self.best.time.step_s
+
+
+def _configured(problem: Problem, parsed: ParsedConfig, *, file: str,
+                gpus_given: int | None) -> Problem:
+    """The problem as the config describes it: its GPU count and training settings."""
+    s = parsed.strategy
+    num_gpus = gpus_given or parsed.world_size
+    if num_gpus is None and all(k in s for k in ("dp", "tp", "pp")):
+        num_gpus = s["dp"] * s["tp"] * s["pp"]
+    num_gpus = num_gpus or problem.num_gpus
+    cluster = problem.cluster
+    if num_gpus > cluster.num_gpus:
+        raise InputError(f"{file}: launches {num_gpus} GPUs but {cluster.name} has "
+                         f"{cluster.num_gpus}; pass --nodes to describe a larger cluster")
+    training = problem.training
+    if parsed.training:
+        training = validate_file(TrainingSpec, {**training.model_dump(), **parsed.training},
+                                 file)
+    return replace(problem, num_gpus=num_gpus, training=training)
+
+
+def _strategy(problem: Problem, parsed: ParsedConfig, file: str) -> Strategy:
+    fields = dict(parsed.strategy)
+    tp, pp = fields.get("tp", 1), fields.get("pp", 1)
+    if "dp" not in fields:
+        fields["dp"] = max(1, problem.num_gpus // (tp * pp))   # gpu_count says if it is off
+    if "global_batch" not in fields:
+        # Megatron-LM's default is one micro-batch per data-parallel rank.
+        fields["global_batch"] = (fields.get("micro_batch", 1) * fields["dp"]
+                                  if parsed.target is LaunchTarget.MEGATRON
+                                  else problem.training.global_batch)
+    return validate_file(Strategy, fields, file)
+
+
+def review_config(problem: Problem, path: str, *, gpus_given: int | None,
+                  options: RuleOptions = RuleOptions(), compare: bool = True,
+                  num_tokens: float | None = None,
+                  settings: SolverSettings = SolverSettings(top_k=1)) -> Review:
+    parsed = read_config(path, problem, gpus_given)
+    if parsed.target is LaunchTarget.TORCHRUN:
+        raise InputError(f"{path}: a torchrun launcher carries only its world size "
+                         f"({parsed.world_size} GPUs), not a strategy; validate the training "
+                         f"config it launches")
+    problem = _configured(problem, parsed, file=path, gpus_given=gpus_given)
+    strategy = _strategy(problem, parsed, path)
+    targets = tuple(dict.fromkeys(options.targets + ((parsed.target,) if parsed.target else ())))
+    options = replace(options, targets=targets)
+    check = validate(problem, strategy, options=options, num_tokens=num_tokens)
+    best = note = None
+    if compare:
+        space = SearchSpace(cross_node_tp=options.cross_node_tp, targets=targets)
+        try:
+            best = search(problem, space, settings, num_tokens=num_tokens).plans[0]
+        except InfeasibleError as e:
+            note = str(e)
+    advice = None
+    if check.report is not None and LaunchTarget.DEEPSPEED not in targets:
+        advice = layout_advice(problem, strategy, check.report)
+    return Review(problem, path, strategy, parsed.target, parsed.findings + check.violations,
+                  check.report, best, note, advice)

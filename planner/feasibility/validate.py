@@ -1,0 +1,95 @@
+"""Check one strategy against every rule, in float arithmetic, and evaluate it.
+
+`planner validate` prints this; the search runs it on every plan it returns, so the search and
+a hand-written strategy are judged by the same rules (`planner.feasibility.rules`) and the same costs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from cost_models.enums import Recompute, ZeroStage
+from cost_models.units import GiB
+from planner.costing.evaluate import Candidates, evaluate_strategy
+from planner.inputs.loader import Problem
+from planner.feasibility.rules import (Rule, RuleOptions, degree_violations, memory_violations,
+                           stage_layout_violation, violation)
+from planner.schemas.report import PlanReport, Violation
+from planner.schemas.strategy import LaunchTarget, Strategy
+
+
+@dataclass(frozen=True)
+class Validation:
+    strategy: Strategy
+    violations: list[Violation]
+    report: PlanReport | None
+    """None when the strategy cannot be laid out on the model (its layout is invalid)."""
+
+    @property
+    def valid(self) -> bool:
+        return not self.violations
+
+
+def validate(problem: Problem, strategy: Strategy, *, options: RuleOptions = RuleOptions(),
+             num_tokens: float | None = None) -> Validation:
+    """Every rule `strategy` breaks, and its memory, time and throughput when it can be laid
+    out. `strategy` must be resolved (dp and global_batch set)."""
+    if strategy.layers_per_stage is not None:
+        options = replace(options, explicit_layouts=True)
+    cands = Candidates.from_strategy(strategy)
+    found = [violation(rule, problem, strategy)
+             for rule, broken in degree_violations(problem, cands, options).items()
+             if bool(broken[0])]
+    uneven = strategy.layers_per_stage is not None and len(set(strategy.layers_per_stage)) > 1
+    if uneven and LaunchTarget.DEEPSPEED in options.targets and \
+            not any(v.rule == Rule.DEEPSPEED_UNEVEN_LAYOUT.value for v in found):
+        found.append(violation(Rule.DEEPSPEED_UNEVEN_LAYOUT, problem, strategy))
+    layout = stage_layout_violation(problem, strategy)
+    if layout is not None:
+        found.append(layout)
+    if layout is not None or strategy.pp * strategy.vpp > problem.model.num_layers:
+        return Validation(strategy, found, None)
+    report = evaluate_strategy(problem, strategy, num_tokens=num_tokens)
+    if bool(memory_violations(report.memory.peak_bytes, report.memory.capacity_bytes)):
+        found.append(memory_violation(problem, strategy, report))
+    return Validation(strategy, found, report)
+
+
+def _gib(num_bytes: float) -> str:
+    return f"{num_bytes / GiB:.1f} GiB"
+
+
+def memory_violation(problem: Problem, strategy: Strategy, report: PlanReport) -> Violation:
+    """The memory rule for one strategy, with the smallest change that makes it fit."""
+    memory = report.memory
+    message = (f"peak memory {_gib(memory.peak_bytes)} on stage {memory.peak_stage} exceeds the "
+               f"{_gib(memory.capacity_bytes)} of a {problem.cluster.gpu.name}")
+    for change, variant in _memory_variants(problem, strategy):
+        peak = evaluate_strategy(problem, variant).memory.peak_bytes
+        if peak <= memory.capacity_bytes:
+            return Violation(rule=Rule.MEMORY_FITS.value, message=message,
+                             fix=f"use {change} (peak {_gib(peak)})")
+    return Violation(rule=Rule.MEMORY_FITS.value, message=message,
+                     fix="no single change fits: use more GPUs, or run `planner plan` to search")
+
+
+def _memory_variants(problem: Problem, s: Strategy):
+    """Single changes that lower memory, least disruptive first."""
+    order = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
+    for rc in order[order.index(s.recompute) + 1:]:
+        yield f"recompute {rc.value}", s.model_copy(update={"recompute": rc})
+    if s.tp > 1 and not s.sequence_parallel:
+        yield "sequence_parallel true", s.model_copy(update={"sequence_parallel": True})
+    if s.dp > 1:
+        for zero in ZeroStage:
+            if zero > s.zero_stage:
+                yield f"zero_stage {int(zero)}", s.model_copy(update={"zero_stage": zero})
+    mb = s.micro_batch // 2
+    while mb >= 1:
+        if s.micro_batch % mb == 0:
+            yield f"micro_batch {mb}", s.model_copy(update={"micro_batch": mb})
+        mb //= 2
+    if s.dp % 2 == 0 and problem.model.num_layers % (2 * s.pp * s.vpp) == 0 \
+            and s.layers_per_stage is None:
+        yield (f"pp {2 * s.pp} (dp {s.dp // 2})",
+               s.model_copy(update={"pp": 2 * s.pp, "dp": s.dp // 2}))

@@ -1,0 +1,99 @@
+"""Launch configs: one module per target, a registry keyed by `LaunchTarget`, atomic writes.
+
+Every target has an emitter (a test checks the registry is exhaustive), and every emitter's
+module reads its own kind of file back, so `planner validate` can judge the configs users
+already run and emit -> validate round-trips.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from planner.frameworks import deepspeed, megatron, mindspore, torchrun, torchtitan
+from planner.frameworks.base import Emitter, LaunchPlan, ParsedConfig
+from planner.errors import InputError
+from planner.schemas.strategy import LaunchTarget
+
+EMITTERS: dict[LaunchTarget, Emitter] = {
+    module_target: Emitter(module_target, module.emit, module.parse, module.CHECKED_AGAINST)
+    for module_target, module in (
+        (LaunchTarget.MEGATRON, megatron), (LaunchTarget.DEEPSPEED, deepspeed),
+        (LaunchTarget.TORCHRUN, torchrun), (LaunchTarget.TORCHTITAN, torchtitan),
+        (LaunchTarget.MINDSPORE, mindspore))
+}
+
+
+def emit_files(targets: list[LaunchTarget], plan: LaunchPlan) -> dict[str, str]:
+    """{file name: text} for every requested target."""
+    files: dict[str, str] = {}
+    for target in targets:
+        files.update(EMITTERS[target].emit(plan))
+    return files
+
+
+def write_files(files: dict[str, str], out_dir: str | Path, *, force: bool) -> list[Path]:
+    """Write every file or none: refuse existing files without `force`, and write each one
+    to a temporary file in the same directory, then rename it (never half-written)."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out}: exists and is not a directory")
+    paths = [out / name for name in files]
+    existing = [str(p) for p in paths if p.exists()]
+    if existing and not force:
+        raise InputError(f"--out: {existing[0]} exists; pass --force to overwrite it"
+                         + (f" (and {len(existing) - 1} more)" if len(existing) > 1 else ""))
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for path, text in zip(paths, files.values()):
+            fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{path.name}.", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                    handle.write(text)
+                if path.suffix == ".sh":
+                    os.chmod(tmp, 0o755)
+                os.replace(tmp, path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+    except OSError as e:
+        raise InputError(f"--out {out}: cannot write: {e.strerror or e}") from None
+    return paths
+
+
+def read_config(path: str, problem, num_gpus: int | None = None) -> ParsedConfig:
+    """A strategy from any file `validate` accepts, by its kind: strategy.yaml, a DeepSpeed
+    JSON, a torchtitan TOML or recipe, a MindSpore module, a Megatron-LM script or argument
+    file (or a torchrun launcher, which carries only its world size)."""
+    from planner.inputs.loader import _read_text, load_strategy
+
+    file = Path(path)
+    if file.suffix in (".yaml", ".yml"):
+        strategy = load_strategy(path)
+        fields = strategy.model_dump(exclude_unset=True)
+        return ParsedConfig(strategy=fields, target=None)
+    text = _read_text(file)
+    if file.suffix == ".json":
+        module = deepspeed
+    elif file.suffix == ".toml":
+        module = torchtitan
+    elif file.suffix == ".py":
+        if "set_auto_parallel_context" in text or "TransformerOpParallelConfig" in text:
+            module = mindspore
+        elif "ParallelismConfig" in text or "Trainer.Config" in text:
+            module = torchtitan
+        else:
+            raise InputError(f"{path}: a Python file that is neither a torchtitan recipe "
+                             f"(ParallelismConfig) nor a MindSpore setup "
+                             f"(set_auto_parallel_context)")
+    elif "torchrun" in text and "--tensor-model-parallel-size" not in text \
+            and "pretrain_" not in text:
+        module = torchrun
+    else:
+        module = megatron
+    return module.parse(text, file=path, problem=problem, num_gpus=num_gpus)
+
+
+__all__ = ["EMITTERS", "Emitter", "LaunchPlan", "LaunchTarget", "ParsedConfig", "emit_files",
+           "read_config", "write_files"]

@@ -1,0 +1,149 @@
+"""What every emitter shares: the plan it writes, what its parser returns, and the file header.
+
+Each target module (megatron, deepspeed, torchrun, torchtitan, mindspore) has `emit(plan)`,
+which returns {file name: text}, and `parse(text, file=..., problem=...)`, which reads the same
+kind of file back (the emitted one, or the user's own) into a `ParsedConfig`, so that
+emit -> validate round-trips.
+"""
+
+from __future__ import annotations
+
+import difflib
+import textwrap
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from planner import __version__
+from planner.inputs.loader import Problem
+from planner.schemas.model import EmbeddingBlock, ModelSpec, OutputBlock, TransformerBlock
+from planner.schemas.report import PlanReport, Violation
+from planner.schemas.strategy import LaunchTarget, Strategy
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """A resolved strategy for a problem, with its predicted costs (for the file header)."""
+
+    problem: Problem
+    strategy: Strategy
+    report: PlanReport
+    num_tokens: float | None = None
+    """Training tokens, when the user gave them: sets the iteration count."""
+
+    @property
+    def num_micro_batches(self) -> int:
+        s = self.strategy
+        return s.global_batch // (s.dp * s.micro_batch)
+
+    @property
+    def train_iters(self) -> int | None:
+        if self.num_tokens is None:
+            return None
+        tokens_per_step = self.strategy.global_batch * self.problem.training.seq_len
+        return max(1, round(self.num_tokens / tokens_per_step))
+
+
+@dataclass
+class ParsedConfig:
+    """A strategy read from a launch config, and what the framework would get wrong with it."""
+
+    strategy: dict[str, Any]
+    """Strategy fields the file sets (dp may be absent: it then follows the GPU count)."""
+    target: LaunchTarget | None
+    findings: list[Violation] = field(default_factory=list)
+    """Problems the framework itself would hit or silently get wrong (a misspelled key)."""
+    training: dict[str, Any] = field(default_factory=dict)
+    """Training settings the file fixes (precision, seq_len): they override the model's."""
+    world_size: int | None = None
+    """GPUs the file launches on, when it says (torchrun's nnodes x nproc_per_node)."""
+
+    def finding(self, rule: str, message: str, fix: str) -> None:
+        self.findings.append(Violation(rule=rule, message=message, fix=fix))
+
+
+@dataclass(frozen=True)
+class Emitter:
+    target: LaunchTarget
+    emit: Callable[[LaunchPlan], dict[str, str]]
+    parse: Callable[..., ParsedConfig]
+    checked_against: str
+    """The framework source or documentation (and its version) the key names were checked
+    against."""
+
+
+def closest(name: str, known) -> str | None:
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
+def did_you_mean(name: str, known) -> str:
+    close = closest(name, known)
+    return f" (did you mean '{close}'?)" if close else ""
+
+
+def parse_python(text: str, file: str):
+    """The syntax tree of a Python config file (never run), or an InputError naming the line."""
+    import ast
+
+    try:
+        return ast.parse(text, filename=file)
+    except SyntaxError as e:
+        from planner.errors import InputError
+
+        raise InputError(f"{file}: line {e.lineno}: Python syntax error: {e.msg}") from None
+
+
+def header_lines(plan: LaunchPlan, target: str, checked_against: str) -> list[str]:
+    """Comment lines (without the comment marker) that open every emitted file."""
+    p, s, r = plan.problem, plan.strategy, plan.report
+    options = (f"sequence_parallel {str(s.sequence_parallel).lower()}, recompute "
+               f"{s.recompute.value}, zero_stage {int(s.zero_stage)}, "
+               f"{p.training.precision.value}")
+    paragraphs = [
+        f"{target} launch config written by planner {__version__}.",
+        f"Model {p.model.name} on {p.num_gpus} x {p.cluster.gpu.name} ({p.cluster.name}).",
+        f"Strategy: {s.degrees_label()}, global batch {s.global_batch}, seq_len "
+        f"{p.training.seq_len}, {options}.",
+        f"Predicted: {r.time.step_s:.3f} s per step, peak {r.memory.peak_bytes / 2**30:.1f} GiB "
+        f"per GPU (stage {r.memory.peak_stage}), MFU {r.throughput.mfu:.1%}.",
+        f"Keys checked against {checked_against}.",
+    ]
+    return [line for text in paragraphs
+            for line in textwrap.wrap(text, width=94, subsequent_indent="  ",
+                                      break_on_hyphens=False, break_long_words=False)]
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The transformer shapes launch configs need, read off the model chain."""
+
+    num_layers: int
+    layer: TransformerBlock
+    embedding: EmbeddingBlock
+    output: OutputBlock
+
+    @property
+    def max_positions(self) -> int:
+        return self.embedding.max_positions
+
+
+def transformer_shape(model: ModelSpec, target: str) -> ModelShape:
+    """The model as one stack of identical transformer layers, or an InputError saying why a
+    framework's GPT/BERT trainer cannot run it."""
+    from planner.errors import InputError
+
+    layers = [b for b in model.blocks if b.kind == "transformer"]
+    others = sorted({b.kind for b in model.blocks} - {"transformer", "embedding", "norm",
+                                                      "output"})
+    if others or not layers or len(set(layers)) != 1:
+        what = f"{', '.join(others)} blocks" if others else "layers of different shapes"
+        raise InputError(f"--emit {target}: {model.name} has {what}; {target} launch configs "
+                         f"describe one stack of identical transformer layers")
+    embedding = next((b for b in model.blocks if isinstance(b, EmbeddingBlock)), None)
+    output = next((b for b in model.blocks if isinstance(b, OutputBlock)), None)
+    if embedding is None or output is None:
+        missing = "embedding" if embedding is None else "output layer"
+        raise InputError(f"--emit {target}: {model.name} has no {missing}; {target} launch "
+                         f"configs describe a language model with an embedding and an output "
+                         f"layer")
+    return ModelShape(len(layers), layers[0], embedding, output)

@@ -1,0 +1,511 @@
+"""Megatron-LM: a launch script for pretrain_gpt.py (pretrain_bert.py for an encoder) under
+torchrun, and a reader for users' own Megatron-LM scripts and argument files.
+
+Flag names were checked against NVIDIA/Megatron-LM megatron/training/arguments.py @000c4ac2
+(2025), megatron/core/transformer/transformer_config.py @002526d8 and
+megatron/core/model_parallel_config.py @02aa3ee4. Megatron-LM parses with argparse and
+allow_abbrev=False: an unknown or misspelled flag stops it ("unrecognized arguments").
+"""
+
+from __future__ import annotations
+
+from cost_models.enums import AttentionKind, MlpKind, NormKind, Optimizer, PositionKind, \
+    Precision, Recompute, ZeroStage
+from planner.frameworks import torchrun
+from planner.frameworks.base import LaunchPlan, ParsedConfig, closest, header_lines, transformer_shape
+from planner.frameworks.shell import Flag, ShellScript
+from planner.errors import InputError
+from planner.inputs.loader import Problem
+from planner.schemas.strategy import LaunchTarget
+
+CHECKED_AGAINST = ("NVIDIA/Megatron-LM megatron/training/arguments.py @000c4ac2, "
+                   "megatron/core/transformer/transformer_config.py @002526d8")
+
+POSITIONS = {PositionKind.LEARNED: "learned_absolute", PositionKind.ROTARY: "rope",
+             PositionKind.NONE: "none"}
+NORMS = {NormKind.LAYERNORM: "LayerNorm", NormKind.RMSNORM: "RMSNorm"}
+
+FSDP_STRATEGIES = {ZeroStage.NONE: "no_shard", ZeroStage.OPTIMIZER_STATES: "optim",
+                   ZeroStage.GRADIENTS: "optim_grads", ZeroStage.PARAMETERS: "optim_grads_params"}
+"""Megatron-FSDP's --data-parallel-sharding-strategy per ZeRO stage (arguments.py @000c4ac2)."""
+
+CHOICES = {
+    "--normalization": ("LayerNorm", "RMSNorm"),
+    "--position-embedding-type": ("learned_absolute", "rope", "mrope", "relative", "none"),
+    "--recompute-granularity": ("full", "selective"),
+    "--recompute-method": ("uniform", "block"),
+    "--attention-backend": ("flash", "fused", "unfused", "local", "auto"),
+    "--optimizer": ("adam", "sgd"),
+    "--data-parallel-sharding-strategy": tuple(FSDP_STRATEGIES.values()),
+}
+"""argparse choices: any other value stops Megatron-LM."""
+
+KNOWN_FLAGS = frozenset({
+    "--tensor-model-parallel-size", "--pipeline-model-parallel-size",
+    "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
+    "--microbatch-group-size-per-virtual-pipeline-stage", "--sequence-parallel",
+    "--context-parallel-size", "--expert-model-parallel-size", "--expert-tensor-parallel-size",
+    "--micro-batch-size", "--global-batch-size", "--rampup-batch-size",
+    "--recompute-granularity", "--recompute-method", "--recompute-num-layers",
+    "--recompute-modules", "--recompute-activations", "--use-distributed-optimizer",
+    "--overlap-grad-reduce", "--overlap-param-gather", "--use-megatron-fsdp",
+    "--data-parallel-sharding-strategy", "--ckpt-format", "--bf16", "--fp16", "--loss-scale",
+    "--initial-loss-scale", "--min-loss-scale", "--loss-scale-window", "--hysteresis",
+    "--group-query-attention", "--num-query-groups", "--swiglu", "--position-embedding-type",
+    "--use-rotary-position-embeddings", "--untie-embeddings-and-output-weights",
+    "--normalization", "--norm-epsilon", "--disable-bias-linear", "--add-qkv-bias",
+    "--num-layers", "--hidden-size", "--num-attention-heads", "--ffn-hidden-size",
+    "--kv-channels", "--seq-length", "--max-position-embeddings", "--vocab-size",
+    "--attention-dropout", "--hidden-dropout", "--use-flash-attn", "--attention-backend",
+    "--num-experts", "--moe-router-topk", "--train-iters", "--train-samples", "--lr",
+    "--min-lr", "--lr-decay-style", "--lr-warmup-fraction", "--lr-warmup-iters",
+    "--lr-decay-iters", "--weight-decay", "--clip-grad", "--adam-beta1", "--adam-beta2",
+    "--adam-eps", "--optimizer", "--sgd-momentum", "--init-method-std",
+    "--make-vocab-size-divisible-by", "--tokenizer-type", "--tokenizer-model", "--vocab-file",
+    "--merge-file", "--data-path", "--mock-data", "--split", "--log-interval",
+    "--eval-interval", "--eval-iters", "--save", "--load", "--save-interval",
+    "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
+    "--pipeline-model-parallel-layout", "--account-for-embedding-in-pipeline-split",
+    "--account-for-loss-in-pipeline-split", "--no-overlap-p2p-communication",
+    "--distributed-backend", "--use-mcore-models", "--transformer-impl", "--seed",
+    "--no-masked-softmax-fusion", "--no-bias-gelu-fusion", "--apply-query-key-layer-scaling",
+    "--accumulate-allreduce-grads-in-fp32", "--tensorboard-dir", "--wandb-project",
+    "--exit-interval", "--log-throughput", "--timing-log-level", "--use-cpu-initialization",
+})
+"""Flags this module reads or writes, and other common ones (for "did you mean")."""
+
+TORCHRUN_FLAGS = frozenset({"--nnodes", "--nproc-per-node", "--nproc_per_node", "--node-rank",
+                            "--node_rank", "--rdzv-backend", "--rdzv_backend", "--rdzv-endpoint",
+                            "--rdzv_endpoint", "--rdzv-id", "--rdzv_id", "--master-addr",
+                            "--master_addr", "--master-port", "--master_port", "--max-restarts",
+                            "--max_restarts", "--standalone"})
+
+
+def _array(name: str, args: list[str]) -> list[str]:
+    return [f"{name}=(", *(f"  {a}" for a in args), ")"]
+
+
+def _model_args(plan: LaunchPlan) -> list[str]:
+    shape = transformer_shape(plan.problem.model, "megatron")
+    layer, training = shape.layer, plan.problem.training
+    args = [f"--num-layers {shape.num_layers}", f"--hidden-size {layer.hidden}",
+            f"--num-attention-heads {layer.num_heads}", f"--ffn-hidden-size {layer.ffn}",
+            f"--seq-length {training.seq_len}",
+            f"--max-position-embeddings {max(training.seq_len, shape.max_positions)}"]
+    if layer.head_dim is not None and layer.head_dim * layer.num_heads != layer.hidden:
+        args.append(f"--kv-channels {layer.head_dim}")
+    if layer.kv_heads != layer.num_heads:
+        args += ["--group-query-attention", f"--num-query-groups {layer.kv_heads}"]
+    if layer.mlp is MlpKind.SWIGLU:
+        args.append("--swiglu")
+    if layer.position not in POSITIONS:
+        raise InputError(f"--emit megatron: {layer.position.value} positions have no Megatron-LM "
+                         f"--position-embedding-type")
+    args += [f"--position-embedding-type {POSITIONS[layer.position]}",
+             f"--normalization {NORMS[layer.norm]}"]
+    if not layer.bias:
+        args.append("--disable-bias-linear")
+    if layer.qkv_bias:
+        args.append("--add-qkv-bias")
+    if not shape.output.tied:
+        args.append("--untie-embeddings-and-output-weights")
+    if not layer.dropout:
+        args += ["--attention-dropout 0.0", "--hidden-dropout 0.0"]
+    flash = layer.attention is AttentionKind.FLASH
+    # The planner's memory assumes flash attention keeps no s x s scores and the unfused
+    # kernel keeps them all; say which one to run.
+    args.append(f"--attention-backend {'flash' if flash else 'unfused'}")
+    if layer.num_experts > 1:
+        args += [f"--num-experts {layer.num_experts}", f"--moe-router-topk {layer.top_k}"]
+    return args
+
+
+def first_last_stages(counts: tuple[int, ...], pp: int, vpp: int) -> tuple[int, int] | None:
+    """(first, last) stage layer counts when Megatron-LM's --decoder-first/last-pipeline-
+    num-layers express `counts` (per chunk, pipeline order): equal chunks within each stage,
+    equal middle stages (transformer_config.py splits the rest evenly over them)."""
+    stages = [[counts[c * pp + r] for c in range(vpp)] for r in range(pp)]
+    if any(len(set(chunks)) != 1 for chunks in stages):
+        return None
+    totals = [sum(chunks) for chunks in stages]
+    if len(set(totals[1:-1])) > 1:
+        return None
+    return totals[0], totals[-1]
+
+
+def layout_string(counts: tuple[int, ...]) -> str:
+    """Megatron-LM's --pipeline-model-parallel-layout for per-chunk layer counts: virtual stages
+    in pipeline order separated by '|', E the embedding, t*N N decoder layers, L the loss
+    (megatron/core/transformer/pipeline_parallel_layer_layout.py)."""
+    stages = [f"t*{c}" if c > 1 else "t" for c in counts]
+    stages[0], stages[-1] = "E" + stages[0], stages[-1] + "L"
+    return "|".join(stages)
+
+
+def parse_layout_string(text: str, file: str) -> tuple[int, ...]:
+    """Decoder layers per virtual stage of a layout string (the grammar of
+    PipelineParallelLayerLayout.parse_str_to_list: commas dropped, (..)*n then x*n unrolled)."""
+    import re
+
+    flat = text.replace(",", "")
+    flat = re.sub(r"\(([^)]+)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), flat)
+    flat = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), flat)
+    bad = set(flat) - set("EtmL|")
+    if bad:
+        raise InputError(f"{file}: --pipeline-model-parallel-layout {text}: invalid layer "
+                         f"character {sorted(bad)[0]!r}; known: E, t, m, L")
+    return tuple(stage.count("t") for stage in flat.split("|"))
+
+
+def _layout_args(s) -> list[str]:
+    counts = s.layers_per_stage
+    if counts is None:
+        return [f"--num-virtual-stages-per-pipeline-rank {s.vpp}"] if s.vpp > 1 else []
+    ends = first_last_stages(counts, s.pp, s.vpp)
+    if ends is None:
+        return [f'--pipeline-model-parallel-layout "{layout_string(counts)}"']
+    args = [f"--num-virtual-stages-per-pipeline-rank {s.vpp}"] if s.vpp > 1 else []
+    middle = sum(counts[1:s.pp - 1]) // max(1, s.pp - 2) * s.vpp if s.pp > 2 else None
+    first, last = ends
+    if first != middle:
+        args.append(f"--decoder-first-pipeline-num-layers {first}")
+    if last != middle:
+        args.append(f"--decoder-last-pipeline-num-layers {last}")
+    return args
+
+
+def _parallel_args(plan: LaunchPlan) -> list[str]:
+    s = plan.strategy
+    args = [f"--tensor-model-parallel-size {s.tp}", f"--pipeline-model-parallel-size {s.pp}",
+            *_layout_args(s)]
+    if s.sequence_parallel:
+        args.append("--sequence-parallel")
+    if s.zero_stage >= ZeroStage.OPTIMIZER_STATES:
+        args.append("--use-distributed-optimizer")
+    if s.zero_stage >= ZeroStage.GRADIENTS:      # Megatron-FSDP shards gradients (and weights)
+        args += ["--use-megatron-fsdp",
+                 f"--data-parallel-sharding-strategy {FSDP_STRATEGIES[s.zero_stage]}",
+                 "--ckpt-format fsdp_dtensor"]
+    if s.overlap_grad_reduce:
+        args.append("--overlap-grad-reduce")
+        if s.zero_stage >= ZeroStage.OPTIMIZER_STATES:
+            args.append("--overlap-param-gather")
+    args += [f"--micro-batch-size {s.micro_batch}", f"--global-batch-size {s.global_batch}"]
+    if s.recompute is Recompute.SELECTIVE:
+        args.append("--recompute-granularity selective")
+    elif s.recompute is Recompute.FULL:
+        args += ["--recompute-granularity full", "--recompute-method uniform",
+                 "--recompute-num-layers 1"]
+    return args
+
+
+def _training_args(plan: LaunchPlan) -> list[str]:
+    training = plan.problem.training
+    if training.precision is Precision.BF16:
+        args = ["--bf16"]
+    elif training.precision is Precision.FP16:     # dynamic loss scaling (Megatron defaults)
+        args = ["--fp16", "--initial-loss-scale 4294967296", "--min-loss-scale 1.0",
+                "--loss-scale-window 1000", "--hysteresis 2"]
+    else:
+        args = []
+    if training.optimizer is Optimizer.ADAM:
+        args += ["--optimizer adam", "--adam-beta1 0.9", "--adam-beta2 0.95"]
+    else:
+        momentum = "0.9" if training.optimizer is Optimizer.SGD_MOMENTUM else "0.0"
+        args += ["--optimizer sgd", f"--sgd-momentum {momentum}"]
+    iters = plan.train_iters
+    args += [f'--train-iters "${{TRAIN_ITERS:-{iters if iters else 500000}}}"',
+             '--lr "${LR:-3.0e-4}"', '--min-lr "${MIN_LR:-3.0e-5}"', "--lr-decay-style cosine",
+             "--lr-warmup-fraction 0.01", "--weight-decay 0.1", "--clip-grad 1.0"]
+    return args
+
+
+def emit(plan: LaunchPlan) -> dict[str, str]:
+    p = plan.problem
+    shape = transformer_shape(p.model, "megatron")
+    script = "pretrain_gpt.py" if shape.layer.causal else "pretrain_bert.py"
+    name = script.replace(".py", ".sh")
+    if shape.layer.causal:
+        tokenizer = ["# NullTokenizer keeps the model's vocabulary; point TOKENIZER_ARGS at "
+                     "your tokenizer.",
+                     *_array("TOKENIZER_ARGS", ["--tokenizer-type NullTokenizer",
+                                                f"--vocab-size {shape.embedding.vocab_size}"]),
+                     'if [ -n "${DATA_PATH:-}" ]; then',
+                     '  DATA_ARGS=(--data-path "$DATA_PATH" --split 949,50,1)', "else",
+                     "  DATA_ARGS=(--mock-data)             # synthetic tokens: a throughput "
+                     "test", "fi"]
+    else:   # BERT's masked-LM data needs its WordPiece vocabulary (mask, CLS, SEP tokens)
+        tokenizer = [*_array("TOKENIZER_ARGS", ["--tokenizer-type BertWordPieceLowerCase",
+                                                '--vocab-file "$VOCAB_FILE"']),
+                     *_array("DATA_ARGS", ['--data-path "$DATA_PATH"', "--split 949,50,1"])]
+    lines = [
+        "#!/usr/bin/env bash",
+        *(f"# {line}" for line in header_lines(plan, "Megatron-LM", CHECKED_AGAINST)),
+        "# Run on every node: MASTER_ADDR=<first node> "
+        + ("[DATA_PATH=<prefix>]" if shape.layer.causal
+           else "DATA_PATH=<prefix> VOCAB_FILE=<vocab.txt>") + f" bash {name}",
+        "set -euo pipefail", "",
+        "MEGATRON_PATH=${MEGATRON_PATH:-/workspace/Megatron-LM}",
+        *([] if shape.layer.causal else [
+            "DATA_PATH=${DATA_PATH:?set DATA_PATH to a Megatron .bin/.idx prefix}",
+            "VOCAB_FILE=${VOCAB_FILE:?set VOCAB_FILE to the BERT WordPiece vocabulary}"]),
+        f"CHECKPOINT_PATH=${{CHECKPOINT_PATH:-checkpoints/{p.model.name}}}",
+        *torchrun.launcher(plan), "",
+        *torchrun.environment(p.cluster, tp=plan.strategy.tp,
+                              ordered_kernels=plan.strategy.zero_stage < ZeroStage.GRADIENTS),
+        "",
+        *_array("MODEL_ARGS", _model_args(plan)),
+        *_array("PARALLEL_ARGS", _parallel_args(plan)),
+        *_array("TRAINING_ARGS", _training_args(plan)),
+        *tokenizer,
+        *_array("LOGGING_ARGS", ["--log-interval 10", "--log-throughput",
+                                 "--eval-interval 1000", "--eval-iters 10",
+                                 '--save "$CHECKPOINT_PATH"', '--load "$CHECKPOINT_PATH"',
+                                 "--save-interval 1000"]),
+        "",
+        f'{torchrun.TORCHRUN} \\\n  "$MEGATRON_PATH/{script}" \\\n'
+        '  "${MODEL_ARGS[@]}" "${PARALLEL_ARGS[@]}" "${TRAINING_ARGS[@]}" '
+        '"${TOKENIZER_ARGS[@]}" \\\n  "${DATA_ARGS[@]}" "${LOGGING_ARGS[@]}"', ""]
+    return {name: "\n".join(lines)}
+
+
+# --------------------------------------------------------------------------- reading
+
+def _int_value(flag: Flag, file: str) -> int | None:
+    if flag.value is None:
+        return None
+    try:
+        return int(flag.value)
+    except ValueError:
+        raise InputError(f"{file}: {flag.name} {flag.value}: expected an integer") from None
+
+
+def _check_flags(parsed: ParsedConfig, flags: dict[str, Flag]) -> None:
+    for name, flag in flags.items():
+        if name in KNOWN_FLAGS or name in TORCHRUN_FLAGS:
+            if name in CHOICES and flag.value is not None and flag.value not in CHOICES[name]:
+                parsed.finding("megatron_flag",
+                               f"Megatron-LM stops: {name} {flag.value} is not one of "
+                               f"{', '.join(CHOICES[name])}",
+                               f"use one of {', '.join(CHOICES[name])}")
+            continue
+        meant = closest(name, KNOWN_FLAGS)
+        if meant is not None:
+            parsed.finding("megatron_flag",
+                           f"Megatron-LM stops: unrecognized argument {name} (did you mean "
+                           f"{meant}?)", f"rename {name} to {meant}")
+
+
+_MODEL_FLAGS = ("--num-layers", "--hidden-size", "--num-attention-heads", "--ffn-hidden-size",
+                "--num-query-groups", "--num-experts")
+
+
+def _model_values(problem: Problem) -> dict[str, int]:
+    layers = [b for b in problem.model.blocks if b.kind == "transformer"]
+    if not layers:
+        return {}
+    layer = layers[0]
+    values = {"--num-layers": len(layers), "--hidden-size": layer.hidden,
+              "--num-attention-heads": layer.num_heads, "--ffn-hidden-size": layer.ffn,
+              "--num-query-groups": layer.kv_heads}
+    if layer.num_experts > 1:
+        values["--num-experts"] = layer.num_experts
+    return values
+
+
+def _check_model(parsed: ParsedConfig, flags: dict[str, Flag], problem: Problem,
+                 file: str) -> None:
+    expected = _model_values(problem)
+    for name in _MODEL_FLAGS:
+        if name in flags and name in expected:
+            got = _int_value(flags[name], file)
+            if got is not None and got != expected[name]:
+                parsed.finding("megatron_model_mismatch",
+                               f"{name} is {got} but {problem.model.name} has {expected[name]}: "
+                               f"the script trains another model than the one planned",
+                               f"use {name} {expected[name]}, or plan for the script's model")
+
+
+def _read_layout(parsed: ParsedConfig, text: str, file: str,
+                 num_layers: int) -> tuple[int, ...] | None:
+    """Decoder layers per virtual stage of a --pipeline-model-parallel-layout, with the
+    checks of PipelineParallelLayerLayout.validate_layer_layout."""
+    flat = text.replace(",", "").replace(" ", "")
+    if not flat.startswith("E") and not flat.startswith("(E"):
+        parsed.finding("megatron_flag", "Megatron-LM stops: the first layer of "
+                       "--pipeline-model-parallel-layout must be embedding (E)",
+                       "start the layout with E")
+    if not flat.endswith("L"):
+        parsed.finding("megatron_flag", "Megatron-LM stops: the last layer of "
+                       "--pipeline-model-parallel-layout must be loss (L)",
+                       "end the layout with L")
+    counts = parse_layout_string(text, file)
+    if sum(counts) != num_layers:
+        parsed.finding("megatron_flag", f"Megatron-LM stops: number of decoder layers "
+                       f"({sum(counts)}) must match num_layers ({num_layers})",
+                       f"give the layout {num_layers} t's")
+        return None
+    if min(counts) < 1:
+        empty = counts.index(0)
+        raise InputError(f"{file}: --pipeline-model-parallel-layout {text}: virtual stage "
+                         f"{empty} holds no decoder layer; Megatron-LM allows it, the planner "
+                         f"needs a layer in every stage")
+    return counts
+
+
+def _uneven_problem(num_layers: int, pp: int, vpp: int, first: int | None,
+                    last: int | None) -> str | None:
+    """What TransformerConfig.__post_init__ refuses in uneven first/last stages, or None."""
+    for name, count in (("first", first), ("last", last)):
+        if count is not None and count <= 0:
+            return f"num_layers_in_{name}_pipeline_stage must be larger than 0"
+        if count is not None and vpp > 1 and count % vpp:
+            return (f"number of layers at {name} stage: {count} must be divisible by virtual "
+                    f"pipeline parallel degree {vpp}")
+    ends = int(first is not None) + int(last is not None)
+    middle, mid_pp = num_layers - (first or 0) - (last or 0), pp - ends
+    if bool(middle) != bool(mid_pp) or middle < 0:
+        return f"Mismatch: {middle} middle layers remaining but {mid_pp} middle PP stages available"
+    if mid_pp and middle % mid_pp:
+        return (f"number of layers at middle stage: {middle} must be divisible by the middle "
+                f"pipeline model parallel size {mid_pp}")
+    if mid_pp and vpp > 1 and (middle // mid_pp) % vpp:
+        return (f"number of layers at middle stage: {middle // mid_pp} per stage must be "
+                f"divisible by virtual pipeline parallel degree {vpp}")
+    return None
+
+
+def _layers_per_chunk(num_layers: int, pp: int, vpp: int, first: int | None,
+                      last: int | None) -> list[int]:
+    """Per-chunk layer counts (pipeline order) of Megatron-LM's uneven first/last stages.
+
+    Ref: transformer_config.py __post_init__: the middle layers split evenly over the middle
+    stages, and with virtual stages each stage's layers split evenly over its chunks.
+    """
+    ends = int(first is not None) + int(last is not None)
+    middle = num_layers - (first or 0) - (last or 0)
+    per_middle = middle // (pp - ends) if pp > ends else 0
+    stages = [per_middle] * pp
+    if first is not None:
+        stages[0] = first
+    if last is not None:
+        stages[-1] = last
+    return [stages[k % pp] // vpp for k in range(pp * vpp)]
+
+
+def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> ParsedConfig:
+    """A Megatron-LM launch script or argument file -> its strategy and what Megatron-LM
+    itself would refuse or silently change."""
+    script = ShellScript(text, file=file)
+    flags = {f.name: f for f in script.flags()}
+    parsed = ParsedConfig(strategy={}, target=LaunchTarget.MEGATRON,
+                          world_size=torchrun.world_size(script, file=file))
+    _check_flags(parsed, flags)
+    _check_model(parsed, flags, problem, file)
+
+    def number(name: str, default: int | None = None) -> int | None:
+        return _int_value(flags[name], file) if name in flags else default
+
+    tp, pp = number("--tensor-model-parallel-size", 1), number("--pipeline-model-parallel-size", 1)
+    num_layers = number("--num-layers") or problem.model.num_layers
+    vpp = number("--num-virtual-stages-per-pipeline-rank")
+    per_chunk = number("--num-layers-per-virtual-pipeline-stage")
+    layout = flags.get("--pipeline-model-parallel-layout")
+    # arguments.py: at most one way to ask for virtual stages.
+    ways = [f for f in ("--num-layers-per-virtual-pipeline-stage",
+                        "--num-virtual-stages-per-pipeline-rank",
+                        "--pipeline-model-parallel-layout") if f in flags]
+    if len(ways) > 1:
+        parsed.finding("megatron_flag", "Megatron-LM stops: no more than one of "
+                       f"{', '.join(ways)} can be set at the same time", f"keep only {ways[-1]}")
+    if per_chunk:
+        if (num_layers // pp) % per_chunk:
+            parsed.finding("megatron_flag", f"Megatron-LM stops: number of layers per pipeline "
+                           f"stage ({num_layers // pp}) must be divisible by number of layers "
+                           f"per virtual pipeline stage ({per_chunk})",
+                           "use --num-virtual-stages-per-pipeline-rank")
+        vpp = max(1, num_layers // pp // per_chunk)
+    vpp = vpp or 1
+    s = parsed.strategy
+    zero = ZeroStage.OPTIMIZER_STATES if "--use-distributed-optimizer" in flags \
+        else ZeroStage.NONE
+    fsdp = "--use-megatron-fsdp" in flags
+    if fsdp:
+        sharding = flags.get("--data-parallel-sharding-strategy")
+        by_name = {v: k for k, v in FSDP_STRATEGIES.items()}
+        zero = by_name.get(sharding.value if sharding else "no_shard", zero)
+    s.update(tp=tp, pp=pp, vpp=vpp, micro_batch=number("--micro-batch-size", 1),
+             sequence_parallel="--sequence-parallel" in flags, zero_stage=zero,
+             overlap_grad_reduce="--overlap-grad-reduce" in flags)
+    if "--global-batch-size" in flags:
+        s["global_batch"] = number("--global-batch-size")
+    granularity = flags.get("--recompute-granularity")
+    if granularity is not None and granularity.value in ("full", "selective"):
+        s["recompute"] = Recompute(granularity.value)
+        if granularity.value == "full" and "--recompute-method" not in flags:
+            parsed.finding("megatron_flag", "Megatron-LM stops: --recompute-granularity full "
+                           "needs --recompute-method (uniform or block)",
+                           "add --recompute-method uniform --recompute-num-layers 1")
+    elif "--recompute-activations" in flags:
+        s["recompute"] = Recompute.SELECTIVE
+    first = number("--decoder-first-pipeline-num-layers")
+    last = number("--decoder-last-pipeline-num-layers")
+    if layout is not None and layout.value is not None:
+        if first is not None or last is not None:
+            parsed.finding("megatron_flag", "Megatron-LM stops: pipeline_model_parallel_layout "
+                           "cannot be set with other pipeline layout arguments",
+                           "drop --decoder-first/last-pipeline-num-layers")
+        counts = _read_layout(parsed, layout.value, file, num_layers)
+        if counts is not None and len(counts) % pp:
+            parsed.finding("megatron_flag", f"Megatron-LM stops: pipeline_model_parallel_layout "
+                           f"({len(counts)} stages) must be divisible by "
+                           f"pipeline_model_parallel_size ({pp})",
+                           f"give {pp} x vpp stages in --pipeline-model-parallel-layout")
+        elif counts is not None:
+            s["vpp"] = len(counts) // pp
+            s["layers_per_stage"] = counts
+    elif first is not None or last is not None:
+        if per_chunk:
+            parsed.finding("megatron_flag", "Megatron-LM stops: please use "
+                           "--num-virtual-stages-per-pipeline-rank to specify virtual pipeline "
+                           "parallel degree when enable uneven pipeline parallelism",
+                           "use --num-virtual-stages-per-pipeline-rank")
+        problem_text = _uneven_problem(num_layers, pp, vpp, first, last)
+        if problem_text:
+            parsed.finding("megatron_flag", f"Megatron-LM stops: {problem_text}",
+                           "choose first/last layer counts that leave the middle stages an "
+                           "equal share")
+        else:
+            s["layers_per_stage"] = tuple(_layers_per_chunk(num_layers, pp, vpp, first, last))
+    if s["sequence_parallel"] and tp == 1:
+        parsed.finding("megatron_silent", "Megatron-LM silently disables --sequence-parallel "
+                       "when tp is 1 (a warning, not an error)", "drop --sequence-parallel")
+        s["sequence_parallel"] = False
+    if "--overlap-param-gather" in flags and not ("--use-distributed-optimizer" in flags or fsdp):
+        parsed.finding("megatron_flag", "Megatron-LM stops: --overlap-param-gather needs "
+                       "--use-distributed-optimizer", "add --use-distributed-optimizer")
+    connections = script.variables.get("CUDA_DEVICE_MAX_CONNECTIONS")
+    if fsdp and connections == "1":
+        parsed.finding("megatron_environment", "Megatron-LM stops: Megatron-FSDP needs "
+                       "CUDA_DEVICE_MAX_CONNECTIONS other than 1",
+                       "remove export CUDA_DEVICE_MAX_CONNECTIONS=1")
+    if tp > 1 and not fsdp and script.mentions("torchrun") and connections != "1":
+        parsed.finding("megatron_environment", "Megatron-LM stops on pre-Blackwell GPUs: tensor "
+                       "parallelism needs CUDA_DEVICE_MAX_CONNECTIONS=1 in the environment",
+                       "add export CUDA_DEVICE_MAX_CONNECTIONS=1")
+    if "--bf16" in flags:
+        parsed.training["precision"] = Precision.BF16
+    elif "--fp16" in flags:
+        parsed.training["precision"] = Precision.FP16
+    else:
+        parsed.training["precision"] = Precision.FP32
+    if "--optimizer" in flags and flags["--optimizer"].value == "sgd":
+        momentum = flags.get("--sgd-momentum")
+        plain = momentum is not None and momentum.value is not None \
+            and float(momentum.value) == 0
+        parsed.training["optimizer"] = Optimizer.SGD if plain else Optimizer.SGD_MOMENTUM
+    elif "--optimizer" in flags:
+        parsed.training["optimizer"] = Optimizer.ADAM
+    if "--seq-length" in flags:
+        parsed.training["seq_len"] = number("--seq-length")
+    return parsed

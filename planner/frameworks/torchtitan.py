@@ -1,0 +1,370 @@
+"""torchtitan: a recipe module for the current releases and a TOML job config for 0.2.x, and a
+reader for both.
+
+Current torchtitan describes a run as a Python function returning its `Trainer.Config`,
+chosen with `--module` and `--config` (torchtitan/config/manager.py; the `--section.option`
+flags are frozen); releases up to 0.2.x read `--job.config_file x.toml`. Field names were
+checked against torchtitan/config/configs.py @0014ac2c and trainer.py @003fe280 (recipe),
+torchtitan/config/job_config.py @6404b932 (TOML), and the degree check against
+torchtitan/distributed/parallel_dims.py @0119de15. The reader parses a recipe with `ast` and
+never runs it.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from cost_models.enums import Precision, Recompute, ZeroStage
+from planner.frameworks.base import (LaunchPlan, ParsedConfig, did_you_mean, header_lines,
+                               parse_python)
+from planner.errors import InputError
+from planner.inputs.loader import Problem
+from planner.schemas.strategy import LaunchTarget
+
+CHECKED_AGAINST = ("pytorch/torchtitan torchtitan/config/configs.py @0014ac2c, trainer.py "
+                   "@003fe280 (recipe); torchtitan/config/job_config.py @6404b932 (0.2.x TOML)")
+
+PARALLELISM_KEYS = frozenset({
+    "data_parallel_replicate_degree", "enable_compiled_autograd", "data_parallel_shard_degree",
+    "fsdp_reshard_after_forward", "enable_fsdp_symm_mem", "tensor_parallel_degree",
+    "disable_loss_parallel", "enable_async_tensor_parallel", "enable_sequence_parallel",
+    "full_dtensor", "pipeline_parallel_degree", "pipeline_parallel_split_points",
+    "module_fqns_per_model_part", "pipeline_parallel_first_stage_less_layers",
+    "pipeline_parallel_last_stage_less_layers", "pipeline_parallel_layers_per_stage",
+    "pipeline_parallel_schedule", "pipeline_parallel_schedule_csv",
+    "pipeline_parallel_microbatch_size", "context_parallel_degree",
+    "context_parallel_load_balancer", "context_parallel_rotate_method", "expert_parallel_degree",
+    "expert_tensor_parallel_degree",
+})
+TRAINING_KEYS = frozenset({
+    "dataset", "dataset_path", "local_batch_size", "batch_size", "global_batch_size", "seq_len",
+    "max_norm", "steps", "enable_cpu_offload", "dtype", "mixed_precision_param",
+    "mixed_precision_reduce", "compile", "gc_freq", "gc_debug", "seed", "deterministic",
+})
+CHECKPOINT_KEYS = frozenset({"mode", "selective_ac_option",
+                             "per_op_sac_force_recompute_mm_shapes_by_fqns", "early_stop",
+                             "memory_budget", "visualize_memory_budget_pareto",
+                             "preserve_rng_state", "determinism_check", "debug"})
+SECTION_KEYS = {"parallelism": PARALLELISM_KEYS, "training": TRAINING_KEYS,
+                "activation_checkpoint": CHECKPOINT_KEYS}
+"""Fields of the config sections the planner reads; torchtitan refuses any other field."""
+
+LLAMA3_FLAVORS = {"llama3-8b": ("8B", "llama3_8b"), "llama3-70b": ("70B", "llama3_70b"),
+                  "llama3-405b": ("405B", "llama3_405b")}
+"""Zoo models torchtitan ships: TOML flavor and recipe function (models/llama3)."""
+
+PRECISIONS = {Precision.BF16: "bfloat16", Precision.FP32: "float32"}
+
+
+def _parallelism(plan: LaunchPlan) -> dict[str, Any]:
+    s, layers = plan.strategy, plan.problem.model.num_layers
+    sharded = s.zero_stage >= ZeroStage.GRADIENTS
+    fields: dict[str, Any] = {
+        # FSDP2 (ZeRO 2/3) shards over data_parallel_shard_degree; plain DDP replicates.
+        "data_parallel_replicate_degree": 1 if sharded else s.dp,
+        "data_parallel_shard_degree": s.dp if sharded else 1,
+        "fsdp_reshard_after_forward": "always" if s.zero_stage is ZeroStage.PARAMETERS
+        else "never" if sharded else "default",
+        "tensor_parallel_degree": s.tp,
+        "pipeline_parallel_degree": s.pp,
+        "context_parallel_degree": 1,
+    }
+    if s.pp > 1:
+        fields.update(
+            pipeline_parallel_schedule="Interleaved1F1B" if s.vpp > 1 else "1F1B",
+            pipeline_parallel_microbatch_size=s.micro_batch)
+        if s.layers_per_stage is None:
+            fields.update(
+                pipeline_parallel_layers_per_stage=layers // (s.pp * s.vpp),
+                # The embedding and the output layer are not counted as layers of their stages.
+                pipeline_parallel_first_stage_less_layers=0,
+                pipeline_parallel_last_stage_less_layers=0)
+        else:
+            fields["module_fqns_per_model_part"] = module_fqns(s.layers_per_stage)
+    return fields
+
+
+def module_fqns(counts) -> list[list[str]]:
+    """torchtitan's module names per pipeline part (model chunk) of a decoder: tok_embeddings
+    first, layers.<i> in order, norm and output last (pipeline_parallel.py,
+    generate_llm_fqn_per_model_part)."""
+    parts, layer = [], 0
+    for k, count in enumerate(counts):
+        part = ["tok_embeddings"] if k == 0 else []
+        part += [f"layers.{i}" for i in range(layer, layer + count)]
+        layer += count
+        if k == len(counts) - 1:
+            part += ["norm", "output"]
+        parts.append(part)
+    return parts
+
+
+def _training(plan: LaunchPlan) -> dict[str, Any]:
+    s, training = plan.strategy, plan.problem.training
+    # With a pipeline a step feeds local_batch_size samples in micro-batches; without one,
+    # local_batch_size is the micro-batch and torchtitan accumulates gradients up to the
+    # global batch.
+    local = s.global_batch // s.dp if s.pp > 1 else s.micro_batch
+    return {"local_batch_size": local, "global_batch_size": s.global_batch,
+            "seq_len": training.seq_len,
+            "mixed_precision_param": PRECISIONS.get(training.precision, "bfloat16"),
+            "mixed_precision_reduce": "float32", "steps": plan.train_iters or 10000}
+
+
+def _checkpoint_mode(recompute: Recompute) -> str:
+    return {Recompute.NONE: "none", Recompute.SELECTIVE: "selective",
+            Recompute.FULL: "full"}[recompute]
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return str(value)
+
+
+def _toml(plan: LaunchPlan) -> str:
+    name = plan.problem.model.name
+    flavor = LLAMA3_FLAVORS.get(name)
+    lines = [*(f"# {line}" for line in header_lines(plan, "torchtitan 0.2.x", CHECKED_AGAINST)),
+             "# Run: torchrun ... -m torchtitan.train --job.config_file torchtitan.toml", "",
+             "[job]", f'description = "planner plan for {name}"', "", "[model]"]
+    if flavor:
+        lines += ['name = "llama3"', f'flavor = "{flavor[0]}"']
+    else:
+        lines += [f"# torchtitan ships no {name}: register it as a model and name it here",
+                  f'name = "{name}"']
+    sections = {"training": _training(plan), "parallelism": _parallelism(plan),
+                "activation_checkpoint": {"mode": _checkpoint_mode(plan.strategy.recompute)}}
+    if plan.strategy.recompute is Recompute.SELECTIVE:
+        sections["activation_checkpoint"]["selective_ac_option"] = "op"
+    for section, fields in sections.items():
+        lines += ["", f"[{section}]", *(f"{k} = {_toml_value(v)}" for k, v in fields.items())]
+    return "\n".join(lines) + "\n"
+
+
+def _recipe(plan: LaunchPlan) -> str:
+    name = plan.problem.model.name
+    flavor = LLAMA3_FLAVORS.get(name)
+    parallelism = {**_parallelism(plan),
+                   "enable_sequence_parallel": plan.strategy.sequence_parallel}
+    if flavor:
+        base = [f"from torchtitan.models.llama3.config_registry import {flavor[1]} as base_config"]
+    else:
+        base = ["", f"# torchtitan ships no recipe for {name}: import the function that returns "
+                "its", "# Trainer.Config as base_config.",
+                "def base_config():",
+                f'    raise RuntimeError("set base_config to the recipe of {name} (see the '
+                f'comment above)")']
+
+    def call(head: str, fields: dict[str, Any]) -> str:
+        inner = "".join(f"\n            {k}={v!r}," for k, v in fields.items())
+        return f"{head}({inner}\n        )"
+
+    lines = [
+        *(f"# {line}" for line in header_lines(plan, "torchtitan", CHECKED_AGAINST)),
+        "# Run: torchrun ... -m torchtitan.train --module torchtitan_recipe --config planner_plan",
+        "",
+        "from dataclasses import replace", "",
+        "from torchtitan.config.configs import ActivationCheckpointConfig, ParallelismConfig",
+        "from torchtitan.trainer import Trainer", "",
+        *base, "", "",
+        "def planner_plan() -> Trainer.Config:",
+        f'    """{name}: {plan.strategy.degrees_label()} (planner)."""',
+        "    config = base_config()",
+        "    return replace(",
+        "        config,",
+        "        training=" + call("replace", {"__obj__": None, **_training(plan)})
+        .replace("\n            __obj__=None,", "config.training,") + ",",
+        "        parallelism=" + call("ParallelismConfig", parallelism) + ",",
+        "        activation_checkpoint=ActivationCheckpointConfig("
+        f"mode={_checkpoint_mode(plan.strategy.recompute)!r}),",
+        "    )", ""]
+    return "\n".join(lines)
+
+
+def emit(plan: LaunchPlan) -> dict[str, str]:
+    return {"torchtitan_recipe.py": _recipe(plan), "torchtitan.toml": _toml(plan)}
+
+
+# --------------------------------------------------------------------------- reading
+
+def _read_toml(text: str, file: str) -> dict[str, Any]:
+    try:
+        import tomllib
+    except ModuleNotFoundError:                   # Python 3.10
+        raise InputError(f"{file}: reading TOML needs Python 3.11 or newer") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise InputError(f"{file}: TOML syntax error: {e}") from None
+
+
+def _recipe_sections(text: str, file: str) -> dict[str, dict[str, Any]]:
+    """Keyword arguments of the config constructors in a recipe module (literals only)."""
+    tree = parse_python(text, file)
+    names = {"ParallelismConfig": "parallelism", "TrainingConfig": "training",
+             "ActivationCheckpointConfig": "activation_checkpoint"}
+    sections: dict[str, dict[str, Any]] = {}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        called = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+        section = names.get(called)
+        if called == "replace" and node.args and isinstance(node.args[0], ast.Attribute) \
+                and node.args[0].attr == "training":
+            section = "training"
+        if section is None:
+            continue
+        for keyword in node.keywords:
+            if keyword.arg is None:
+                continue
+            try:
+                value = ast.literal_eval(keyword.value)
+            except ValueError:
+                continue                          # computed at run time: not ours to guess
+            sections.setdefault(section, {})[keyword.arg] = value
+    return sections
+
+
+def _int(fields: dict, key: str, default: int, file: str) -> int:
+    value = fields.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(f"{file}: {key}: expected an integer (got {value!r})")
+    return value
+
+
+
+def _fqn_counts(parts: Any, file: str) -> tuple[int, ...]:
+    """Decoder layers in each part of module_fqns_per_model_part (a list of lists of names)."""
+    if not isinstance(parts, list) or not all(
+            isinstance(part, list) and all(isinstance(n, str) for n in part) for part in parts):
+        raise InputError(f"{file}: module_fqns_per_model_part: expected a list of lists of "
+                         f"module names, one list per model part")
+    counts = tuple(sum(1 for name in part if name.startswith("layers.")) for part in parts)
+    if min(counts, default=0) < 1:
+        empty = counts.index(0) if counts else 0
+        raise InputError(f"{file}: module_fqns_per_model_part: part {empty} holds no layers.N; "
+                         f"the planner needs a decoder layer in every part")
+    return counts
+
+
+SINGLE_STAGE_SCHEDULES = ("1f1b", "gpipe")
+"""torch.distributed.pipelining schedules that run one stage per rank."""
+
+
+def _default_split(parsed: ParsedConfig, par: dict, layers: int, pp: int, file: str) -> int:
+    """The layout torchtitan builds without module names: num_virtual_stages =
+    ceil((layers + first_less + last_less) / layers_per_stage) (one per rank for single-stage
+    schedules, two for the others without layers_per_stage); the layers plus the
+    first_less/last_less weights of the embedding and the output spread evenly over the
+    stages, the first and last stages giving up those weights (pipeline_parallel.py,
+    generate_llm_fqn_per_model_part). Returns vpp; records the layout when uneven."""
+    schedule = str(par.get("pipeline_parallel_schedule", "1F1B")).lower()
+    first = _int(par, "pipeline_parallel_first_stage_less_layers", 1, file)
+    last = _int(par, "pipeline_parallel_last_stage_less_layers", 1, file)
+    per_stage = par.get("pipeline_parallel_layers_per_stage")
+    single = schedule in SINGLE_STAGE_SCHEDULES
+    if isinstance(per_stage, int) and per_stage > 0:
+        stages = -(-(layers + first + last) // per_stage)
+        if stages % pp:
+            parsed.finding("torchtitan_pipeline", f"torchtitan stops: number of virtual stages "
+                           f"({stages}) must be divisible by pipeline parallel size ({pp})",
+                           "choose pipeline_parallel_layers_per_stage so that it is")
+            return 1
+        if single and stages != pp:
+            parsed.finding("torchtitan_pipeline", f"torchtitan stops: single stage schedule "
+                           f"{par.get('pipeline_parallel_schedule', '1F1B')} requires exactly 1 "
+                           f"stage per rank, and this layout has {stages // pp}",
+                           "use Interleaved1F1B, or a layers_per_stage giving one stage a rank")
+        elif not single and stages // pp < 2:
+            parsed.finding("torchtitan_pipeline", "torchtitan stops: a multi-stage schedule "
+                           "requires at least 2 stages per rank",
+                           "use 1F1B, or fewer layers per stage")
+    else:
+        stages = pp if single else 2 * pp
+    effective = layers + first + last
+    if stages > effective:
+        parsed.finding("torchtitan_pipeline", f"torchtitan stops: number of stages ({stages}) "
+                       f"cannot be greater than effective layers ({effective})",
+                       "use fewer pipeline stages")
+        return 1
+    counts = [effective // stages + (1 if i < effective % stages else 0) for i in range(stages)]
+    counts[0] -= first
+    counts[-1] -= last
+    if min(counts) < 1:
+        raise InputError(f"{file}: the split torchtitan makes leaves a stage without layers "
+                         f"({counts}); the planner needs a layer in every stage")
+    if len(set(counts)) > 1:
+        parsed.strategy["layers_per_stage"] = tuple(counts)
+    return stages // pp
+
+
+def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> ParsedConfig:
+    """A torchtitan TOML (0.2.x) or recipe module -> its strategy and what torchtitan refuses."""
+    sections = (_read_toml(text, file) if file.endswith(".toml")
+                else _recipe_sections(text, file))
+    parsed = ParsedConfig(strategy={}, target=LaunchTarget.TORCHTITAN)
+    for section in SECTION_KEYS:
+        if not isinstance(sections.get(section, {}), dict):
+            raise InputError(f"{file}: {section}: must be a table of settings "
+                             f"(got {sections[section]!r})")
+    for section, known in SECTION_KEYS.items():
+        for key in sections.get(section, {}):
+            if key not in known:
+                parsed.finding("torchtitan_unknown_key",
+                               f"torchtitan refuses {section}.{key}: no such field"
+                               f"{did_you_mean(key, known)}", f"fix or remove {section}.{key}")
+    par = sections.get("parallelism", {})
+    train = sections.get("training", {})
+    tp = _int(par, "tensor_parallel_degree", 1, file)
+    pp = _int(par, "pipeline_parallel_degree", 1, file)
+    cp = _int(par, "context_parallel_degree", 1, file)
+    replicate = _int(par, "data_parallel_replicate_degree", 1, file)
+    shard = _int(par, "data_parallel_shard_degree", -1, file)
+    if shard == -1:                               # the leftover ranks (parallel_dims.py)
+        world = num_gpus or problem.num_gpus
+        shard = max(1, world // (replicate * cp * tp * pp))
+    dp = replicate * shard
+    reshard = par.get("fsdp_reshard_after_forward", "default")
+    if shard == 1:
+        zero = ZeroStage.NONE
+    elif reshard == "never" or (reshard == "default" and pp > 1):
+        zero = ZeroStage.GRADIENTS                # FSDP without resharding after forward
+    else:
+        zero = ZeroStage.PARAMETERS
+    layers = problem.model.num_layers
+    vpp = 1
+    parts = par.get("module_fqns_per_model_part")
+    if pp > 1 and parts is not None:
+        counts = _fqn_counts(parts, file)
+        if len(counts) % pp:
+            parsed.finding("torchtitan_pipeline", f"torchtitan stops: {len(counts)} model parts "
+                           f"are not divisible by pipeline_parallel_degree ({pp})",
+                           f"give {pp} x (stages per rank) parts")
+        else:
+            vpp = len(counts) // pp
+            parsed.strategy["layers_per_stage"] = counts
+    elif pp > 1:
+        vpp = _default_split(parsed, par, layers, pp, file)
+    local = _int(train, "local_batch_size", _int(train, "batch_size", 8, file), file)
+    micro = _int(par, "pipeline_parallel_microbatch_size", 1, file) if pp > 1 else local
+    global_batch = _int(train, "global_batch_size", -1, file)
+    if global_batch < 0:
+        global_batch = local * dp
+    mode = sections.get("activation_checkpoint", {}).get("mode", "selective")
+    recompute = {"none": Recompute.NONE, "full": Recompute.FULL}.get(mode, Recompute.SELECTIVE)
+    sp = bool(par.get("enable_sequence_parallel", True)) and tp > 1
+    parsed.strategy.update(dp=dp, tp=tp, pp=pp, vpp=vpp, micro_batch=micro,
+                           global_batch=global_batch, sequence_parallel=sp,
+                           recompute=recompute, zero_stage=zero)
+    precision = train.get("mixed_precision_param", "bfloat16")
+    parsed.training["precision"] = Precision.FP32 if precision == "float32" else Precision.BF16
+    if "seq_len" in train:
+        parsed.training["seq_len"] = _int(train, "seq_len", 2048, file)
+    return parsed

@@ -1,0 +1,1 @@
+"""Inputs: models, clusters and strategies read from YAML, Hugging Face configs, zoo names and presets."""

@@ -1,0 +1,297 @@
+"""Read models, clusters and strategies from YAML, HF config.json, zoo names and presets.
+
+Every failure becomes one `InputError` line that names the file, the field and the problem,
+with a "did you mean" for typos.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+import model_zoo
+from planner.inputs import presets
+from planner.errors import InputError
+from planner.inputs.hf_config import shorthand_from_hf
+from planner.schemas.cluster import ClusterSpec
+from planner.schemas.model import ModelSpec, TrainingSpec
+from planner.schemas.model_file import LayersFile, TransformerShorthand
+from planner.schemas.strategy import Strategy
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What a plan is for: a model with its training settings, on `num_gpus` GPUs of a cluster."""
+
+    model: ModelSpec
+    training: TrainingSpec
+    cluster: ClusterSpec
+    num_gpus: int
+
+
+# --------------------------------------------------------------------------- files and YAML
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{path}: file not found") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory, not a file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: cannot read: {e}") from None
+
+
+def read_mapping(path: Path) -> dict[str, Any]:
+    """Parse a YAML (or JSON, a subset of YAML) file whose top level is a mapping."""
+    text = _read_text(path)
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise InputError(f"{path}: {where}YAML syntax error: {problem}") from None
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}: line {e.lineno}, column {e.colno}: JSON syntax error: "
+                         f"{e.msg}") from None
+    if not isinstance(data, dict):
+        kind = "an empty file" if data is None else f"a {type(data).__name__}"
+        raise InputError(f"{path}: expected a mapping of fields at the top level, got {kind}")
+    return data
+
+
+# --------------------------------------------------------------------------- validation errors
+
+def _unwrap(annotation: Any) -> list[Any]:
+    """The model classes an annotation can hold (through Optional, tuples, Annotated unions)."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _unwrap(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType, tuple, list, dict):
+        found: list[Any] = []
+        for arg in typing.get_args(annotation):
+            found += _unwrap(arg)
+        return found
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return []
+
+
+def _model_at(root: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
+    """The pydantic model class whose fields live at `loc` (for "did you mean")."""
+    current: list[type[BaseModel]] = [root]
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        tagged = [c for c in current if _kind_tag(c) == part]
+        if tagged:
+            current = tagged
+            continue
+        nxt: list[type[BaseModel]] = []
+        for cls in current:
+            field = cls.model_fields.get(part)
+            if field is not None:
+                nxt += _unwrap(field.annotation)
+        current = nxt
+        if not current:
+            return None
+    return current[0] if len(current) == 1 else None
+
+
+def _kind_tag(cls: type[BaseModel]) -> str | None:
+    field = cls.model_fields.get("kind")
+    if field is None:
+        return None
+    args = typing.get_args(field.annotation)
+    return args[0] if args else None
+
+
+def _path_text(loc: tuple) -> str:
+    """('layers', 3, 'transformer', 'hidden') -> 'layers[3].hidden'."""
+    text = ""
+    previous_int = False
+    for part in loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+            previous_int = True
+            continue
+        if previous_int and part in _KIND_TAGS:
+            previous_int = False
+            continue
+        text += f".{part}" if text else str(part)
+        previous_int = False
+    return text
+
+
+_KIND_TAGS = {"embedding", "transformer", "norm", "output", "evoformer"}
+
+
+def _suggestion(error: dict, root: type[BaseModel]) -> str | None:
+    """For an unknown field, the closest field name allowed at its place."""
+    loc = tuple(error.get("loc", ()))
+    parent = _model_at(root, loc[:-1])
+    if error["type"] != "extra_forbidden" or parent is None:
+        return None
+    close = difflib.get_close_matches(str(loc[-1]), list(parent.model_fields), n=1)
+    return close[0] if close else None
+
+
+def _describe(error: dict, root: type[BaseModel]) -> str:
+    loc = tuple(error.get("loc", ()))
+    field = _path_text(loc)
+    if error["type"] == "extra_forbidden":
+        close = _suggestion(error, root)
+        hint = f" (did you mean '{close}'?)" if close else ""
+        return f"{field}: unknown field{hint}"
+    if error["type"] == "missing":
+        return f"{field}: required field is missing"
+    message = error["msg"]
+    if message.startswith("Value error, "):
+        message = message[len("Value error, "):]
+    if error["type"].startswith(("value_error", "assertion_error")):
+        return f"{field}: {message}" if field else message
+    got = error.get("input")
+    shown = repr(got) if isinstance(got, str) else got
+    suffix = f" (got {shown})" if not isinstance(got, (dict, list)) else ""
+    return f"{field}: {message}{suffix}" if field else f"{message}{suffix}"
+
+
+def _ranked(errors: list[dict], root: type[BaseModel]) -> list[dict]:
+    """Typos first; a "missing" error that a typo explains (num_layer for num_layers) is dropped."""
+    meant = {(tuple(e["loc"][:-1]), _suggestion(e, root)) for e in errors
+             if e["type"] == "extra_forbidden"}
+    kept = [e for e in errors
+            if not (e["type"] == "missing" and (tuple(e["loc"][:-1]), e["loc"][-1]) in meant)]
+    return sorted(kept, key=lambda e: e["type"] != "extra_forbidden")
+
+
+def validate_file(cls: type[BaseModel], data: dict[str, Any], file: str | Path) -> Any:
+    """Build `cls` from `data`; any validation failure becomes one InputError line."""
+    try:
+        return cls.model_validate(data)
+    except ValidationError as e:
+        errors = _ranked(e.errors(), cls)
+        first = _describe(errors[0], cls)
+        more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise InputError(f"{file}: {first}{more}") from None
+
+
+# --------------------------------------------------------------------------- models
+
+def _model_from_mapping(data: dict[str, Any], file: str) -> tuple[ModelSpec, TrainingSpec]:
+    if "layers" in data:
+        data = dict(data)
+        layers = data.get("layers")
+        if isinstance(layers, list):
+            repeats = []
+            stripped = []
+            for i, entry in enumerate(layers):
+                if isinstance(entry, dict) and "repeat" in entry:
+                    entry = dict(entry)
+                    count = entry.pop("repeat")
+                    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+                        raise InputError(f"{file}: layers[{i}].repeat: must be a positive "
+                                         f"integer (got {count!r})")
+                    repeats.append(count)
+                else:
+                    repeats.append(1)
+                stripped.append(entry)
+            data["layers"], data["repeats"] = stripped, repeats
+        parsed = validate_file(LayersFile, data, file)
+    else:
+        parsed = validate_file(TransformerShorthand, data, file)
+    try:
+        return parsed.to_model(), parsed.training
+    except ValidationError as e:
+        raise InputError(f"{file}: {_describe(e.errors()[0], ModelSpec)}") from None
+
+
+def load_model(ref: str) -> tuple[ModelSpec, TrainingSpec]:
+    """A model from a model.yaml, a Hugging Face config.json, or a zoo name."""
+    path = Path(ref)
+    if path.is_file() or path.suffix in (".yaml", ".yml", ".json") or "/" in ref:
+        data = read_mapping(path)
+        if path.suffix == ".json":
+            name = path.parent.name if path.name == "config.json" else path.stem
+            data = shorthand_from_hf(data, file=str(path), name=name or "model")
+        return _model_from_mapping(data, str(path))
+    if ref in model_zoo.names():
+        file = model_zoo.path(ref)
+        return _model_from_mapping(read_mapping(file), f"model_zoo/{file.name}")
+    close = difflib.get_close_matches(ref, model_zoo.names(), n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    raise InputError(f"no model named '{ref}' in the zoo{hint}; see `planner zoo`, or give a "
+                     f"path to a model.yaml or config.json")
+
+
+# --------------------------------------------------------------------------- clusters
+
+def load_cluster(ref: str, *, nodes: int | None = None) -> ClusterSpec:
+    """A cluster from a cluster.yaml or a preset name; `nodes` overrides its node count."""
+    path = Path(ref)
+    if path.is_file() or path.suffix in (".yaml", ".yml") or "/" in ref:
+        data, file = read_mapping(path), str(path)
+    elif ref in presets.names():
+        data, file = read_mapping(presets.path(ref)), f"presets/{ref}.yaml"
+    else:
+        close = difflib.get_close_matches(ref, presets.names(), n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise InputError(f"no cluster preset named '{ref}'{hint}; presets: "
+                         f"{', '.join(presets.names())}")
+    if nodes is not None:
+        data = {**data, "num_nodes": nodes}
+    return validate_file(ClusterSpec, data, file)
+
+
+def make_problem(model_ref: str, cluster_ref: str, *, gpus: int | None = None,
+                 nodes: int | None = None, seq_len: int | None = None,
+                 global_batch: int | None = None, precision: str | None = None,
+                 optimizer: str | None = None) -> Problem:
+    """Load a model and a cluster, apply CLI overrides, and check the GPU count."""
+    model, training = load_model(model_ref)
+    cluster = load_cluster(cluster_ref, nodes=nodes)
+    overrides = {k: v for k, v in (("seq_len", seq_len), ("global_batch", global_batch),
+                                   ("precision", precision), ("optimizer", optimizer))
+                 if v is not None}
+    if overrides:   # validated like the file's own training section, enums included
+        training = validate_file(TrainingSpec, {**training.model_dump(), **overrides},
+                                 "command line")
+    num_gpus = cluster.num_gpus if gpus is None else gpus
+    if num_gpus < 1:
+        raise InputError(f"--gpus: must be at least 1 (got {num_gpus})")
+    if num_gpus > cluster.num_gpus:
+        raise InputError(f"--gpus: {num_gpus} exceeds the {cluster.num_gpus} GPUs of "
+                         f"{cluster.name} ({cluster.num_nodes} nodes x {cluster.gpus_per_node}); "
+                         f"pass --nodes to describe a larger cluster")
+    return Problem(model=model, training=training, cluster=cluster, num_gpus=num_gpus)
+
+
+# --------------------------------------------------------------------------- strategies
+
+def load_strategy(ref: str) -> Strategy:
+    path = Path(ref)
+    return validate_file(Strategy, read_mapping(path), str(path))
+
+
+def resolve_strategy(strategy: Strategy, problem: Problem, *, file: str = "strategy") -> Strategy:
+    """Fill in dp (the GPUs left over) and global_batch (the model's) where they are left out."""
+    update: dict[str, Any] = {}
+    if strategy.global_batch is None:
+        update["global_batch"] = problem.training.global_batch
+    if strategy.dp is None:
+        model_parallel = strategy.tp * strategy.pp
+        if problem.num_gpus % model_parallel:
+            raise InputError(
+                f"{file}: dp: cannot derive dp: tp * pp ({model_parallel}) does not divide the "
+                f"{problem.num_gpus} GPUs; give dp or change tp and pp")
+        update["dp"] = problem.num_gpus // model_parallel
+    return strategy.model_copy(update=update) if update else strategy

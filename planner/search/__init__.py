@@ -1,0 +1,1 @@
+"""The plan search: the candidate space, its evaluation, CP-SAT, layouts and infeasibility explanations."""

@@ -1,0 +1,189 @@
+"""The search space: every strategy the search may consider, as `Candidates` arrays.
+
+Degrees follow the user's rule: tp and pp are powers of two (a hard requirement of MindSpore,
+and what Megatron-LM runs use in practice), dp takes the GPUs that remain, dp = gpus / (tp pp),
+so 1,536 GPUs can run dp 24. `any_pp` also admits every pp that divides the layer count, which
+Megatron-LM accepts (SC21's 530B run used pp 35). vpp takes the divisors of the layers per
+stage, and the micro-batch the divisors of the per-replica batch.
+
+The space is deliberately wider than what is valid: degrees that break a rule (tp that does not
+divide the heads, a pp that does not divide the layers, a batch dp does not divide) are kept, so
+that the search can name the rule that removes them when nothing is left (`planner.feasibility.rules`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from cost_models.enums import Recompute, ZeroStage
+from planner.costing.evaluate import DP_COMM_ORDER, RECOMPUTE_ORDER, Candidates
+from planner.inputs.loader import Problem
+from planner.schemas.strategy import DpComm, LaunchTarget
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """What the user pinned or bounded; None leaves a dimension free."""
+
+    tp: int | None = None
+    pp: int | None = None
+    dp: int | None = None
+    vpp: int | None = None
+    micro_batch: int | None = None
+    max_tp: int | None = None
+    max_pp: int | None = None
+    max_micro_batch: int | None = None
+    zero_stages: tuple[ZeroStage, ...] = tuple(ZeroStage)
+    recompute: tuple[Recompute, ...] = RECOMPUTE_ORDER
+    sequence_parallel: tuple[bool, ...] = (False, True)
+    dp_comm: tuple[DpComm, ...] = (DpComm.ALL_REDUCE,)
+    any_pp: bool = False
+    """Also try every pp that divides the layer count, not only powers of two."""
+    cross_node_tp: bool = False
+    """Allow tensor-parallel groups larger than a node (over the inter-node network)."""
+    targets: tuple[LaunchTarget, ...] = ()
+    """Launch targets the plans must run on: their rules apply too."""
+    even_layouts: bool = False
+    """Only Megatron-LM's even split (pp * vpp dividing the layers), no balanced layouts."""
+
+    def pins(self) -> list[Pin]:
+        """The user's pins and bounds, one per flag, for messages and infeasibility cores."""
+        found = []
+        for name in ("tp", "pp", "dp", "vpp", "micro_batch"):
+            value = getattr(self, name)
+            if value is not None:
+                found.append(Pin(f"--{name.replace('_', '-')} {value}", name, value, exact=True))
+        for name in ("tp", "pp", "micro_batch"):
+            value = getattr(self, f"max_{name}")
+            if value is not None:
+                found.append(Pin(f"--max-{name.replace('_', '-')} {value}", name, value,
+                                 exact=False))
+        if set(self.zero_stages) != set(ZeroStage):
+            found.append(Pin("--zero " + ",".join(str(int(z)) for z in self.zero_stages),
+                             "zero", tuple(int(z) for z in self.zero_stages)))
+        if set(self.recompute) != set(RECOMPUTE_ORDER):
+            text = ("--no-recompute" if self.recompute == (Recompute.NONE,) else
+                    "--recompute " + ",".join(r.value for r in self.recompute))
+            found.append(Pin(text, "recompute",
+                             tuple(RECOMPUTE_ORDER.index(r) for r in self.recompute)))
+        if set(self.sequence_parallel) != {False, True}:
+            found.append(Pin("--sp" if self.sequence_parallel == (True,) else "--no-sp", "sp",
+                             self.sequence_parallel))
+        return found
+
+
+@dataclass(frozen=True)
+class Pin:
+    """One user constraint on one dimension: an exact value, an upper bound or a set."""
+
+    flag: str
+    """How the user wrote it, e.g. '--max-pp 4'."""
+    dimension: str
+    """A `Candidates` field: tp, pp, dp, vpp, micro_batch, zero, recompute, sp."""
+    value: object
+    exact: bool = True
+
+    def allows(self, cands: Candidates) -> np.ndarray:
+        values = getattr(cands, {"micro_batch": "mb"}.get(self.dimension, self.dimension))
+        if isinstance(self.value, tuple):
+            return np.isin(values, self.value)
+        return values == self.value if self.exact else values <= self.value
+
+
+@dataclass
+class CandidateGroup:
+    """Candidates that share pp and vpp, hence one uniform pipeline layout."""
+
+    pp: int
+    vpp: int
+    cands: Candidates = field(repr=False)
+
+
+def powers_of_two(limit: int) -> list[int]:
+    return [1 << k for k in range(limit.bit_length()) if 1 << k <= limit]
+
+
+def divisors(n: int) -> list[int]:
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def _with_pin(values, pinned: int | None) -> list[int]:
+    """A domain plus the user's pinned value, which may lie outside it (tp 6 is evaluated,
+    never refused for not being a power of two)."""
+    return sorted(set(values) | ({pinned} if pinned is not None else set()))
+
+
+def _tp_values(problem: Problem, space: SearchSpace) -> list[int]:
+    largest_heads = max(problem.model.tp_head_counts)
+    powers = [t for t in powers_of_two(min(problem.num_gpus, largest_heads))
+              if problem.num_gpus % t == 0]
+    return _with_pin(powers, space.tp)
+
+
+def _pp_values(problem: Problem, space: SearchSpace, tp: int) -> list[int]:
+    rest = problem.num_gpus // tp if problem.num_gpus % tp == 0 else 0
+    num_layers = problem.model.num_layers
+    values = set(powers_of_two(min(rest, num_layers))) if rest else set()
+    if space.any_pp:
+        values |= {d for d in divisors(num_layers) if d <= rest}
+    return _with_pin(values, space.pp)
+
+
+def _vpp_values(problem: Problem, space: SearchSpace, pp: int) -> list[int]:
+    """Chunks per stage: the divisors of the layers a stage holds (rounded down when pp does
+    not divide them: the layout then gives some chunks one layer more)."""
+    num_layers = problem.model.num_layers
+    if pp == 1:
+        return _with_pin([1], space.vpp)
+    return _with_pin(divisors(max(1, num_layers // pp)), space.vpp)
+
+
+def _micro_batch_values(space: SearchSpace, global_batch: int, dp: int) -> list[int]:
+    if global_batch % dp:
+        return _with_pin([1], space.micro_batch)   # every one breaks batch_divisible; keep one
+    return _with_pin(divisors(global_batch // dp), space.micro_batch)
+
+
+def degree_tuples(problem: Problem, space: SearchSpace) -> list[tuple[int, int, int, int, int]]:
+    """Every (tp, pp, dp, vpp, micro_batch) the search considers."""
+    gb = problem.training.global_batch
+    out = []
+    for tp in _tp_values(problem, space):
+        for pp in _pp_values(problem, space, tp):
+            if problem.num_gpus % (tp * pp):
+                continue
+            dp = problem.num_gpus // (tp * pp)
+            for vpp in _vpp_values(problem, space, pp):
+                out += [(tp, pp, dp, vpp, mb) for mb in _micro_batch_values(space, gb, dp)]
+    return out
+
+
+def generate(problem: Problem, space: SearchSpace) -> list[CandidateGroup]:
+    """The search space, grouped by (pp, vpp), before any rule or pin is applied (pinned
+    values are added to the domains; `Pin.allows` then masks the rest)."""
+    options = []
+    for sp, rc, zero, dp_comm in itertools.product(
+            (False, True), RECOMPUTE_ORDER, ZeroStage, space.dp_comm):
+        if dp_comm is DpComm.PARAMETER_SERVER and zero is not ZeroStage.NONE:
+            continue                   # a parameter server holds whole gradients: no ZeRO
+        options.append((sp, RECOMPUTE_ORDER.index(rc), int(zero), DP_COMM_ORDER.index(dp_comm)))
+    rows: dict[tuple[int, int], list] = {}
+    for tp, pp, dp, vpp, mb in degree_tuples(problem, space):
+        for sp, rc, zero, comm in options:
+            if sp and tp == 1:
+                continue               # sequence parallelism needs tensor parallelism
+            rows.setdefault((pp, vpp), []).append((tp, pp, vpp, dp, mb, sp, rc, zero, comm))
+    groups = []
+    for (pp, vpp), table in sorted(rows.items()):
+        a = np.array(table, dtype=np.int64)
+        cands = Candidates(
+            tp=a[:, 0], pp=a[:, 1], vpp=a[:, 2], dp=a[:, 3], mb=a[:, 4], sp=a[:, 5].astype(bool),
+            recompute=a[:, 6], zero=a[:, 7], overlap=np.ones(len(a), dtype=bool),
+            dp_comm=a[:, 8], num_servers=a[:, 3].copy(),
+            global_batch=np.full(len(a), problem.training.global_batch))
+        groups.append(CandidateGroup(pp=pp, vpp=vpp, cands=cands))
+    return groups

@@ -1,0 +1,204 @@
+"""Why nothing fits, and what would make it fit.
+
+When the search finds no plan, every candidate of the search space is evaluated and checked
+against every rule and every user pin. A CP-SAT model whose rules and pins are assumption
+literals is then infeasible, and `sufficient_assumptions_for_infeasibility` names a set of
+them that conflict; a deletion pass makes that set minimal (CP-SAT does not promise it). The
+message gives the conflict, the closest miss (the smallest peak memory among strategies that
+break only the memory rule) and concrete ways out: dropping a pin, more GPUs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from cost_models.units import GiB
+from cost_models.memory import state_bytes_per_param
+from planner.search.candidates import CandidateGroup, SearchSpace, divisors, generate, powers_of_two
+from planner.errors import InfeasibleError
+from planner.inputs.loader import Problem
+from planner.search.pool import Pool, evaluate_groups, passes
+from planner.schemas.strategy import strategy_label
+from planner.feasibility.rules import (SUMMARY, TARGET_CHECKS, Rule, RuleOptions, degree_violations,
+                           memory_violations)
+
+MAX_GPU_FACTOR = 64
+"""How far beyond the requested GPU count the "more GPUs" suggestion looks."""
+MAX_GPU_COUNTS_TRIED = 16
+"""How many GPU counts it evaluates (each is a search of its own), smallest first."""
+
+
+@dataclass
+class _Conflicts:
+    """Every candidate and, per rule or pin (by name), where it is broken."""
+
+    pool: Pool
+    broken: dict[str, np.ndarray]
+
+    def satisfying(self, names) -> np.ndarray:
+        ok = np.ones(len(self.pool), dtype=bool)
+        for name in names:
+            ok &= ~self.broken[name]
+        return ok
+
+
+def _conflicts(problem: Problem, space: SearchSpace, groups: list[CandidateGroup],
+               options: RuleOptions) -> _Conflicts:
+    layers = problem.model.num_layers
+    pool = evaluate_groups(problem, [(g, np.full(len(g.cands), g.pp * g.vpp <= layers))
+                               for g in groups])
+    broken: dict[str, list[np.ndarray]] = {}
+    for b in pool.batches:
+        for rule, bad in degree_violations(problem, b.cands, options).items():
+            broken.setdefault(rule.value, []).append(bad)
+        for pin in space.pins():
+            broken.setdefault(pin.flag, []).append(~pin.allows(b.cands))
+    merged = {name: np.concatenate(parts) for name, parts in broken.items()}
+    merged[Rule.MEMORY_FITS.value] = memory_violations(
+        pool.peak_bytes, float(problem.cluster.capacity_bytes), conservative=True)
+    return _Conflicts(pool, merged)
+
+
+def _core(conflicts: _Conflicts) -> list[str]:
+    """A minimal set of rules and pins that no candidate satisfies together."""
+    model = cp_model.CpModel()
+    choice = [model.new_bool_var(f"choice[{i}]") for i in range(len(conflicts.pool))]
+    # Exactly one strategy is chosen.
+    model.add_exactly_one(choice)
+    # One literal per rule or pin: when enforced, no candidate that breaks it may be chosen.
+    literals = {}
+    for name, bad in conflicts.broken.items():
+        literal = model.new_bool_var(f"enforce[{name}]")
+        culprits = [~choice[i] for i in np.flatnonzero(bad)]
+        if culprits:
+            model.add_bool_and(culprits).only_enforce_if(literal)
+        literals[literal.index] = name
+    model.add_assumptions([model.get_bool_var_from_proto_index(i) for i in literals])
+    from planner.search.solver import SolverSettings, make_solver
+
+    # Cores need a single worker (CP-SAT refuses assumptions with more).
+    solver = make_solver(SolverSettings(num_workers=1))
+    status = solver.solve(model)
+    if status != cp_model.INFEASIBLE:
+        raise AssertionError(f"the explanation model is {solver.status_name(status)}, but the "
+                             f"search found nothing")
+    core = [literals[i] for i in solver.sufficient_assumptions_for_infeasibility()]
+    # Deletion pass: drop each member whose removal keeps the rest infeasible.
+    for name in list(core):
+        rest = [n for n in core if n != name]
+        if not conflicts.satisfying(rest).any():
+            core = rest
+    return core
+
+
+def _best(conflicts: _Conflicts, names) -> int | None:
+    idx = np.flatnonzero(conflicts.satisfying(names))
+    if not len(idx):
+        return None
+    return int(idx[np.argmin(conflicts.pool.step_s[idx])])
+
+
+def _describe(conflicts: _Conflicts, i: int) -> str:
+    pool = conflicts.pool
+    return strategy_label(pool.batches[pool.batch[i]].cands.strategy(int(pool.row[i])))
+
+
+def _gpu_counts(problem: Problem, space: SearchSpace) -> list[int]:
+    """GPU counts above the request that the search space can use (tp * pp * dp with dp
+    dividing the global batch), in whole nodes, smallest first, starting at the count whose
+    memory could hold the model states fully sharded (the fewest GPUs anything could fit on)."""
+    layers, node = problem.model.num_layers, problem.cluster.gpus_per_node
+    pps = set(powers_of_two(layers)) | (set(divisors(layers)) if space.any_pp else set())
+    tps = powers_of_two(node if not space.cross_node_tp else max(problem.model.tp_head_counts))
+    states = problem.model.num_params * state_bytes_per_param(
+        problem.training.precision, problem.training.optimizer).total
+    least = max(problem.num_gpus + 1, int(states // problem.cluster.capacity_bytes))
+    counts = {t * p * d for t in tps for p in pps for d in divisors(problem.training.global_batch)}
+    return sorted(c for c in counts
+                  if least <= c <= MAX_GPU_FACTOR * problem.num_gpus and c % node == 0)
+
+
+def _more_gpus(problem: Problem, space: SearchSpace, options: RuleOptions) -> str | None:
+    """The smallest GPU count above the request on which some strategy fits."""
+    pins = space.pins()
+    for num_gpus in _gpu_counts(problem, space)[:MAX_GPU_COUNTS_TRIED]:
+        bigger = replace(problem, num_gpus=num_gpus)
+        pool = evaluate_groups(bigger, [(g, passes(bigger, g.cands, pins, options))
+                                        for g in generate(bigger, space)])
+        fits = ~memory_violations(pool.peak_bytes, float(bigger.cluster.capacity_bytes),
+                                  conservative=True)
+        if fits.any():
+            idx = np.flatnonzero(fits)
+            i = int(idx[np.argmin(pool.step_s[idx])])
+            b = pool.batches[pool.batch[i]]
+            label = b.cands.strategy(int(pool.row[i])).degrees_label()
+            note = ""
+            if num_gpus > bigger.cluster.num_gpus:
+                note = f"; {problem.cluster.name} has {bigger.cluster.num_gpus}"
+            return f"{num_gpus} GPUs ({label} fits{note})"
+    return None
+
+
+def explain_infeasible(problem: Problem, space: SearchSpace, groups: list[CandidateGroup],
+                       options: RuleOptions) -> InfeasibleError:
+    conflicts = _conflicts(problem, space, groups, options)
+    core = _core(conflicts)
+    gpu = problem.cluster.gpu
+    headline = (f"no strategy for {problem.model.name} on {problem.num_gpus} x {gpu.name} "
+                f"({gpu.memory_gib:g} GiB) satisfies {' and '.join(core)}")
+    details = []
+    for name in core:
+        if name in {r.value for r in Rule}:
+            details.append(f"{name}: {SUMMARY[Rule(name)]}")
+        elif not conflicts.satisfying([name]).any():
+            details.append(f"{name}: no strategy in the search space has it (tp * pp must "
+                           f"divide the {problem.num_gpus} GPUs, and pp * vpp stay within the "
+                           f"{problem.model.num_layers} layers)")
+        else:
+            details.append(f"{name}: your pin")
+    memory = Rule.MEMORY_FITS.value
+    if memory in core:
+        others = [n for n in conflicts.broken if n != memory]
+        idx = np.flatnonzero(conflicts.satisfying(others))
+        if len(idx):
+            i = int(idx[np.argmin(conflicts.pool.peak_bytes[idx])])
+            peak = float(conflicts.pool.peak_bytes[i])
+            over = peak - problem.cluster.capacity_bytes
+            details.append(f"closest miss: peak {peak / GiB:.1f} GiB, {over / GiB:.1f} GiB over, "
+                           f"with {_describe(conflicts, i)}")
+    ways = []
+    for name in core:
+        if name == memory:
+            continue
+        relaxed = [n for n in conflicts.broken if n != name]
+        i = _best(conflicts, relaxed)
+        if i is None:
+            continue
+        if name == Rule.TP_WITHIN_NODE.value:
+            ways.append(f"allow --cross-node-tp: {_describe(conflicts, i)} fits")
+        elif name not in {r.value for r in Rule}:
+            ways.append(f"drop {name}: {_describe(conflicts, i)} fits")
+    target_rules = {rule.value: targets for rule, (targets, _) in TARGET_CHECKS.items()}
+    blamed = sorted({t.value for name in core for t in target_rules.get(name, ())
+                     if t in options.targets})
+    if len(blamed) > 1:
+        for target in blamed:
+            relaxed = [n for n in conflicts.broken
+                       if target not in {t.value for t in target_rules.get(n, ())}]
+            i = _best(conflicts, relaxed)
+            if i is not None:
+                ways.append(f"without {target}'s rules (emit it separately): "
+                            f"{_describe(conflicts, i)} fits")
+    if memory in core:
+        more = _more_gpus(problem, space, options)
+        if more:
+            ways.append(f"more GPUs: {more}")
+    if ways:
+        details += ["would fit:"] + [f"  - {way}" for way in ways]
+    elif memory in core:
+        details.append(f"would fit: no GPU count tried up to {MAX_GPU_FACTOR}x this one; use "
+                       "GPUs with more memory, a shorter sequence, or --any-pp")
+    return InfeasibleError(headline, details=details)

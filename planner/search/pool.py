@@ -1,0 +1,123 @@
+"""Evaluated candidates: the float costs of every strategy that passes the degree rules and
+the user's pins, flattened over the pipeline layouts they were evaluated in.
+
+The search (`planner.search.solver`) and the explanation of an infeasible request
+(`planner.search.explain`) both start from a `Pool`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.search.candidates import CandidateGroup, Pin
+from planner.costing.evaluate import BlockCosts, Candidates, Evaluation, block_costs, evaluate
+from planner.costing.layout import Layout, uniform_layout
+from planner.inputs.loader import Problem
+from planner.feasibility.rules import RuleOptions, degree_violations
+from planner.schemas.strategy import Strategy
+
+
+def passes(problem: Problem, cands: Candidates, pins: list[Pin],
+           options: RuleOptions) -> np.ndarray:
+    """Where `cands` break no degree rule and respect every pin."""
+    ok = np.ones(len(cands), dtype=bool)
+    for broken in degree_violations(problem, cands, options).values():
+        ok &= ~broken
+    for pin in pins:
+        ok &= pin.allows(cands)
+    return ok
+
+
+@dataclass
+class Batch:
+    """Evaluated candidates of one pipeline layout."""
+
+    layout: Layout
+    cands: Candidates
+    costs: BlockCosts
+    ev: Evaluation
+
+    def strategy(self, row: int, model) -> Strategy:
+        """The strategy of a row, with this batch's layer counts per pipeline chunk."""
+        return self.cands.strategy(row, tuple(self.layout.layers_per_chunk(model)))
+
+
+def _columns(batch: Batch, index: int) -> tuple:
+    c, ev = batch.cands, batch.ev
+    return (np.full(len(c), index), np.arange(len(c)), ev.step_s, ev.peak_bytes,
+            np.stack([c.dp, c.tp, c.pp, c.vpp, c.mb], axis=1),
+            np.stack([c.sp.astype(np.int64), c.recompute, c.zero, c.dp_comm], axis=1))
+
+
+@dataclass
+class Pool:
+    """Every evaluated candidate, flattened over batches."""
+
+    batches: list[Batch]
+    batch: np.ndarray
+    row: np.ndarray
+    step_s: np.ndarray
+    peak_bytes: np.ndarray
+    degrees: np.ndarray
+    """(N, 5): dp, tp, pp, vpp, micro-batch."""
+    options: np.ndarray
+    """(N, 4): sequence parallel, recompute, zero, dp_comm."""
+
+    @classmethod
+    def of(cls, batches: list[Batch]) -> Pool:
+        if not batches:
+            empty = np.zeros(0, dtype=np.int64)
+            return cls([], empty, empty, np.zeros(0), np.zeros(0), np.zeros((0, 5), np.int64),
+                       np.zeros((0, 4), np.int64))
+        parts = [_columns(b, i) for i, b in enumerate(batches)]
+        return cls(batches, *[np.concatenate(c) for c in zip(*parts)])
+
+    def __len__(self) -> int:
+        return len(self.row)
+
+    def take(self, index) -> Pool:
+        return Pool(self.batches, self.batch[index], self.row[index], self.step_s[index],
+                     self.peak_bytes[index], self.degrees[index], self.options[index])
+
+    def extend(self, batch: Batch) -> Pool:
+        """This pool and one more evaluated batch."""
+        columns = _columns(batch, len(self.batches))
+        return Pool(self.batches + [batch], *[np.concatenate([mine, more]) for mine, more in
+                                             zip((self.batch, self.row, self.step_s,
+                                                  self.peak_bytes, self.degrees, self.options),
+                                                 columns)])
+
+    def label(self, i: int) -> str:
+        b = self.batches[self.batch[i]]
+        return b.cands.strategy(int(self.row[i])).degrees_label()
+
+
+def evaluate_groups(problem: Problem, groups: list[tuple[CandidateGroup, np.ndarray]]) -> Pool:
+    """Evaluate the rows of each group that `mask` keeps, in the group's even layout."""
+    batches = []
+    for group, mask in groups:
+        if not mask.any():
+            continue
+        cands = group.cands.take(np.flatnonzero(mask))
+        layout = uniform_layout(problem.model, group.pp, group.vpp)
+        costs = block_costs(problem, cands)
+        batches.append(Batch(layout, cands, costs, evaluate(problem, layout, cands, costs)))
+    return Pool.of(batches)
+
+
+def pareto(pool: Pool) -> Pool:
+    """Drop candidates another candidate with the same degrees beats on both time and memory."""
+    if not len(pool):
+        return pool
+    order = np.lexsort((pool.peak_bytes, pool.step_s, *pool.degrees.T[::-1]))
+    keep = np.zeros(len(pool), dtype=bool)
+    degrees = pool.degrees[order]
+    starts = np.flatnonzero(np.r_[True, (degrees[1:] != degrees[:-1]).any(1)])
+    for start, stop in zip(starts, np.r_[starts[1:], len(order)]):
+        block = order[start:stop]                     # same degrees, fastest first
+        peaks = pool.peak_bytes[block]
+        lowest_before = np.r_[np.inf, np.minimum.accumulate(peaks)[:-1]]
+        keep[block[peaks < lowest_before]] = True
+    return pool.take(np.flatnonzero(keep))

@@ -1,0 +1,226 @@
+"""Choose stage layouts inside the plan search: branch and bound over candidates.
+
+Every candidate with a pipeline is first evaluated in an even layout (Megatron-LM's split, the
+remainder going to the middle chunks). Its best possible pipeline time is bounded below by
+perfectly balanced stages: the stage times add up to the same work whatever the layout, so
+the slowest stage takes at least their mean, and the 1F1B time (m - 1) max + (sum + (v - 1)
+max) / v is at least that with max replaced by the mean. Candidates are taken in the order of
+that bound; each gets the layout CP-SAT balances under its per-stage memory
+(`planner.search.balance`), evaluated again by `costing.evaluate`; the search stops when the next
+bound is no better than the best plan found, so no candidate whose layout could win is left
+unbalanced. When nothing fits in an even layout, the closest misses are balanced first, since
+moving layers off the fullest stage may make them fit.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.search.balance import balance
+from cost_models.units import GiB
+from cost_models.pipeline import in_flight_per_chunk
+from planner.costing.evaluate import (Candidates, block_costs, chain_types, evaluate,
+                             evaluate_strategy, layout_for, type_params)
+from planner.costing.layout import Layout
+from planner.inputs.loader import Problem
+from planner.search.pool import Batch, Pool
+from planner.schemas.report import PlanReport
+from planner.schemas.strategy import Strategy
+from planner.feasibility.rules import memory_violations
+from planner.costing.stage_costs import chain_costs, state_bytes_per_stored_param
+
+LAYOUT_BUDGET_S = 2.0
+"""Wall time the layout solves of one search may take; beyond it the search says its layouts
+are not proven optimal. Typical searches need a few solves of a few milliseconds each."""
+
+
+@dataclass(frozen=True)
+class LayoutStats:
+    num_balanced: int
+    """Candidates whose layout CP-SAT chose."""
+    num_improved: int
+    """Of those, how many beat their even layout (or fit only when balanced)."""
+    complete: bool
+    """Every candidate whose bound could beat the best plan was balanced, to optimality."""
+
+
+def water_level(base: np.ndarray, rate: np.ndarray, amount: float) -> np.ndarray:
+    """Per row, the least level M with sum_r max(0, (M - base_r) / rate_r) >= amount: the
+    slowest (or fullest) stage when `amount` layers, divisible at will, fill stages that
+    start at `base_r` and rise by `rate_r` per layer. No integer layout can do better."""
+    low = base.min(1)
+    high = base.max(1) + amount * rate.max(1)
+    for _ in range(60):                            # bisection to float resolution
+        mid = (low + high) / 2
+        filled = np.maximum(0.0, (mid[:, None] - base) / rate).sum(1)
+        low, high = np.where(filled >= amount, low, mid), np.where(filled >= amount, mid, high)
+    return high
+
+
+def lower_bounds(problem: Problem, pool: Pool) -> tuple[np.ndarray, np.ndarray]:
+    """Per candidate, bounds no layout can beat: (step time, peak memory of the fullest stage);
+    inf without a pipeline (nothing to balance).
+
+    Stage r, evaluated in the even layout with n_r layers, takes time a_r + t n_r and memory
+    b_r + w_r n_r, where t and the state bytes of one layer are the same on every stage and
+    w_r counts the layer's activations at the fewest micro-batches any chunk of stage r holds.
+    Moving layers changes n_r only, so the water level over (a_r, t) bounds the slowest stage
+    and the level over (b_r, w_r) the fullest; a chain of unlike layers falls back to the mean
+    stage time and the bytes every layout must hold.
+    """
+    model, reserve = problem.model, problem.cluster.reserve
+    frag = 1 + reserve.fragmentation_fraction
+    types = chain_types(model)
+    layer_types = sorted({int(u) for u, b in zip(types.type_of_position, model.blocks)
+                          if b.kind in ("transformer", "evoformer")})
+    times, memory = np.full(len(pool), np.inf), np.full(len(pool), np.inf)
+    for index, batch in enumerate(pool.batches):
+        p, v = batch.layout.pp, batch.layout.vpp
+        if p == 1:
+            continue
+        rows = np.flatnonzero(pool.batch == index)
+        ev, r, cands = batch.ev, pool.row[rows], batch.cands
+        tau = (ev.stage_compute_s + ev.stage_tp_s + ev.stage_pp_s + ev.stage_dp_s)[r]
+        m = cands.num_micro_batches[r]
+        states = (ev.stage_weights + ev.stage_gradients + ev.stage_optimizer)[r]
+        if len(layer_types) == 1:
+            u = layer_types[0]
+            counts = np.array(batch.layout.layers_per_chunk(model)).reshape(v, p).T  # (p, v)
+            layers = counts.sum(1)
+            costs = batch.costs
+            t = (costs.forward_s + costs.backward_s + costs.recompute_s + costs.tp_comm_s)[r, u]
+            slowest = water_level(tau - t[:, None] * layers, t[:, None] * np.ones(p),
+                                  model.num_layers)
+            flight = in_flight_per_chunk(stage=np.arange(p)[None, :, None], pp=p, vpp=v,
+                                         num_micro_batches=m[:, None, None],
+                                         chunk=np.arange(v)[None, None, :])   # (N, p, v)
+            act = costs.activation_bytes[r, u]
+            per_layer_state = _layer_state_bytes(problem, cands, r, u)
+            held = act[:, None] * (flight * counts[None]).sum(2)                # even layout
+            base = ev.stage_total[r] - frag * (per_layer_state[:, None] * layers + held)
+            rate = frag * (per_layer_state[:, None] + act[:, None] * flight.min(2))
+            fullest = water_level(base, rate, model.num_layers)
+        else:
+            slowest = tau.mean(1)
+            held = batch.costs.activation_bytes[r] @ types.chunk_counts(
+                Layout(1, 1, (0, len(model.blocks))))[0]
+            fullest = (frag * (states.sum(1) + held) / p + reserve.framework_gib * GiB)
+        times[rows] = (m - 1) * slowest + (tau.sum(1) + (v - 1) * slowest) / v + ev.overhead_s
+        memory[rows] = fullest
+    return times, memory
+
+
+def _layer_state_bytes(problem: Problem, cands, rows, layer_type: int) -> np.ndarray:
+    """Bytes of model states one layer puts on a rank (after TP and ZeRO sharding)."""
+    sharded, replicated = type_params(problem.model)
+    params = sharded[layer_type] / cands.tp[rows] + replicated[layer_type]
+    return params * state_bytes_per_stored_param(problem, cands, rows)
+
+
+def rebalance(problem: Problem, pool: Pool, *,
+              budget_s: float = LAYOUT_BUDGET_S) -> tuple[Pool, LayoutStats]:
+    """The pool with balanced layouts added for every candidate that could win."""
+    start = time.perf_counter()
+    capacity = float(problem.cluster.capacity_bytes)
+    fits = ~memory_violations(pool.peak_bytes, capacity, conservative=True)
+    best = float(pool.step_s[fits].min()) if fits.any() else np.inf
+    bounds, memory_bounds = lower_bounds(problem, pool)
+    eligible = np.flatnonzero(np.isfinite(bounds) & (memory_bounds <= capacity))
+    by_bound = list(eligible[np.argsort(bounds[eligible], kind="stable")])
+    # Nothing fits yet: balance the smallest peaks first until something does; then go by
+    # the bound, which lets the search stop.
+    by_peak = [] if np.isfinite(best) else list(
+        eligible[np.argsort(pool.peak_bytes[eligible], kind="stable")])
+    tried: set[int] = set()
+    balanced = improved = 0
+    complete, optimal = True, True
+    while by_peak or by_bound:
+        if by_peak and not np.isfinite(best):
+            i = int(by_peak.pop(0))
+        else:
+            by_peak = []
+            i = int(by_bound.pop(0))
+            if bounds[i] >= best:
+                break                              # no later candidate can beat the best
+        if i in tried:
+            continue
+        tried.add(i)
+        left = budget_s - (time.perf_counter() - start)
+        if left <= 0:
+            complete = False
+            break
+        batch, row = pool.batches[pool.batch[i]], int(pool.row[i])
+        costs = chain_costs(problem, batch.cands, batch.costs, batch.ev, batch.layout, row)
+        result = balance(costs, hint=batch.layout.bounds, time_limit_s=left)
+        if result is None:
+            continue
+        balanced += 1
+        optimal &= result.status == "OPTIMAL"
+        if result.bounds == batch.layout.bounds:
+            continue
+        layout = Layout(batch.layout.pp, batch.layout.vpp, result.bounds)
+        cands, block = batch.cands.take([row]), batch.costs.take([row])
+        ev = evaluate(problem, layout, cands, block)
+        if memory_violations(ev.peak_bytes, capacity, conservative=True)[0] or \
+                (fits[i] and ev.step_s[0] >= pool.step_s[i]):
+            continue
+        improved += 1
+        pool = pool.extend(Batch(layout, cands, block, ev))
+        best = min(best, float(ev.step_s[0]))
+    return pool, LayoutStats(balanced, improved, complete and optimal)
+
+
+ADVICE_MIN_GAIN = 0.005
+"""A balanced layout is suggested for a hand-written one when it saves at least 0.5% of the
+step (less is within what the cost model can tell apart)."""
+
+
+def layout_advice(problem: Problem, strategy: Strategy, report: PlanReport) -> str | None:
+    """For a strategy with a pipeline: how to move layers so that its stages balance, with the
+    step time it would save; None when its layout is balanced already."""
+    if strategy.pp == 1:
+        return None
+    layout = layout_for(problem, strategy)
+    cands = Candidates.from_strategy(strategy)
+    block = block_costs(problem, cands)
+    ev = evaluate(problem, layout, cands, block)
+    result = balance(chain_costs(problem, cands, block, ev, layout, 0), hint=layout.bounds,
+                     time_limit_s=LAYOUT_BUDGET_S)
+    if result is None or result.bounds == layout.bounds:
+        return None
+    counts = tuple(Layout(layout.pp, layout.vpp, result.bounds).layers_per_chunk(problem.model))
+    better = evaluate_strategy(problem, strategy.model_copy(update={"layers_per_stage": counts}))
+    if better.time.step_s > report.time.step_s * (1 - ADVICE_MIN_GAIN) or not better.memory.fits:
+        return None
+    p, v = strategy.pp, strategy.vpp
+    before = [s.num_layers for s in report.memory.stages]
+    after = [sum(counts[c * p + r] for c in range(v)) for r in range(p)]
+    times = [s.total_s for s in report.time.stages]
+    slowest = max(range(p), key=times.__getitem__)
+    moves = _moves(before, after)
+    return (f"stage {slowest} is {times[slowest] / (sum(times) / p):.2f}x the mean: "
+            f"{moves or 'redistribute layers within stages'} (layers_per_stage "
+            f"{list(counts)}: {report.time.step_s:.2f} s -> {better.time.step_s:.2f} s per "
+            f"step)")
+
+
+def _moves(before: list[int], after: list[int]) -> str:
+    """'move 2 layers from stage 0 to stage 3, ...': the fewest moves from one count list
+    to the other, largest first."""
+    give = [[b - a, r] for r, (b, a) in enumerate(zip(before, after)) if b > a]
+    take = [[a - b, r] for r, (b, a) in enumerate(zip(before, after)) if a > b]
+    phrases = []
+    while give and take:
+        give.sort(key=lambda x: (-x[0], x[1]))
+        take.sort(key=lambda x: (-x[0], x[1]))
+        amount = min(give[0][0], take[0][0])
+        plural = "layer" if amount == 1 else "layers"
+        phrases.append(f"move {amount} {plural} from stage {give[0][1]} to stage {take[0][1]}")
+        give[0][0] -= amount
+        take[0][0] -= amount
+        give = [g for g in give if g[0]]
+        take = [t for t in take if t[0]]
+    return ", ".join(phrases)

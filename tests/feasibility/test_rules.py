@@ -1,0 +1,123 @@
+"""Every rule, broken on purpose: the exact sentence `validate` prints and its fix.
+
+The same rules drive the search (tests/search/test_search.py); here each one is checked for
+the message a user reads.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.inputs.loader import make_problem
+from planner.feasibility.rules import RuleOptions
+from planner.schemas.strategy import LaunchTarget as T
+from planner.schemas.strategy import Strategy
+from planner.feasibility.validate import validate
+
+CASES = [
+    ("gpu_count", "llama2-7b", "dgx-h100", 64, dict(dp=4, tp=8, pp=1), (),
+     "dp * tp * pp (4 * 8 * 1 = 32) must equal the number of GPUs (64)", "use dp 8"),
+    ("tp_divides_heads", "llama3-70b", "dgx-h100", 128, dict(dp=8, tp=16, pp=1), (),
+     "tp (16) must divide num_kv_heads (8): tensor parallelism splits attention by heads",
+     "use tp 8 (dp 16)"),
+    ("tp_within_node", "llama2-7b", "dgx-h100", 64, dict(dp=4, tp=16, pp=1), (),
+     "tp (16) exceeds gpus_per_node (8): tensor parallelism must stay inside a node",
+     "use tp 8 and pp 2 (or allow it with --cross-node-tp)"),
+    ("pp_divides_layers", "llama3-405b", "dgx-h100", 4096, dict(dp=32, tp=8, pp=16), (),
+     "num_layers (126) must be divisible by pp (16) for an even split",
+     "use pp 2 (dp 256), or give layers_per_stage"),
+    ("stage_layout", "llama2-7b", "dgx-h100", 8,
+     dict(dp=2, tp=2, pp=2, layers_per_stage=(10, 20)), (),
+     "layers_per_stage sums to 30 but the model has 32 layers",
+     "use layers_per_stage [16, 16]"),
+    ("batch_divisible", "llama2-7b", "dgx-h100", 64, dict(dp=8, tp=8, pp=1, global_batch=1020),
+     (), "global_batch (1020) must be divisible by dp * micro_batch (8 * 1 = 8)",
+     "use global_batch 1024 or 1016"),
+    ("batch_divisible", "llama2-7b", "dgx-h100", 64, dict(dp=8, tp=8, pp=1, micro_batch=3), (),
+     "global_batch (1024) must be divisible by dp * micro_batch (8 * 3 = 24)",
+     "use micro_batch 2"),
+    ("interleaved_schedule", "llama2-7b", "dgx-h100", 64, dict(dp=8, tp=8, pp=1, vpp=2), (),
+     "the interleaved schedule (vpp 2) needs a pipeline, but pp is 1", "use vpp 1"),
+    ("interleaved_schedule", "llama2-7b", "dgx-h100", 64,
+     dict(dp=8, tp=4, pp=2, vpp=2, global_batch=24), (),
+     "with the interleaved schedule (vpp 2) the number of micro-batches (3) must be divisible "
+     "by pp (2)", "use vpp 1, or a micro_batch or global_batch that makes global_batch / "
+     "(dp * micro_batch) a multiple of 2"),
+    ("parameter_server_zero", "llama2-7b", "dgx-h100", 64,
+     dict(dp=64, dp_comm="parameter_server", zero_stage=1), (),
+     "dp_comm parameter_server keeps whole gradients on the servers and cannot be combined "
+     "with zero_stage 1", "use zero_stage 0, or dp_comm all_reduce"),
+    ("memory_fits", "llama3-70b", "dgx-h100", 64, dict(dp=4, tp=16, pp=1), (),
+     "peak memory 130.5 GiB on stage 0 exceeds the 79.6 GiB of a H100-SXM5-80GB",
+     "use zero_stage 2 (peak 78.8 GiB)"),
+    ("memory_fits", "llama2-70b", "dgx-h100", 8, dict(dp=1, tp=8, pp=1), (),
+     "peak memory 183.4 GiB on stage 0 exceeds the 79.6 GiB of a H100-SXM5-80GB",
+     "no single change fits: use more GPUs, or run `planner plan` to search"),
+    ("target_parameter_server", "llama2-7b", "dgx-h100", 64,
+     dict(dp=64, dp_comm="parameter_server"), (T.MEGATRON,),
+     "dp_comm parameter_server has no launch target: every framework here exchanges "
+     "gradients with collectives", "use dp_comm all_reduce"),
+    ("deepspeed_pipeline_zero", "llama2-7b", "dgx-h100", 64,
+     dict(dp=8, tp=1, pp=8, zero_stage=2), (T.DEEPSPEED,),
+     "zero_stage 2 with pp 8: DeepSpeed refuses it (\"ZeRO-2 and ZeRO-3 are incompatible with "
+     "pipeline parallelism\")", "use zero_stage 1, or pp 1 with more data parallelism"),
+    ("deepspeed_tp_zero3", "llama2-7b", "dgx-h100", 64, dict(dp=8, tp=8, pp=1, zero_stage=3),
+     (T.DEEPSPEED,), "zero_stage 3 with tp 8: DeepSpeed AutoTP supports ZeRO stages 0, 1 and 2",
+     "use zero_stage 2, or tp 1"),
+    ("deepspeed_interleaved", "llama2-7b", "dgx-h100", 64, dict(dp=8, tp=1, pp=8, vpp=2),
+     (T.DEEPSPEED,), "vpp 2: DeepSpeed's pipeline engine runs one chunk per stage",
+     "use vpp 1"),
+    ("deepspeed_selective_recompute", "llama2-7b", "dgx-h100", 64,
+     dict(dp=64, recompute="selective"), (T.DEEPSPEED,),
+     "recompute selective: DeepSpeed activation checkpointing recomputes whole layers",
+     "use recompute full, or none"),
+    ("deepspeed_sequence_parallel", "llama2-7b", "dgx-h100", 64,
+     dict(dp=8, tp=8, sequence_parallel=True), (T.DEEPSPEED,),
+     "sequence_parallel: DeepSpeed AutoTP keeps activations whole on every tensor-parallel "
+     "rank", "use sequence_parallel false"),
+    ("torchtitan_zero1", "llama2-7b", "dgx-h100", 64, dict(dp=64, zero_stage=1),
+     (T.TORCHTITAN,), "zero_stage 1: torchtitan shards with FSDP2, which shards gradients too",
+     "use zero_stage 2 (fsdp_reshard_after_forward never) or 3"),
+    ("torchtitan_sequence_parallel", "llama2-7b", "dgx-h100", 64, dict(dp=8, tp=8),
+     (T.TORCHTITAN,), "sequence_parallel false with tp 8: torchtitan always shards activations "
+     "along the sequence with tensor parallelism", "use sequence_parallel true"),
+    ("torchtitan_micro_batches", "llama2-7b", "dgx-h100", 64,
+     dict(dp=8, tp=1, pp=8, micro_batch=4, global_batch=128, zero_stage=3), (T.TORCHTITAN,),
+     "4 micro-batches per step are fewer than the 8 pipeline stages: PyTorch's pipeline "
+     "schedule refuses it", "use micro_batch 2 or fewer stages"),
+    ("mindspore_power_of_two", "gpt3-175b", "ascend-910b", 48, dict(dp=8, tp=6, pp=1),
+     (T.MINDSPORE,), "tp (6) and pp (1) must be powers of two for MindSpore: it refuses other "
+     "shard strategies (\"the value of strategy must be the power of 2\")",
+     "use powers of two for tp and pp"),
+    ("mindspore_device_num", "llama2-7b", "ascend-910b", 12, dict(dp=12), (T.MINDSPORE,),
+     "device_num (12) must be 1, 2, 4 or a multiple of 8 for MindSpore", "use 8 devices"),
+    ("mindspore_micro_batches", "llama2-7b", "ascend-910b", 64,
+     dict(dp=8, tp=1, pp=8, micro_batch=32, global_batch=512), (T.MINDSPORE,),
+     "micro_batch_num (2) must be at least pipeline_stage (8) for MindSpore",
+     "use micro_batch 8 or fewer stages"),
+    ("mindspore_interleaved", "llama2-7b", "ascend-910b", 64, dict(dp=8, tp=1, pp=8, vpp=2),
+     (T.MINDSPORE,), "vpp 2: the emitted MindSpore config runs one chunk per stage",
+     "use vpp 1"),
+    ("mindspore_zero", "llama2-7b", "ascend-910b", 64, dict(dp=64, zero_stage=3),
+     (T.MINDSPORE,), "zero_stage 3: MindSpore's parallel optimizer (enable_parallel_optimizer) "
+     "shards optimizer states, ZeRO stage 1", "use zero_stage 1"),
+]
+
+
+@pytest.mark.parametrize(("rule", "model", "cluster", "gpus", "fields", "targets", "message",
+                          "fix"), CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_rule_message_and_fix(rule, model, cluster, gpus, fields, targets, message, fix):
+    problem = make_problem(model, cluster, gpus=gpus)
+    strategy = Strategy(**{"global_batch": problem.training.global_batch, **fields})
+    found = validate(problem, strategy, options=RuleOptions(targets=targets)).violations
+    mine = [v for v in found if v.rule == rule]
+    assert len(mine) == 1, [v.rule for v in found]
+    assert (mine[0].message, mine[0].fix) == (message, fix)
+
+
+def test_a_valid_strategy_breaks_nothing():
+    problem = make_problem("llama2-7b", "dgx-h100", gpus=64)
+    strategy = Strategy(dp=8, tp=8, pp=1, global_batch=1024, sequence_parallel=True,
+                        zero_stage=1)
+    targets = (T.MEGATRON, T.TORCHRUN, T.MINDSPORE)
+    assert validate(problem, strategy, options=RuleOptions(targets=targets)).violations == []

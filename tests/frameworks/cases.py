@@ -1,0 +1,76 @@
+"""Plans the emitter tests share: for each target, strategies its own rules accept."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.costing.evaluate import evaluate_strategy
+from planner.frameworks import LaunchPlan
+from planner.inputs.loader import make_problem
+from planner.schemas.strategy import LaunchTarget, Strategy
+
+T = LaunchTarget
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    target: LaunchTarget
+    model: str
+    cluster: str
+    gpus: int
+    strategy: dict
+    precision: str | None = None
+
+    def plan(self) -> LaunchPlan:
+        problem = make_problem(self.model, self.cluster, gpus=self.gpus,
+                               precision=self.precision)
+        strategy = Strategy(global_batch=problem.training.global_batch, **self.strategy)
+        return LaunchPlan(problem, strategy, evaluate_strategy(problem, strategy))
+
+
+CASES = [
+    # Korthikanti et al. 2022's 175B configuration, Megatron-LM's own ground.
+    Case("gpt3-175b-interleaved", T.MEGATRON, "gpt3-175b", "dgx-a100-80gb", 1024,
+         dict(dp=16, tp=8, pp=8, vpp=3, micro_batch=1, sequence_parallel=True,
+              recompute="selective", zero_stage=1)),
+    Case("llama3-70b-fsdp", T.MEGATRON, "llama3-70b", "dgx-h100", 64,
+         dict(dp=16, tp=4, pp=1, micro_batch=1, sequence_parallel=True, recompute="full",
+              zero_stage=3)),
+    Case("bert-large-fp16", T.MEGATRON, "bert-large", "dgx-a100-80gb", 8,
+         dict(dp=8, tp=1, pp=1, micro_batch=4, zero_stage=0), precision="fp16"),
+    Case("llama3-8b-zero3", T.DEEPSPEED, "llama3-8b", "dgx-h100", 8,
+         dict(dp=8, tp=1, pp=1, micro_batch=1, recompute="full", zero_stage=3)),
+    Case("gpt3-175b-pipeline-fp16", T.DEEPSPEED, "gpt3-175b", "dgx-a100-80gb", 1024,
+         dict(dp=16, tp=8, pp=8, micro_batch=1, recompute="full", zero_stage=1),
+         precision="fp16"),
+    Case("llama3-8b-node", T.TORCHRUN, "llama3-8b", "dgx-h100", 8,
+         dict(dp=8, tp=1, pp=1, micro_batch=1, zero_stage=3)),
+    Case("gpt3-175b-ascend-hccl", T.TORCHRUN, "gpt3-175b", "ascend-910b", 512,
+         dict(dp=8, tp=8, pp=8, micro_batch=1, sequence_parallel=True, recompute="full",
+              zero_stage=1)),
+    Case("llama3-8b-fsdp", T.TORCHTITAN, "llama3-8b", "dgx-h100", 8,
+         dict(dp=8, tp=1, pp=1, micro_batch=1, recompute="selective", zero_stage=3)),
+    Case("llama3-70b-3d", T.TORCHTITAN, "llama3-70b", "dgx-h100", 64,
+         dict(dp=2, tp=8, pp=4, vpp=2, micro_batch=1, sequence_parallel=True,
+              recompute="full", zero_stage=2)),
+    Case("gpt2-xl-ddp", T.TORCHTITAN, "gpt2-xl", "dgx-a100-80gb", 16,
+         dict(dp=16, tp=1, pp=1, micro_batch=4, zero_stage=0)),
+    Case("llama3-405b-published-layout", T.MEGATRON, "llama3-405b", "dgx-h100", 1024,
+         dict(dp=8, tp=8, pp=16, micro_batch=1, sequence_parallel=True, recompute="full",
+              zero_stage=1, layers_per_stage=(7,) + (8,) * 14 + (7,))),
+    Case("llama3-8b-balanced", T.MEGATRON, "llama3-8b", "dgx-h100", 32,
+         dict(dp=8, tp=1, pp=4, vpp=2, micro_batch=1, recompute="full", zero_stage=1,
+              layers_per_stage=(4, 4, 4, 3, 4, 5, 5, 3))),
+    Case("llama3-8b-balanced-fqns", T.TORCHTITAN, "llama3-8b", "dgx-h100", 32,
+         dict(dp=8, tp=1, pp=4, vpp=2, micro_batch=1, recompute="full", zero_stage=3,
+              layers_per_stage=(4, 4, 4, 3, 4, 5, 5, 3))),
+    Case("llama2-7b-ascend-offset", T.MINDSPORE, "llama2-7b", "ascend-910b", 32,
+         dict(dp=8, tp=1, pp=4, micro_batch=1, recompute="full", zero_stage=1,
+              layers_per_stage=(8, 9, 9, 6))),
+    Case("llama2-7b-ascend", T.MINDSPORE, "llama2-7b", "ascend-910b", 64,
+         dict(dp=8, tp=8, pp=1, micro_batch=1, sequence_parallel=True, recompute="selective",
+              zero_stage=1)),
+    Case("gpt3-175b-ascend-pipeline", T.MINDSPORE, "gpt3-175b", "ascend-910b", 512,
+         dict(dp=8, tp=8, pp=8, micro_batch=1, recompute="full", zero_stage=1)),
+]

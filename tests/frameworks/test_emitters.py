@@ -1,0 +1,104 @@
+"""Every target has an emitter; emitted files match their golden copies; and every emitted
+file reads back (emit -> validate) to exactly the strategy it was written for.
+
+Regenerate the golden files after a deliberate change with PLANNER_UPDATE_GOLDEN=1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from planner.frameworks import EMITTERS, emit_files
+from planner.feasibility.review import review_config
+from planner.feasibility.rules import RuleOptions
+from planner.schemas.strategy import LaunchTarget
+from tests.frameworks.cases import CASES
+
+GOLDEN = Path(__file__).parent / "golden"
+STRATEGY_FIELDS = ("dp", "tp", "pp", "vpp", "micro_batch", "global_batch", "sequence_parallel",
+                   "recompute", "zero_stage", "layers_per_stage")
+
+
+def test_every_target_has_an_emitter():
+    assert set(EMITTERS) == set(LaunchTarget)
+    for target, emitter in EMITTERS.items():
+        assert emitter.target is target
+        assert "@" in emitter.checked_against or "torch" in emitter.checked_against
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_golden_files(case):
+    files = emit_files([case.target], case.plan())
+    for name, text in files.items():
+        golden = GOLDEN / f"{case.name}.{name}"
+        if os.environ.get("PLANNER_UPDATE_GOLDEN"):
+            golden.write_text(text)
+        assert text == golden.read_text(), f"{golden} differs (PLANNER_UPDATE_GOLDEN=1 rewrites)"
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.target is not LaunchTarget.TORCHRUN],
+                         ids=lambda c: c.name)
+def test_emit_then_validate_round_trips(case, tmp_path):
+    plan = case.plan()
+    for name, text in emit_files([case.target], plan).items():
+        path = tmp_path / name
+        path.write_text(text)
+        review = review_config(plan.problem, str(path), gpus_given=None,
+                               options=RuleOptions(), compare=False)
+        got = {f: getattr(review.strategy, f) for f in STRATEGY_FIELDS}
+        want = {f: getattr(plan.strategy, f) for f in STRATEGY_FIELDS}
+        assert got == want, name
+        assert review.problem.num_gpus == plan.problem.num_gpus
+        assert review.problem.training == plan.problem.training
+        assert review.violations == [] and review.valid
+        assert review.report.time.step_s == pytest.approx(plan.report.time.step_s, rel=1e-12)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.target is LaunchTarget.TORCHRUN],
+                         ids=lambda c: c.name)
+def test_torchrun_round_trips_its_world_size(case, tmp_path):
+    from planner.frameworks import read_config
+
+    plan = case.plan()
+    (name, text), = emit_files([case.target], plan).items()
+    (tmp_path / name).write_text(text)
+    parsed = read_config(str(tmp_path / name), plan.problem)
+    assert parsed.world_size == plan.problem.num_gpus
+    assert ("CUDA_DEVICE_MAX_CONNECTIONS=1" in text) == (plan.strategy.tp > 1)
+
+
+def test_deepspeed_json_parses_back_structurally():
+    case = next(c for c in CASES if c.name == "gpt3-175b-pipeline-fp16")
+    config = json.loads(emit_files([case.target], case.plan())["ds_config.json"])
+    s = case.plan().strategy
+    # DeepSpeed's own consistency rule: train = micro * accumulation * data-parallel size.
+    assert config["train_batch_size"] == (config["train_micro_batch_size_per_gpu"]
+                                          * config["gradient_accumulation_steps"] * s.dp)
+    assert config["zero_optimization"]["stage"] == 1
+    assert config["fp16"] == {"enabled": True, "loss_scale": 0, "initial_scale_power": 16,
+                              "loss_scale_window": 1000, "hysteresis": 2, "min_loss_scale": 1}
+    assert config["pipeline"] == {"stages": 8, "partition": "uniform",
+                                  "activation_checkpoint_interval": 1}
+    assert config["tensor_parallel"] == {"autotp_size": 8}
+
+
+def test_plan_emit_validate_round_trip_through_the_cli(cli, tmp_path):
+    for target in ("megatron", "deepspeed", "torchtitan", "mindspore"):
+        out = tmp_path / target
+        code, stdout, err = cli("plan", "llama3-8b", "dgx-h100", "--gpus", "16", "--emit",
+                                target, "--out", str(out), "--json", "--top", "1")
+        assert code == 0, err
+        planned = json.loads(stdout)
+        best = planned["plans"][0]
+        for path in planned["emitted"]:
+            code, stdout, err = cli("validate", "llama3-8b", "dgx-h100", path, "--json",
+                                    "--no-compare")
+            assert code == 0, (path, err)
+            checked = json.loads(stdout)
+            for field in STRATEGY_FIELDS[:-1]:
+                assert checked["strategy"][field] == best["strategy"][field], (path, field)
+            assert checked["time"]["step_s"] == pytest.approx(best["time"]["step_s"])
