@@ -1,23 +1,34 @@
-"""Collective communication times: an alpha-beta model per collective, placed on a topology.
+"""Collective communication times: one function per NCCL collective, by size, ranks and placement.
 
-Ref: NVIDIA nccl-tests doc/PERFORMANCE.md. For n ranks and S bytes, an all-reduce moves
-2 (n - 1) / n * S per rank; all-gather, reduce-scatter and all-to-all (n - 1) / n * S;
-broadcast, reduce and a point-to-point send S. Time = latency term + moved bytes / bus
-bandwidth, where "bus bandwidth" is what the slowest link crossed delivers per rank.
+Refs:
+- nccl-tests doc/PERFORMANCE.md: the bus factors. For n ranks and S bytes an all-reduce moves
+  2 (n - 1) / n * S per rank; all-gather, reduce-scatter and all-to-all (n - 1) / n * S;
+  broadcast, reduce and send/recv S. "Bus bandwidth" = moved bytes / time.
+- NVIDIA/nccl src/graph/tuning.cc (commit 5067397c, NCCL 2.30.7): NCCL's own cost model, which
+  this module follows. Per (algorithm, protocol): time = base latency + steps x hop latency +
+  bytes / (protocol's share of the bus bandwidth); NCCL runs the pair with the lowest predicted
+  time, so small messages take the low-latency protocols and large ones the bandwidth ones. The
+  bus-bandwidth curve of nccl-tests (small messages never reach the plateau) falls out of this.
+- Hierarchy. A group of n ranks with k ranks per node spans N = n / k nodes. Inside a node every
+  rank reaches every other over NVLink/NVSwitch. Across nodes NCCL runs one ring (or tree) per
+  NIC, so the k ranks of a node cross the network in parallel and a ring's bus bandwidth is
+  min(NVLink bus bandwidth, k x NIC bandwidth) (NVIDIA/nccl#812: 8 HDR NICs give 192 GB/s on
+  DGX A100). All-to-all cannot aggregate NICs (nccl-tests#267): each rank's off-node bytes go
+  through its own NIC.
 
-Placement. A group of n ranks with k ranks per node spans ceil(n / k) nodes. Inside one node
-every rank reaches every other over NVLink/NVSwitch (or HCCS). Across nodes NCCL runs one
-ring per NIC, so the k ranks of a node cross the network in parallel and the bus bandwidth is
-min(intra-node bandwidth, k * per-GPU network bandwidth): a data-parallel group of whole
-nodes is NVLink-bound, a group of one rank per node is bound by one NIC.
-Numeric arguments may be numpy arrays.
+`Network` holds the cluster's measured plateaus (the bandwidth protocol's bus bandwidth) and
+per-hop latencies; `Group` says where a group's ranks sit. Numeric fields may be numpy arrays
+(one entry per candidate strategy); every function broadcasts over them.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import NamedTuple
+
 import numpy as np
 
-from cost_models.enums import AllReduceAlgorithm, Collective
+from cost_models.enums import CollectiveAlgorithm, Collective
 
 BUS_FACTOR = {
     Collective.ALL_REDUCE: lambda n: 2 * (n - 1) / n,
@@ -30,92 +41,256 @@ BUS_FACTOR = {
 }
 """Bytes each rank moves per byte of message (nccl-tests doc/PERFORMANCE.md, "bus bandwidth")."""
 
-TREE_BANDWIDTH_RATIO = 0.92
-"""NCCL's tuning model gives the tree all-reduce 0.92 of the bus bandwidth the ring gets
-(NVIDIA/nccl src/graph/tuning.cc, `busBw * .92` for NCCL_ALGO_TREE): trees win on latency (small
-messages, many nodes), rings on bandwidth (large messages)."""
+
+class Protocol(NamedTuple):
+    """One NCCL protocol on one algorithm: latencies in seconds, bandwidth as a share of the
+    plateau bus bandwidth the cluster preset measures (the Simple protocol's)."""
+
+    name: str
+    base_s: float
+    """Fixed launch/setup latency (tuning.cc baseLatencies)."""
+    nvlink_hop_s: float
+    """Latency per step over NVLink (tuning.cc hwLatencies[NVLINK])."""
+    network_hop_s: float
+    """Latency per step over the network (tuning.cc hwLatencies[NET])."""
+    bandwidth_share: float
+    """Share of the plateau bus bandwidth (tuning.cc: LL 0.5, LL128 120/128 ~ 0.92)."""
 
 
-def group_bus_bandwidth(*, ranks_per_node, num_nodes, intra_bytes_per_s: float,
-                        inter_bytes_per_s: float):
-    """Bus bandwidth (bytes/s per rank) of a group spread over `num_nodes` nodes.
+US = 1e-6
+# NVIDIA/nccl src/graph/tuning.cc @5067397c (NCCL 2.30.7), ncclTunerConstantsDefaults:
+# baseLatencies and hwLatencies (microseconds) for LL / LL128 / Simple. The Simple hop
+# latencies are the cluster's own (`Network.intra_hop_s`, `inter_hop_s`, from the preset, whose
+# defaults are these NCCL values); LL and LL128 keep NCCL's, which are properties of the protocol.
+RING_PROTOCOLS = (
+    Protocol("LL", 6.6 * US, 0.6 * US, 2.7 * US, 0.5),
+    Protocol("LL128", 14.0 * US, 1.9 * US, 4.0 * US, 0.92),
+    Protocol("Simple", 8.4 * US, 0.0, 0.0, 1.0),
+)
+TREE_PROTOCOLS = (
+    # Tree all-reduce: busBw x 0.92, then LL / 3.8 and LL128 x 120/128 (tuning.cc).
+    Protocol("LL", 6.8 * US, 0.6 * US, 5.0 * US, 0.92 / 3.8),
+    Protocol("LL128", 14.0 * US, 1.25 * US, 8.5 * US, 0.92 * 120 / 128),
+    Protocol("Simple", 8.4 * US, 0.0, 0.0, 0.92),
+)
+NVLS_LATENCY_S = 25.0 * US
+"""NVLS (NVSwitch in-switch reduction, Hopper and later) is Simple-only and pays 25 us on
+NVLink, plus 18 us on the network for the multi-node NVLSTree (tuning.cc hwLatencies[.][NVLS])."""
+NVLS_NETWORK_LATENCY_S = 18.0 * US
+NETWORK_OVERHEAD_S = 1.0 * US
+"""tuning.cc: once a ring crosses nodes, each intra-node step costs at least the network
+overhead (1 us on Intel x86, three times that for the Simple protocol)."""
+RING_PLATEAU_LATENCY_FACTOR = 1.4
+"""tuning.cc: a multi-node Simple ring all-reduce pays 1.4x its latency on sm80+ ("plateau")."""
 
-    Ref: NCCL's ring construction (one ring per NIC, nccl-tests doc/PERFORMANCE.md): a
-    single-node group is bound by NVLink; a multi-node group by min(NVLink, k x NIC).
+
+@dataclass(frozen=True)
+class Network:
+    """The links a collective can use, as achieved (not datasheet) numbers."""
+
+    intra_bus_bytes_per_s: float
+    """Ring bus bandwidth inside a node (nccl-tests all_reduce plateau, NVLS off)."""
+    nic_bus_bytes_per_s: float
+    """Bus bandwidth one rank's NIC sustains across nodes (nccl-tests, per NIC)."""
+    intra_hop_s: float
+    """Per-step latency of the Simple protocol over NVLink."""
+    inter_hop_s: float
+    """Per-step latency of the Simple protocol over the network."""
+    nvls_bus_bytes_per_s: float | None = None
+    """All-reduce bus bandwidth with NVLS inside a node; None where the switch has none."""
+
+
+@dataclass(frozen=True)
+class Group:
+    """Where the ranks of a communicator sit: n ranks, k per node, over N nodes."""
+
+    size: object
+    ranks_per_node: object
+    num_nodes: object
+
+
+def _hop_latency(p: Protocol, net: Network):
+    """(intra, inter) per-step latency of a protocol."""
+    intra = p.nvlink_hop_s if p.name != "Simple" else net.intra_hop_s
+    inter = p.network_hop_s if p.name != "Simple" else net.inter_hop_s
+    return intra, inter
+
+
+def ring_bus_bytes_per_s(group: Group, net: Network):
+    """Plateau bus bandwidth of a ring over the group (bytes/s per rank).
+
+    Ref: NCCL builds one ring per NIC (nccl-tests doc/PERFORMANCE.md; NVIDIA/nccl#812): inside a
+    node NVLink-bound; across nodes min(NVLink, k x NIC) with k ranks of the group per node.
     """
-    k = ranks_per_node
-    return np.where(num_nodes > 1, np.minimum(intra_bytes_per_s, k * inter_bytes_per_s),
-                    intra_bytes_per_s)
+    k, nodes = group.ranks_per_node, group.num_nodes
+    return np.where(nodes > 1, np.minimum(net.intra_bus_bytes_per_s, k * net.nic_bus_bytes_per_s),
+                    net.intra_bus_bytes_per_s)
 
 
-def group_latency_s(*, num_nodes, intra_latency_s: float, inter_latency_s: float):
-    """Per-step latency of a group: a ring step waits for its slowest hop."""
-    return np.where(num_nodes > 1, inter_latency_s, intra_latency_s)
+def _ring_latency_s(p: Protocol, steps, inter_steps, multi_node, net: Network):
+    """tuning.cc ring latency: base + intra steps x intra hop + inter steps x network hop."""
+    intra, inter = _hop_latency(p, net)
+    overhead = NETWORK_OVERHEAD_S * (3 if p.name == "Simple" else 1)
+    intra = np.where(multi_node, np.maximum(intra, overhead), intra)
+    return p.base_s + (steps - inter_steps) * intra + inter_steps * inter
 
 
-def ring_steps(collective: Collective, n):
-    """Sequential steps of NCCL's ring algorithm for a collective over n ranks."""
-    if collective is Collective.ALL_REDUCE:
-        return 2 * (n - 1)
-    if collective is Collective.SEND_RECV:
-        return 1 + 0 * n
-    return n - 1
+def _best(times: list) -> tuple[object, object]:
+    """Elementwise minimum over the options and the index of the winner."""
+    stacked = np.stack(np.broadcast_arrays(*times))
+    return stacked.min(0), stacked.argmin(0)
 
 
-def collective_time_s(collective: Collective, *, message_bytes, group_size, bus_bytes_per_s,
-                      latency_s):
-    """Seconds one ring collective takes: steps * latency + bus factor * S / bus bandwidth.
-
-    Ref: nccl-tests doc/PERFORMANCE.md (bus factors); Thakur et al. 2005 (ring algorithms,
-    alpha-beta cost). A group of one rank costs nothing.
-    """
-    n = group_size
+def _ring_time_s(collective: Collective, message_bytes, group: Group, net: Network,
+                 steps, inter_steps):
+    """Fastest protocol of a ring collective: seconds."""
+    n, nodes = group.size, group.num_nodes
     moved = BUS_FACTOR[collective](n) * message_bytes
-    t = ring_steps(collective, n) * latency_s + moved / bus_bytes_per_s
-    return np.where(n > 1, t, 0.0)
+    bus = ring_bus_bytes_per_s(group, net)
+    times = []
+    for p in RING_PROTOCOLS:
+        latency = _ring_latency_s(p, steps, inter_steps, nodes > 1, net)
+        if collective is Collective.ALL_REDUCE and p.name == "Simple":
+            latency = np.where(nodes > 1, RING_PLATEAU_LATENCY_FACTOR * latency, latency)
+        times.append(latency + moved / (p.bandwidth_share * bus))
+    best, _ = _best(times)
+    return np.where(n > 1, best, 0.0)
 
 
-def tree_allreduce_time_s(*, message_bytes, group_size, ranks_per_node, num_nodes,
-                          bus_bytes_per_s, intra_latency_s: float, inter_latency_s: float):
-    """Seconds of NCCL's tree all-reduce: a chain inside each node, a double binary tree
-    across nodes.
+class AllReduceTime(NamedTuple):
+    seconds: object
+    algorithm: object
+    """Index into ALL_REDUCE_ALGORITHMS of the algorithm NCCL would pick."""
 
-    Ref: Sanders et al. 2009 (double binary trees), as NCCL 2.4 implements them: the latency
-    term grows as log2(nodes) instead of the ring's 2 (n - 1); each rank still moves about
-    2 (n - 1) / n * S, pipelined through the tree, at TREE_BANDWIDTH_RATIO of the bus bandwidth.
+
+ALL_REDUCE_ALGORITHMS = (CollectiveAlgorithm.RING, CollectiveAlgorithm.TREE,
+                         CollectiveAlgorithm.NVLS)
+
+
+def all_reduce(message_bytes, group: Group, net: Network) -> AllReduceTime:
+    """Seconds of an all-reduce of `message_bytes` per rank, with the algorithm NCCL picks.
+
+    Ref: tuning.cc (ncclTopoTuneModel, ncclTopoGetAlgoTime) and nccl-tests PERFORMANCE.md.
+    - Ring: 2 (n - 1) steps, 2 (N - 1) of them over the network; bus bandwidth as
+      `ring_bus_bytes_per_s`.
+    - Tree (Sanders et al. 2009 double binary tree across nodes, a chain inside each):
+      latency 2 ((k - 1) intra + log2(N) inter) steps; 0.92 of the ring's bandwidth, which for
+      up to two nodes is NVLink's (tuning.cc takes bwIntra when nNodes <= 2).
+    - NVLS / NVLSTree (Hopper NVSwitch reduction): 25 us (+18 us and 2 log2(N) network steps
+      across nodes); bandwidth the measured NVLS plateau, across nodes at most k NICs (twice that
+      for two nodes, tuning.cc interBw x 2).
     """
-    n, k = group_size, ranks_per_node
-    steps_latency = 2 * (np.log2(np.maximum(num_nodes, 1)) * inter_latency_s
-                         + (k - 1) * intra_latency_s)
+    n, k, nodes = group.size, group.ranks_per_node, group.num_nodes
+    ring = _ring_time_s(Collective.ALL_REDUCE, message_bytes, group, net,
+                        steps=2 * (n - 1), inter_steps=np.where(nodes > 1, 2 * (nodes - 1), 0))
     moved = BUS_FACTOR[Collective.ALL_REDUCE](n) * message_bytes
-    return np.where(n > 1, steps_latency + moved / (TREE_BANDWIDTH_RATIO * bus_bytes_per_s), 0.0)
+    log_nodes = np.log2(np.maximum(nodes, 1))
+    tree_bus = np.where(nodes > 2, ring_bus_bytes_per_s(group, net), net.intra_bus_bytes_per_s)
+    tree_times = []
+    for p in TREE_PROTOCOLS:
+        intra, inter = _hop_latency(p, net)
+        latency = p.base_s + 2 * ((k - 1) * intra + log_nodes * inter)
+        tree_times.append(latency + moved / (p.bandwidth_share * tree_bus))
+    tree, _ = _best(tree_times)
+    options = [ring, np.where(nodes > 1, tree, np.inf)]   # one node: NCCL's tree is a chain; ring wins
+    if net.nvls_bus_bytes_per_s is not None:
+        across = k * net.nic_bus_bytes_per_s * np.where(nodes <= 2, 2, 1)
+        nvls_bus = np.where(nodes > 1, np.minimum(net.nvls_bus_bytes_per_s, across),
+                            net.nvls_bus_bytes_per_s)
+        nvls_latency = NVLS_LATENCY_S + np.where(
+            nodes > 1, NVLS_NETWORK_LATENCY_S + 2 * log_nodes * net.inter_hop_s, 0.0)
+        nvls = np.where(k > 1, nvls_latency + moved / nvls_bus, np.inf)   # needs ranks sharing a switch
+        options.append(nvls)
+    else:
+        options.append(np.full(np.shape(ring), np.inf))
+    seconds, index = _best(options)
+    single = n <= 1
+    return AllReduceTime(np.where(single, 0.0, seconds), np.where(single, 0, index))
 
 
-def allreduce_time_s(*, message_bytes, group_size, ranks_per_node, num_nodes,
-                     intra_bytes_per_s: float, inter_bytes_per_s: float,
-                     intra_latency_s: float, inter_latency_s: float):
-    """Seconds of an all-reduce with the faster of NCCL's ring and tree algorithms.
+def all_reduce_time_s(message_bytes, group: Group, net: Network):
+    """Seconds of an all-reduce (see `all_reduce`)."""
+    return all_reduce(message_bytes, group, net).seconds
 
-    NCCL picks between them by message size and group shape (its tuning model compares
-    predicted times); we do the same with our alpha-beta times. Returns (seconds, algorithm
-    is tree) so reports can say which was chosen.
+
+def all_gather_time_s(message_bytes, group: Group, net: Network):
+    """Seconds of a ring all-gather; `message_bytes` is the gathered (full) buffer per rank.
+
+    Ref: tuning.cc: n - 1 steps, N - 1 over the network; nccl-tests counts the full buffer.
     """
-    bus = group_bus_bandwidth(ranks_per_node=ranks_per_node, num_nodes=num_nodes,
-                              intra_bytes_per_s=intra_bytes_per_s,
-                              inter_bytes_per_s=inter_bytes_per_s)
-    latency = group_latency_s(num_nodes=num_nodes, intra_latency_s=intra_latency_s,
-                              inter_latency_s=inter_latency_s)
-    ring = collective_time_s(Collective.ALL_REDUCE, message_bytes=message_bytes,
-                             group_size=group_size, bus_bytes_per_s=bus, latency_s=latency)
-    tree = tree_allreduce_time_s(message_bytes=message_bytes, group_size=group_size,
-                                 ranks_per_node=ranks_per_node, num_nodes=num_nodes,
-                                 bus_bytes_per_s=bus, intra_latency_s=intra_latency_s,
-                                 inter_latency_s=inter_latency_s)
-    return np.minimum(ring, tree), tree < ring
+    n, nodes = group.size, group.num_nodes
+    return _ring_time_s(Collective.ALL_GATHER, message_bytes, group, net, steps=n - 1,
+                        inter_steps=np.where(nodes > 1, nodes - 1, 0))
 
 
-def allreduce_algorithm(is_tree) -> AllReduceAlgorithm:
-    return AllReduceAlgorithm.TREE if bool(is_tree) else AllReduceAlgorithm.RING
+def reduce_scatter_time_s(message_bytes, group: Group, net: Network):
+    """Seconds of a ring reduce-scatter of a `message_bytes` buffer per rank (as all-gather)."""
+    n, nodes = group.size, group.num_nodes
+    return _ring_time_s(Collective.REDUCE_SCATTER, message_bytes, group, net, steps=n - 1,
+                        inter_steps=np.where(nodes > 1, nodes - 1, 0))
+
+
+def broadcast_time_s(message_bytes, group: Group, net: Network):
+    """Seconds of a ring (pipelined chain) broadcast of `message_bytes` from one rank.
+
+    Ref: tuning.cc: Broadcast and Reduce run on the ring only, n steps, bus factor 1.
+    """
+    n, nodes = group.size, group.num_nodes
+    return _ring_time_s(Collective.BROADCAST, message_bytes, group, net, steps=n,
+                        inter_steps=np.where(nodes > 1, nodes, 0))
+
+
+def reduce_time_s(message_bytes, group: Group, net: Network):
+    """Seconds of a ring reduce of `message_bytes` to one rank (as broadcast)."""
+    n, nodes = group.size, group.num_nodes
+    return _ring_time_s(Collective.REDUCE, message_bytes, group, net, steps=n,
+                        inter_steps=np.where(nodes > 1, nodes, 0))
+
+
+def all_to_all_time_s(message_bytes, group: Group, net: Network):
+    """Seconds of an all-to-all: each rank sends `message_bytes` in total, 1/n to each rank.
+
+    Ref: NCCL runs all-to-all as grouped send/recv, outside tuning.cc's model. NVIDIA
+    (nccl-tests#130, #267): it cannot aggregate NICs, so the off-node share (n - k) / n of the
+    bytes goes through the rank's own NIC, while the on-node share (k - 1) / n crosses NVLink
+    at the same time; the bus bandwidth then tends to N / (N - 1) x one NIC. One Simple send:
+    base + one hop of latency.
+    """
+    n, k, nodes = group.size, group.ranks_per_node, group.num_nodes
+    simple = RING_PROTOCOLS[2]
+    on_node = message_bytes * (k - 1) / n / net.intra_bus_bytes_per_s
+    off_node = message_bytes * (n - k) / n / net.nic_bus_bytes_per_s
+    latency = simple.base_s + np.where(nodes > 1, net.inter_hop_s, net.intra_hop_s)
+    return np.where(n > 1, latency + np.maximum(on_node, off_node), 0.0)
+
+
+def send_recv_time_s(message_bytes, *, across_nodes, net: Network):
+    """Seconds of one point-to-point transfer (a pipeline send): latency + S / link.
+
+    Ref: nccl-tests sendrecv_perf (bus factor 1): 195 GB/s on NVLink A100 at 1 GB
+    (li-plus/playground cuda/nccl.md), one NIC across nodes. One Simple step.
+    """
+    simple = RING_PROTOCOLS[2]
+    bandwidth = np.where(across_nodes, net.nic_bus_bytes_per_s, net.intra_bus_bytes_per_s)
+    hop = np.where(across_nodes, net.inter_hop_s, net.intra_hop_s)
+    return simple.base_s + hop + message_bytes / bandwidth
+
+
+def collective_time_s(collective: Collective, message_bytes, group: Group, net: Network):
+    """Seconds of any group collective (send/recv has its own function)."""
+    return {
+        Collective.ALL_REDUCE: all_reduce_time_s,
+        Collective.ALL_GATHER: all_gather_time_s,
+        Collective.REDUCE_SCATTER: reduce_scatter_time_s,
+        Collective.ALL_TO_ALL: all_to_all_time_s,
+        Collective.BROADCAST: broadcast_time_s,
+        Collective.REDUCE: reduce_time_s,
+    }[collective](message_bytes, group, net)
+
+
+def bus_bandwidth(collective: Collective, message_bytes, seconds, group_size):
+    """nccl-tests bus bandwidth (bytes/s) of a collective that took `seconds`."""
+    return BUS_FACTOR[collective](group_size) * message_bytes / seconds
 
 
 def parameter_server_time_s(*, message_bytes, num_workers, num_servers, worker_bytes_per_s,
@@ -142,8 +317,3 @@ def exposed_time_s(comm_s, compute_s, *, interference: float):
     """
     hidden = np.minimum(comm_s, compute_s)
     return comm_s - hidden + interference * hidden
-
-
-def send_recv_time_s(*, message_bytes, bytes_per_s, latency_s):
-    """Seconds of one point-to-point transfer: latency + S / link bandwidth."""
-    return latency_s + message_bytes / bytes_per_s

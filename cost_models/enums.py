@@ -85,6 +85,11 @@ class Collective(str, Enum):
     SEND_RECV = "send_recv"
 
 
-class AllReduceAlgorithm(str, Enum):
+class CollectiveAlgorithm(str, Enum):
+    """NCCL's algorithms (NVIDIA/nccl src/graph/tuning.cc)."""
+
     RING = "ring"
     TREE = "tree"
+    """Double binary tree across nodes, a chain inside each (all-reduce only)."""
+    NVLS = "nvls"
+    """NVSwitch in-switch reduction (Hopper and later; NVLSTree across nodes)."""

@@ -13,6 +13,7 @@ from typing import NamedTuple
 import numpy as np
 
 from cost_models import communication as comm
+from cost_models.communication import Group
 from cost_models.compute import (BACKWARD_ELEMENTWISE_RATIO, BACKWARD_FLOPS_RATIO, Gemm,
                                  cross_entropy_bytes, flash_attention_time_s, gemm_flops,
                                  gemm_time_s, memory_bound_time_s, output_layer_gemm,
@@ -43,25 +44,9 @@ class BlockCost(NamedTuple):
     """Values the block hands to the next one (a pipeline send at a stage boundary)."""
 
 
-class TpPlacement(NamedTuple):
-    """Where a tensor-parallel group sits: its size, ranks per node and nodes spanned."""
-
-    size: object
-    ranks_per_node: object
-    num_nodes: object
-
-
-def _tp_collective_s(collective: Collective, elements, *, place: TpPlacement,
+def _tp_collective_s(collective: Collective, elements, *, place: Group,
                      cluster: ClusterSpec, value_bytes: int):
-    bus = comm.group_bus_bandwidth(ranks_per_node=place.ranks_per_node,
-                                   num_nodes=place.num_nodes,
-                                   intra_bytes_per_s=cluster.intra_bus_bytes_per_s,
-                                   inter_bytes_per_s=cluster.inter_bus_bytes_per_s)
-    latency = comm.group_latency_s(num_nodes=place.num_nodes,
-                                   intra_latency_s=cluster.intra_latency_s,
-                                   inter_latency_s=cluster.inter_latency_s)
-    return comm.collective_time_s(collective, message_bytes=elements * value_bytes,
-                                  group_size=place.size, bus_bytes_per_s=bus, latency_s=latency)
+    return comm.collective_time_s(collective, elements * value_bytes, place, cluster.network)
 
 
 def _allreduce_or_split(elements, *, sequence_parallel: bool, **kw):
@@ -96,7 +81,7 @@ class _Kernels:
 
 
 def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute,
-                 k: _Kernels, place: TpPlacement, cluster: ClusterSpec) -> BlockCost:
+                 k: _Kernels, place: Group, cluster: ClusterSpec) -> BlockCost:
     shape = dict(seq_len=seq_len, micro_batch=mb, hidden=block.hidden,
                  num_heads=block.num_heads, num_kv_heads=block.kv_heads,
                  head_dim=block.dim_per_head, ffn_hidden=block.ffn, mlp=block.mlp,
@@ -145,7 +130,7 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
 
 
 def _evoformer(block: EvoformerBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute,
-               k: _Kernels, place: TpPlacement, cluster: ClusterSpec) -> BlockCost:
+               k: _Kernels, place: Group, cluster: ClusterSpec) -> BlockCost:
     e, flash = block.shape, block.attention is AttentionKind.FLASH
     gemms = evoformer_block_gemms(e, num_residues=seq_len, micro_batch=mb, tp=tp)
     traffic = evoformer_block_elementwise_bytes(e, num_residues=seq_len, micro_batch=mb, tp=tp,
@@ -175,7 +160,7 @@ def _evoformer(block: EvoformerBlock, *, seq_len, mb, tp, sp: bool, rc: Recomput
 
 
 def _embedding(block: EmbeddingBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute,
-               k: _Kernels, place: TpPlacement, cluster: ClusterSpec) -> BlockCost:
+               k: _Kernels, place: Group, cluster: ClusterSpec) -> BlockCost:
     tokens_hidden = seq_len * mb * block.hidden
     # Gather rows and write them (and the dropout mask); the backward scatters the gradients.
     traffic = 2 * k.value_bytes * tokens_hidden
@@ -193,7 +178,7 @@ def _embedding(block: EmbeddingBlock, *, seq_len, mb, tp, sp: bool, rc: Recomput
 
 
 def _norm(block: NormBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute, k: _Kernels,
-          place: TpPlacement, cluster: ClusterSpec) -> BlockCost:
+          place: Group, cluster: ClusterSpec) -> BlockCost:
     tokens_hidden = seq_len * mb * block.hidden
     shard = tp if sp else 1
     forward = k.traffic_s(2 * k.value_bytes * tokens_hidden / shard) + 0 * tp
@@ -203,7 +188,7 @@ def _norm(block: NormBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute, k: _Ker
 
 
 def _output(block: OutputBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute, k: _Kernels,
-            place: TpPlacement, cluster: ClusterSpec) -> BlockCost:
+            place: Group, cluster: ClusterSpec) -> BlockCost:
     h, V = block.hidden, block.vocab_size
     logits = output_layer_gemm(seq_len=seq_len, micro_batch=mb, hidden=h, vocab_size=V, tp=tp)
     gemms = [logits]
@@ -232,7 +217,7 @@ _BY_KIND = {"transformer": _transformer, "evoformer": _evoformer, "embedding": _
 
 
 def block_cost(block, *, training: TrainingSpec, cluster: ClusterSpec, tp, mb,
-               sequence_parallel: bool, recompute: Recompute, place: TpPlacement) -> BlockCost:
+               sequence_parallel: bool, recompute: Recompute, place: Group) -> BlockCost:
     """Costs of `block` at arrays of tp and micro-batch values (one SP and recompute setting)."""
     tp = np.asarray(tp, dtype=float)
     mb = np.asarray(mb, dtype=float)

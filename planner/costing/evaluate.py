@@ -13,13 +13,14 @@ from functools import lru_cache
 import numpy as np
 
 from cost_models import communication as comm
+from cost_models.communication import ALL_REDUCE_ALGORITHMS, Group
 from cost_models.compute import gemm_flops, optimizer_step_bytes_per_param, transformer_layer_gemms
 from cost_models.enums import Collective, Recompute, ZeroStage
 from cost_models.memory import (model_state_bytes, reserve_bytes, state_bytes_per_param,
                                 zero3_gather_buffer_bytes)
 from cost_models.pipeline import in_flight_per_chunk, pipeline_time_s
 from cost_models.units import GiB, TFLOPS, bytes_per_value
-from planner.costing.block_costs import (BlockCost, TpPlacement, block_cost, block_model_flops,
+from planner.costing.block_costs import (BlockCost, block_cost, block_model_flops,
                                  pipeline_send_bytes)
 from planner.costing.layout import ChainTypes, Layout, layout_from_layer_counts, uniform_layout
 from planner.inputs.loader import Problem
@@ -84,18 +85,18 @@ class Candidates:
 
 # --------------------------------------------------------------------------- placement
 
-def tp_placement(tp, gpus_per_node: int) -> TpPlacement:
+def tp_placement(tp, gpus_per_node: int) -> Group:
     """TP ranks are innermost (consecutive ranks): a group of t fills min(t, node) per node."""
-    return TpPlacement(size=tp, ranks_per_node=np.minimum(tp, gpus_per_node),
-                       num_nodes=np.ceil(tp / gpus_per_node))
+    return Group(size=tp, ranks_per_node=np.minimum(tp, gpus_per_node),
+                 num_nodes=np.ceil(tp / gpus_per_node))
 
 
-def strided_placement(size, stride, gpus_per_node: int):
-    """(ranks per node, nodes) of a group of `size` ranks `stride` apart (DP after TP; PP after
-    TP and DP, Megatron-LM's default order tp-dp-pp)."""
+def strided_placement(size, stride, gpus_per_node: int) -> Group:
+    """A group of `size` ranks `stride` apart (DP after TP; PP after TP and DP, Megatron-LM's
+    default order tp-dp-pp)."""
     per_node = np.where(stride >= gpus_per_node, 1,
                         np.minimum(size, np.maximum(gpus_per_node // stride, 1)))
-    return per_node, np.ceil(size / per_node)
+    return Group(size=size, ranks_per_node=per_node, num_nodes=np.ceil(size / per_node))
 
 
 # --------------------------------------------------------------------------- block costs
@@ -199,7 +200,8 @@ class Evaluation:
     step_s: np.ndarray
     slowest_stage: np.ndarray
     imbalance: np.ndarray
-    dp_tree: np.ndarray
+    dp_algorithm: np.ndarray
+    """Index into communication.ALL_REDUCE_ALGORITHMS."""
     model_flops: np.ndarray
     hardware_flops: np.ndarray
 
@@ -266,7 +268,7 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
     tp_comm = stage_sum(costs.tp_comm_s)
     pp_comm = _pipeline_comm(problem, layout, cands, costs, types)
     stage_blocks = counts.sum(1).reshape(v, p).sum(0)                     # (p,)
-    dp_per_mb, dp_end, dp_tree = _data_parallel(problem, cands, params, per_param, fwd, bwd,
+    dp_per_mb, dp_end, dp_algorithm = _data_parallel(problem, cands, params, per_param, fwd, bwd,
                                                 stage_blocks)
     tau = compute + tp_comm + pp_comm + dp_per_mb
     slowest = tau.argmax(1)
@@ -298,7 +300,7 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
         bubble_s=pipeline - m * tau[rows, slowest], optimizer_s=optimizer[rows, last],
         overhead_s=cluster.efficiency.step_overhead_s,
         step_s=pipeline + end[rows, last] + cluster.efficiency.step_overhead_s,
-        slowest_stage=slowest, imbalance=tau.max(1) / tau.mean(1), dp_tree=dp_tree[rows, last],
+        slowest_stage=slowest, imbalance=tau.max(1) / tau.mean(1), dp_algorithm=dp_algorithm[rows, last],
         model_flops=model_flops * batch, hardware_flops=(model_flops + extra) * batch)
 
 
@@ -341,18 +343,13 @@ def _pipeline_comm(problem: Problem, layout: Layout, cands: Candidates, costs: B
     elements = costs.output_elements[:, senders]                              # (N, K)
     tp = cands.tp.astype(float)[:, None]
     sent = pipeline_send_bytes(elements, tp=tp, value_bytes=value_bytes)
-    per_node, nodes = strided_placement(cands.pp, cands.tp * cands.dp, cluster.gpus_per_node)
-    across = (nodes > 1)[:, None]
-    link = np.where(across, cluster.inter_bus_bytes_per_s, cluster.intra_bus_bytes_per_s)
-    latency = np.where(across, cluster.inter_latency_s, cluster.intra_latency_s)
-    transfer = comm.send_recv_time_s(message_bytes=sent, bytes_per_s=link, latency_s=latency)
+    pipe = strided_placement(cands.pp, cands.tp * cands.dp, cluster.gpus_per_node)
+    net = cluster.network
+    transfer = comm.send_recv_time_s(sent, across_nodes=(pipe.num_nodes > 1)[:, None], net=net)
     place = tp_placement(cands.tp, cluster.gpus_per_node)
-    bus = comm.group_bus_bandwidth(ranks_per_node=place.ranks_per_node, num_nodes=place.num_nodes,
-                                   intra_bytes_per_s=cluster.intra_bus_bytes_per_s,
-                                   inter_bytes_per_s=cluster.inter_bus_bytes_per_s)
-    regather = comm.collective_time_s(Collective.ALL_GATHER, message_bytes=elements * value_bytes,
-                                      group_size=tp, bus_bytes_per_s=bus[:, None],
-                                      latency_s=cluster.intra_latency_s)
+    tp_group = Group(size=tp, ranks_per_node=place.ranks_per_node[:, None],
+                     num_nodes=place.num_nodes[:, None])
+    regather = comm.all_gather_time_s(elements * value_bytes, tp_group, net)
     regather = np.where(cands.sp[:, None], 0.0, regather)
     per_chunk = 2 * (transfer + regather)                                     # forward + backward
     return _by_stage(per_chunk, p, v).sum(2)
@@ -360,7 +357,7 @@ def _pipeline_comm(problem: Problem, layout: Layout, cands: Candidates, costs: B
 
 def _data_parallel(problem: Problem, cands: Candidates, params: np.ndarray, per_param,
                    fwd: np.ndarray, bwd: np.ndarray, stage_blocks: np.ndarray):
-    """Data-parallel communication: (exposed per micro-batch, exposed at step end, tree?).
+    """Data-parallel communication: (exposed per micro-batch, exposed at step end, algorithm).
 
     Ref: Rajbhandari et al. 2020, Sec. 7: an all-reduce of the gradients (ZeRO-0); a
     reduce-scatter of gradients and an all-gather of weights, the same volume (ZeRO-1, Megatron's
@@ -374,36 +371,29 @@ def _data_parallel(problem: Problem, cands: Candidates, params: np.ndarray, per_
     FSDP unit per transformer block), so it pays the ring latency once per block.
     """
     cluster = problem.cluster
-    dp = cands.dp.astype(float)
-    per_node, nodes = strided_placement(cands.dp, cands.tp, cluster.gpus_per_node)
-    per_node, nodes, dp_col = per_node[:, None], nodes[:, None], dp[:, None]
+    net = cluster.network
+    dp_col = cands.dp.astype(float)[:, None]
+    place = strided_placement(cands.dp, cands.tp, cluster.gpus_per_node)
+    nodes = place.num_nodes[:, None]
+    group = Group(size=dp_col, ranks_per_node=place.ranks_per_node[:, None], num_nodes=nodes)
     grads = params * per_param.gradients
     weights = params * per_param.weights
-    bus = comm.group_bus_bandwidth(ranks_per_node=per_node, num_nodes=nodes,
-                                   intra_bytes_per_s=cluster.intra_bus_bytes_per_s,
-                                   inter_bytes_per_s=cluster.inter_bus_bytes_per_s)
-    latency = comm.group_latency_s(num_nodes=nodes, intra_latency_s=cluster.intra_latency_s,
-                                   inter_latency_s=cluster.inter_latency_s)
 
-    def ring(collective, size_bytes):
-        return comm.collective_time_s(collective, message_bytes=size_bytes, group_size=dp_col,
-                                      bus_bytes_per_s=bus, latency_s=latency)
+    def collective(kind, size_bytes):
+        return comm.collective_time_s(kind, size_bytes, group, net)
 
-    allreduce, tree = comm.allreduce_time_s(
-        message_bytes=grads, group_size=dp_col, ranks_per_node=per_node, num_nodes=nodes,
-        intra_bytes_per_s=cluster.intra_bus_bytes_per_s,
-        inter_bytes_per_s=cluster.inter_bus_bytes_per_s,
-        intra_latency_s=cluster.intra_latency_s, inter_latency_s=cluster.inter_latency_s)
+    allreduce, algorithm = comm.all_reduce(grads, group, net)
     server = comm.parameter_server_time_s(
         message_bytes=grads, num_workers=dp_col, num_servers=cands.num_servers[:, None],
-        worker_bytes_per_s=np.where(nodes > 1, cluster.inter_bus_bytes_per_s,
-                                    cluster.intra_bus_bytes_per_s),
-        server_bytes_per_s=cluster.inter_bus_bytes_per_s, latency_s=latency)
-    reduce_scatter = ring(Collective.REDUCE_SCATTER, grads)
-    all_gather = ring(Collective.ALL_GATHER, weights)
+        worker_bytes_per_s=np.where(nodes > 1, net.nic_bus_bytes_per_s,
+                                    net.intra_bus_bytes_per_s),
+        server_bytes_per_s=net.nic_bus_bytes_per_s,
+        latency_s=np.where(nodes > 1, net.inter_hop_s, net.intra_hop_s))
+    reduce_scatter = collective(Collective.REDUCE_SCATTER, grads)
+    all_gather = collective(Collective.ALL_GATHER, weights)
     blocks = stage_blocks[None, :]
-    block_reduce_scatter = blocks * ring(Collective.REDUCE_SCATTER, grads / blocks)
-    block_all_gather = blocks * ring(Collective.ALL_GATHER, weights / blocks)
+    block_reduce_scatter = blocks * collective(Collective.REDUCE_SCATTER, grads / blocks)
+    block_all_gather = blocks * collective(Collective.ALL_GATHER, weights / blocks)
     zero = cands.zero[:, None]
     overlap = cands.overlap[:, None]
     use_server = (cands.dp_comm == DP_COMM_ORDER.index(DpComm.PARAMETER_SERVER))[:, None]
@@ -424,8 +414,9 @@ def _data_parallel(problem: Problem, cands: Candidates, params: np.ndarray, per_
                             2 * block_all_gather + block_reduce_scatter)
     per_mb = np.select([zero == 2, zero == 3], [per_mb_zero2, per_mb_zero3], 0.0)
     single = dp_col <= 1
-    return (np.where(single, 0.0, per_mb), np.where(single, 0.0, end),
-            tree & ~use_server & (zero == 0))
+    # The algorithm of the step-end all-reduce (ZeRO-0); ring otherwise.
+    algorithm = np.where(~use_server & (zero == 0), algorithm, 0)
+    return np.where(single, 0.0, per_mb), np.where(single, 0.0, end), algorithm
 
 
 # --------------------------------------------------------------------------- one strategy
@@ -471,7 +462,7 @@ def report(problem: Problem, layout: Layout, cands: Candidates, ev: Evaluation, 
         bubble_s=float(ev.bubble_s[i]), optimizer_s=float(ev.optimizer_s[i]),
         overhead_s=float(ev.overhead_s), stages=stage_times, slowest_stage=int(ev.slowest_stage[i]),
         imbalance=float(ev.imbalance[i]),
-        dp_algorithm="tree" if ev.dp_tree[i] else "ring")
+        dp_algorithm=ALL_REDUCE_ALGORITHMS[int(ev.dp_algorithm[i])].value)
     step = float(ev.step_s[i])
     num_gpus = int(cands.dp[i] * cands.tp[i] * cands.pp[i])
     peak_flops = problem.cluster.gpu.peak_flops(problem.training.precision)

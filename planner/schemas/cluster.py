@@ -6,6 +6,7 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 
+from cost_models.communication import Network
 from cost_models.enums import Precision
 from cost_models.units import GB, GiB, TFLOPS, US
 
@@ -59,7 +60,8 @@ class LinkSpec(BaseModel):
     bandwidth_gb_per_s: PositiveFloat
     """Per GPU, per direction, GB/s (NVLink: half the bidirectional datasheet figure)."""
     latency_us: float = Field(gt=0)
-    """Per-hop latency a collective's step pays, microseconds."""
+    """Per-step latency of NCCL's Simple protocol over this link, microseconds (NCCL's own
+    tuning.cc: 3.4 on NVLink, 14 on the network); LL and LL128 use NCCL's values."""
 
 
 class ReserveSpec(BaseModel):
@@ -91,6 +93,9 @@ class EfficiencySpec(BaseModel):
     """NCCL bus bandwidth inside a node / per-direction link bandwidth (nccl-tests)."""
     inter_node_bus_fraction: float = Field(gt=0, le=1)
     """NCCL bus bandwidth per NIC across nodes / NIC line rate (nccl-tests)."""
+    nvls_bus_fraction: float | None = Field(default=None, gt=0, le=2)
+    """NCCL all-reduce bus bandwidth with NVLS (NVSwitch in-switch reduction) / per-direction
+    NVLink bandwidth; it can exceed 1 because the switch reduces. None: no NVLS (before Hopper)."""
     overlap_interference: float = Field(ge=0, le=1)
     """Share of a collective's time hidden behind compute that still slows that compute."""
     step_overhead_s: float = Field(ge=0)
@@ -134,6 +139,17 @@ class ClusterSpec(BaseModel):
     @property
     def inter_bus_bytes_per_s(self) -> float:
         return self.inter_node.bandwidth_gb_per_s * GB * self.efficiency.inter_node_bus_fraction
+
+    @property
+    def network(self) -> Network:
+        """The achieved link numbers the collective model (cost_models.communication) uses."""
+        nvls = self.efficiency.nvls_bus_fraction
+        return Network(
+            intra_bus_bytes_per_s=self.intra_bus_bytes_per_s,
+            nic_bus_bytes_per_s=self.inter_bus_bytes_per_s,
+            intra_hop_s=self.intra_latency_s, inter_hop_s=self.inter_latency_s,
+            nvls_bus_bytes_per_s=None if nvls is None
+            else self.intra_node.bandwidth_gb_per_s * GB * nvls)
 
     @property
     def intra_latency_s(self) -> float:

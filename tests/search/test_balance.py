@@ -215,7 +215,7 @@ def test_validate_proposes_moving_layers_off_the_slowest_stage():
     report = validate(problem, strategy).report
     assert layout_advice(problem, strategy, report) == (
         "stage 3 is 1.15x the mean: move 1 layer from stage 3 to stage 1, move 1 layer from "
-        "stage 3 to stage 2 (layers_per_stage [8, 9, 9, 6]: 21.23 s -> 19.77 s per step)")
+        "stage 3 to stage 2 (layers_per_stage [8, 9, 9, 6]: 21.23 s -> 19.78 s per step)")
     balanced = strategy.model_copy(update={"layers_per_stage": (8, 9, 9, 6)})
     assert layout_advice(problem, balanced, validate(problem, balanced).report) is None
 
