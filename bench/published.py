@@ -1,0 +1,150 @@
+"""Published, measured training runs (bench/data/*.yaml) as planner problems, and the model's
+error on each.
+
+Every file is one source (a paper table, a README, a framework's performance page) with its
+provenance; every run states its GPUs, model, batch, precision, strategy and what was measured.
+Unknown strategy fields are filled by one rule for all runs, never per row:
+
+- micro_batch and vpp: 1;
+- sequence_parallel: on when tp > 1 (Megatron-Core's and NeMo's recipes);
+- zero_stage: 1 (the distributed optimizer) for Megatron runs, else 0;
+- recompute: the cheapest of none, selective, full whose memory fits (what a user does);
+- overlap_grad_reduce "unknown": the framework profile's default.
+
+Runs the planner cannot express yet (context parallelism, FP8) are counted as skipped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import yaml
+
+from cost_models.enums import Recompute
+from planner.costing.evaluate import evaluate_strategy
+from planner.inputs.loader import Problem, make_problem, validate_file
+from planner.schemas.cluster import ClusterSpec
+from planner.schemas.model_file import TransformerShorthand
+from planner.schemas.report import PlanReport
+from planner.schemas.strategy import Strategy
+
+DATA = Path(__file__).resolve().parent / "data"
+PRESET_OF_GPU = {"A100-SXM4-80GB": "dgx-a100-80gb", "A100-SXM4-40GB": "dgx-a100-40gb",
+                 "H100-SXM5-80GB": "dgx-h100", "H200": "dgx-h200", "B200": "dgx-b200"}
+FRAMEWORKS = {"megatron": "megatron", "nemo": "megatron", "megatron-deepspeed": "deepspeed",
+              "deepspeed": "deepspeed", "torchtitan": "torchtitan", "fsdp": "torchtitan",
+              "meta-internal": "megatron"}
+"""Framework profile of each source's framework label (NeMo runs Megatron-Core; Meta's
+Llama 3 stack is closest to Megatron: 4D parallelism, interleaved pipeline, TP in a node)."""
+
+
+@dataclass(frozen=True)
+class Run:
+    source: str
+    name: str
+    framework: str
+    problem: Problem
+    strategy: Strategy
+    measured_tflops: float
+    counts_recompute: bool
+
+
+@dataclass(frozen=True)
+class Prediction:
+    run: Run
+    report: PlanReport
+
+    @property
+    def predicted_tflops(self) -> float:
+        t = self.report.throughput
+        return t.hardware_tflops_per_gpu if self.run.counts_recompute else t.model_tflops_per_gpu
+
+    @property
+    def error(self) -> float:
+        """Signed relative error of the predicted TFLOP/s per GPU."""
+        return self.predicted_tflops / self.run.measured_tflops - 1
+
+
+def _model_file(model: dict | str, run_name: str, tmp: Path) -> str:
+    """A zoo name, or the run's inline shape written as a model.yaml (family defaults below)."""
+    if isinstance(model, str):
+        return model
+    shape = {k: v for k, v in model.items() if k in TransformerShorthand.model_fields}
+    if shape.get("mlp") == "swiglu":       # Llama family: RMSNorm, rotary, no biases or dropout
+        shape.update(norm="rmsnorm", position="rotary", bias=False, dropout=False)
+    shape.setdefault("attention", "flash")
+    path = tmp / f"{run_name}.yaml"
+    path.write_text(yaml.safe_dump({"name": run_name, **shape}))
+    return str(path)
+
+
+def _skip_reason(run: dict) -> str | None:
+    s = run["strategy"]
+    if (s.get("cp") or 1) > 1:
+        return "context parallelism"
+    if run["precision"] not in ("bf16", "fp16"):
+        return f"{run['precision']} training"
+    return None
+
+
+def _strategy(run: dict, problem: Problem, framework: str) -> Strategy:
+    s = run["strategy"]
+    tp, pp = s["tp"], s["pp"]
+    zero = s.get("zero_stage")
+    if zero is None:
+        zero = 1 if framework == "megatron" else 0
+    sp = s.get("sequence_parallel")
+    overlap = s.get("overlap_grad_reduce")
+    fields = dict(dp=s.get("dp"), tp=tp, pp=pp, vpp=s.get("vpp") or 1,
+                  micro_batch=s.get("micro_batch") or 1, global_batch=run["global_batch"],
+                  sequence_parallel=tp > 1 if sp is None else sp, zero_stage=zero)
+    if isinstance(overlap, bool):
+        fields["overlap_grad_reduce"] = overlap
+    recompute = s.get("recompute")
+    options = [Recompute(recompute)] if recompute else list(Recompute)
+    for choice in options:     # the cheapest recompute that fits, when the source does not say
+        strategy = Strategy(**fields, recompute=choice)
+        if evaluate_strategy(problem, strategy).memory.fits:
+            return strategy
+    return strategy
+
+
+def load_runs(tmp: Path, cluster: ClusterSpec | None = None) -> tuple[list[Run], dict[str, int]]:
+    """Every run of bench/data, and how many were skipped for each reason."""
+    runs, skipped = [], {}
+    for file in sorted(DATA.glob("*.yaml")):
+        data = yaml.safe_load(file.read_text())
+        key = data["source"]["key"]
+        for run in data["runs"]:
+            reason = _skip_reason(run)
+            if reason:
+                skipped[reason] = skipped.get(reason, 0) + 1
+                continue
+            preset = run.get("cluster") or PRESET_OF_GPU[run["gpu"]]
+            problem = make_problem(_model_file(run["model"], run["name"], tmp), preset,
+                                   gpus=run["num_gpus"], nodes=max(1, run["num_gpus"] // 8),
+                                   seq_len=run["seq_len"], global_batch=run["global_batch"],
+                                   precision=run["precision"])
+            if run.get("cluster_overrides"):
+                merged = _merge(problem.cluster.model_dump(), run["cluster_overrides"])
+                problem = replace(problem, cluster=validate_file(ClusterSpec, merged, file.name))
+            if cluster is not None and cluster.gpu.name == problem.cluster.gpu.name:
+                problem = replace(problem, cluster=cluster)
+            framework = FRAMEWORKS[run["framework"]]
+            runs.append(Run(key, run["name"], framework, problem,
+                            _strategy(run, problem, framework),
+                            run["measured"]["tflops_per_gpu"],
+                            bool(run.get("counts_recompute"))))
+    return runs, skipped
+
+
+def _merge(base: dict, update: dict) -> dict:
+    out = dict(base)
+    for k, v in update.items():
+        out[k] = _merge(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
+    return out
+
+
+def predict(runs: list[Run]) -> list[Prediction]:
+    return [Prediction(r, evaluate_strategy(r.problem, r.strategy)) for r in runs]
