@@ -122,16 +122,16 @@ def load_runs(tmp: Path, cluster: ClusterSpec | None = None) -> tuple[list[Run],
                 skipped[reason] = skipped.get(reason, 0) + 1
                 continue
             preset = run.get("cluster") or PRESET_OF_GPU[run["gpu"]]
+            framework = FRAMEWORKS[run["framework"]]
             problem = make_problem(_model_file(run["model"], run["name"], tmp), preset,
                                    gpus=run["num_gpus"], nodes=max(1, run["num_gpus"] // 8),
                                    seq_len=run["seq_len"], global_batch=run["global_batch"],
-                                   precision=run["precision"])
+                                   precision=run["precision"], framework=framework)
             if run.get("cluster_overrides"):
                 merged = _merge(problem.cluster.model_dump(), run["cluster_overrides"])
                 problem = replace(problem, cluster=validate_file(ClusterSpec, merged, file.name))
             if cluster is not None and cluster.gpu.name == problem.cluster.gpu.name:
                 problem = replace(problem, cluster=cluster)
-            framework = FRAMEWORKS[run["framework"]]
             runs.append(Run(key, run["name"], framework, problem,
                             _strategy(run, problem, framework),
                             run["measured"]["tflops_per_gpu"],

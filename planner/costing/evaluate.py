@@ -7,7 +7,7 @@ so the search and `validate` run the same code: `validate` is a batch of one. Fo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 
 import numpy as np
@@ -48,6 +48,11 @@ class Candidates:
     """Index into RECOMPUTE_ORDER."""
     zero: np.ndarray
     overlap: np.ndarray
+    """Overlap the gradient reduction (as asked; the framework profile gates it)."""
+    param_gather: np.ndarray
+    """Overlap the parameter all-gather with the next forward."""
+    tp_overlap: np.ndarray
+    """Overlap tensor-parallel collectives with the GEMMs."""
     dp_comm: np.ndarray
     """Index into DP_COMM_ORDER."""
     num_servers: np.ndarray
@@ -69,6 +74,7 @@ class Candidates:
                    mb=one(s.micro_batch), global_batch=one(s.global_batch),
                    sp=one(s.sequence_parallel), recompute=one(RECOMPUTE_ORDER.index(s.recompute)),
                    zero=one(int(s.zero_stage)), overlap=one(s.overlap_grad_reduce),
+                   param_gather=one(s.overlap_param_gather), tp_overlap=one(s.tp_comm_overlap),
                    dp_comm=one(DP_COMM_ORDER.index(s.dp_comm)),
                    num_servers=one(s.num_servers or s.dp))
 
@@ -78,6 +84,8 @@ class Candidates:
             micro_batch=int(self.mb[i]), global_batch=int(self.global_batch[i]),
             sequence_parallel=bool(self.sp[i]), recompute=RECOMPUTE_ORDER[self.recompute[i]],
             zero_stage=ZeroStage(int(self.zero[i])), overlap_grad_reduce=bool(self.overlap[i]),
+            overlap_param_gather=bool(self.param_gather[i]),
+            tp_comm_overlap=bool(self.tp_overlap[i]),
             dp_comm=DP_COMM_ORDER[self.dp_comm[i]],
             num_servers=int(self.num_servers[i]) if self.dp_comm[i] else None,
             layers_per_stage=layers_per_stage)
@@ -251,11 +259,13 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
     gathered = np.where(cands.zero == ZeroStage.PARAMETERS, zero3_gather_buffer_bytes(
         largest_block_params_per_rank=largest_block, weight_bytes=per_param.weights,
         prefetch_blocks=cluster.reserve.zero3_prefetch_blocks), 0.0)[:, None]
-    allocated = states.weights + states.gradients + states.optimizer + activations + gathered
-    other = gathered + reserve_bytes(allocated_bytes=allocated,
+    buffers = _framework_buffer_bytes(problem, cands)[:, None]
+    allocated = (states.weights + states.gradients + states.optimizer + activations + gathered
+                 + buffers)
+    other = gathered + buffers + reserve_bytes(allocated_bytes=allocated,
                                      framework_bytes=cluster.reserve.framework_gib * GiB,
                                      fragmentation_fraction=cluster.reserve.fragmentation_fraction)
-    total = allocated - gathered + other
+    total = allocated - gathered - buffers + other
     peak_stage = total.argmax(1)
     rows = np.arange(len(cands))
 
@@ -265,7 +275,7 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
 
     fwd, bwd = stage_sum(costs.forward_s), stage_sum(costs.backward_s)
     compute = fwd + bwd + stage_sum(costs.recompute_s)
-    tp_comm = stage_sum(costs.tp_comm_s)
+    tp_comm = _tp_exposed_s(problem, cands, stage_sum(costs.tp_comm_s), compute)
     pp_comm = _pipeline_comm(problem, layout, cands, costs, types)
     stage_blocks = counts.sum(1).reshape(v, p).sum(0)                     # (p,)
     dp_per_mb, dp_end, dp_algorithm = _data_parallel(problem, cands, params, per_param, fwd, bwd,
@@ -304,6 +314,40 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
         model_flops=model_flops * batch, hardware_flops=(model_flops + extra) * batch)
 
 
+def _framework_buffer_bytes(problem: Problem, cands: Candidates) -> np.ndarray:
+    """Bytes of the framework's communication buffers per GPU (its profile's `buffers`).
+
+    Ref: DeepSpeed runtime/zero/config.py: reduce_bucket_size and allgather_bucket_size (5e8
+    elements each), the reduce bucket double-buffered with overlap_comm; HCCL_BUFFSIZE (2 x 200
+    MB per communicator). Gradients travel in the training dtype.
+    """
+    b = problem.framework.buffers
+    value = bytes_per_value(problem.training.precision)
+    data_parallel = cands.dp > 1
+    grads = np.where(data_parallel, b.grad_bucket_elements * b.grad_bucket_copies * value, 0.0)
+    gather = np.where(data_parallel & ((cands.zero == 1) | (cands.zero == 2)),
+                      b.gather_bucket_elements * value, 0.0)
+    communicators = (cands.tp > 1).astype(float) + (cands.pp > 1) + data_parallel
+    return grads + gather + communicators * b.per_communicator_bytes
+
+
+def _tp_exposed_s(problem: Problem, cands: Candidates, tp_comm: np.ndarray,
+                  compute: np.ndarray) -> np.ndarray:
+    """Seconds of tensor-parallel communication left on a stage's critical path.
+
+    With overlap (Megatron-LM --tp-comm-overlap: Transformer Engine splits each GEMM and its
+    all-gather/reduce-scatter into chunks and pipelines them, which needs sequence parallelism;
+    torchtitan async TP does the same), the profile's share of the collectives hides behind the
+    GEMMs, still slowing them by the cluster's overlap interference.
+    """
+    fw = problem.framework
+    on = cands.tp_overlap & cands.sp & fw.tp_comm_overlap
+    share = np.where(on, fw.tp_comm_overlap_fraction, 0.0)[:, None]
+    hidden = comm.exposed_time_s(share * tp_comm, compute,
+                                 interference=problem.cluster.efficiency.overlap_interference)
+    return (1 - share) * tp_comm + hidden
+
+
 def _tied_copy(model, layout: Layout) -> np.ndarray:
     """Sharded parameters a tied output layer adds on its own stage when the embedding it
     shares lives on another stage (Megatron-LM keeps a copy and all-reduces its gradient)."""
@@ -328,7 +372,8 @@ def _pipeline_comm(problem: Problem, layout: Layout, cands: Candidates, costs: B
     Ref: Narayanan et al. 2021, Sec. 2.2 and 4.1: each micro-batch crosses every chunk
     boundary once forward (activations) and once backward (their gradients); with v chunks
     per stage a stage does this v times. The scatter/gather optimisation sends 1/t per rank
-    and all-gathers over NVLink on the receiving side (not needed with sequence parallelism).
+    and all-gathers over NVLink on the receiving side (not needed with sequence parallelism);
+    frameworks without it (the profile's pipeline_scatter_gather) send the whole activation.
     """
     p, v = layout.pp, layout.vpp
     n = len(cands)
@@ -342,7 +387,9 @@ def _pipeline_comm(problem: Problem, layout: Layout, cands: Candidates, costs: B
                        last_types, np.roll(last_types, 1))
     elements = costs.output_elements[:, senders]                              # (N, K)
     tp = cands.tp.astype(float)[:, None]
-    sent = pipeline_send_bytes(elements, tp=tp, value_bytes=value_bytes)
+    scatter_gather = problem.framework.pipeline_scatter_gather
+    split = np.where(cands.sp[:, None] | scatter_gather, tp, 1.0)   # SP already splits t ways
+    sent = pipeline_send_bytes(elements, tp=split, value_bytes=value_bytes)
     pipe = strided_placement(cands.pp, cands.tp * cands.dp, cluster.gpus_per_node)
     net = cluster.network
     transfer = comm.send_recv_time_s(sent, across_nodes=(pipe.num_nodes > 1)[:, None], net=net)
@@ -350,7 +397,7 @@ def _pipeline_comm(problem: Problem, layout: Layout, cands: Candidates, costs: B
     tp_group = Group(size=tp, ranks_per_node=place.ranks_per_node[:, None],
                      num_nodes=place.num_nodes[:, None])
     regather = comm.all_gather_time_s(elements * value_bytes, tp_group, net)
-    regather = np.where(cands.sp[:, None], 0.0, regather)
+    regather = np.where(cands.sp[:, None] | (not scatter_gather), 0.0, regather)
     per_chunk = 2 * (transfer + regather)                                     # forward + backward
     return _by_stage(per_chunk, p, v).sum(2)
 
@@ -391,11 +438,20 @@ def _data_parallel(problem: Problem, cands: Candidates, params: np.ndarray, per_
         latency_s=np.where(nodes > 1, net.inter_hop_s, net.intra_hop_s))
     reduce_scatter = collective(Collective.REDUCE_SCATTER, grads)
     all_gather = collective(Collective.ALL_GATHER, weights)
-    blocks = stage_blocks[None, :]
-    block_reduce_scatter = blocks * collective(Collective.REDUCE_SCATTER, grads / blocks)
-    block_all_gather = blocks * collective(Collective.ALL_GATHER, weights / blocks)
+    fw = problem.framework
+    # ZeRO-3 / FSDP: `fetches_per_block` gathers per block, at the framework's share of the
+    # bandwidth (the latency steps are NCCL's own), a share of it hidden by prefetch.
+    fetches = stage_blocks[None, :] * fw.zero3.fetches_per_block
+    z3_net = replace(net, intra_bus_bytes_per_s=net.intra_bus_bytes_per_s * fw.zero3.collective_efficiency,
+                     nic_bus_bytes_per_s=net.nic_bus_bytes_per_s * fw.zero3.collective_efficiency)
+    block_reduce_scatter = fetches * comm.reduce_scatter_time_s(grads / fetches, group, z3_net)
+    block_all_gather = fetches * comm.all_gather_time_s(weights / fetches, group, z3_net)
     zero = cands.zero[:, None]
-    overlap = cands.overlap[:, None]
+    # Overlap as asked, where the framework can (DeepSpeed's pipeline engine reduces after the
+    # last micro-batch: no overlap once there is a pipeline).
+    overlap = (cands.overlap & fw.overlap_grad_reduce
+               & ((cands.pp == 1) | fw.overlap_grad_reduce_with_pipeline))[:, None]
+    gather_overlap = (cands.param_gather & fw.overlap_param_gather)[:, None]
     use_server = (cands.dp_comm == DP_COMM_ORDER.index(DpComm.PARAMETER_SERVER))[:, None]
 
     grad_end = np.select([zero == 0, zero == 1], [np.where(use_server, server, allreduce),
@@ -403,14 +459,16 @@ def _data_parallel(problem: Problem, cands: Candidates, params: np.ndarray, per_
     gather_end = np.where((zero == 1) | (zero == 2), all_gather, 0.0)
     k = cluster.efficiency.overlap_interference
 
-    def hidden_behind(comm_s, compute_s):
-        return comm.exposed_time_s(comm_s, compute_s, interference=k)
+    def hidden_behind(comm_s, compute_s, share=1.0):
+        return (1 - share) * comm_s + comm.exposed_time_s(share * comm_s, compute_s,
+                                                          interference=k)
 
-    end = np.where(overlap, hidden_behind(grad_end, bwd) + hidden_behind(gather_end, fwd),
-                   grad_end + gather_end)
+    end = (np.where(overlap, hidden_behind(grad_end, bwd), grad_end)
+           + np.where(gather_overlap, hidden_behind(gather_end, fwd), gather_end))
     per_mb_zero2 = np.where(overlap, hidden_behind(reduce_scatter, bwd), reduce_scatter)
-    per_mb_zero3 = np.where(overlap, hidden_behind(block_all_gather, fwd)
-                            + hidden_behind(block_all_gather + block_reduce_scatter, bwd),
+    z3 = fw.zero3.overlap_fraction
+    per_mb_zero3 = np.where(overlap, hidden_behind(block_all_gather, fwd, z3)
+                            + hidden_behind(block_all_gather + block_reduce_scatter, bwd, z3),
                             2 * block_all_gather + block_reduce_scatter)
     per_mb = np.select([zero == 2, zero == 3], [per_mb_zero2, per_mb_zero3], 0.0)
     single = dp_col <= 1
@@ -432,13 +490,18 @@ def report(problem: Problem, layout: Layout, cands: Candidates, ev: Evaluation, 
            *, num_tokens: float | None = None) -> PlanReport:
     """The PlanReport of candidate `i` of an evaluated batch."""
     p = layout.pp
+    fw = problem.framework
     layers = [int(x) for x in layout.layers_per_chunk(problem.model)]
     strategy = StrategyOut(
         dp=int(cands.dp[i]), tp=int(cands.tp[i]), pp=p, vpp=layout.vpp,
         micro_batch=int(cands.mb[i]), global_batch=int(cands.global_batch[i]),
         sequence_parallel=bool(cands.sp[i]), recompute=RECOMPUTE_ORDER[cands.recompute[i]],
         zero_stage=ZeroStage(int(cands.zero[i])), num_micro_batches=float(cands.num_micro_batches[i]),
-        overlap_grad_reduce=bool(cands.overlap[i]), dp_comm=DP_COMM_ORDER[cands.dp_comm[i]],
+        overlap_grad_reduce=bool(cands.overlap[i] and fw.overlap_grad_reduce
+                                 and (p == 1 or fw.overlap_grad_reduce_with_pipeline)),
+        overlap_param_gather=bool(cands.param_gather[i] and fw.overlap_param_gather),
+        tp_comm_overlap=bool(cands.tp_overlap[i] and cands.sp[i] and fw.tp_comm_overlap),
+        dp_comm=DP_COMM_ORDER[cands.dp_comm[i]],
         layers_per_stage=layers)
     stages = [StageMemory(stage=r, weights_bytes=float(ev.stage_weights[i, r]),
                           gradients_bytes=float(ev.stage_gradients[i, r]),

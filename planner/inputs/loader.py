@@ -10,7 +10,7 @@ import difflib
 import json
 import types
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,19 +22,33 @@ from planner.inputs import presets
 from planner.errors import InputError
 from planner.inputs.hf_config import shorthand_from_hf
 from planner.schemas.cluster import ClusterSpec
+from planner.schemas.framework import FrameworkProfile
 from planner.schemas.model import ModelSpec, TrainingSpec
 from planner.schemas.model_file import LayersFile, TransformerShorthand
 from planner.schemas.strategy import Strategy
 
 
+def load_framework(name: str) -> FrameworkProfile:
+    """A framework profile by LaunchTarget value (imported here: planner.frameworks imports
+    this module)."""
+    from planner.frameworks import profiles
+    return profiles.load(name)
+
+
+def _default_framework() -> FrameworkProfile:
+    return load_framework("megatron")
+
+
 @dataclass(frozen=True)
 class Problem:
-    """What a plan is for: a model with its training settings, on `num_gpus` GPUs of a cluster."""
+    """What a plan is for: a model with its training settings, on `num_gpus` GPUs of a cluster,
+    run by a framework (whose profile sets which overlaps exist and its constants)."""
 
     model: ModelSpec
     training: TrainingSpec
     cluster: ClusterSpec
     num_gpus: int
+    framework: FrameworkProfile = field(default_factory=_default_framework)
 
 
 # --------------------------------------------------------------------------- files and YAML
@@ -255,7 +269,7 @@ def load_cluster(ref: str, *, nodes: int | None = None) -> ClusterSpec:
 def make_problem(model_ref: str, cluster_ref: str, *, gpus: int | None = None,
                  nodes: int | None = None, seq_len: int | None = None,
                  global_batch: int | None = None, precision: str | None = None,
-                 optimizer: str | None = None) -> Problem:
+                 optimizer: str | None = None, framework: str = "megatron") -> Problem:
     """Load a model and a cluster, apply CLI overrides, and check the GPU count."""
     model, training = load_model(model_ref)
     cluster = load_cluster(cluster_ref, nodes=nodes)
@@ -272,7 +286,8 @@ def make_problem(model_ref: str, cluster_ref: str, *, gpus: int | None = None,
         raise InputError(f"--gpus: {num_gpus} exceeds the {cluster.num_gpus} GPUs of "
                          f"{cluster.name} ({cluster.num_nodes} nodes x {cluster.gpus_per_node}); "
                          f"pass --nodes to describe a larger cluster")
-    return Problem(model=model, training=training, cluster=cluster, num_gpus=num_gpus)
+    return Problem(model=model, training=training, cluster=cluster, num_gpus=num_gpus,
+                   framework=load_framework(framework))
 
 
 # --------------------------------------------------------------------------- strategies

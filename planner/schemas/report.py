@@ -27,6 +27,9 @@ class StrategyOut(BaseModel):
     zero_stage: ZeroStage
     num_micro_batches: float
     overlap_grad_reduce: bool
+    overlap_param_gather: bool
+    tp_comm_overlap: bool
+    """The overlaps as run: on only where the strategy asks and the framework has them."""
     dp_comm: DpComm
     layers_per_stage: list[int]
     """Repeated layers on each pipeline chunk (pp * vpp entries, pipeline order)."""

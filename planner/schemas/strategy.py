@@ -49,7 +49,13 @@ class Strategy(BaseModel):
     zero_stage: ZeroStage = ZeroStage.NONE
     overlap_grad_reduce: bool = True
     """Overlap the data-parallel gradient reduction with the last backward pass (Megatron-LM
-    --overlap-grad-reduce, DeepSpeed overlap_comm)."""
+    --overlap-grad-reduce, DeepSpeed overlap_comm), where the framework can."""
+    overlap_param_gather: bool = True
+    """Overlap the distributed optimizer's / ZeRO's parameter all-gather with the next forward
+    (Megatron-LM --overlap-param-gather, FSDP prefetch), where the framework can."""
+    tp_comm_overlap: bool = False
+    """Overlap tensor-parallel collectives with the GEMMs (Megatron-LM --tp-comm-overlap,
+    torchtitan async TP), where the framework can; needs sequence parallelism."""
     dp_comm: DpComm = DpComm.ALL_REDUCE
     num_servers: PositiveInt | None = None
     """Parameter servers (with dp_comm: parameter_server); None: one per data-parallel rank."""

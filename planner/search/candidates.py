@@ -21,6 +21,7 @@ import numpy as np
 from cost_models.enums import Recompute, ZeroStage
 from planner.costing.evaluate import DP_COMM_ORDER, RECOMPUTE_ORDER, Candidates
 from planner.inputs.loader import Problem
+from planner.schemas.framework import OverlapDefaults
 from planner.schemas.strategy import DpComm, LaunchTarget
 
 
@@ -48,6 +49,17 @@ class SearchSpace:
     """Launch targets the plans must run on: their rules apply too."""
     even_layouts: bool = False
     """Only Megatron-LM's even split (pp * vpp dividing the layers), no balanced layouts."""
+    overlap_grad_reduce: bool | None = None
+    overlap_param_gather: bool | None = None
+    tp_comm_overlap: bool | None = None
+    """Overlap pins (None: the framework's default), e.g. what an older framework version did."""
+
+    def overlaps(self, problem: Problem) -> OverlapDefaults:
+        """The overlaps every candidate uses: the pins, else the framework's defaults."""
+        defaults = problem.framework.defaults
+        return OverlapDefaults(**{name: getattr(defaults, name) if getattr(self, name) is None
+                                  else getattr(self, name)
+                                  for name in OverlapDefaults.model_fields})
 
     def pins(self) -> list[Pin]:
         """The user's pins and bounds, one per flag, for messages and infeasibility cores."""
@@ -165,6 +177,7 @@ def degree_tuples(problem: Problem, space: SearchSpace) -> list[tuple[int, int, 
 def generate(problem: Problem, space: SearchSpace) -> list[CandidateGroup]:
     """The search space, grouped by (pp, vpp), before any rule or pin is applied (pinned
     values are added to the domains; `Pin.allows` then masks the rest)."""
+    overlap = space.overlaps(problem)
     options = []
     for sp, rc, zero, dp_comm in itertools.product(
             (False, True), RECOMPUTE_ORDER, ZeroStage, space.dp_comm):
@@ -182,7 +195,9 @@ def generate(problem: Problem, space: SearchSpace) -> list[CandidateGroup]:
         a = np.array(table, dtype=np.int64)
         cands = Candidates(
             tp=a[:, 0], pp=a[:, 1], vpp=a[:, 2], dp=a[:, 3], mb=a[:, 4], sp=a[:, 5].astype(bool),
-            recompute=a[:, 6], zero=a[:, 7], overlap=np.ones(len(a), dtype=bool),
+            recompute=a[:, 6], zero=a[:, 7], overlap=np.full(len(a), overlap.overlap_grad_reduce),
+            param_gather=np.full(len(a), overlap.overlap_param_gather),
+            tp_overlap=np.full(len(a), overlap.tp_comm_overlap),
             dp_comm=a[:, 8], num_servers=a[:, 3].copy(),
             global_batch=np.full(len(a), problem.training.global_batch))
         groups.append(CandidateGroup(pp=pp, vpp=vpp, cands=cands))

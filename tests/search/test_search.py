@@ -91,7 +91,8 @@ def brute_force(problem: Problem, *, layouts: bool) -> tuple[float, Strategy | N
         a = np.array(table)
         cands = Candidates(tp=a[:, 0], pp=a[:, 1], vpp=a[:, 2], dp=a[:, 3], mb=a[:, 4],
                            sp=a[:, 5].astype(bool), recompute=a[:, 6], zero=a[:, 7],
-                           overlap=np.ones(len(a), bool), dp_comm=np.zeros(len(a), int),
+                           overlap=np.ones(len(a), bool), param_gather=np.ones(len(a), bool),
+                           tp_overlap=np.zeros(len(a), bool), dp_comm=np.zeros(len(a), int),
                            num_servers=a[:, 3], global_batch=np.full(len(a), gb))
         ok_rules = np.ones(len(a), bool)
         for bad in degree_violations(problem, cands, options).values():

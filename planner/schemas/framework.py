@@ -1,0 +1,74 @@
+"""A framework profile: which features and overlaps a training framework has, and its constants.
+
+One YAML file per framework in planner/frameworks/profiles/, each number with its source. The
+cost model reads a profile; it never branches on a framework's name.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveInt
+
+_FROZEN = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+class Zero3Profile(BaseModel):
+    """How a framework's ZeRO-3 / FSDP gathers parameters and reduces gradients."""
+
+    model_config = _FROZEN
+    fetches_per_block: PositiveInt
+    """Separate parameter all-gathers per transformer block (FSDP: one unit per block;
+    DeepSpeed: one per submodule whose parameters it fetches)."""
+    collective_efficiency: float = Field(gt=0, le=1)
+    """Share of NCCL's bus bandwidth its gathers and reduce-scatters reach."""
+    overlap_fraction: float = Field(ge=0, le=1)
+    """Share of its collectives that prefetching can hide behind compute."""
+
+
+class BufferProfile(BaseModel):
+    """Communication buffers a framework allocates outside the model's tensors."""
+
+    model_config = _FROZEN
+    grad_bucket_elements: NonNegativeFloat = 0
+    """Gradient reduction bucket (ZeRO 1-2), in elements of the gradient dtype; 0 where buckets
+    are views into a contiguous gradient buffer (Megatron-LM)."""
+    grad_bucket_copies: PositiveInt = 1
+    """Buckets alive at once (DeepSpeed double-buffers with overlap_comm)."""
+    gather_bucket_elements: NonNegativeFloat = 0
+    """Parameter all-gather bucket (ZeRO 1-2 after the step; ZeRO-3 prefetch), elements."""
+    per_communicator_bytes: NonNegativeFloat = 0
+    """Buffers the collective library reserves per communicator (HCCL: 2 x 200 MB)."""
+
+
+class OverlapDefaults(BaseModel):
+    """What the framework does when the user does not say (its flags' defaults)."""
+
+    model_config = _FROZEN
+    overlap_grad_reduce: bool
+    overlap_param_gather: bool
+    tp_comm_overlap: bool
+
+
+class FrameworkProfile(BaseModel):
+    """Features, overlaps and constants of one training framework."""
+
+    model_config = _FROZEN
+    name: str
+    description: str
+    interleaved_pipeline: bool
+    """Has an interleaved (virtual-stage) pipeline schedule."""
+    overlap_grad_reduce: bool
+    """Can overlap the data-parallel gradient reduction with the backward pass."""
+    overlap_grad_reduce_with_pipeline: bool
+    """...also when there is a pipeline (DeepSpeed's engine reduces after the last micro-batch)."""
+    overlap_param_gather: bool
+    """Can overlap the distributed optimizer's parameter all-gather with the next forward."""
+    tp_comm_overlap: bool
+    """Can overlap tensor-parallel collectives with the GEMMs (TE userbuffers, async TP)."""
+    tp_comm_overlap_fraction: float = Field(ge=0, le=1)
+    """Share of the tensor-parallel collectives that overlap hides behind the GEMMs."""
+    pipeline_scatter_gather: bool
+    """Sends 1/tp of a stage's output and all-gathers it (Narayanan et al. 2021, Sec. 4.1)."""
+    zero3: Zero3Profile
+    buffers: BufferProfile
+    defaults: OverlapDefaults
+    sources: tuple[str, ...]
