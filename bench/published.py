@@ -5,7 +5,7 @@ Every file is one source (a paper table, a README, a framework's performance pag
 provenance; every run states its GPUs, model, batch, precision, strategy and what was measured.
 Unknown strategy fields are filled by one rule for all runs, never per row:
 
-- micro_batch and vpp: 1;
+- micro_batch: 1; vpp: the fastest that fits (1 where the framework cannot interleave);
 - sequence_parallel: on when tp > 1 (Megatron-Core's and NeMo's recipes);
 - zero_stage: 1 (the distributed optimizer) for Megatron runs, else 0;
 - recompute: the cheapest of none, selective, full whose memory fits (what a user does);
@@ -95,18 +95,29 @@ def _strategy(run: dict, problem: Problem, framework: str) -> Strategy:
     if zero is None:
         zero = 1 if framework == "megatron" else 0
     sp = s.get("sequence_parallel")
-    overlap = s.get("overlap_grad_reduce")
-    fields = dict(dp=s.get("dp"), tp=tp, pp=pp, vpp=s.get("vpp") or 1,
-                  micro_batch=s.get("micro_batch") or 1, global_batch=run["global_batch"],
+    fields = dict(dp=s.get("dp"), tp=tp, pp=pp, micro_batch=s.get("micro_batch") or 1,
+                  global_batch=run["global_batch"],
                   sequence_parallel=tp > 1 if sp is None else sp, zero_stage=zero)
-    if isinstance(overlap, bool):
-        fields["overlap_grad_reduce"] = overlap
+    for key in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap"):
+        if isinstance(s.get(key), bool):
+            fields[key] = s[key]
     recompute = s.get("recompute")
-    options = [Recompute(recompute)] if recompute else list(Recompute)
-    for choice in options:     # the cheapest recompute that fits, when the source does not say
-        strategy = Strategy(**fields, recompute=choice)
-        if evaluate_strategy(problem, strategy).memory.fits:
-            return strategy
+    recomputes = [Recompute(recompute)] if recompute else list(Recompute)
+    layers_per_stage = problem.model.num_layers // pp
+    vpps = [s["vpp"]] if s.get("vpp") else [1] + [
+        v for v in range(2, layers_per_stage + 1)
+        if layers_per_stage % v == 0 and problem.model.num_layers % (pp * v) == 0]
+    if not problem.framework.interleaved_pipeline:
+        vpps = [1]
+    for choice in recomputes:   # the cheapest recompute that fits, then the fastest vpp
+        fitting = []
+        for vpp in vpps:
+            strategy = Strategy(**fields, vpp=vpp, recompute=choice)
+            report = evaluate_strategy(problem, strategy)
+            if report.memory.fits:
+                fitting.append((report.time.step_s, vpp, strategy))
+        if fitting:
+            return min(fitting, key=lambda f: (f[0], f[1]))[2]
     return strategy
 
 

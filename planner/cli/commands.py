@@ -38,6 +38,24 @@ def problem_options(function):
     return function
 
 
+FRAMEWORKS = ("megatron", "deepspeed", "torchtitan", "torchrun", "mindspore")
+
+
+def framework_option(function):
+    """--framework: whose profile prices the plan (its overlaps, buffers and constants)."""
+    return click.option(
+        "--framework", type=click.Choice(FRAMEWORKS), default=None,
+        help="The framework that runs the job (default: the --emit/--target framework, or the "
+             "one a config file is written for, else megatron).")(function)
+
+
+def _framework(framework, targets=()) -> str:
+    """--framework, else the single target's, else Megatron-LM."""
+    if framework is not None:
+        return framework
+    return targets[0].value if len(targets) == 1 else "megatron"
+
+
 class _Count(click.ParamType):
     """A positive number, with an optional K/M/B/T suffix: 300B, 1.5T, 2e12."""
 
@@ -109,6 +127,14 @@ def search_options(function):
                      help="Allow tensor parallelism across nodes."),
         click.option("--even-layouts", is_flag=True,
                      help="Split layers evenly over pipeline stages (no balanced layouts)."),
+        click.option("--overlap-grad-reduce/--no-overlap-grad-reduce", default=None,
+                     help="Pin overlapping the gradient reduction with the backward pass "
+                          "(default: the framework's)."),
+        click.option("--overlap-param-gather/--no-overlap-param-gather", default=None,
+                     help="Pin overlapping the parameter all-gather with the forward pass."),
+        click.option("--tp-comm-overlap/--no-tp-comm-overlap", default=None,
+                     help="Pin overlapping TP collectives with GEMMs (Megatron-LM "
+                          "--tp-comm-overlap, torchtitan async TP; needs --sp)."),
         click.option("--top", "top_k", type=positive, default=5, show_default=True,
                      help="How many plans to rank."),
         click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=10.0,
@@ -148,7 +174,8 @@ def _search_space(pins: dict, targets: tuple = ()):
     return space, settings
 
 
-def _load_problem(model, cluster, *, gpus, nodes, seq_len, global_batch, precision, optimizer):
+def _load_problem(model, cluster, *, gpus, nodes, seq_len, global_batch, precision, optimizer,
+                  framework="megatron"):
     from planner.inputs.loader import make_problem
 
     for flag, value in (("--seq-len", seq_len), ("--global-batch", global_batch),
@@ -156,7 +183,8 @@ def _load_problem(model, cluster, *, gpus, nodes, seq_len, global_batch, precisi
         if value is not None and value < 1:
             raise InputError(f"{flag}: must be at least 1 (got {value})")
     return make_problem(model, cluster, gpus=gpus, nodes=nodes, seq_len=seq_len,
-                        global_batch=global_batch, precision=precision, optimizer=optimizer)
+                        global_batch=global_batch, precision=precision, optimizer=optimizer,
+                        framework=framework)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -177,13 +205,14 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @click.argument("cluster")
 @click.argument("strategy")
 @problem_options
+@framework_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (bytes) instead of a table.")
-def memory(model, cluster, strategy, as_json, **overrides):
+def memory(model, cluster, strategy, framework, as_json, **overrides):
     """Per-GPU memory of STRATEGY (a strategy.yaml), stage by stage."""
     from planner.costing.evaluate import evaluate_strategy
     from planner.inputs.loader import load_strategy, resolve_strategy
 
-    problem = _load_problem(model, cluster, **overrides)
+    problem = _load_problem(model, cluster, framework=_framework(framework), **overrides)
     plan = resolve_strategy(load_strategy(strategy), problem, file=strategy)
     report = evaluate_strategy(problem, plan)
     if as_json:
@@ -216,15 +245,21 @@ def memory(model, cluster, strategy, as_json, **overrides):
 @click.option("--plan", "plan_rank", type=click.IntRange(min=1), default=1, show_default=True,
               help="Which ranked plan --emit writes.")
 @click.option("--force", is_flag=True, help="Let --emit overwrite existing files.")
+@framework_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
-def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, as_json, gpus, nodes,
-         seq_len, global_batch, precision, optimizer, **pins):
+def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, as_json, gpus,
+         nodes, seq_len, global_batch, precision, optimizer, **pins):
     """The fastest strategies that fit MODEL on CLUSTER, ranked."""
+    from planner.schemas.strategy import LaunchTarget
     from planner.search.solver import search
 
+    framework = _framework(framework, targets)
     problem = _load_problem(model, cluster, gpus=gpus, nodes=nodes, seq_len=seq_len,
-                            global_batch=global_batch, precision=precision, optimizer=optimizer)
-    space, settings = _search_space(pins, targets)
+                            global_batch=global_batch, precision=precision, optimizer=optimizer,
+                            framework=framework)
+    # The plans must run on the framework that prices them: its rules apply too.
+    rules_of = tuple(dict.fromkeys(targets + (LaunchTarget(framework),)))
+    space, settings = _search_space(pins, rules_of)
     result = search(problem, space, settings, num_tokens=tokens)
     written = []
     if targets:
@@ -234,7 +269,7 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, as_json, gp
         written = _emit(problem, result.plans[plan_rank - 1], targets, out_dir, force, tokens)
     if as_json:
         out = {"model": problem.model.name, "cluster": problem.cluster.name,
-               "num_gpus": problem.num_gpus,
+               "num_gpus": problem.num_gpus, "framework": problem.framework.name,
                "plans": [p.model_dump(mode="json") for p in result.plans],
                "search": result.search.model_dump(mode="json"),
                "emitted": [str(p) for p in written]}
@@ -244,7 +279,8 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, as_json, gp
 
     t = problem.training
     heading = (f"{problem.model.name} on {problem.num_gpus} x {problem.cluster.gpu.name}: "
-               f"global batch {t.global_batch} x {t.seq_len} tokens, {t.precision.value}")
+               f"batch {t.global_batch} x {t.seq_len} tokens, {t.precision.value}, "
+               f"{problem.framework.name}")
     render.print_renderable(render.plan_view(heading=heading, plans=result.plans,
                                              search=result.search))
 
@@ -276,9 +312,10 @@ def _emit(problem, report, targets, out_dir, force, tokens) -> list:
 @click.option("--cross-node-tp", is_flag=True, help="Allow tensor parallelism across nodes.")
 @click.option("--no-compare", is_flag=True, help="Skip the search for the best plan.")
 @click.option("--tokens", type=_Count(), help="Training tokens: adds time to train.")
+@framework_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
-def validate(model, cluster, strategy, targets, cross_node_tp, no_compare, tokens, as_json,
-             gpus, **overrides):
+def validate(model, cluster, strategy, targets, cross_node_tp, no_compare, tokens, framework,
+             as_json, gpus, **overrides):
     """Check STRATEGY: a strategy.yaml, DeepSpeed JSON, Megatron-LM script or argument file,
     torchtitan recipe or TOML, or MindSpore setup. Exit 1 when a rule is broken or it does
     not fit."""
@@ -288,11 +325,12 @@ def validate(model, cluster, strategy, targets, cross_node_tp, no_compare, token
     problem = _load_problem(model, cluster, gpus=gpus, **overrides)
     review = review_config(problem, strategy, gpus_given=gpus,
                            options=RuleOptions(cross_node_tp=cross_node_tp, targets=targets),
-                           compare=not no_compare, num_tokens=tokens)
+                           compare=not no_compare, num_tokens=tokens, framework=framework)
     if as_json:
         report = review.report
         out = {"model": problem.model.name, "cluster": problem.cluster.name,
                "num_gpus": review.problem.num_gpus, "file": strategy,
+               "framework": review.problem.framework.name,
                "target": review.target.value if review.target else None,
                "valid": review.valid,
                "violations": [v.model_dump(mode="json") for v in review.violations],

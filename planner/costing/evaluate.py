@@ -25,6 +25,7 @@ from planner.costing.block_costs import (BlockCost, block_cost, block_model_flop
 from planner.costing.layout import ChainTypes, Layout, layout_from_layer_counts, uniform_layout
 from planner.inputs.loader import Problem
 from planner.schemas.model import EmbeddingBlock, OutputBlock, TransformerBlock
+from planner.schemas.framework import OverlapDefaults
 from planner.schemas.report import (MemoryReport, PlanReport, StageMemory, StageTime,
                                     StrategyOut, ThroughputReport, TimeReport)
 from planner.schemas.strategy import DpComm, Strategy
@@ -68,13 +69,20 @@ class Candidates:
         return Candidates(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 
     @classmethod
-    def from_strategy(cls, s: Strategy) -> Candidates:
+    def from_strategy(cls, s: Strategy, defaults: OverlapDefaults) -> Candidates:
+        """One strategy; overlaps it leaves unsaid take the framework's `defaults`."""
         one = lambda v: np.array([v])  # noqa: E731
+
+        def overlap(name: str) -> bool:
+            value = getattr(s, name)
+            return getattr(defaults, name) if value is None else value
+
         return cls(tp=one(s.tp), pp=one(s.pp), vpp=one(s.vpp), dp=one(s.dp),
                    mb=one(s.micro_batch), global_batch=one(s.global_batch),
                    sp=one(s.sequence_parallel), recompute=one(RECOMPUTE_ORDER.index(s.recompute)),
                    zero=one(int(s.zero_stage)), overlap=one(s.overlap_grad_reduce),
-                   param_gather=one(s.overlap_param_gather), tp_overlap=one(s.tp_comm_overlap),
+                   param_gather=one(overlap("overlap_param_gather")),
+                   tp_overlap=one(overlap("tp_comm_overlap")),
                    dp_comm=one(DP_COMM_ORDER.index(s.dp_comm)),
                    num_servers=one(s.num_servers or s.dp))
 
@@ -259,7 +267,7 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
     gathered = np.where(cands.zero == ZeroStage.PARAMETERS, zero3_gather_buffer_bytes(
         largest_block_params_per_rank=largest_block, weight_bytes=per_param.weights,
         prefetch_blocks=cluster.reserve.zero3_prefetch_blocks), 0.0)[:, None]
-    buffers = _framework_buffer_bytes(problem, cands)[:, None]
+    buffers = framework_buffer_bytes(problem, cands)[:, None]
     allocated = (states.weights + states.gradients + states.optimizer + activations + gathered
                  + buffers)
     other = gathered + buffers + reserve_bytes(allocated_bytes=allocated,
@@ -275,7 +283,7 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
 
     fwd, bwd = stage_sum(costs.forward_s), stage_sum(costs.backward_s)
     compute = fwd + bwd + stage_sum(costs.recompute_s)
-    tp_comm = _tp_exposed_s(problem, cands, stage_sum(costs.tp_comm_s), compute)
+    tp_comm = stage_sum(tp_exposed_s(problem, cands, costs))
     pp_comm = _pipeline_comm(problem, layout, cands, costs, types)
     stage_blocks = counts.sum(1).reshape(v, p).sum(0)                     # (p,)
     dp_per_mb, dp_end, dp_algorithm = _data_parallel(problem, cands, params, per_param, fwd, bwd,
@@ -314,7 +322,7 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
         model_flops=model_flops * batch, hardware_flops=(model_flops + extra) * batch)
 
 
-def _framework_buffer_bytes(problem: Problem, cands: Candidates) -> np.ndarray:
+def framework_buffer_bytes(problem: Problem, cands: Candidates) -> np.ndarray:
     """Bytes of the framework's communication buffers per GPU (its profile's `buffers`).
 
     Ref: DeepSpeed runtime/zero/config.py: reduce_bucket_size and allgather_bucket_size (5e8
@@ -331,21 +339,21 @@ def _framework_buffer_bytes(problem: Problem, cands: Candidates) -> np.ndarray:
     return grads + gather + communicators * b.per_communicator_bytes
 
 
-def _tp_exposed_s(problem: Problem, cands: Candidates, tp_comm: np.ndarray,
-                  compute: np.ndarray) -> np.ndarray:
-    """Seconds of tensor-parallel communication left on a stage's critical path.
+def tp_exposed_s(problem: Problem, cands: Candidates, costs: BlockCosts) -> np.ndarray:
+    """Seconds of tensor-parallel communication per block left on the critical path (N, U).
 
     With overlap (Megatron-LM --tp-comm-overlap: Transformer Engine splits each GEMM and its
     all-gather/reduce-scatter into chunks and pipelines them, which needs sequence parallelism;
-    torchtitan async TP does the same), the profile's share of the collectives hides behind the
-    GEMMs, still slowing them by the cluster's overlap interference.
+    torchtitan async TP does the same), the profile's share of a block's collectives hides
+    behind that block's compute, still slowing it by the cluster's overlap interference.
     """
     fw = problem.framework
     on = cands.tp_overlap & cands.sp & fw.tp_comm_overlap
     share = np.where(on, fw.tp_comm_overlap_fraction, 0.0)[:, None]
-    hidden = comm.exposed_time_s(share * tp_comm, compute,
+    compute = costs.forward_s + costs.backward_s + costs.recompute_s
+    hidden = comm.exposed_time_s(share * costs.tp_comm_s, compute,
                                  interference=problem.cluster.efficiency.overlap_interference)
-    return (1 - share) * tp_comm + hidden
+    return (1 - share) * costs.tp_comm_s + hidden
 
 
 def _tied_copy(model, layout: Layout) -> np.ndarray:
@@ -547,7 +555,7 @@ def evaluate_strategy(problem: Problem, strategy: Strategy, *,
                       num_tokens: float | None = None) -> PlanReport:
     """Memory, time and throughput of one resolved strategy."""
     layout = layout_for(problem, strategy)
-    cands = Candidates.from_strategy(strategy)
+    cands = Candidates.from_strategy(strategy, problem.framework.defaults)
     ev = evaluate(problem, layout, cands)
     return report(problem, layout, cands, ev, 0, num_tokens=num_tokens)
 

@@ -21,7 +21,8 @@ from cost_models.memory import (model_state_bytes, state_bytes_per_param,
 from cost_models.pipeline import in_flight_per_chunk
 from cost_models.units import GiB
 from planner.search.balance import ChainCosts
-from planner.costing.evaluate import BlockCosts, Candidates, Evaluation, chain_types, type_params
+from planner.costing.evaluate import (BlockCosts, Candidates, Evaluation, chain_types,
+                                      framework_buffer_bytes, tp_exposed_s, type_params)
 from planner.costing.layout import Layout
 from planner.inputs.loader import Problem
 from planner.schemas.model import OutputBlock
@@ -47,7 +48,7 @@ def chain_costs(problem: Problem, cands: Candidates, costs: BlockCosts, ev: Eval
     params = sharded / tp + replicated                       # per block type, on one TP rank
     per_param = float(state_bytes_per_stored_param(problem, cands, i))
     time = (costs.forward_s[i] + costs.backward_s[i] + costs.recompute_s[i]
-            + costs.tp_comm_s[i])
+            + tp_exposed_s(problem, cands, costs)[i])
     m = float(cands.num_micro_batches[i])
     in_flight = in_flight_per_chunk(stage=np.arange(p)[:, None], pp=p, vpp=v,
                                     num_micro_batches=m, chunk=np.arange(v)[None, :])
@@ -58,7 +59,8 @@ def chain_costs(problem: Problem, cands: Candidates, costs: BlockCosts, ev: Eval
         gathered = zero3_gather_buffer_bytes(
             largest_block_params_per_rank=params.max(), weight_bytes=weights,
             prefetch_blocks=cluster.reserve.zero3_prefetch_blocks)
-    stage_bytes = np.full(p, cluster.reserve.framework_gib * GiB + frag * gathered)
+    buffers = framework_buffer_bytes(problem, cands)[i]
+    stage_bytes = np.full(p, cluster.reserve.framework_gib * GiB + frag * (gathered + buffers))
     output = model.blocks[-1]
     if p > 1 and isinstance(output, OutputBlock) and output.tied:
         # The last stage keeps its own copy of a tied embedding (Megatron-LM).

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from planner.search.candidates import SearchSpace
 from planner.frameworks import ParsedConfig, read_config
 from planner.errors import InfeasibleError, InputError
-from planner.inputs.loader import Problem, validate_file
+from planner.inputs.loader import Problem, load_framework, validate_file
 from planner.search.rebalance import layout_advice
 from planner.feasibility.rules import RuleOptions
 from planner.schemas.model import TrainingSpec
@@ -83,13 +83,19 @@ def _strategy(problem: Problem, parsed: ParsedConfig, file: str) -> Strategy:
 def review_config(problem: Problem, path: str, *, gpus_given: int | None,
                   options: RuleOptions = RuleOptions(), compare: bool = True,
                   num_tokens: float | None = None,
-                  settings: SolverSettings = SolverSettings(top_k=1)) -> Review:
+                  settings: SolverSettings = SolverSettings(top_k=1),
+                  framework: str | None = None) -> Review:
+    """Check a config file. Its framework's profile prices it unless `framework` is given
+    (a strategy.yaml with --target uses the target's; else Megatron-LM's)."""
     parsed = read_config(path, problem, gpus_given)
     if parsed.target is LaunchTarget.TORCHRUN:
         raise InputError(f"{path}: a torchrun launcher carries only its world size "
                          f"({parsed.world_size} GPUs), not a strategy; validate the training "
                          f"config it launches")
     problem = _configured(problem, parsed, file=path, gpus_given=gpus_given)
+    runs_on = framework or (parsed.target.value if parsed.target else None) or (
+        options.targets[0].value if len(options.targets) == 1 else problem.framework.name)
+    problem = replace(problem, framework=load_framework(runs_on))
     strategy = _strategy(problem, parsed, path)
     targets = tuple(dict.fromkeys(options.targets + ((parsed.target,) if parsed.target else ())))
     options = replace(options, targets=targets)

@@ -36,7 +36,7 @@ def validate(problem: Problem, strategy: Strategy, *, options: RuleOptions = Rul
     out. `strategy` must be resolved (dp and global_batch set)."""
     if strategy.layers_per_stage is not None:
         options = replace(options, explicit_layouts=True)
-    cands = Candidates.from_strategy(strategy)
+    cands = Candidates.from_strategy(strategy, problem.framework.defaults)
     found = [violation(rule, problem, strategy)
              for rule, broken in degree_violations(problem, cands, options).items()
              if bool(broken[0])]

@@ -35,6 +35,12 @@ class LaunchPlan:
         s = self.strategy
         return s.global_batch // (s.dp * s.micro_batch)
 
+    def overlap(self, name: str) -> bool:
+        """An overlap feature of the strategy (overlap_param_gather, tp_comm_overlap), the
+        framework's default where the strategy leaves it unsaid."""
+        value = getattr(self.strategy, name)
+        return getattr(self.problem.framework.defaults, name) if value is None else value
+
     @property
     def train_iters(self) -> int | None:
         if self.num_tokens is None:

@@ -41,7 +41,7 @@ CHOICES = {
 """argparse choices: any other value stops Megatron-LM."""
 
 KNOWN_FLAGS = frozenset({
-    "--tensor-model-parallel-size", "--pipeline-model-parallel-size",
+    "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--tp-comm-overlap",
     "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
     "--microbatch-group-size-per-virtual-pipeline-stage", "--sequence-parallel",
     "--context-parallel-size", "--expert-model-parallel-size", "--expert-tensor-parallel-size",
@@ -188,8 +188,10 @@ def _parallel_args(plan: LaunchPlan) -> list[str]:
                  "--ckpt-format fsdp_dtensor"]
     if s.overlap_grad_reduce:
         args.append("--overlap-grad-reduce")
-        if s.zero_stage >= ZeroStage.OPTIMIZER_STATES:
+        if s.zero_stage >= ZeroStage.OPTIMIZER_STATES and plan.overlap("overlap_param_gather"):
             args.append("--overlap-param-gather")
+    if plan.overlap("tp_comm_overlap") and s.sequence_parallel:     # Transformer Engine userbuffers need SP
+        args.append("--tp-comm-overlap")
     args += [f"--micro-batch-size {s.micro_batch}", f"--global-batch-size {s.global_batch}"]
     if s.recompute is Recompute.SELECTIVE:
         args.append("--recompute-granularity selective")
@@ -436,7 +438,9 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
         zero = by_name.get(sharding.value if sharding else "no_shard", zero)
     s.update(tp=tp, pp=pp, vpp=vpp, micro_batch=number("--micro-batch-size", 1),
              sequence_parallel="--sequence-parallel" in flags, zero_stage=zero,
-             overlap_grad_reduce="--overlap-grad-reduce" in flags)
+             overlap_grad_reduce="--overlap-grad-reduce" in flags,
+             overlap_param_gather="--overlap-param-gather" in flags,
+             tp_comm_overlap="--tp-comm-overlap" in flags)
     if "--global-batch-size" in flags:
         s["global_batch"] = number("--global-batch-size")
     granularity = flags.get("--recompute-granularity")
@@ -481,6 +485,11 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
         parsed.finding("megatron_silent", "Megatron-LM silently disables --sequence-parallel "
                        "when tp is 1 (a warning, not an error)", "drop --sequence-parallel")
         s["sequence_parallel"] = False
+    if "--tp-comm-overlap" in flags and "--sequence-parallel" not in flags:
+        # megatron/training/arguments.py: "Tensor parallel communication/GEMM overlap can
+        # happen only when sequence parallelism is enabled".
+        parsed.finding("megatron_flag", "Megatron-LM stops: --tp-comm-overlap needs "
+                       "--sequence-parallel", "add --sequence-parallel")
     if "--overlap-param-gather" in flags and not ("--use-distributed-optimizer" in flags or fsdp):
         parsed.finding("megatron_flag", "Megatron-LM stops: --overlap-param-gather needs "
                        "--use-distributed-optimizer", "add --use-distributed-optimizer")

@@ -70,6 +70,8 @@ def _parallelism(plan: LaunchPlan) -> dict[str, Any]:
         "pipeline_parallel_degree": s.pp,
         "context_parallel_degree": 1,
     }
+    if plan.overlap("tp_comm_overlap") and s.tp > 1:
+        fields["enable_async_tensor_parallel"] = True      # micro-pipelined TP (async TP)
     if s.pp > 1:
         fields.update(
             pipeline_parallel_schedule="Interleaved1F1B" if s.vpp > 1 else "1F1B",
@@ -362,7 +364,9 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
     sp = bool(par.get("enable_sequence_parallel", True)) and tp > 1
     parsed.strategy.update(dp=dp, tp=tp, pp=pp, vpp=vpp, micro_batch=micro,
                            global_batch=global_batch, sequence_parallel=sp,
-                           recompute=recompute, zero_stage=zero)
+                           recompute=recompute, zero_stage=zero,
+                           tp_comm_overlap=bool(par.get("enable_async_tensor_parallel", False))
+                           and tp > 1)
     precision = train.get("mixed_precision_param", "bfloat16")
     parsed.training["precision"] = Precision.FP32 if precision == "float32" else Precision.BF16
     if "seq_len" in train:

@@ -50,12 +50,14 @@ class Strategy(BaseModel):
     overlap_grad_reduce: bool = True
     """Overlap the data-parallel gradient reduction with the last backward pass (Megatron-LM
     --overlap-grad-reduce, DeepSpeed overlap_comm), where the framework can."""
-    overlap_param_gather: bool = True
+    overlap_param_gather: bool | None = None
     """Overlap the distributed optimizer's / ZeRO's parameter all-gather with the next forward
-    (Megatron-LM --overlap-param-gather, FSDP prefetch), where the framework can."""
-    tp_comm_overlap: bool = False
+    (Megatron-LM --overlap-param-gather, FSDP prefetch), where the framework can. None: the
+    framework's default."""
+    tp_comm_overlap: bool | None = None
     """Overlap tensor-parallel collectives with the GEMMs (Megatron-LM --tp-comm-overlap,
-    torchtitan async TP), where the framework can; needs sequence parallelism."""
+    torchtitan async TP), where the framework can; needs sequence parallelism. None: the
+    framework's default."""
     dp_comm: DpComm = DpComm.ALL_REDUCE
     num_servers: PositiveInt | None = None
     """Parameter servers (with dp_comm: parameter_server); None: one per data-parallel rank."""

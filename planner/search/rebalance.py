@@ -184,7 +184,7 @@ def layout_advice(problem: Problem, strategy: Strategy, report: PlanReport) -> s
     if strategy.pp == 1:
         return None
     layout = layout_for(problem, strategy)
-    cands = Candidates.from_strategy(strategy)
+    cands = Candidates.from_strategy(strategy, problem.framework.defaults)
     block = block_costs(problem, cands)
     ev = evaluate(problem, layout, cands, block)
     result = balance(chain_costs(problem, cands, block, ev, layout, 0), hint=layout.bounds,

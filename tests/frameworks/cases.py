@@ -23,8 +23,10 @@ class Case:
     precision: str | None = None
 
     def plan(self) -> LaunchPlan:
+        # Priced by the target's own framework profile, as `validate` prices the file.
+        framework = "megatron" if self.target is T.TORCHRUN else self.target.value
         problem = make_problem(self.model, self.cluster, gpus=self.gpus,
-                               precision=self.precision)
+                               precision=self.precision, framework=framework)
         strategy = Strategy(global_batch=problem.training.global_batch, **self.strategy)
         return LaunchPlan(problem, strategy, evaluate_strategy(problem, strategy))
 

@@ -72,6 +72,7 @@ def brute_force(problem: Problem, *, layouts: bool) -> tuple[float, Strategy | N
     one layout is evaluated at once and filtered with the rules `validate` applies."""
     n, layers = problem.num_gpus, problem.model.num_layers
     gb = problem.training.global_batch
+    defaults = problem.framework.defaults
     rows: dict[tuple[int, int], list] = {}
     for tp, pp in itertools.product(range(1, n + 1), range(1, n + 1)):
         if not (_power_of_two(tp) and _power_of_two(pp)) or n % (tp * pp) or pp > layers:
@@ -91,8 +92,11 @@ def brute_force(problem: Problem, *, layouts: bool) -> tuple[float, Strategy | N
         a = np.array(table)
         cands = Candidates(tp=a[:, 0], pp=a[:, 1], vpp=a[:, 2], dp=a[:, 3], mb=a[:, 4],
                            sp=a[:, 5].astype(bool), recompute=a[:, 6], zero=a[:, 7],
-                           overlap=np.ones(len(a), bool), param_gather=np.ones(len(a), bool),
-                           tp_overlap=np.zeros(len(a), bool), dp_comm=np.zeros(len(a), int),
+                           overlap=np.ones(len(a), bool),
+                           # the overlaps the search uses: the framework's defaults
+                           param_gather=np.full(len(a), defaults.overlap_param_gather),
+                           tp_overlap=np.full(len(a), defaults.tp_comm_overlap),
+                           dp_comm=np.zeros(len(a), int),
                            num_servers=a[:, 3], global_batch=np.full(len(a), gb))
         ok_rules = np.ones(len(a), bool)
         for bad in degree_violations(problem, cands, options).values():

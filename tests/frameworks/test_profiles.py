@@ -1,0 +1,113 @@
+"""Framework profiles: every target has one, and each feature changes the cost as documented."""
+
+import json
+
+import pytest
+
+from planner.costing.evaluate import evaluate_strategy
+from planner.frameworks import profiles
+from planner.inputs.loader import make_problem
+from planner.schemas.strategy import LaunchTarget, Strategy
+
+
+def test_every_launch_target_has_a_profile_with_sources():
+    assert set(profiles.names()) == {t.value for t in LaunchTarget}
+    for name in profiles.names():
+        assert profiles.load(name).sources
+
+
+def run(framework, model="llama3-8b", cluster="dgx-h100", gpus=16, **strategy):
+    problem = make_problem(model, cluster, gpus=gpus, framework=framework)
+    fields = dict(global_batch=problem.training.global_batch) | strategy
+    return evaluate_strategy(problem, Strategy(**fields))
+
+
+def test_deepspeed_pipeline_engine_reduces_gradients_after_the_last_micro_batch():
+    # runtime/pipe/schedule.py: ReduceGrads after the last micro-batch, no overlap; Megatron-LM
+    # overlaps each chunk's reduction with its last backward.
+    shape = dict(dp=4, tp=2, pp=2, zero_stage=0)
+    ds, mg = run("deepspeed", **shape), run("megatron", **shape, tp_comm_overlap=False)
+    assert not ds.strategy.overlap_grad_reduce and mg.strategy.overlap_grad_reduce
+    assert ds.time.dp_comm_s > 2 * mg.time.dp_comm_s
+    # Without a pipeline DeepSpeed overlaps too (zero_optimization.overlap_comm).
+    assert run("deepspeed", dp=8, tp=2, pp=1, zero_stage=1).strategy.overlap_grad_reduce
+
+
+def test_pipeline_sends_whole_activations_without_scatter_gather():
+    # Narayanan et al. 2021, Sec. 4.1: Megatron sends 1/t and all-gathers over NVLink; the
+    # DeepSpeed engine sends the whole s*b*h tensor across the (slower) network.
+    shape = dict(dp=1, tp=8, pp=2, sequence_parallel=False)
+    ds, mg = run("deepspeed", **shape), run("megatron", **shape)
+    assert ds.time.pp_comm_s > 2 * mg.time.pp_comm_s
+
+
+def test_tp_comm_overlap_leaves_only_the_interference():
+    # With the Megatron profile's overlap share 1.0 and TP traffic shorter than the GEMMs it
+    # overlaps, what remains is the cluster's overlap_interference (0.1) of the traffic. The
+    # embedding's reduce-scatter outlasts its tiny lookup and stays exposed: 1-2% more.
+    shape = dict(dp=2, tp=8, pp=1, sequence_parallel=True, micro_batch=1)
+    off = run("megatron", **shape, tp_comm_overlap=False)
+    on = run("megatron", **shape, tp_comm_overlap=True)
+    assert on.strategy.tp_comm_overlap and not off.strategy.tp_comm_overlap
+    assert 0.1 * off.time.tp_comm_s < on.time.tp_comm_s < 0.102 * off.time.tp_comm_s
+    # Needs sequence parallelism (megatron/training/arguments.py), and DeepSpeed has none.
+    no_sp = run("megatron", **(shape | dict(sequence_parallel=False)), tp_comm_overlap=True)
+    assert not no_sp.strategy.tp_comm_overlap
+    assert not run("deepspeed", **shape, tp_comm_overlap=True).strategy.tp_comm_overlap
+
+
+def test_deepspeed_buckets_take_memory():
+    # runtime/zero/config.py: reduce_bucket_size 5e8 elements, double-buffered with
+    # overlap_comm, and allgather_bucket_size 5e8, in bf16 (2 bytes), grown by the 5%
+    # fragmentation reserve of the preset.
+    shape = dict(dp=16, tp=1, pp=1, zero_stage=1, recompute="full")
+    ds, tt = run("deepspeed", **shape), run("torchtitan", **shape)
+    extra = ds.memory.stages[0].other_bytes - tt.memory.stages[0].other_bytes
+    assert extra == pytest.approx((2 * 5e8 * 2 + 5e8 * 2) * 1.05, rel=1e-9)
+
+
+def test_deepspeed_zero3_is_slower_than_fsdp2():
+    # DeepSpeed fetches every submodule separately at 0.11 of NCCL's bandwidth (calibrated on
+    # SC21 Table 2); FSDP2 gathers one unit per block at full bandwidth.
+    shape = dict(dp=16, tp=1, pp=1, zero_stage=3, recompute="full")
+    assert run("deepspeed", **shape).time.step_s > 1.3 * run("torchtitan", **shape).time.step_s
+
+
+def test_plan_framework_flag_prices_and_constrains(cli):
+    code, out, err = cli("plan", "llama3-8b", "dgx-h100", "--gpus", "64", "--framework",
+                         "deepspeed", "--json", "--top", "3")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["framework"] == "deepspeed"
+    for plan in result["plans"]:                  # DeepSpeed's rules: no interleaving, ZeRO-2/3
+        s = plan["strategy"]                      # only without a pipeline
+        assert s["vpp"] == 1 and not s["tp_comm_overlap"]
+        assert s["pp"] == 1 or s["zero_stage"] <= 1
+
+
+def test_emit_target_sets_the_framework(cli, tmp_path):
+    code, out, err = cli("plan", "llama3-8b", "dgx-h100", "--gpus", "16", "--emit",
+                         "torchtitan", "--out", str(tmp_path), "--json", "--top", "1")
+    assert code == 0, err
+    assert json.loads(out)["framework"] == "torchtitan"
+
+
+def test_overlap_pins_reach_the_plan(cli):
+    code, out, err = cli("plan", "llama3-8b", "dgx-h100", "--gpus", "16", "--json", "--top",
+                         "1", "--no-overlap-grad-reduce", "--no-tp-comm-overlap")
+    assert code == 0, err
+    s = json.loads(out)["plans"][0]["strategy"]
+    assert not s["overlap_grad_reduce"] and not s["tp_comm_overlap"]
+
+
+def test_validate_prices_a_config_with_its_own_framework(cli, write):
+    config = write("ds.json", json.dumps({
+        "train_batch_size": 512, "train_micro_batch_size_per_gpu": 1,
+        "gradient_accumulation_steps": 32, "zero_optimization": {"stage": 1},
+        "bf16": {"enabled": True}}))
+    code, out, err = cli("validate", "llama3-8b", "dgx-h100", config, "--gpus", "16",
+                         "--json", "--no-compare")
+    assert json.loads(out)["framework"] == "deepspeed", err
+    code, out, err = cli("validate", "llama3-8b", "dgx-h100", config, "--gpus", "16",
+                         "--json", "--no-compare", "--framework", "megatron")
+    assert json.loads(out)["framework"] == "megatron", err
