@@ -108,6 +108,9 @@ def search_options(function):
         click.option("--dp", type=positive, help="Pin the data-parallel size."),
         click.option("--vpp", type=positive, help="Pin the interleaved chunks per pipeline rank."),
         click.option("--micro-batch", type=positive, help="Pin the micro-batch size."),
+        click.option("--dp-shard", type=positive,
+                     help="Pin the ZeRO shard group (HSDP: shard over N data-parallel ranks, "
+                          "replicate over the rest)."),
         click.option("--max-tp", type=positive, help="Upper bound on tp."),
         click.option("--max-pp", type=positive, help="Upper bound on pp."),
         click.option("--max-micro-batch", type=positive, help="Upper bound on the micro-batch."),

@@ -128,6 +128,8 @@ def compact_strategy(plan: PlanReport) -> tuple[str, str]:
     options = [o for o in ("sp" if s.sequence_parallel else "",
                            {"none": "", "selective": "sel", "full": "full"}[s.recompute.value],
                            f"z{int(s.zero_stage)}" if s.zero_stage else "") if o]
+    if s.zero_stage and s.dp_shard != s.dp:
+        options.append(f"h{s.dp_shard}")
     if s.dp_comm.value == "parameter_server":
         options.append("ps")
     if len(set(s.layers_per_stage)) > 1:
@@ -136,12 +138,13 @@ def compact_strategy(plan: PlanReport) -> tuple[str, str]:
 
 
 PLANS_LEGEND = ("strategy: dp x tp x pp, interleaved chunks (vpp), micro-batch (mb); options: "
-                "sp sequence parallel, sel/full recompute, zN ZeRO stage, ps parameter server, "
+                "sp sequence parallel, sel/full recompute, zN ZeRO stage, hN ZeRO sharded over N "
+                "ranks and replicated (HSDP), ps parameter server, "
                 "bal balanced uneven layout; "
                 "peak and free memory per GPU in GiB")
 
 
-def plans_table(plans: list[PlanReport], *, title: str) -> Table:
+def plans_table(plans: list[PlanReport], *, title: str | None = None) -> Table:
     """One row per plan, narrow enough for 80 columns."""
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0),
                   pad_edge=False, caption=PLANS_LEGEND, caption_justify="left")
@@ -245,7 +248,8 @@ def layout_line(plan: PlanReport) -> Text:
 def plan_view(*, heading: str, plans: list[PlanReport], search: SearchReport) -> Group:
     best = plans[0]
     parts = [
-        plans_table(plans, title=heading),
+        Text(heading, style="bold"),     # a line of its own: a table title wraps at its width
+        plans_table(plans),
         Text(""),
         memory_table(best.memory, title=f"best plan, memory: {strategy_label(best)}"),
         fit_line(best.memory),

@@ -48,6 +48,8 @@ class Candidates:
     recompute: np.ndarray
     """Index into RECOMPUTE_ORDER."""
     zero: np.ndarray
+    shard: np.ndarray
+    """Data-parallel ranks ZeRO shards over (= dp, or less for HSDP)."""
     overlap: np.ndarray
     """Overlap the gradient reduction (as asked; the framework profile gates it)."""
     param_gather: np.ndarray
@@ -80,7 +82,8 @@ class Candidates:
         return cls(tp=one(s.tp), pp=one(s.pp), vpp=one(s.vpp), dp=one(s.dp),
                    mb=one(s.micro_batch), global_batch=one(s.global_batch),
                    sp=one(s.sequence_parallel), recompute=one(RECOMPUTE_ORDER.index(s.recompute)),
-                   zero=one(int(s.zero_stage)), overlap=one(s.overlap_grad_reduce),
+                   zero=one(int(s.zero_stage)), shard=one(s.dp_shard or s.dp),
+                   overlap=one(s.overlap_grad_reduce),
                    param_gather=one(overlap("overlap_param_gather")),
                    tp_overlap=one(overlap("tp_comm_overlap")),
                    dp_comm=one(DP_COMM_ORDER.index(s.dp_comm)),
@@ -91,7 +94,9 @@ class Candidates:
             dp=int(self.dp[i]), tp=int(self.tp[i]), pp=int(self.pp[i]), vpp=int(self.vpp[i]),
             micro_batch=int(self.mb[i]), global_batch=int(self.global_batch[i]),
             sequence_parallel=bool(self.sp[i]), recompute=RECOMPUTE_ORDER[self.recompute[i]],
-            zero_stage=ZeroStage(int(self.zero[i])), overlap_grad_reduce=bool(self.overlap[i]),
+            zero_stage=ZeroStage(int(self.zero[i])),
+            dp_shard=None if self.shard[i] == self.dp[i] else int(self.shard[i]),
+            overlap_grad_reduce=bool(self.overlap[i]),
             overlap_param_gather=bool(self.param_gather[i]),
             tp_comm_overlap=bool(self.tp_overlap[i]),
             dp_comm=DP_COMM_ORDER[self.dp_comm[i]],
@@ -253,7 +258,8 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
     params = stage_sharded[None, :] / tp[:, None] + stage_replicated[None, :]   # (N, p)
     per_param = state_bytes_per_param(training.precision, training.optimizer)
     zero = cands.zero[:, None]
-    states = model_state_bytes(num_params=params, dp=dp[:, None], zero_stage=zero,
+    shard = cands.shard.astype(float)
+    states = model_state_bytes(num_params=params, dp=shard[:, None], zero_stage=zero,
                                per_param=per_param)
 
     # ---- activations: in-flight micro-batches per (stage, chunk) times chunk activations
@@ -293,7 +299,7 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
     pipeline = pipeline_time_s(max_stage_s=tau.max(1), sum_stage_s=tau.sum(1),
                                num_micro_batches=m, vpp=v)
 
-    optimizer = params / np.where(cands.zero >= ZeroStage.OPTIMIZER_STATES, dp, 1)[:, None] \
+    optimizer = params / np.where(cands.zero >= ZeroStage.OPTIMIZER_STATES, shard, 1)[:, None] \
         * optimizer_step_bytes_per_param(weight_bytes=per_param.weights,
                                          gradient_bytes=per_param.gradients,
                                          optimizer_bytes=per_param.optimizer) \
@@ -424,6 +430,10 @@ def _data_parallel(problem: Problem, cands: Candidates, params: np.ndarray, per_
     The parameter-server alternative (Li et al. 2014) replaces the all-reduce for ZeRO-0.
     ZeRO-3 gathers and reduces block by block (Zhao et al. 2023, PyTorch FSDP, Sec. 3.2: one
     FSDP unit per transformer block), so it pays the ring latency once per block.
+    HSDP (Zhao et al. 2023, Sec. 3.2.2, hybrid sharding): the ZeRO collectives run inside a
+    shard group of dp_shard ranks (consecutive data-parallel ranks, so inside a node when
+    tp * dp_shard fits one), and each rank all-reduces its 1/dp_shard of the gradients with its
+    peers of the other dp / dp_shard groups once per step.
     """
     cluster = problem.cluster
     net = cluster.network
@@ -431,13 +441,23 @@ def _data_parallel(problem: Problem, cands: Candidates, params: np.ndarray, per_
     place = strided_placement(cands.dp, cands.tp, cluster.gpus_per_node)
     nodes = place.num_nodes[:, None]
     group = Group(size=dp_col, ranks_per_node=place.ranks_per_node[:, None], num_nodes=nodes)
+    sharded = strided_placement(cands.shard, cands.tp, cluster.gpus_per_node)
+    shard_group = Group(size=cands.shard.astype(float)[:, None],
+                        ranks_per_node=sharded.ranks_per_node[:, None],
+                        num_nodes=sharded.num_nodes[:, None])
+    replicas = cands.dp // cands.shard
+    across = strided_placement(replicas, cands.tp * cands.shard, cluster.gpus_per_node)
+    replica_group = Group(size=replicas.astype(float)[:, None],
+                          ranks_per_node=across.ranks_per_node[:, None],
+                          num_nodes=across.num_nodes[:, None])
     grads = params * per_param.gradients
     weights = params * per_param.weights
 
     def collective(kind, size_bytes):
-        return comm.collective_time_s(kind, size_bytes, group, net)
+        return comm.collective_time_s(kind, size_bytes, shard_group, net)
 
     allreduce, algorithm = comm.all_reduce(grads, group, net)
+    replica_allreduce = comm.all_reduce_time_s(grads / shard_group.size, replica_group, net)
     server = comm.parameter_server_time_s(
         message_bytes=grads, num_workers=dp_col, num_servers=cands.num_servers[:, None],
         worker_bytes_per_s=np.where(nodes > 1, net.nic_bus_bytes_per_s,
@@ -452,8 +472,9 @@ def _data_parallel(problem: Problem, cands: Candidates, params: np.ndarray, per_
     fetches = stage_blocks[None, :] * fw.zero3.fetches_per_block
     z3_net = replace(net, intra_bus_bytes_per_s=net.intra_bus_bytes_per_s * fw.zero3.collective_efficiency,
                      nic_bus_bytes_per_s=net.nic_bus_bytes_per_s * fw.zero3.collective_efficiency)
-    block_reduce_scatter = fetches * comm.reduce_scatter_time_s(grads / fetches, group, z3_net)
-    block_all_gather = fetches * comm.all_gather_time_s(weights / fetches, group, z3_net)
+    block_reduce_scatter = fetches * comm.reduce_scatter_time_s(grads / fetches, shard_group,
+                                                                z3_net)
+    block_all_gather = fetches * comm.all_gather_time_s(weights / fetches, shard_group, z3_net)
     zero = cands.zero[:, None]
     # Overlap as asked, where the framework can (DeepSpeed's pipeline engine reduces after the
     # last micro-batch: no overlap once there is a pipeline).
@@ -464,6 +485,7 @@ def _data_parallel(problem: Problem, cands: Candidates, params: np.ndarray, per_
 
     grad_end = np.select([zero == 0, zero == 1], [np.where(use_server, server, allreduce),
                                                   reduce_scatter], 0.0)
+    grad_end = grad_end + np.where(zero >= 1, replica_allreduce, 0.0)   # HSDP; 0 without
     gather_end = np.where((zero == 1) | (zero == 2), all_gather, 0.0)
     k = cluster.efficiency.overlap_interference
 
@@ -504,7 +526,8 @@ def report(problem: Problem, layout: Layout, cands: Candidates, ev: Evaluation, 
         dp=int(cands.dp[i]), tp=int(cands.tp[i]), pp=p, vpp=layout.vpp,
         micro_batch=int(cands.mb[i]), global_batch=int(cands.global_batch[i]),
         sequence_parallel=bool(cands.sp[i]), recompute=RECOMPUTE_ORDER[cands.recompute[i]],
-        zero_stage=ZeroStage(int(cands.zero[i])), num_micro_batches=float(cands.num_micro_batches[i]),
+        zero_stage=ZeroStage(int(cands.zero[i])), dp_shard=int(cands.shard[i]),
+        num_micro_batches=float(cands.num_micro_batches[i]),
         overlap_grad_reduce=bool(cands.overlap[i] and fw.overlap_grad_reduce
                                  and (p == 1 or fw.overlap_grad_reduce_with_pipeline)),
         overlap_param_gather=bool(cands.param_gather[i] and fw.overlap_param_gather),

@@ -30,9 +30,10 @@ from planner.schemas.model import OutputBlock
 
 def state_bytes_per_stored_param(problem: Problem, cands: Candidates, rows):
     """Bytes of weights, gradients and optimizer state per parameter a rank stores, after
-    ZeRO sharding over data parallelism: `memory.model_state_bytes` of one parameter."""
+    ZeRO sharding over its shard group (all of dp, or less under HSDP): `memory.model_state_bytes`
+    of one parameter."""
     per = state_bytes_per_param(problem.training.precision, problem.training.optimizer)
-    return model_state_bytes(num_params=1.0, dp=cands.dp[rows].astype(float),
+    return model_state_bytes(num_params=1.0, dp=cands.shard[rows].astype(float),
                              zero_stage=cands.zero[rows], per_param=per).total
 
 

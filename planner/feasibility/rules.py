@@ -30,6 +30,7 @@ class Rule(str, Enum):
     BATCH_DIVISIBLE = "batch_divisible"
     INTERLEAVED_SCHEDULE = "interleaved_schedule"
     PARAMETER_SERVER_ZERO = "parameter_server_zero"
+    DP_SHARD = "dp_shard"
     MEMORY_FITS = "memory_fits"
     # Rules of one launch target: what that framework cannot run or refuses.
     TARGET_PARAMETER_SERVER = "target_parameter_server"
@@ -39,6 +40,7 @@ class Rule(str, Enum):
     DEEPSPEED_SELECTIVE_RECOMPUTE = "deepspeed_selective_recompute"
     DEEPSPEED_SEQUENCE_PARALLEL = "deepspeed_sequence_parallel"
     DEEPSPEED_UNEVEN_LAYOUT = "deepspeed_uneven_layout"
+    DEEPSPEED_HSDP = "deepspeed_hsdp"
     TORCHTITAN_ZERO1 = "torchtitan_zero1"
     TORCHTITAN_FP16 = "torchtitan_fp16"
     TORCHTITAN_SEQUENCE_PARALLEL = "torchtitan_sequence_parallel"
@@ -49,6 +51,7 @@ class Rule(str, Enum):
     MINDSPORE_MICRO_BATCHES = "mindspore_micro_batches"
     MINDSPORE_INTERLEAVED = "mindspore_interleaved"
     MINDSPORE_ZERO = "mindspore_zero"
+    MINDSPORE_HSDP = "mindspore_hsdp"
 
 
 SUMMARY: dict[Rule, str] = {
@@ -61,6 +64,7 @@ SUMMARY: dict[Rule, str] = {
     Rule.INTERLEAVED_SCHEDULE: "the interleaved schedule needs pp > 1 and micro-batches in "
                                "groups of pp",
     Rule.PARAMETER_SERVER_ZERO: "a parameter server needs zero_stage 0",
+    Rule.DP_SHARD: "dp_shard must divide dp, with zero_stage 1 or more",
     Rule.MEMORY_FITS: "the peak stage must fit in GPU memory",
     Rule.TARGET_PARAMETER_SERVER: "no launch target implements a parameter server",
     Rule.DEEPSPEED_PIPELINE_ZERO: "DeepSpeed's pipeline engine allows ZeRO stage 0 or 1 only",
@@ -69,6 +73,7 @@ SUMMARY: dict[Rule, str] = {
     Rule.DEEPSPEED_SELECTIVE_RECOMPUTE: "DeepSpeed checkpoints whole layers, not selectively",
     Rule.DEEPSPEED_SEQUENCE_PARALLEL: "DeepSpeed AutoTP has no Megatron sequence parallelism",
     Rule.DEEPSPEED_UNEVEN_LAYOUT: "DeepSpeed's config cannot place layers unevenly",
+    Rule.DEEPSPEED_HSDP: "DeepSpeed shards within groups (MiCS) only with ZeRO stage 3",
     Rule.TORCHTITAN_ZERO1: "torchtitan shards with FSDP2: ZeRO stage 0, 2 or 3, not 1",
     Rule.TORCHTITAN_FP16: "torchtitan trains in bf16 or fp32, not fp16 (use --precision bf16)",
     Rule.TORCHTITAN_SEQUENCE_PARALLEL: "torchtitan applies sequence parallelism with tp > 1",
@@ -80,6 +85,7 @@ SUMMARY: dict[Rule, str] = {
     Rule.MINDSPORE_MICRO_BATCHES: "MindSpore needs at least as many micro-batches as stages",
     Rule.MINDSPORE_INTERLEAVED: "the emitted MindSpore config has no interleaved pipeline",
     Rule.MINDSPORE_ZERO: "MindSpore's parallel optimizer is ZeRO stage 1",
+    Rule.MINDSPORE_HSDP: "the emitted MindSpore config shards over all data-parallel ranks",
 }
 """One line per rule, for messages that name rules without a particular strategy."""
 
@@ -144,6 +150,13 @@ def _parameter_server_zero(problem: Problem, c: Candidates, options: RuleOptions
     return (c.dp_comm == server) & (c.zero != 0)
 
 
+def _dp_shard(problem: Problem, c: Candidates, options: RuleOptions) -> np.ndarray:
+    # HSDP shards over dp_shard ranks and replicates over dp / dp_shard: it must divide dp, and
+    # means nothing without ZeRO (torchtitan parallel_dims.py: dp_replicate * dp_shard = dp).
+    hybrid = c.shard != c.dp
+    return (c.dp % c.shard != 0) | (hybrid & (c.zero == 0))
+
+
 DEGREE_CHECKS: dict[Rule, Callable[[Problem, Candidates, RuleOptions], np.ndarray]] = {
     Rule.GPU_COUNT: _gpu_count,
     Rule.TP_DIVIDES_HEADS: _tp_divides_heads,
@@ -152,6 +165,7 @@ DEGREE_CHECKS: dict[Rule, Callable[[Problem, Candidates, RuleOptions], np.ndarra
     Rule.BATCH_DIVISIBLE: _batch_divisible,
     Rule.INTERLEAVED_SCHEDULE: _interleaved_schedule,
     Rule.PARAMETER_SERVER_ZERO: _parameter_server_zero,
+    Rule.DP_SHARD: _dp_shard,
 }
 """Rules decided by the degrees alone, in the order `validate` reports them."""
 
@@ -187,6 +201,8 @@ TARGET_CHECKS: dict[Rule, tuple[tuple[LaunchTarget, ...], Callable[[Problem, Can
     # PipelineModule(partition_method="uniform") is all the emitted JSON can ask for.
     Rule.DEEPSPEED_UNEVEN_LAYOUT: ((_T.DEEPSPEED,),
                                    lambda p, c: p.model.num_layers % (c.pp * c.vpp) != 0),
+    # DeepSpeed MiCS (mics_shard_size) is a ZeRO-3 feature (runtime/zero/mics.py).
+    Rule.DEEPSPEED_HSDP: ((_T.DEEPSPEED,), lambda p, c: (c.shard != c.dp) & (c.zero != 3)),
     Rule.TORCHTITAN_ZERO1: ((_T.TORCHTITAN,), lambda p, c: c.zero == 1),
     Rule.TORCHTITAN_FP16: ((_T.TORCHTITAN,), lambda p, c: _everywhere(
         p, c, p.training.precision.value == "fp16")),
@@ -209,6 +225,7 @@ TARGET_CHECKS: dict[Rule, tuple[tuple[LaunchTarget, ...], Callable[[Problem, Can
                                    lambda p, c: (c.pp > 1) & (_num_micro_batches(c) < c.pp)),
     Rule.MINDSPORE_INTERLEAVED: ((_T.MINDSPORE,), lambda p, c: c.vpp > 1),
     Rule.MINDSPORE_ZERO: ((_T.MINDSPORE,), lambda p, c: c.zero >= 2),
+    Rule.MINDSPORE_HSDP: ((_T.MINDSPORE,), lambda p, c: c.shard != c.dp),
 }
 """Rules of launch targets: (targets, where candidates break it)."""
 
@@ -348,6 +365,14 @@ def _explain_parameter_server_zero(problem: Problem, s: Strategy) -> tuple[str, 
             "use zero_stage 0, or dp_comm all_reduce")
 
 
+def _explain_dp_shard(problem: Problem, s: Strategy) -> tuple[str, str]:
+    if s.dp_shard is not None and s.dp % s.dp_shard:
+        return (f"dp_shard ({s.dp_shard}) must divide dp ({s.dp}): HSDP replicates dp / dp_shard "
+                f"shard groups", f"use dp_shard {_largest_divisor_at_most(s.dp, s.dp_shard)}")
+    return (f"dp_shard {s.dp_shard} with zero_stage 0: there is nothing to shard",
+            "use zero_stage 1 or more, or leave dp_shard out")
+
+
 EXPLAIN: dict[Rule, Callable[[Problem, Strategy], tuple[str, str]]] = {
     Rule.GPU_COUNT: _explain_gpu_count,
     Rule.TP_DIVIDES_HEADS: _explain_tp_divides_heads,
@@ -356,6 +381,7 @@ EXPLAIN: dict[Rule, Callable[[Problem, Strategy], tuple[str, str]]] = {
     Rule.BATCH_DIVISIBLE: _explain_batch_divisible,
     Rule.INTERLEAVED_SCHEDULE: _explain_interleaved_schedule,
     Rule.PARAMETER_SERVER_ZERO: _explain_parameter_server_zero,
+    Rule.DP_SHARD: _explain_dp_shard,
 }
 
 
@@ -389,6 +415,10 @@ def _explain_target(rule: Rule):
                 f"pp {s.pp} does not split {problem.model.num_layers} layers evenly: DeepSpeed's "
                 "pipeline partitions layers in code (partition_method), which its config "
                 "cannot set", "use a pp that divides the layers"),
+            Rule.DEEPSPEED_HSDP: (
+                f"dp_shard {s.dp_shard} with zero_stage {z}: DeepSpeed shards within groups "
+                "(MiCS, mics_shard_size) only with ZeRO stage 3",
+                "use zero_stage 3, or leave dp_shard out"),
             Rule.TORCHTITAN_ZERO1: (
                 "zero_stage 1: torchtitan shards with FSDP2, which shards gradients too",
                 "use zero_stage 2 (fsdp_reshard_after_forward never) or 3"),
@@ -419,6 +449,9 @@ def _explain_target(rule: Rule):
             Rule.MINDSPORE_INTERLEAVED: (
                 f"vpp {s.vpp}: the emitted MindSpore config runs one chunk per stage",
                 "use vpp 1"),
+            Rule.MINDSPORE_HSDP: (
+                f"dp_shard {s.dp_shard}: the emitted MindSpore config shards the optimizer over "
+                "every data-parallel rank", "leave dp_shard out"),
             Rule.MINDSPORE_ZERO: (
                 f"zero_stage {z}: MindSpore's parallel optimizer (enable_parallel_optimizer) "
                 "shards optimizer states, ZeRO stage 1", "use zero_stage 1"),

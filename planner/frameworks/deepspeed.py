@@ -90,6 +90,8 @@ class ZeroSection(BaseModel):
     model_config = _JSON
     stage: int
     overlap_comm: bool
+    mics_shard_size: int | None = None
+    """MiCS (ZeRO-3 sharded within groups of this many ranks, replicated across): HSDP."""
     contiguous_gradients: bool = True
     reduce_scatter: bool = True
 
@@ -170,8 +172,9 @@ def emit(plan: LaunchPlan) -> dict[str, str]:
         comment=header_lines(plan, "DeepSpeed", CHECKED_AGAINST),
         train_batch_size=s.global_batch, train_micro_batch_size_per_gpu=s.micro_batch,
         gradient_accumulation_steps=plan.num_micro_batches,
-        zero_optimization=ZeroSection(stage=int(s.zero_stage),
-                                      overlap_comm=s.overlap_grad_reduce),
+        zero_optimization=ZeroSection(
+            stage=int(s.zero_stage), overlap_comm=s.overlap_grad_reduce,
+            mics_shard_size=s.dp_shard if s.dp_shard not in (None, s.dp) else None),
         fp16=Fp16Section() if training.precision is Precision.FP16 else None,
         bf16=Bf16Section() if training.precision is Precision.BF16 else None,
         activation_checkpointing=CheckpointingSection() if full else None,
@@ -333,6 +336,9 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
                            recompute=Recompute.FULL if full else Recompute.NONE,
                            overlap_grad_reduce=bool(isinstance(zero, dict)
                                                     and zero.get("overlap_comm", stage == 3)))
+    mics = zero.get("mics_shard_size", -1) if isinstance(zero, dict) else -1
+    if isinstance(mics, int) and not isinstance(mics, bool) and mics > 0:
+        parsed.strategy["dp_shard"] = mics     # MiCS: ZeRO-3 within groups of mics_shard_size
     model_parallel = tp * pp
     if num_gpus is None:
         # No GPU count given: the three batch keys imply DeepSpeed's data-parallel world size.

@@ -42,6 +42,7 @@ CHOICES = {
 
 KNOWN_FLAGS = frozenset({
     "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--tp-comm-overlap",
+    "--num-distributed-optimizer-instances",
     "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
     "--microbatch-group-size-per-virtual-pipeline-stage", "--sequence-parallel",
     "--context-parallel-size", "--expert-model-parallel-size", "--expert-tensor-parallel-size",
@@ -182,6 +183,9 @@ def _parallel_args(plan: LaunchPlan) -> list[str]:
         args.append("--sequence-parallel")
     if s.zero_stage >= ZeroStage.OPTIMIZER_STATES:
         args.append("--use-distributed-optimizer")
+    if s.zero_stage >= ZeroStage.OPTIMIZER_STATES and s.dp_shard not in (None, s.dp):
+        # HSDP: distributed-optimizer / Megatron-FSDP instances, each sharding over dp_shard.
+        args.append(f"--num-distributed-optimizer-instances {s.dp // s.dp_shard}")
     if s.zero_stage >= ZeroStage.GRADIENTS:      # Megatron-FSDP shards gradients (and weights)
         args += ["--use-megatron-fsdp",
                  f"--data-parallel-sharding-strategy {FSDP_STRATEGIES[s.zero_stage]}",
@@ -441,6 +445,17 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
              overlap_grad_reduce="--overlap-grad-reduce" in flags,
              overlap_param_gather="--overlap-param-gather" in flags,
              tp_comm_overlap="--tp-comm-overlap" in flags)
+    instances = number("--num-distributed-optimizer-instances", 1)
+    if instances > 1:
+        # HSDP: each instance shards over dp / instances ranks (Megatron-LM
+        # megatron/core/parallel_state.py, intra/inter distributed-optimizer groups).
+        dp = (num_gpus or parsed.world_size or problem.num_gpus) // max(1, tp * pp)
+        if dp % instances:
+            parsed.finding("megatron_flag", f"Megatron-LM stops: the data-parallel size ({dp}) "
+                           f"must be divisible by --num-distributed-optimizer-instances "
+                           f"({instances})", "use a divisor of the data-parallel size")
+        else:
+            s["dp_shard"] = dp // instances
     if "--global-batch-size" in flags:
         s["global_batch"] = number("--global-batch-size")
     granularity = flags.get("--recompute-granularity")

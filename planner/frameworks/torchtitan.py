@@ -62,8 +62,9 @@ def _parallelism(plan: LaunchPlan) -> dict[str, Any]:
     sharded = s.zero_stage >= ZeroStage.GRADIENTS
     fields: dict[str, Any] = {
         # FSDP2 (ZeRO 2/3) shards over data_parallel_shard_degree; plain DDP replicates.
-        "data_parallel_replicate_degree": 1 if sharded else s.dp,
-        "data_parallel_shard_degree": s.dp if sharded else 1,
+        # HSDP: shard over dp_shard ranks, replicate over the rest (parallel_dims.py).
+        "data_parallel_replicate_degree": s.dp // (s.dp_shard or s.dp) if sharded else s.dp,
+        "data_parallel_shard_degree": (s.dp_shard or s.dp) if sharded else 1,
         "fsdp_reshard_after_forward": "always" if s.zero_stage is ZeroStage.PARAMETERS
         else "never" if sharded else "default",
         "tensor_parallel_degree": s.tp,
@@ -333,6 +334,8 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
         world = num_gpus or problem.num_gpus
         shard = max(1, world // (replicate * cp * tp * pp))
     dp = replicate * shard
+    if replicate > 1 and shard > 1:
+        parsed.strategy["dp_shard"] = shard        # HSDP
     reshard = par.get("fsdp_reshard_after_forward", "default")
     if shard == 1:
         zero = ZeroStage.NONE

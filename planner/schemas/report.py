@@ -25,6 +25,8 @@ class StrategyOut(BaseModel):
     sequence_parallel: bool
     recompute: Recompute
     zero_stage: ZeroStage
+    dp_shard: int
+    """Data-parallel ranks ZeRO shards over (dp: all of them; less: HSDP)."""
     num_micro_batches: float
     overlap_grad_reduce: bool
     overlap_param_gather: bool

@@ -58,6 +58,11 @@ class Strategy(BaseModel):
     """Overlap tensor-parallel collectives with the GEMMs (Megatron-LM --tp-comm-overlap,
     torchtitan async TP), where the framework can; needs sequence parallelism. None: the
     framework's default."""
+    dp_shard: PositiveInt | None = None
+    """ZeRO/FSDP shard group: model states are sharded over dp_shard data-parallel ranks and
+    replicated over dp / dp_shard groups (HSDP: FSDP HYBRID_SHARD, torchtitan
+    data_parallel_shard_degree, Megatron --num-distributed-optimizer-instances, DeepSpeed MiCS).
+    None: sharded over all of dp."""
     dp_comm: DpComm = DpComm.ALL_REDUCE
     num_servers: PositiveInt | None = None
     """Parameter servers (with dp_comm: parameter_server); None: one per data-parallel rank."""
@@ -97,6 +102,9 @@ def strategy_label(s) -> str:
         parts.append(f"recompute {s.recompute.value}")
     if s.zero_stage:
         parts.append(f"zero {int(s.zero_stage)}")
+        shard = getattr(s, "dp_shard", None)
+        if shard is not None and shard != s.dp:
+            parts.append(f"hsdp {shard}x{s.dp // shard}")
     if s.dp_comm is DpComm.PARAMETER_SERVER:
         parts.append("parameter server")
     return ", ".join(parts)

@@ -49,6 +49,8 @@ class SearchSpace:
     """Launch targets the plans must run on: their rules apply too."""
     even_layouts: bool = False
     """Only Megatron-LM's even split (pp * vpp dividing the layers), no balanced layouts."""
+    dp_shard: int | None = None
+    """Pin the ZeRO shard group (HSDP); None: all of dp, or one node's data-parallel ranks."""
     overlap_grad_reduce: bool | None = None
     overlap_param_gather: bool | None = None
     tp_comm_overlap: bool | None = None
@@ -64,7 +66,7 @@ class SearchSpace:
     def pins(self) -> list[Pin]:
         """The user's pins and bounds, one per flag, for messages and infeasibility cores."""
         found = []
-        for name in ("tp", "pp", "dp", "vpp", "micro_batch"):
+        for name in ("tp", "pp", "dp", "vpp", "micro_batch", "dp_shard"):
             value = getattr(self, name)
             if value is not None:
                 found.append(Pin(f"--{name.replace('_', '-')} {value}", name, value, exact=True))
@@ -99,7 +101,8 @@ class Pin:
     exact: bool = True
 
     def allows(self, cands: Candidates) -> np.ndarray:
-        values = getattr(cands, {"micro_batch": "mb"}.get(self.dimension, self.dimension))
+        values = getattr(cands, {"micro_batch": "mb", "dp_shard": "shard"}.get(
+            self.dimension, self.dimension))
         if isinstance(self.value, tuple):
             return np.isin(values, self.value)
         return values == self.value if self.exact else values <= self.value
@@ -154,6 +157,17 @@ def _vpp_values(problem: Problem, space: SearchSpace, pp: int) -> list[int]:
     return _with_pin(divisors(max(1, num_layers // pp)), space.vpp)
 
 
+def _shard_values(problem: Problem, space: SearchSpace, tp: int, dp: int, zero: int) -> list[int]:
+    """ZeRO shard groups: all of dp, and with ZeRO HSDP inside a node (the gpus_per_node / tp
+    data-parallel ranks of one node), where that is a proper divisor of dp."""
+    if space.dp_shard is not None:
+        return [space.dp_shard]
+    node = problem.cluster.gpus_per_node // tp
+    if zero == 0 or node <= 1 or node >= dp or dp % node:
+        return [dp]
+    return [dp, node]
+
+
 def _micro_batch_values(space: SearchSpace, global_batch: int, dp: int) -> list[int]:
     if global_batch % dp:
         return _with_pin([1], space.micro_batch)   # every one breaks batch_divisible; keep one
@@ -189,13 +203,15 @@ def generate(problem: Problem, space: SearchSpace) -> list[CandidateGroup]:
         for sp, rc, zero, comm in options:
             if sp and tp == 1:
                 continue               # sequence parallelism needs tensor parallelism
-            rows.setdefault((pp, vpp), []).append((tp, pp, vpp, dp, mb, sp, rc, zero, comm))
+            for shard in _shard_values(problem, space, tp, dp, zero):
+                rows.setdefault((pp, vpp), []).append(
+                    (tp, pp, vpp, dp, mb, sp, rc, zero, comm, shard))
     groups = []
     for (pp, vpp), table in sorted(rows.items()):
         a = np.array(table, dtype=np.int64)
         cands = Candidates(
             tp=a[:, 0], pp=a[:, 1], vpp=a[:, 2], dp=a[:, 3], mb=a[:, 4], sp=a[:, 5].astype(bool),
-            recompute=a[:, 6], zero=a[:, 7], overlap=np.full(len(a), overlap.overlap_grad_reduce),
+            recompute=a[:, 6], zero=a[:, 7], shard=a[:, 9], overlap=np.full(len(a), overlap.overlap_grad_reduce),
             param_gather=np.full(len(a), overlap.overlap_param_gather),
             tp_overlap=np.full(len(a), overlap.tp_comm_overlap),
             dp_comm=a[:, 8], num_servers=a[:, 3].copy(),

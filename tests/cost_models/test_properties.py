@@ -59,7 +59,7 @@ PROBLEM = _problem()
 
 def _peak_states(tp, pp, zero, dp=4, mb=1):
     c = Candidates(tp=[tp], pp=[pp], vpp=[1], dp=[dp], mb=[mb], global_batch=[64], sp=[False],
-                   recompute=[0], zero=[int(zero)], overlap=[True], param_gather=[True],
+                   recompute=[0], zero=[int(zero)], shard=[dp], overlap=[True], param_gather=[True],
                    tp_overlap=[False], dp_comm=[0],
                    num_servers=[dp])
     c = Candidates(**{k: __import__("numpy").array(v) for k, v in c.__dict__.items()})

@@ -73,6 +73,13 @@ CASES = [
     Case("llama2-7b-ascend", T.MINDSPORE, "llama2-7b", "ascend-910b", 64,
          dict(dp=8, tp=8, pp=1, micro_batch=1, sequence_parallel=True, recompute="selective",
               zero_stage=1)),
+    # HSDP: ZeRO-3 inside each node (8 ranks), replicated over 8 nodes.
+    Case("llama3-8b-hsdp", T.TORCHTITAN, "llama3-8b", "dgx-h100", 64,
+         dict(dp=64, tp=1, pp=1, micro_batch=1, recompute="full", zero_stage=3, dp_shard=8)),
+    Case("llama3-8b-hsdp", T.MEGATRON, "llama3-8b", "dgx-h100", 64,
+         dict(dp=64, tp=1, pp=1, micro_batch=1, recompute="full", zero_stage=3, dp_shard=8)),
+    Case("llama3-8b-mics", T.DEEPSPEED, "llama3-8b", "dgx-h100", 64,
+         dict(dp=64, tp=1, pp=1, micro_batch=1, recompute="full", zero_stage=3, dp_shard=8)),
     Case("gpt3-175b-ascend-pipeline", T.MINDSPORE, "gpt3-175b", "ascend-910b", 512,
          dict(dp=8, tp=8, pp=8, micro_batch=1, recompute="full", zero_stage=1)),
 ]

@@ -49,8 +49,8 @@ def test_emit_then_validate_round_trips(case, tmp_path):
         path.write_text(text)
         review = review_config(plan.problem, str(path), gpus_given=None,
                                options=RuleOptions(), compare=False)
-        got = {f: getattr(review.strategy, f) for f in STRATEGY_FIELDS}
-        want = {f: getattr(plan.strategy, f) for f in STRATEGY_FIELDS}
+        got = {f: getattr(review.strategy, f) for f in STRATEGY_FIELDS + ("dp_shard",)}
+        want = {f: getattr(plan.strategy, f) for f in STRATEGY_FIELDS + ("dp_shard",)}
         assert got == want, name
         assert review.problem.num_gpus == plan.problem.num_gpus
         assert review.problem.training == plan.problem.training

@@ -111,3 +111,57 @@ def test_validate_prices_a_config_with_its_own_framework(cli, write):
     code, out, err = cli("validate", "llama3-8b", "dgx-h100", config, "--gpus", "16",
                          "--json", "--no-compare", "--framework", "megatron")
     assert json.loads(out)["framework"] == "megatron", err
+
+
+# ---------------------------------------------------------------- HSDP
+
+def test_hsdp_shards_model_states_over_the_shard_group_only():
+    # Zhao et al. 2023 Sec. 3.2.2: hybrid sharding keeps 1/dp_shard of the model states.
+    full = run("torchtitan", gpus=64, dp=64, tp=1, pp=1, zero_stage=3, recompute="full")
+    hsdp = run("torchtitan", gpus=64, dp=64, tp=1, pp=1, zero_stage=3, recompute="full",
+               dp_shard=8)
+    f, h = full.memory.stages[0], hsdp.memory.stages[0]
+    assert h.optimizer_bytes == pytest.approx(8 * f.optimizer_bytes, rel=1e-9)
+    assert h.gradients_bytes == pytest.approx(8 * f.gradients_bytes, rel=1e-9)
+    assert hsdp.strategy.dp_shard == 8 and full.strategy.dp_shard == 64
+
+
+def test_hsdp_pays_off_where_the_network_is_thin(write):
+    # One 200 Gb/s NIC shared by a node's 8 GPUs (3.125 GB/s each). Full ZeRO-3 crosses it with
+    # every gather and reduce-scatter of every micro-batch; HSDP over one node keeps those on
+    # NVLink and crosses the network once per step, with a 1/8 gradient all-reduce.
+    from planner.inputs import presets
+
+    text = presets.path("dgx-h100").read_text().replace(
+        "bandwidth_gb_per_s: 50 ", "bandwidth_gb_per_s: 3.125 ")
+    assert "bandwidth_gb_per_s: 3.125" in text
+    cluster = write("thin.yaml", text)
+    shape = dict(cluster=cluster, gpus=64, dp=64, tp=1, pp=1, zero_stage=3, recompute="full")
+    full, hsdp = run("torchtitan", **shape), run("torchtitan", **shape, dp_shard=8)
+    assert hsdp.time.step_s < 0.7 * full.time.step_s
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    (dict(dp_shard=6), "dp_shard (6) must divide dp (16): HSDP replicates dp / dp_shard shard "
+                       "groups"),
+    (dict(dp_shard=8, zero_stage=0), "dp_shard 8 with zero_stage 0: there is nothing to shard"),
+])
+def test_hsdp_rules(fields, message):
+    from planner.feasibility.validate import validate
+
+    problem = make_problem("llama3-8b", "dgx-h100", gpus=16)
+    strategy = Strategy(**(dict(dp=16, zero_stage=3, global_batch=512) | fields))
+    violations = validate(problem, strategy).violations
+    assert [v.message for v in violations if v.rule == "dp_shard"] == [message]
+
+
+def test_deepspeed_shards_within_groups_only_with_zero3():
+    from planner.feasibility.rules import RuleOptions
+    from planner.feasibility.validate import validate
+
+    problem = make_problem("llama3-8b", "dgx-h100", gpus=16, framework="deepspeed")
+    strategy = Strategy(dp=16, zero_stage=1, dp_shard=8, global_batch=512, recompute="full")
+    check = validate(problem, strategy, options=RuleOptions(targets=(LaunchTarget.DEEPSPEED,)))
+    assert [v.rule for v in check.violations] == ["deepspeed_hsdp"]
+    ok = strategy.model_copy(update={"zero_stage": 3})
+    assert validate(problem, ok, options=RuleOptions(targets=(LaunchTarget.DEEPSPEED,))).valid

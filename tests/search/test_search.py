@@ -83,16 +83,21 @@ def brute_force(problem: Problem, *, layouts: bool) -> tuple[float, Strategy | N
                 continue                        # validate refuses these: skip the evaluation
             if vpp > 1 and layers // pp % vpp:
                 continue                        # the search's vpp domain: divisors of L // pp
+            # HSDP: ZeRO over all of dp, or over the data-parallel ranks of one node.
+            node = problem.cluster.gpus_per_node // tp
             for sp, rc, zero in itertools.product((False, True), range(3), range(4)):
-                if not sp or tp > 1:
-                    rows.setdefault((pp, vpp), []).append((tp, pp, vpp, dp, mb, sp, rc, zero))
+                shards = [dp] + ([node] if zero and 1 < node < dp and dp % node == 0 else [])
+                for shard in shards:
+                    if not sp or tp > 1:
+                        rows.setdefault((pp, vpp), []).append(
+                            (tp, pp, vpp, dp, mb, sp, rc, zero, shard))
     best = (float("inf"), None)
     options = RuleOptions(explicit_layouts=layouts)
     for (pp, vpp), table in rows.items():
         a = np.array(table)
         cands = Candidates(tp=a[:, 0], pp=a[:, 1], vpp=a[:, 2], dp=a[:, 3], mb=a[:, 4],
                            sp=a[:, 5].astype(bool), recompute=a[:, 6], zero=a[:, 7],
-                           overlap=np.ones(len(a), bool),
+                           shard=a[:, 8], overlap=np.ones(len(a), bool),
                            # the overlaps the search uses: the framework's defaults
                            param_gather=np.full(len(a), defaults.overlap_param_gather),
                            tp_overlap=np.full(len(a), defaults.tp_comm_overlap),
