@@ -147,13 +147,12 @@ def _ring_time_s(collective: Collective, message_bytes, group: Group, net: Netwo
     n, nodes = group.size, group.num_nodes
     moved = BUS_FACTOR[collective](n) * message_bytes
     bus = ring_bus_bytes_per_s(group, net)
-    times = []
+    best = np.inf
     for p in RING_PROTOCOLS:
         latency = _ring_latency_s(p, steps, inter_steps, nodes > 1, net)
         if collective is Collective.ALL_REDUCE and p.name == "Simple":
             latency = np.where(nodes > 1, RING_PLATEAU_LATENCY_FACTOR * latency, latency)
-        times.append(latency + moved / (p.bandwidth_share * bus))
-    best, _ = _best(times)
+        best = np.minimum(best, latency + moved / (p.bandwidth_share * bus))
     return np.where(n > 1, best, 0.0)
 
 
@@ -186,12 +185,11 @@ def all_reduce(message_bytes, group: Group, net: Network) -> AllReduceTime:
     moved = BUS_FACTOR[Collective.ALL_REDUCE](n) * message_bytes
     log_nodes = np.log2(np.maximum(nodes, 1))
     tree_bus = np.where(nodes > 2, ring_bus_bytes_per_s(group, net), net.intra_bus_bytes_per_s)
-    tree_times = []
+    tree = np.inf
     for p in TREE_PROTOCOLS:
         intra, inter = _hop_latency(p, net)
         latency = p.base_s + 2 * ((k - 1) * intra + log_nodes * inter)
-        tree_times.append(latency + moved / (p.bandwidth_share * tree_bus))
-    tree, _ = _best(tree_times)
+        tree = np.minimum(tree, latency + moved / (p.bandwidth_share * tree_bus))
     options = [ring, np.where(nodes > 1, tree, np.inf)]   # one node: NCCL's tree is a chain; ring wins
     if net.nvls_bus_bytes_per_s is not None:
         across = k * net.nic_bus_bytes_per_s * np.where(nodes <= 2, 2, 1)

@@ -86,7 +86,7 @@ def brute_force(problem: Problem, *, layouts: bool) -> tuple[float, Strategy | N
             # HSDP: ZeRO over all of dp, or over the data-parallel ranks of one node.
             node = problem.cluster.gpus_per_node // tp
             for sp, rc, zero in itertools.product((False, True), range(3), range(4)):
-                shards = [dp] + ([node] if zero and 1 < node < dp and dp % node == 0 else [])
+                shards = [dp] + ([node] if zero == 3 and 1 < node < dp and dp % node == 0 else [])
                 for shard in shards:
                     if not sp or tp > 1:
                         rows.setdefault((pp, vpp), []).append(
