@@ -10,6 +10,8 @@ Two fits, each one set of constants for a whole source, never one per row:
    H100, all with --tp-comm-overlap).
 2. DeepSpeed ZeRO-3: `zero3.collective_efficiency` and `zero3.overlap_fraction` of the DeepSpeed
    profile, on the six ZeRO-3 runs of SC21 Table 2 (bench/data/sc21_table2_zero3.yaml).
+3. DeepSpeed's pipeline engine: `pipeline_micro_batch_overhead_s` of the DeepSpeed profile, on
+   BLOOM-176B (6 runs) and MT-NLG 530B (3 runs), both Megatron-DeepSpeed.
 
 A grid search minimises the mean absolute percentage error; copy the results into
 planner/inputs/presets/dgx-h100.yaml and planner/frameworks/profiles/{megatron,deepspeed}.yaml.
@@ -89,6 +91,15 @@ def main() -> None:
                                 "overlap_fraction": np.round(np.arange(0.0, 1.01, 0.1), 2)},
                         zero3_make)
     _report("DeepSpeed ZeRO-3", zero3, zero3_make, point)
+
+    engine = [r for r in runs if r.source in ("bloom_176b_tr11", "mt_nlg_530b")]
+
+    def engine_make(problem, p):
+        return _with(problem, framework=p)
+
+    error, point = _fit(engine, {"pipeline_micro_batch_overhead_s":
+                                 np.round(np.arange(0.0, 0.081, 0.004), 3)}, engine_make)
+    _report("DeepSpeed pipeline engine", engine, engine_make, point)
 
 
 if __name__ == "__main__":

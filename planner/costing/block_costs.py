@@ -42,6 +42,9 @@ class BlockCost(NamedTuple):
     activation_bytes: object
     output_elements: object
     """Values the block hands to the next one (a pipeline send at a stage boundary)."""
+    recompute_working_bytes: object = 0.0
+    """Activations a recomputed block rebuilds for its own backward pass, beyond those it
+    keeps: alive while that one block runs backward (Korthikanti et al. 2022, Sec. 5)."""
 
 
 def _tp_collective_s(collective: Collective, elements, *, place: Group,
@@ -121,12 +124,15 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
         recompute, comm_passes = core_fwd, 2
     else:
         recompute, comm_passes = 0 * forward, 2
-    activations = transformer_layer_activation_bytes(
-        **shape, attention=block.attention, dropout=block.dropout,
-        norms_per_layer=block.norms_per_layer, tp=tp, sequence_parallel=sp, recompute=rc,
-        bytes_per_value=k.value_bytes)
+    def stored(recompute):
+        return transformer_layer_activation_bytes(
+            **shape, attention=block.attention, dropout=block.dropout,
+            norms_per_layer=block.norms_per_layer, tp=tp, sequence_parallel=sp,
+            recompute=recompute, bytes_per_value=k.value_bytes)
+
+    activations = stored(rc)
     return BlockCost(forward, backward, recompute, comm_passes * one_pass_comm, activations,
-                     tokens_hidden + 0 * tp)
+                     tokens_hidden + 0 * tp, stored(Recompute.NONE) - activations)
 
 
 def _evoformer(block: EvoformerBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute,
@@ -151,12 +157,16 @@ def _evoformer(block: EvoformerBlock, *, seq_len, mb, tp, sp: bool, rc: Recomput
         recompute, passes = k.traffic_s(traffic - no_softmax), 2
     else:
         recompute, passes = 0 * forward, 2
-    activations = evoformer_block_activation_bytes(
-        e, num_residues=seq_len, micro_batch=mb, tp=tp, sequence_parallel=sp, recompute=rc,
-        flash=flash, bytes_per_value=k.value_bytes)
+    def stored(recompute):
+        return evoformer_block_activation_bytes(
+            e, num_residues=seq_len, micro_batch=mb, tp=tp, sequence_parallel=sp,
+            recompute=recompute, flash=flash, bytes_per_value=k.value_bytes)
+
+    activations = stored(rc)
     R = seq_len
     output = mb * (e.num_msa_rows * R * e.msa_dim + R * R * e.pair_dim) + 0 * tp
-    return BlockCost(forward, backward, recompute, passes * one_pass_comm, activations, output)
+    return BlockCost(forward, backward, recompute, passes * one_pass_comm, activations, output,
+                     stored(Recompute.NONE) - activations)
 
 
 def _embedding(block: EmbeddingBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute,

@@ -15,7 +15,7 @@ import numpy as np
 from cost_models import communication as comm
 from cost_models.communication import ALL_REDUCE_ALGORITHMS, Group
 from cost_models.compute import gemm_flops, optimizer_step_bytes_per_param, transformer_layer_gemms
-from cost_models.enums import Collective, Recompute, ZeroStage
+from cost_models.enums import Collective, Precision, Recompute, ZeroStage
 from cost_models.memory import (model_state_bytes, reserve_bytes, state_bytes_per_param,
                                 zero3_gather_buffer_bytes)
 from cost_models.pipeline import in_flight_per_chunk, pipeline_time_s
@@ -132,6 +132,7 @@ class BlockCosts:
     tp_comm_s: np.ndarray
     activation_bytes: np.ndarray
     output_elements: np.ndarray
+    recompute_working_bytes: np.ndarray
 
     def take(self, index) -> BlockCosts:
         return BlockCosts(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
@@ -267,13 +268,14 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
     in_flight = in_flight_per_chunk(stage=np.arange(p)[None, :, None], pp=p, vpp=v,
                                     num_micro_batches=m[:, None, None],
                                     chunk=np.arange(v)[None, None, :])
-    activations = (chunk_act * in_flight).sum(2)
+    activations = (chunk_act * in_flight).sum(2) + _recompute_working_bytes(costs, counts, p, v)
 
     largest_block = (sharded[None, :] / tp[:, None] + replicated[None, :]).max(1)
     gathered = np.where(cands.zero == ZeroStage.PARAMETERS, zero3_gather_buffer_bytes(
         largest_block_params_per_rank=largest_block, weight_bytes=per_param.weights,
         prefetch_blocks=cluster.reserve.zero3_prefetch_blocks), 0.0)[:, None]
-    buffers = framework_buffer_bytes(problem, cands)[:, None]
+    buffers = (framework_buffer_bytes(problem, cands)[:, None]
+               + params * grad_copy_bytes_per_param(problem, cands)[:, None])
     allocated = (states.weights + states.gradients + states.optimizer + activations + gathered
                  + buffers)
     other = gathered + buffers + reserve_bytes(allocated_bytes=allocated,
@@ -326,6 +328,22 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
         step_s=pipeline + end[rows, last] + cluster.efficiency.step_overhead_s,
         slowest_stage=slowest, imbalance=tau.max(1) / tau.mean(1), dp_algorithm=dp_algorithm[rows, last],
         model_flops=model_flops * batch, hardware_flops=(model_flops + extra) * batch)
+
+
+def _recompute_working_bytes(costs: BlockCosts, counts: np.ndarray, p: int, v: int):
+    """(N, p) bytes a stage's largest recomputed block rebuilds during its backward pass: one
+    block at a time, on top of what the stage keeps (Korthikanti et al. 2022, Sec. 5)."""
+    present = (counts.reshape(v, p, -1).sum(0) > 0)                     # (p, U)
+    working = costs.recompute_working_bytes[:, None, :] * present[None, :, :]
+    return working.max(2)
+
+
+def grad_copy_bytes_per_param(problem: Problem, cands: Candidates) -> np.ndarray:
+    """(N,) bytes per stored parameter of the framework's second gradient copy (its profile's
+    bf16_grad_copy_bytes_per_param: bf16 training with ZeRO 0 or 1)."""
+    copy = problem.framework.buffers.bf16_grad_copy_bytes_per_param
+    bf16 = problem.training.precision is Precision.BF16
+    return np.where(bf16 & (cands.zero <= 1), copy, 0.0)
 
 
 def framework_buffer_bytes(problem: Problem, cands: Candidates) -> np.ndarray:
@@ -388,6 +406,7 @@ def _pipeline_comm(problem: Problem, layout: Layout, cands: Candidates, costs: B
     per stage a stage does this v times. The scatter/gather optimisation sends 1/t per rank
     and all-gathers over NVLink on the receiving side (not needed with sequence parallelism);
     frameworks without it (the profile's pipeline_scatter_gather) send the whole activation.
+    The profile's pipeline_micro_batch_overhead_s is added per micro-batch and stage.
     """
     p, v = layout.pp, layout.vpp
     n = len(cands)
@@ -413,7 +432,9 @@ def _pipeline_comm(problem: Problem, layout: Layout, cands: Candidates, costs: B
     regather = comm.all_gather_time_s(elements * value_bytes, tp_group, net)
     regather = np.where(cands.sp[:, None] | (not scatter_gather), 0.0, regather)
     per_chunk = 2 * (transfer + regather)                                     # forward + backward
-    return _by_stage(per_chunk, p, v).sum(2)
+    # The engine's own per-micro-batch cost (framework profile), once per stage.
+    engine = problem.framework.pipeline_micro_batch_overhead_s
+    return _by_stage(per_chunk, p, v).sum(2) + engine
 
 
 def _data_parallel(problem: Problem, cands: Candidates, params: np.ndarray, per_param,

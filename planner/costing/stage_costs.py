@@ -22,7 +22,8 @@ from cost_models.pipeline import in_flight_per_chunk
 from cost_models.units import GiB
 from planner.search.balance import ChainCosts
 from planner.costing.evaluate import (BlockCosts, Candidates, Evaluation, chain_types,
-                                      framework_buffer_bytes, tp_exposed_s, type_params)
+                                      framework_buffer_bytes, grad_copy_bytes_per_param,
+                                      tp_exposed_s, type_params)
 from planner.costing.layout import Layout
 from planner.inputs.loader import Problem
 from planner.schemas.model import OutputBlock
@@ -47,7 +48,8 @@ def chain_costs(problem: Problem, cands: Candidates, costs: BlockCosts, ev: Eval
     tp = float(cands.tp[i])
     sharded, replicated = type_params(model)
     params = sharded / tp + replicated                       # per block type, on one TP rank
-    per_param = float(state_bytes_per_stored_param(problem, cands, i))
+    per_param = float(state_bytes_per_stored_param(problem, cands, i)
+                      + grad_copy_bytes_per_param(problem, cands)[i])
     time = (costs.forward_s[i] + costs.backward_s[i] + costs.recompute_s[i]
             + tp_exposed_s(problem, cands, costs)[i])
     m = float(cands.num_micro_batches[i])
@@ -61,7 +63,10 @@ def chain_costs(problem: Problem, cands: Candidates, costs: BlockCosts, ev: Eval
             largest_block_params_per_rank=params.max(), weight_bytes=weights,
             prefetch_blocks=cluster.reserve.zero3_prefetch_blocks)
     buffers = framework_buffer_bytes(problem, cands)[i]
-    stage_bytes = np.full(p, cluster.reserve.framework_gib * GiB + frag * (gathered + buffers))
+    # The largest recomputed block's working set, on every stage (each holds a layer).
+    working = float(costs.recompute_working_bytes[i].max())
+    stage_bytes = np.full(p, cluster.reserve.framework_gib * GiB
+                          + frag * (gathered + buffers + working))
     output = model.blocks[-1]
     if p > 1 and isinstance(output, OutputBlock) and output.tied:
         # The last stage keeps its own copy of a tied embedding (Megatron-LM).

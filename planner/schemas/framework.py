@@ -37,6 +37,9 @@ class BufferProfile(BaseModel):
     """Parameter all-gather bucket (ZeRO 1-2 after the step; ZeRO-3 prefetch), elements."""
     per_communicator_bytes: NonNegativeFloat = 0
     """Buffers the collective library reserves per communicator (HCCL: 2 x 200 MB)."""
+    bf16_grad_copy_bytes_per_param: NonNegativeFloat = 0
+    """A second gradient copy per parameter in bf16 training with ZeRO 0-1, besides the fp32
+    gradients the model states count (DeepSpeed's BF16_Optimizer keeps each bf16 .grad)."""
 
 
 class OverlapDefaults(BaseModel):
@@ -68,6 +71,9 @@ class FrameworkProfile(BaseModel):
     """Share of the tensor-parallel collectives that overlap hides behind the GEMMs."""
     pipeline_scatter_gather: bool
     """Sends 1/tp of a stage's output and all-gathers it (Narayanan et al. 2021, Sec. 4.1)."""
+    pipeline_micro_batch_overhead_s: NonNegativeFloat = 0
+    """Seconds the pipeline engine adds per micro-batch per stage beyond compute and transfers
+    (instruction dispatch, blocking send/recv handshakes)."""
     zero3: Zero3Profile
     buffers: BufferProfile
     defaults: OverlapDefaults

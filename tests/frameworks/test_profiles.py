@@ -60,10 +60,18 @@ def test_deepspeed_buckets_take_memory():
     # runtime/zero/config.py: reduce_bucket_size 5e8 elements, double-buffered with
     # overlap_comm, and allgather_bucket_size 5e8, in bf16 (2 bytes), grown by the 5%
     # fragmentation reserve of the preset.
-    shape = dict(dp=16, tp=1, pp=1, zero_stage=1, recompute="full")
+    buckets = 2 * 5e8 * 2 + 5e8 * 2
+    shape = dict(dp=16, tp=1, pp=1, zero_stage=2, recompute="full")
     ds, tt = run("deepspeed", **shape), run("torchtitan", **shape)
     extra = ds.memory.stages[0].other_bytes - tt.memory.stages[0].other_bytes
-    assert extra == pytest.approx((2 * 5e8 * 2 + 5e8 * 2) * 1.05, rel=1e-9)
+    assert extra == pytest.approx(buckets * 1.05, rel=1e-9)
+    # With ZeRO 0-1 in bf16, the BF16_Optimizer also keeps each parameter's bf16 .grad beside
+    # its fp32 accumulation buffer (runtime/bf16_optimizer.py): 2 bytes per parameter.
+    shape["zero_stage"] = 1
+    ds, mg = run("deepspeed", **shape), run("megatron", **shape)
+    extra = ds.memory.stages[0].other_bytes - mg.memory.stages[0].other_bytes
+    params = mg.memory.stages[0].weights_bytes / 2           # bf16 weights: 2 bytes each
+    assert extra == pytest.approx((buckets + 2 * params) * 1.05, rel=1e-9)
 
 
 def test_deepspeed_zero3_is_slower_than_fsdp2():
@@ -159,7 +167,7 @@ def test_deepspeed_shards_within_groups_only_with_zero3():
     from planner.feasibility.rules import RuleOptions
     from planner.feasibility.validate import validate
 
-    problem = make_problem("llama3-8b", "dgx-h100", gpus=16, framework="deepspeed")
+    problem = make_problem("gpt2-xl", "dgx-h100", gpus=16, framework="deepspeed")
     strategy = Strategy(dp=16, zero_stage=1, dp_shard=8, global_batch=512, recompute="full")
     check = validate(problem, strategy, options=RuleOptions(targets=(LaunchTarget.DEEPSPEED,)))
     assert [v.rule for v in check.violations] == ["deepspeed_hsdp"]
