@@ -22,6 +22,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from cost_models.enums import Optimizer, Precision, Recompute
 from planner.frameworks.base import LaunchPlan, ParsedConfig, closest, did_you_mean, header_lines
 from planner.errors import InputError
+from planner.frameworks import profiles
+from planner.schemas.framework import FrameworkProfile
+from planner.feasibility.target_rule import Rule, TargetRule
 from planner.inputs.loader import Problem
 from planner.schemas.strategy import LaunchTarget
 
@@ -353,3 +356,62 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
         else None
     _batch(parsed, data, file, dp_world)
     return parsed
+
+
+# --------------------------------------------------------------------------- profile
+
+def profile() -> FrameworkProfile:
+    """Features, overlaps and constants of DeepSpeed (profiles/deepspeed.yaml, with sources)."""
+    return profiles.load("deepspeed")
+
+
+# --------------------------------------------------------------------------- rules
+
+def _explain_pipeline_zero(problem, s):
+    return (f"zero_stage {int(s.zero_stage)} with pp {s.pp}: DeepSpeed refuses it (\"ZeRO-2 and "
+            "ZeRO-3 are incompatible with pipeline parallelism\")",
+            "use zero_stage 1, or pp 1 with more data parallelism")
+
+
+RULES: dict[Rule, TargetRule] = {
+    # deepspeed/runtime/pipe/engine.py: "ZeRO-2 and ZeRO-3 are incompatible with pipeline
+    # parallelism".
+    Rule.DEEPSPEED_PIPELINE_ZERO: TargetRule(
+        "DeepSpeed's pipeline engine allows ZeRO stage 0 or 1 only",
+        lambda p, c: (c.pp > 1) & (c.zero >= 2), _explain_pipeline_zero),
+    # DeepSpeed docs, config-json "tensor_parallel": AutoTP supports ZeRO stages 0, 1 and 2.
+    Rule.DEEPSPEED_TP_ZERO3: TargetRule(
+        "DeepSpeed AutoTP does not support ZeRO stage 3",
+        lambda p, c: (c.tp > 1) & (c.zero == 3),
+        lambda p, s: (f"zero_stage 3 with tp {s.tp}: DeepSpeed AutoTP supports ZeRO stages 0, 1 "
+                      "and 2", "use zero_stage 2, or tp 1")),
+    Rule.DEEPSPEED_INTERLEAVED: TargetRule(
+        "DeepSpeed's pipeline engine has no interleaved schedule",
+        lambda p, c: c.vpp > 1,
+        lambda p, s: (f"vpp {s.vpp}: DeepSpeed's pipeline engine runs one chunk per stage",
+                      "use vpp 1")),
+    Rule.DEEPSPEED_SELECTIVE_RECOMPUTE: TargetRule(
+        "DeepSpeed checkpoints whole layers, not selectively",
+        lambda p, c: c.recompute == 1,
+        lambda p, s: ("recompute selective: DeepSpeed activation checkpointing recomputes whole "
+                      "layers", "use recompute full, or none")),
+    Rule.DEEPSPEED_SEQUENCE_PARALLEL: TargetRule(
+        "DeepSpeed AutoTP has no Megatron sequence parallelism",
+        lambda p, c: c.sp,
+        lambda p, s: ("sequence_parallel: DeepSpeed AutoTP keeps activations whole on every "
+                      "tensor-parallel rank", "use sequence_parallel false")),
+    # PipelineModule(partition_method="uniform") is all the emitted JSON can ask for.
+    Rule.DEEPSPEED_UNEVEN_LAYOUT: TargetRule(
+        "DeepSpeed's config cannot place layers unevenly",
+        lambda p, c: p.model.num_layers % (c.pp * c.vpp) != 0,
+        lambda p, s: (f"pp {s.pp} does not split {p.model.num_layers} layers evenly: DeepSpeed's "
+                      "pipeline partitions layers in code (partition_method), which its config "
+                      "cannot set", "use a pp that divides the layers")),
+    # DeepSpeed MiCS (mics_shard_size) is a ZeRO-3 feature (runtime/zero/mics.py).
+    Rule.DEEPSPEED_HSDP: TargetRule(
+        "DeepSpeed shards within groups (MiCS) only with ZeRO stage 3",
+        lambda p, c: (c.shard != c.dp) & (c.zero != 3),
+        lambda p, s: (f"dp_shard {s.dp_shard} with zero_stage {int(s.zero_stage)}: DeepSpeed "
+                      "shards within groups (MiCS, mics_shard_size) only with ZeRO stage 3",
+                      "use zero_stage 3, or leave dp_shard out")),
+}

@@ -15,6 +15,8 @@ from planner.frameworks import torchrun
 from planner.frameworks.base import LaunchPlan, ParsedConfig, closest, header_lines, transformer_shape
 from planner.frameworks.shell import Flag, ShellScript
 from planner.errors import InputError
+from planner.frameworks import profiles
+from planner.schemas.framework import FrameworkProfile
 from planner.inputs.loader import Problem
 from planner.schemas.strategy import LaunchTarget
 
@@ -533,3 +535,10 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
     if "--seq-length" in flags:
         parsed.training["seq_len"] = number("--seq-length")
     return parsed
+
+
+# --------------------------------------------------------------------------- profile
+
+def profile() -> FrameworkProfile:
+    """Features, overlaps and constants of Megatron-LM (profiles/megatron.yaml, with sources)."""
+    return profiles.load("megatron")

@@ -18,6 +18,10 @@ from cost_models.enums import Recompute, ZeroStage
 from planner.frameworks.base import (LaunchPlan, ParsedConfig, did_you_mean, header_lines,
                                parse_python)
 from planner.errors import InputError
+from planner.frameworks import profiles
+from planner.schemas.framework import FrameworkProfile
+from planner.feasibility.target_rule import (Rule, TargetRule, everywhere,
+                                             is_power_of_two, num_micro_batches)
 from planner.inputs.loader import Problem
 from planner.schemas.strategy import LaunchTarget
 
@@ -214,3 +218,55 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
         zero_stage=ZeroStage.OPTIMIZER_STATES if context.get("enable_parallel_optimizer")
         else ZeroStage.NONE)
     return parsed
+
+
+# --------------------------------------------------------------------------- profile
+
+def profile() -> FrameworkProfile:
+    """Features, overlaps and constants of MindSpore (profiles/mindspore.yaml, with sources)."""
+    return profiles.load("mindspore")
+
+
+# --------------------------------------------------------------------------- rules
+
+RULES: dict[Rule, TargetRule] = {
+    # MindSpore operator_info.cc: shard strategy values must be powers of two ("Invalid
+    # Strategy value it is not the power of 2"; newer releases check only on power-of-two
+    # device counts). The planner's own rule for tp and pp, as the user asked.
+    Rule.MINDSPORE_POWER_OF_TWO: TargetRule(
+        "MindSpore needs tp and pp to be powers of two",
+        lambda p, c: ~(is_power_of_two(c.tp) & is_power_of_two(c.pp)),
+        lambda p, s: (f"tp ({s.tp}) and pp ({s.pp}) must be powers of two for MindSpore: it "
+                      "refuses other shard strategies (\"the value of strategy must be the power "
+                      "of 2\")", "use powers of two for tp and pp")),
+    # MindSpore device_manager.cc: device_num must be divisible by 8, or equal to 1, 2 or 4.
+    Rule.MINDSPORE_DEVICE_NUM: TargetRule(
+        "MindSpore's device_num must be 1, 2, 4 or a multiple of 8",
+        lambda p, c: everywhere(c, p.num_gpus % 8 != 0 and p.num_gpus not in (1, 2, 4)),
+        lambda p, s: (f"device_num ({p.num_gpus}) must be 1, 2, 4 or a multiple of 8 for "
+                      f"MindSpore", f"use {max(8, p.num_gpus // 8 * 8)} devices")),
+    # MindFormers TransformerOpParallelConfig: micro_batch_num >= pipeline_stage.
+    Rule.MINDSPORE_MICRO_BATCHES: TargetRule(
+        "MindSpore needs at least as many micro-batches as stages",
+        lambda p, c: (c.pp > 1) & (num_micro_batches(c) < c.pp),
+        lambda p, s: (f"micro_batch_num ({s.global_batch // (s.dp * s.micro_batch)}) must be at "
+                      f"least pipeline_stage ({s.pp}) for MindSpore",
+                      f"use micro_batch {max(1, s.global_batch // (s.dp * s.pp))} or fewer "
+                      "stages")),
+    Rule.MINDSPORE_INTERLEAVED: TargetRule(
+        "the emitted MindSpore config has no interleaved pipeline",
+        lambda p, c: c.vpp > 1,
+        lambda p, s: (f"vpp {s.vpp}: the emitted MindSpore config runs one chunk per stage",
+                      "use vpp 1")),
+    Rule.MINDSPORE_ZERO: TargetRule(
+        "MindSpore's parallel optimizer is ZeRO stage 1",
+        lambda p, c: c.zero >= 2,
+        lambda p, s: (f"zero_stage {int(s.zero_stage)}: MindSpore's parallel optimizer "
+                      "(enable_parallel_optimizer) shards optimizer states, ZeRO stage 1",
+                      "use zero_stage 1")),
+    Rule.MINDSPORE_HSDP: TargetRule(
+        "the emitted MindSpore config shards over all data-parallel ranks",
+        lambda p, c: c.shard != c.dp,
+        lambda p, s: (f"dp_shard {s.dp_shard}: the emitted MindSpore config shards the "
+                      "optimizer over every data-parallel rank", "leave dp_shard out")),
+}

@@ -10,6 +10,8 @@ from __future__ import annotations
 from planner.frameworks.base import LaunchPlan, ParsedConfig, header_lines
 from planner.frameworks.shell import ShellScript
 from planner.errors import InputError
+from planner.frameworks import profiles
+from planner.schemas.framework import FrameworkProfile
 from planner.inputs.loader import Problem
 from planner.schemas.cluster import ClusterSpec, CollectiveLibrary, LinkKind
 from planner.schemas.strategy import LaunchTarget
@@ -112,3 +114,10 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
     script = ShellScript(text, file=file)
     return ParsedConfig(strategy={}, target=LaunchTarget.TORCHRUN,
                         world_size=world_size(script, file=file))
+
+
+# --------------------------------------------------------------------------- profile
+
+def profile() -> FrameworkProfile:
+    """Features, overlaps and constants of a PyTorch script under torchrun (profiles/torchrun.yaml, with sources)."""
+    return profiles.load("torchrun")

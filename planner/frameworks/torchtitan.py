@@ -19,6 +19,10 @@ from cost_models.enums import Precision, Recompute, ZeroStage
 from planner.frameworks.base import (LaunchPlan, ParsedConfig, did_you_mean, header_lines,
                                parse_python)
 from planner.errors import InputError
+from planner.frameworks import profiles
+from planner.schemas.framework import FrameworkProfile
+from planner.feasibility.target_rule import (Rule, TargetRule, everywhere,
+                                             largest_divisor_at_most, num_micro_batches)
 from planner.inputs.loader import Problem
 from planner.schemas.strategy import LaunchTarget
 
@@ -375,3 +379,50 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
     if "seq_len" in train:
         parsed.training["seq_len"] = _int(train, "seq_len", 2048, file)
     return parsed
+
+
+# --------------------------------------------------------------------------- profile
+
+def profile() -> FrameworkProfile:
+    """Features, overlaps and constants of torchtitan (profiles/torchtitan.yaml, with sources)."""
+    return profiles.load("torchtitan")
+
+
+# --------------------------------------------------------------------------- rules
+
+def _explain_micro_batches(p, s):
+    m = s.global_batch // (s.dp * s.micro_batch)
+    return (f"{m} micro-batches per step are fewer than the {s.pp} pipeline stages: PyTorch's "
+            "pipeline schedule refuses it",
+            f"use micro_batch {max(1, s.global_batch // (s.dp * s.pp))} or fewer stages")
+
+
+RULES: dict[Rule, TargetRule] = {
+    Rule.TORCHTITAN_ZERO1: TargetRule(
+        "torchtitan shards with FSDP2: ZeRO stage 0, 2 or 3, not 1",
+        lambda p, c: c.zero == 1,
+        lambda p, s: ("zero_stage 1: torchtitan shards with FSDP2, which shards gradients too",
+                      "use zero_stage 2 (fsdp_reshard_after_forward never) or 3")),
+    Rule.TORCHTITAN_FP16: TargetRule(
+        "torchtitan trains in bf16 or fp32, not fp16 (use --precision bf16)",
+        lambda p, c: everywhere(c, p.training.precision.value == "fp16"),
+        lambda p, s: ("precision fp16: torchtitan's mixed_precision_param is bfloat16 or "
+                      "float32", "use precision bf16")),
+    Rule.TORCHTITAN_SEQUENCE_PARALLEL: TargetRule(
+        "torchtitan applies sequence parallelism with tp > 1",
+        lambda p, c: (c.tp > 1) & ~c.sp,
+        lambda p, s: (f"sequence_parallel false with tp {s.tp}: torchtitan always shards "
+                      "activations along the sequence with tensor parallelism",
+                      "use sequence_parallel true")),
+    Rule.TORCHTITAN_SEQ_LEN: TargetRule(
+        "torchtitan's sequence parallelism needs seq_len divisible by tp",
+        lambda p, c: p.training.seq_len % c.tp != 0,
+        lambda p, s: (f"seq_len ({p.training.seq_len}) must be divisible by tp ({s.tp}) for "
+                      "torchtitan's sequence parallelism",
+                      f"use tp {largest_divisor_at_most(p.training.seq_len, s.tp)}")),
+    # torch.distributed.pipelining PipelineScheduleSingle: "Number of microbatches (m) must be
+    # greater than or equal to the number of stages (p)".
+    Rule.TORCHTITAN_MICRO_BATCHES: TargetRule(
+        "PyTorch's pipeline schedules need as many micro-batches as stages",
+        lambda p, c: (c.pp > 1) & (num_micro_batches(c) < c.pp), _explain_micro_batches),
+}

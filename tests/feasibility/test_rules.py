@@ -121,3 +121,16 @@ def test_a_valid_strategy_breaks_nothing():
                         zero_stage=1)
     targets = (T.MEGATRON, T.TORCHRUN, T.MINDSPORE)
     assert validate(problem, strategy, options=RuleOptions(targets=targets)).violations == []
+
+
+def test_every_framework_rule_lives_in_its_module_and_is_gathered():
+    from planner.feasibility.rules import EXPLAIN, FRAMEWORK_RULES, SUMMARY, TARGET_CHECKS, Rule
+
+    for target, rules in FRAMEWORK_RULES.items():
+        for rule in rules:
+            assert rule.value.startswith(target.value), rule
+            assert TARGET_CHECKS[rule][0] == (target,)
+            assert rule in SUMMARY and rule in EXPLAIN
+    framework_specific = {r for r in Rule if r.value.split("_")[0] in
+                          {t.value for t in FRAMEWORK_RULES}}
+    assert framework_specific == {r for rules in FRAMEWORK_RULES.values() for r in rules}

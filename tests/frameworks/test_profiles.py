@@ -11,9 +11,12 @@ from planner.schemas.strategy import LaunchTarget, Strategy
 
 
 def test_every_launch_target_has_a_profile_with_sources():
+    import importlib
+
     assert set(profiles.names()) == {t.value for t in LaunchTarget}
     for name in profiles.names():
-        assert profiles.load(name).sources
+        module = importlib.import_module(f"planner.frameworks.{name}")
+        assert module.profile() is profiles.load(name) and module.profile().sources
 
 
 def run(framework, model="llama3-8b", cluster="dgx-h100", gpus=16, **strategy):

@@ -1,0 +1,75 @@
+"""What a framework's own rule is made of, and the names of every rule.
+
+A framework module (`planner/frameworks/<name>.py`) lists the rules of that framework as
+`RULES: dict[Rule, TargetRule]`; `planner.feasibility.rules` gathers them, so the search and
+`validate` apply the same ones. This module imports nothing of the planner's costing, so the
+framework modules can use it without a cycle.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Callable, NamedTuple
+
+import numpy as np
+
+
+class Rule(str, Enum):
+    GPU_COUNT = "gpu_count"
+    TP_DIVIDES_HEADS = "tp_divides_heads"
+    TP_WITHIN_NODE = "tp_within_node"
+    PP_DIVIDES_LAYERS = "pp_divides_layers"
+    STAGE_LAYOUT = "stage_layout"
+    BATCH_DIVISIBLE = "batch_divisible"
+    INTERLEAVED_SCHEDULE = "interleaved_schedule"
+    PARAMETER_SERVER_ZERO = "parameter_server_zero"
+    DP_SHARD = "dp_shard"
+    MEMORY_FITS = "memory_fits"
+    # Rules of one launch target: what that framework cannot run or refuses.
+    TARGET_PARAMETER_SERVER = "target_parameter_server"
+    DEEPSPEED_PIPELINE_ZERO = "deepspeed_pipeline_zero"
+    DEEPSPEED_TP_ZERO3 = "deepspeed_tp_zero3"
+    DEEPSPEED_INTERLEAVED = "deepspeed_interleaved"
+    DEEPSPEED_SELECTIVE_RECOMPUTE = "deepspeed_selective_recompute"
+    DEEPSPEED_SEQUENCE_PARALLEL = "deepspeed_sequence_parallel"
+    DEEPSPEED_UNEVEN_LAYOUT = "deepspeed_uneven_layout"
+    DEEPSPEED_HSDP = "deepspeed_hsdp"
+    TORCHTITAN_ZERO1 = "torchtitan_zero1"
+    TORCHTITAN_FP16 = "torchtitan_fp16"
+    TORCHTITAN_SEQUENCE_PARALLEL = "torchtitan_sequence_parallel"
+    TORCHTITAN_SEQ_LEN = "torchtitan_seq_len"
+    TORCHTITAN_MICRO_BATCHES = "torchtitan_micro_batches"
+    MINDSPORE_POWER_OF_TWO = "mindspore_power_of_two"
+    MINDSPORE_DEVICE_NUM = "mindspore_device_num"
+    MINDSPORE_MICRO_BATCHES = "mindspore_micro_batches"
+    MINDSPORE_INTERLEAVED = "mindspore_interleaved"
+    MINDSPORE_ZERO = "mindspore_zero"
+    MINDSPORE_HSDP = "mindspore_hsdp"
+
+
+class TargetRule(NamedTuple):
+    """One rule of one framework: a line naming it, where candidates break it (vectorised over
+    `Candidates`), and the sentence and fix `validate` prints for one strategy."""
+
+    summary: str
+    check: Callable
+    """(problem, candidates) -> bool array, True where the framework refuses the strategy."""
+    explain: Callable
+    """(problem, strategy) -> (message, fix)."""
+
+
+def num_micro_batches(c) -> np.ndarray:
+    return c.global_batch // np.maximum(c.dp * c.mb, 1)
+
+
+def is_power_of_two(values) -> np.ndarray:
+    values = np.asarray(values)
+    return (values & (values - 1)) == 0
+
+
+def everywhere(c, flag: bool) -> np.ndarray:
+    return np.full(len(c), flag)
+
+
+def largest_divisor_at_most(n: int, limit: int) -> int:
+    return max(d for d in range(1, max(1, min(n, limit)) + 1) if n % d == 0)
