@@ -104,9 +104,10 @@ def _strategy(run: dict, problem: Problem, framework: str) -> Strategy:
     recompute = s.get("recompute")
     recomputes = [Recompute(recompute)] if recompute else list(Recompute)
     layers_per_stage = problem.model.num_layers // pp
-    vpps = [s["vpp"]] if s.get("vpp") else [1] + [
-        v for v in range(2, layers_per_stage + 1)
-        if layers_per_stage % v == 0 and problem.model.num_layers % (pp * v) == 0]
+    # vpp: the divisors of the layers per stage, as the search tries them (a pp that does not
+    # divide the layers gives some chunks one layer more, planner/costing/layout.py).
+    vpps = [s["vpp"]] if s.get("vpp") else [v for v in range(1, layers_per_stage + 1)
+                                            if layers_per_stage % v == 0]
     if not problem.framework.interleaved_pipeline:
         vpps = [1]
     for choice in recomputes:   # the cheapest recompute that fits, then the fastest vpp
