@@ -108,8 +108,8 @@ def _strategy(run: dict, problem: Problem, framework: str) -> Strategy:
     # divide the layers gives some chunks one layer more, planner/costing/layout.py).
     vpps = [s["vpp"]] if s.get("vpp") else [v for v in range(1, layers_per_stage + 1)
                                             if layers_per_stage % v == 0]
-    if not problem.framework.interleaved_pipeline:
-        vpps = [1]
+    if pp == 1 or not problem.framework.interleaved_pipeline:
+        vpps = [1]                   # interleaving needs a pipeline and a framework that has it
     for choice in recomputes:   # the cheapest recompute that fits, then the fastest vpp
         fitting = []
         for vpp in vpps:
