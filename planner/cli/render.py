@@ -63,7 +63,7 @@ def _stage_columns(memory: MemoryReport) -> list[tuple[str, StageMemory]]:
     return columns
 
 
-def memory_table(memory: MemoryReport, *, title: str) -> Table:
+def memory_table(memory: MemoryReport, *, title: str | None = None) -> Table:
     columns = _stage_columns(memory)
     table = Table(title=title, title_justify="left")
     table.add_column("per GPU")
@@ -94,7 +94,8 @@ def strategy_label(plan: PlanReport) -> str:
 
 
 def memory_view(plan: PlanReport, *, heading: str) -> Group:
-    return Group(memory_table(plan.memory, title=heading), fit_line(plan.memory))
+    # The heading on a line of its own: a table title would wrap at the table's width.
+    return Group(Text(heading, style="bold"), memory_table(plan.memory), fit_line(plan.memory))
 
 
 TIME_ROWS = (

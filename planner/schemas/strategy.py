@@ -104,7 +104,8 @@ def strategy_label(s) -> str:
         parts.append(f"zero {int(s.zero_stage)}")
         shard = getattr(s, "dp_shard", None)
         if shard is not None and shard != s.dp:
-            parts.append(f"hsdp {shard}x{s.dp // shard}")
+            parts.append(f"hsdp {shard}x{s.dp // shard}" if s.dp % shard == 0 else
+                         f"dp_shard {shard}")
     if s.dp_comm is DpComm.PARAMETER_SERVER:
         parts.append("parameter server")
     return ", ".join(parts)
