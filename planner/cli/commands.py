@@ -220,7 +220,7 @@ def memory(model, cluster, strategy, framework, as_json, **overrides):
     report = evaluate_strategy(problem, plan)
     if as_json:
         out = {"model": problem.model.name, "cluster": problem.cluster.name,
-               "num_gpus": problem.num_gpus,
+               "num_gpus": problem.num_gpus, "framework": problem.framework.name,
                "strategy": report.strategy.model_dump(mode="json"),
                **report.memory.model_dump(mode="json")}
         click.echo(json.dumps(out, indent=2))
