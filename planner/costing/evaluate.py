@@ -247,7 +247,7 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
     p, v = layout.pp, layout.vpp
     types = chain_types(model)
     counts = types.chunk_counts(layout)                                   # (K, U)
-    tp, dp = cands.tp.astype(float), cands.dp.astype(float)
+    tp = cands.tp.astype(float)
     m = cands.num_micro_batches
 
     # ---- parameters and model states per stage

@@ -18,8 +18,7 @@ from typing import Callable
 import numpy as np
 
 from planner.costing.evaluate import Candidates
-from planner.feasibility.target_rule import (Rule, TargetRule, largest_divisor_at_most,
-                                             num_micro_batches)
+from planner.feasibility.target_rule import Rule, TargetRule, largest_divisor_at_most
 from planner.frameworks import deepspeed, mindspore, torchtitan
 from planner.inputs.loader import Problem
 from planner.schemas.report import Violation
