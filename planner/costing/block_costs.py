@@ -26,6 +26,7 @@ from cost_models.memory import (embedding_activation_bytes, output_activation_by
                                 transformer_layer_activation_bytes)
 from cost_models.units import bytes_per_value
 from planner.schemas.cluster import ClusterSpec
+from planner.schemas.framework import FrameworkProfile
 from planner.schemas.model import (EmbeddingBlock, EvoformerBlock, NormBlock, OutputBlock,
                                    TrainingSpec, TransformerBlock)
 
@@ -64,8 +65,11 @@ def _allreduce_or_split(elements, *, sequence_parallel: bool, **kw):
 class _Kernels:
     """GEMM and memory-bound kernel times on this cluster's GPU at one precision."""
 
-    def __init__(self, cluster: ClusterSpec, training: TrainingSpec) -> None:
+    def __init__(self, cluster: ClusterSpec, training: TrainingSpec,
+                 framework: FrameworkProfile) -> None:
         eff = cluster.efficiency
+        self.selective_attention = framework.selective_recompute_attention
+        self.selective_gemm_share = framework.selective_recompute_gemm_share
         self.value_bytes = bytes_per_value(training.precision)
         self.peak = cluster.gpu.peak_flops(training.precision)
         self._gemm = dict(peak_flops=self.peak, peak_fraction=eff.gemm_peak_fraction,
@@ -121,7 +125,11 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
     if rc is Recompute.FULL:
         recompute, comm_passes = forward, 3            # the recompute pass repeats the forward's collectives
     elif rc is Recompute.SELECTIVE:
-        recompute, comm_passes = core_fwd, 2
+        # Megatron-LM re-runs the attention core; torchtitan's per-op policy saves attention
+        # and re-runs every other matmul (the framework profile says which).
+        recompute = (core_fwd * k.selective_attention
+                     + k.selective_gemm_share * k.gemms_s(dense))
+        comm_passes = 2
     else:
         recompute, comm_passes = 0 * forward, 2
     def stored(recompute):
@@ -226,12 +234,13 @@ _BY_KIND = {"transformer": _transformer, "evoformer": _evoformer, "embedding": _
             "norm": _norm, "output": _output}
 
 
-def block_cost(block, *, training: TrainingSpec, cluster: ClusterSpec, tp, mb,
-               sequence_parallel: bool, recompute: Recompute, place: Group) -> BlockCost:
+def block_cost(block, *, training: TrainingSpec, cluster: ClusterSpec,
+               framework: FrameworkProfile, tp, mb, sequence_parallel: bool,
+               recompute: Recompute, place: Group) -> BlockCost:
     """Costs of `block` at arrays of tp and micro-batch values (one SP and recompute setting)."""
     tp = np.asarray(tp, dtype=float)
     mb = np.asarray(mb, dtype=float)
-    k = _Kernels(cluster, training)
+    k = _Kernels(cluster, training, framework)
     return _BY_KIND[block.kind](block, seq_len=training.seq_len, mb=mb, tp=tp,
                                 sp=sequence_parallel, rc=recompute, k=k, place=place,
                                 cluster=cluster)

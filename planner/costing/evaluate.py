@@ -155,7 +155,7 @@ def block_costs(problem: Problem, cands: Candidates) -> BlockCosts:
             place = tp_placement(tp, problem.cluster.gpus_per_node)
             for u, block in enumerate(types.unique_blocks):
                 cost = block_cost(block, training=problem.training, cluster=problem.cluster,
-                                  tp=tp, mb=mb, sequence_parallel=bool(sp),
+                                  framework=problem.framework, tp=tp, mb=mb, sequence_parallel=bool(sp),
                                   recompute=RECOMPUTE_ORDER[rc], place=place)
                 for name, value in zip(BlockCost._fields, cost):
                     out[name][mask, u] = value

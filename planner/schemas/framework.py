@@ -74,6 +74,11 @@ class FrameworkProfile(BaseModel):
     pipeline_micro_batch_overhead_s: NonNegativeFloat = 0
     """Seconds the pipeline engine adds per micro-batch per stage beyond compute and transfers
     (instruction dispatch, blocking send/recv handshakes)."""
+    selective_recompute_attention: bool = True
+    """Selective recomputation re-runs the attention core (Megatron-LM; Korthikanti et al.
+    2022, Sec. 5); False where the framework saves the attention output instead."""
+    selective_recompute_gemm_share: float = Field(default=0.0, ge=0, le=1)
+    """Share of the dense GEMMs' forward that selective recomputation re-runs."""
     zero3: Zero3Profile
     buffers: BufferProfile
     defaults: OverlapDefaults

@@ -176,3 +176,25 @@ def test_deepspeed_shards_within_groups_only_with_zero3():
     assert [v.rule for v in check.violations] == ["deepspeed_hsdp"]
     ok = strategy.model_copy(update={"zero_stage": 3})
     assert validate(problem, ok, options=RuleOptions(targets=(LaunchTarget.DEEPSPEED,))).valid
+
+
+def test_selective_recompute_follows_the_framework(write, tiny_model):
+    # Megatron-LM's selective recompute re-runs the attention core (Korthikanti et al. 2022,
+    # Sec. 5); torchtitan's per-op policy saves attention and re-runs every other matmul. With
+    # memory-bound kernels made free, full recompute re-runs core + dense GEMMs, so
+    # torchtitan's extra = half of (full extra - Megatron's extra).
+    from tests.costing.test_step_time import FAST_HBM
+
+    cluster = write("fast.yaml", FAST_HBM)
+
+    def extra(framework, recompute):
+        def compute(rc):
+            problem = make_problem(tiny_model, cluster, gpus=1, framework=framework)
+            s = Strategy(dp=1, global_batch=problem.training.global_batch, recompute=rc)
+            return evaluate_strategy(problem, s).time.compute_s
+        return compute(recompute) - compute("none")
+
+    full, megatron = extra("megatron", "full"), extra("megatron", "selective")
+    assert extra("torchtitan", "full") == pytest.approx(full, rel=1e-9)
+    assert 0 < megatron < full
+    assert extra("torchtitan", "selective") == pytest.approx(0.5 * (full - megatron), rel=1e-9)
