@@ -46,7 +46,9 @@ class Run:
     framework: str
     problem: Problem
     strategy: Strategy
-    measured_tflops: float
+    measured_tflops: float | None
+    """TFLOP/s per GPU as the source counts it; None where only the step time is trusted."""
+    measured_step_s: float | None
     counts_recompute: bool
 
 
@@ -62,8 +64,20 @@ class Prediction:
 
     @property
     def error(self) -> float:
-        """Signed relative error of the predicted TFLOP/s per GPU."""
+        """Signed relative error of the predicted speed: TFLOP/s per GPU where the source
+        gives it, else the step time (measured / predicted - 1: positive = predicted faster)."""
+        if self.run.measured_tflops is None:
+            return self.run.measured_step_s / self.report.time.step_s - 1
         return self.predicted_tflops / self.run.measured_tflops - 1
+
+    @property
+    def measured(self) -> float:
+        """What the error compares: TFLOP/s per GPU, else the step time in seconds."""
+        return self.run.measured_tflops or self.run.measured_step_s
+
+    @property
+    def predicted(self) -> float:
+        return self.predicted_tflops if self.run.measured_tflops else self.report.time.step_s
 
 
 def _model_file(model: dict | str, run_name: str, tmp: Path) -> str:
@@ -146,7 +160,8 @@ def load_runs(tmp: Path, cluster: ClusterSpec | None = None) -> tuple[list[Run],
                 problem = replace(problem, cluster=cluster)
             runs.append(Run(key, run["name"], framework, problem,
                             _strategy(run, problem, framework),
-                            run["measured"]["tflops_per_gpu"],
+                            run["measured"].get("tflops_per_gpu"),
+                            run["measured"].get("step_s"),
                             bool(run.get("counts_recompute"))))
     return runs, skipped
 
@@ -160,3 +175,25 @@ def _merge(base: dict, update: dict) -> dict:
 
 def predict(runs: list[Run]) -> list[Prediction]:
     return [Prediction(r, evaluate_strategy(r.problem, r.strategy)) for r in runs]
+
+
+def speed(p, *, measured: bool) -> float:
+    """Higher is faster: TFLOP/s, or 1 / step time."""
+    if p.run.measured_tflops:
+        return p.measured if measured else p.predicted
+    return 1 / (p.measured if measured else p.predicted)
+
+
+def spearman(xs, ys) -> float:
+    """Spearman's rank correlation, ties at their average rank (nan for fewer than 3 runs)."""
+    if len(xs) < 3:
+        return float("nan")
+
+    def ranks(values):
+        return [sum(v < x for v in values) + (sum(v == x for v in values) - 1) / 2
+                for x in values]
+    rx, ry = ranks(xs), ranks(ys)
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    norm = (sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry)) ** 0.5
+    return cov / norm if norm else float("nan")

@@ -4,7 +4,8 @@
 
 Prints, for each source (one bench/data/*.yaml), the mean absolute percentage error of the
 predicted TFLOP/s per GPU (hardware FLOPs where the source counts the recompute pass, model
-FLOPs otherwise), its worst run, and with --runs every run. SC21 Table 1 (the calibration set)
+FLOPs otherwise; the step time where the source's TFLOP/s are not trusted), its worst run,
+the Spearman rank correlation of its runs, and with --runs every run. SC21 Table 1 (the calibration set)
 is printed by bench/calibrate_sc21.py.
 """
 
@@ -17,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.published import load_runs, predict  # noqa: E402
+from bench.published import load_runs, predict, spearman, speed  # noqa: E402
 
 
 def main() -> None:
@@ -28,19 +29,21 @@ def main() -> None:
     by_source = defaultdict(list)
     for p in predictions:
         by_source[p.run.source].append(p)
-    print(f"{'source':32s} {'runs':>4s} {'MAPE':>7s} {'worst':>8s}  worst run")
+    print(f"{'source':32s} {'runs':>4s} {'MAPE':>7s} {'worst':>8s} {'rank':>5s}  worst run")
     for source, preds in by_source.items():
         worst = max(preds, key=lambda p: abs(p.error))
         mape = sum(abs(p.error) for p in preds) / len(preds)
-        print(f"{source:32s} {len(preds):4d} {100 * mape:6.1f}% {100 * worst.error:+7.1f}%  "
-              f"{worst.run.name}")
+        rho = spearman([speed(p, measured=True) for p in preds],
+                       [speed(p, measured=False) for p in preds])
+        print(f"{source:32s} {len(preds):4d} {100 * mape:6.1f}% {100 * worst.error:+7.1f}% "
+              f"{rho:5.2f}  {worst.run.name}")
         if show_runs:
             for p in preds:
                 s = p.report.strategy
                 print(f"    {p.run.name:44s} {p.run.framework:10s} tp{s.tp} pp{s.pp} dp{s.dp} "
                       f"mb{s.micro_batch} z{int(s.zero_stage)} {s.recompute.value:9s} "
-                      f"measured {p.run.measured_tflops:6.1f} predicted {p.predicted_tflops:6.1f} "
-                      f"({100 * p.error:+.1f}%)")
+                      f"measured {p.measured:6.1f} predicted {p.predicted:6.1f} "
+                      f"({100 * p.error:+.1f}%){'' if p.run.measured_tflops else ' s/step'}")
     total = sum(abs(p.error) for p in predictions) / len(predictions)
     print(f"all: {len(predictions)} runs, MAPE {100 * total:.1f}%; skipped "
           + (", ".join(f"{n} ({why})" for why, n in skipped.items()) or "none"))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.published import load_runs, predict
+from bench.published import load_runs, predict, spearman, speed
 
 
 @pytest.fixture(scope="module")
@@ -44,26 +44,14 @@ def test_error_per_source_stays_at_what_was_recorded(by_source, source, recorded
     assert max(abs(p.error) for p in predictions) <= worst, source
 
 
-def spearman(xs, ys) -> float:
-    """Spearman rank correlation: Pearson's r of the ranks, ties at their average rank (the
-    BLOOM production run and its h112 sweep row are one strategy)."""
-    def ranks(values):
-        return [sum(v < x for v in values) + (sum(v == x for v in values) - 1) / 2
-                for x in values]
-    rx, ry = ranks(xs), ranks(ys)
-    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
-    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
-    return cov / (sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry)) ** 0.5
-
-
 @pytest.mark.parametrize(("source", "at_least"), [
     ("bloom_176b_tr11", 0.6),          # six strategies of one 176B model on 384 A100 (0.66)
     ("narayanan2021_table2", 0.9),     # ZeRO-3 vs PTD-P, 175B and 530B (0.97)
 ])
 def test_ranking_of_measured_strategies(by_source, source, at_least):
     predictions = by_source[source]
-    rho = spearman([p.run.measured_tflops for p in predictions],
-                   [p.predicted_tflops for p in predictions])
+    rho = spearman([speed(p, measured=True) for p in predictions],
+                   [speed(p, measured=False) for p in predictions])
     assert rho >= at_least
 
 
