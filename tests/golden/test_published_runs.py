@@ -37,6 +37,7 @@ def mape(predictions):
     ("torchtitan_perf_2024_a100_h100", 0.069, 0.20),   # torchtitan FSDP2 on 64 A100, 405B H100
     ("torchtitan_llama31_h100_202412", 0.261, 0.38),   # Meta's 500 W H100s: peak unknown
     ("torchtitan_asynctp_h100_202506", 0.222, 0.39),   # the same machines
+    ("bloom_176b_prequel", 0.145, 0.57),         # 124 BLOOM topology-search runs, step times
 ])
 def test_error_per_source_stays_at_what_was_recorded(by_source, source, recorded_mape, worst):
     predictions = by_source[source]
@@ -47,6 +48,7 @@ def test_error_per_source_stays_at_what_was_recorded(by_source, source, recorded
 @pytest.mark.parametrize(("source", "at_least"), [
     ("bloom_176b_tr11", 0.6),          # six strategies of one 176B model on 384 A100 (0.66)
     ("narayanan2021_table2", 0.9),     # ZeRO-3 vs PTD-P, 175B and 530B (0.97)
+    ("bloom_176b_prequel", 0.7),       # BLOOM's 124-run topology search, Feb 2022 (0.71)
 ])
 def test_ranking_of_measured_strategies(by_source, source, at_least):
     predictions = by_source[source]
