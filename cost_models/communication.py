@@ -55,6 +55,9 @@ class Protocol(NamedTuple):
     """Latency per step over the network (tuning.cc hwLatencies[NET])."""
     bandwidth_share: float
     """Share of the plateau bus bandwidth (tuning.cc: LL 0.5, LL128 120/128 ~ 0.92)."""
+    simple: bool = False
+    """NCCL's Simple protocol: its hop latencies are the cluster's own (`Network`), it pays
+    three times the network overhead, and the multi-node ring all-reduce plateau factor."""
 
 
 US = 1e-6
@@ -65,14 +68,17 @@ US = 1e-6
 RING_PROTOCOLS = (
     Protocol("LL", 6.6 * US, 0.6 * US, 2.7 * US, 0.5),
     Protocol("LL128", 14.0 * US, 1.9 * US, 4.0 * US, 0.92),
-    Protocol("Simple", 8.4 * US, 0.0, 0.0, 1.0),
+    Protocol("Simple", 8.4 * US, 0.0, 0.0, 1.0, simple=True),
 )
 TREE_PROTOCOLS = (
     # Tree all-reduce: busBw x 0.92, then LL / 3.8 and LL128 x 120/128 (tuning.cc).
     Protocol("LL", 6.8 * US, 0.6 * US, 5.0 * US, 0.92 / 3.8),
     Protocol("LL128", 14.0 * US, 1.25 * US, 8.5 * US, 0.92 * 120 / 128),
-    Protocol("Simple", 8.4 * US, 0.0, 0.0, 0.92),
+    Protocol("Simple", 8.4 * US, 0.0, 0.0, 0.92, simple=True),
 )
+SIMPLE = RING_PROTOCOLS[2]
+"""Point-to-point transfers (send/recv, all-to-all) run NCCL's Simple protocol."""
+
 NVLS_LATENCY_S = 25.0 * US
 """NVLS (NVSwitch in-switch reduction, Hopper and later) is Simple-only and pays 25 us on
 NVLink, plus 18 us on the network for the multi-node NVLSTree (tuning.cc hwLatencies[.][NVLS])."""
@@ -111,8 +117,8 @@ class Group:
 
 def _hop_latency(p: Protocol, net: Network):
     """(intra, inter) per-step latency of a protocol."""
-    intra = p.nvlink_hop_s if p.name != "Simple" else net.intra_hop_s
-    inter = p.network_hop_s if p.name != "Simple" else net.inter_hop_s
+    intra = net.intra_hop_s if p.simple else p.nvlink_hop_s
+    inter = net.inter_hop_s if p.simple else p.network_hop_s
     return intra, inter
 
 
@@ -130,7 +136,7 @@ def ring_bus_bytes_per_s(group: Group, net: Network):
 def _ring_latency_s(p: Protocol, steps, inter_steps, multi_node, net: Network):
     """tuning.cc ring latency: base + intra steps x intra hop + inter steps x network hop."""
     intra, inter = _hop_latency(p, net)
-    overhead = NETWORK_OVERHEAD_S * (3 if p.name == "Simple" else 1)
+    overhead = NETWORK_OVERHEAD_S * (3 if p.simple else 1)
     intra = np.where(multi_node, np.maximum(intra, overhead), intra)
     return p.base_s + (steps - inter_steps) * intra + inter_steps * inter
 
@@ -150,7 +156,7 @@ def _ring_time_s(collective: Collective, message_bytes, group: Group, net: Netwo
     best = np.inf
     for p in RING_PROTOCOLS:
         latency = _ring_latency_s(p, steps, inter_steps, nodes > 1, net)
-        if collective is Collective.ALL_REDUCE and p.name == "Simple":
+        if collective is Collective.ALL_REDUCE and p.simple:
             latency = np.where(nodes > 1, RING_PLATEAU_LATENCY_FACTOR * latency, latency)
         best = np.minimum(best, latency + moved / (p.bandwidth_share * bus))
     return np.where(n > 1, best, 0.0)
@@ -255,10 +261,9 @@ def all_to_all_time_s(message_bytes, group: Group, net: Network):
     base + one hop of latency.
     """
     n, k, nodes = group.size, group.ranks_per_node, group.num_nodes
-    simple = RING_PROTOCOLS[2]
     on_node = message_bytes * (k - 1) / n / net.intra_bus_bytes_per_s
     off_node = message_bytes * (n - k) / n / net.nic_bus_bytes_per_s
-    latency = simple.base_s + np.where(nodes > 1, net.inter_hop_s, net.intra_hop_s)
+    latency = SIMPLE.base_s + np.where(nodes > 1, net.inter_hop_s, net.intra_hop_s)
     return np.where(n > 1, latency + np.maximum(on_node, off_node), 0.0)
 
 
@@ -268,10 +273,9 @@ def send_recv_time_s(message_bytes, *, across_nodes, net: Network):
     Ref: nccl-tests sendrecv_perf (bus factor 1): 195 GB/s on NVLink A100 at 1 GB
     (li-plus/playground cuda/nccl.md), one NIC across nodes. One Simple step.
     """
-    simple = RING_PROTOCOLS[2]
     bandwidth = np.where(across_nodes, net.nic_bus_bytes_per_s, net.intra_bus_bytes_per_s)
     hop = np.where(across_nodes, net.inter_hop_s, net.intra_hop_s)
-    return simple.base_s + hop + message_bytes / bandwidth
+    return SIMPLE.base_s + hop + message_bytes / bandwidth
 
 
 def collective_time_s(collective: Collective, message_bytes, group: Group, net: Network):
