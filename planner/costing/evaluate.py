@@ -340,10 +340,12 @@ def _recompute_working_bytes(costs: BlockCosts, counts: np.ndarray, p: int, v: i
 
 def grad_copy_bytes_per_param(problem: Problem, cands: Candidates) -> np.ndarray:
     """(N,) bytes per stored parameter of the framework's second gradient copy (its profile's
-    bf16_grad_copy_bytes_per_param: bf16 training with ZeRO 0 or 1)."""
+    bf16_grad_copy_bytes_per_param): DeepSpeed runs bf16 without ZeRO, and bf16 pipelines with
+    its ZeRO-1 equivalent, through BF16_Optimizer (runtime/engine.py, _configure_optimizer)."""
     copy = problem.framework.buffers.bf16_grad_copy_bytes_per_param
     bf16 = problem.training.precision is Precision.BF16
-    return np.where(bf16 & (cands.zero <= 1), copy, 0.0)
+    bf16_optimizer = (cands.zero == 0) | ((cands.zero == 1) & (cands.pp > 1))
+    return np.where(bf16 & bf16_optimizer, copy, 0.0)
 
 
 def framework_buffer_bytes(problem: Problem, cands: Candidates) -> np.ndarray:

@@ -38,8 +38,9 @@ class BufferProfile(BaseModel):
     per_communicator_bytes: NonNegativeFloat = 0
     """Buffers the collective library reserves per communicator (HCCL: 2 x 200 MB)."""
     bf16_grad_copy_bytes_per_param: NonNegativeFloat = 0
-    """A second gradient copy per parameter in bf16 training with ZeRO 0-1, besides the fp32
-    gradients the model states count (DeepSpeed's BF16_Optimizer keeps each bf16 .grad)."""
+    """A second gradient copy per parameter in bf16 training without ZeRO, or with ZeRO-1 under
+    a pipeline, besides the fp32 gradients the model states count (DeepSpeed's BF16_Optimizer
+    keeps each bf16 .grad)."""
 
 
 class OverlapDefaults(BaseModel):

@@ -68,13 +68,19 @@ def test_deepspeed_buckets_take_memory():
     ds, tt = run("deepspeed", **shape), run("torchtitan", **shape)
     extra = ds.memory.stages[0].other_bytes - tt.memory.stages[0].other_bytes
     assert extra == pytest.approx(buckets * 1.05, rel=1e-9)
-    # With ZeRO 0-1 in bf16, the BF16_Optimizer also keeps each parameter's bf16 .grad beside
-    # its fp32 accumulation buffer (runtime/bf16_optimizer.py): 2 bytes per parameter.
-    shape["zero_stage"] = 1
+    # Without ZeRO in bf16, DeepSpeed's BF16_Optimizer also keeps each parameter's bf16 .grad
+    # beside its fp32 accumulation buffer (runtime/bf16_optimizer.py): 2 bytes per parameter;
+    # there is no parameter all-gather bucket without ZeRO.
+    shape.update(zero_stage=0, gpus=16, model="gpt2-xl")
     ds, mg = run("deepspeed", **shape), run("megatron", **shape)
     extra = ds.memory.stages[0].other_bytes - mg.memory.stages[0].other_bytes
     params = mg.memory.stages[0].weights_bytes / 2           # bf16 weights: 2 bytes each
-    assert extra == pytest.approx((buckets + 2 * params) * 1.05, rel=1e-9)
+    assert extra == pytest.approx((2 * 5e8 * 2 + 2 * params) * 1.05, rel=1e-9)
+    # ZeRO-1 without a pipeline runs DeepSpeed's ZeRO optimizer: no second copy.
+    shape["zero_stage"] = 1
+    ds, mg = run("deepspeed", **shape), run("megatron", **shape)
+    extra = ds.memory.stages[0].other_bytes - mg.memory.stages[0].other_bytes
+    assert extra == pytest.approx(buckets * 1.05, rel=1e-9)
 
 
 def test_deepspeed_zero3_is_slower_than_fsdp2():
