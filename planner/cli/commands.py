@@ -289,17 +289,27 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
 
 
 def _emit(problem, report, targets, out_dir, force, tokens) -> list:
-    """Write the launch configs of one evaluated plan; say so on stderr."""
-    from planner.frameworks import LaunchPlan, emit_files, write_files
-    from planner.schemas.strategy import Strategy
+    """Write the launch configs of one evaluated plan, each file's prediction priced by its own
+    framework's profile; say so on stderr."""
+    from dataclasses import replace
 
+    from planner.costing.evaluate import evaluate_strategy
     from planner.costing.layout import explicit_counts
+    from planner.frameworks import LaunchPlan, emit_files, write_files
+    from planner.inputs.loader import load_framework
+    from planner.schemas.strategy import Strategy
 
     fields = report.strategy.model_dump(exclude={"num_micro_batches", "layers_per_stage"})
     layers = explicit_counts(report.strategy.layers_per_stage)
-    plan = LaunchPlan(problem, Strategy(**fields, layers_per_stage=layers), report,
-                      num_tokens=tokens)
-    paths = write_files(emit_files(list(targets), plan), out_dir, force=force)
+    strategy = Strategy(**fields, layers_per_stage=layers)
+    files = {}
+    for target in targets:
+        priced, own = problem, report
+        if target.value != problem.framework.name:
+            priced = replace(problem, framework=load_framework(target.value))
+            own = evaluate_strategy(priced, strategy, num_tokens=tokens)
+        files |= emit_files([target], LaunchPlan(priced, strategy, own, num_tokens=tokens))
+    paths = write_files(files, out_dir, force=force)     # all or nothing
     for path in paths:
         _stderr(f"wrote {path}")
     return paths

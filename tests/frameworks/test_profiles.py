@@ -204,3 +204,25 @@ def test_selective_recompute_follows_the_framework(write, tiny_model):
     assert extra("torchtitan", "full") == pytest.approx(full, rel=1e-9)
     assert 0 < megatron < full
     assert extra("torchtitan", "selective") == pytest.approx(0.5 * (full - megatron), rel=1e-9)
+
+
+def test_converted_configs_carry_their_own_frameworks_prediction(cli, tmp_path):
+    # A DeepSpeed ZeRO-3 config converted to Megatron-LM is priced as Megatron-FSDP runs it:
+    # the script's header says what `validate` of that script says, not DeepSpeed's time.
+    import re
+    from pathlib import Path
+
+    source = Path(__file__).parent / "golden" / "llama3-8b-mics.ds_config.json"
+    code, _, err = cli("emit", "llama3-8b", "dgx-h100", str(source), "--target", "megatron",
+                       "--out", str(tmp_path))
+    assert code == 0, err
+    script = tmp_path / "pretrain_gpt.sh"
+    header = float(re.search(r"Predicted: ([0-9.]+) s per step", script.read_text()).group(1))
+    code, out, err = cli("validate", "llama3-8b", "dgx-h100", str(script), "--json",
+                         "--no-compare")
+    checked = json.loads(out)
+    assert checked["framework"] == "megatron"
+    assert header == pytest.approx(checked["time"]["step_s"], abs=5e-4)
+    code, out, err = cli("validate", "llama3-8b", "dgx-h100", str(source), "--json",
+                         "--no-compare")
+    assert json.loads(out)["time"]["step_s"] > 1.2 * header     # DeepSpeed's ZeRO-3 is slower
