@@ -468,7 +468,7 @@ def _data_parallel(problem: Problem, cands: Candidates, params: np.ndarray, per_
     shard_group = Group(size=cands.shard.astype(float)[:, None],
                         ranks_per_node=sharded.ranks_per_node[:, None],
                         num_nodes=sharded.num_nodes[:, None])
-    replicas = cands.dp // cands.shard
+    replicas = np.maximum(cands.dp // cands.shard, 1)     # a dp_shard over dp breaks a rule
     across = strided_placement(replicas, cands.tp * cands.shard, cluster.gpus_per_node)
     replica_group = Group(size=replicas.astype(float)[:, None],
                           ranks_per_node=across.ranks_per_node[:, None],

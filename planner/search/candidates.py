@@ -160,12 +160,9 @@ def _vpp_values(problem: Problem, space: SearchSpace, pp: int) -> list[int]:
 def _shard_values(problem: Problem, space: SearchSpace, tp: int, dp: int, zero: int) -> list[int]:
     """ZeRO shard groups: all of dp, and with ZeRO-3 HSDP inside a node (the gpus_per_node / tp
     data-parallel ranks of one node), where that is a proper divisor of dp."""
-    if space.dp_shard is not None:
-        return [space.dp_shard]
     node = problem.cluster.gpus_per_node // tp
-    if zero != 3 or node <= 1 or node >= dp or dp % node:
-        return [dp]
-    return [dp, node]
+    values = [dp] if zero != 3 or node <= 1 or node >= dp or dp % node else [dp, node]
+    return _with_pin(values, space.dp_shard)     # the pin masks the rest (Pin.allows)
 
 
 def _micro_batch_values(space: SearchSpace, global_batch: int, dp: int) -> list[int]:

@@ -172,6 +172,13 @@ def test_hsdp_rules(fields, message):
     assert [v.message for v in violations if v.rule == "dp_shard"] == [message]
 
 
+def test_a_dp_shard_pin_that_cannot_divide_dp_is_named_with_its_way_out(cli):
+    code, out, err = cli("plan", "llama3-8b", "dgx-h100", "--gpus", "64", "--dp-shard", "3")
+    assert code == 1
+    assert "satisfies dp_shard and --dp-shard 3" in err
+    assert "drop --dp-shard 3:" in err
+
+
 def test_deepspeed_shards_within_groups_only_with_zero3():
     from planner.feasibility.rules import RuleOptions
     from planner.feasibility.validate import validate
