@@ -102,3 +102,27 @@ def test_time_to_train_is_steps_times_step_time(problem):
     steps = 1e9 / (B * S)
     assert report.throughput.time_to_train_s == pytest.approx(steps * report.time.step_s)
     assert report.throughput.gpu_hours == pytest.approx(report.throughput.time_to_train_s / 3600)
+
+
+def test_full_recompute_keeps_layer_inputs_plus_one_rebuilt_layer(problem):
+    # Korthikanti et al. 2022, Sec. 5: with full recomputation a stage keeps each layer's input
+    # (2sbh, Table 2) and rebuilds one layer's activations at a time in the backward pass. So
+    # against no recomputation, the L = 4 layers of the tiny model save (L - 1) x (one layer's
+    # full activations - its input), not L x.
+    from cost_models.enums import AttentionKind
+    from cost_models.memory import transformer_layer_activation_bytes
+
+    def activations(recompute):
+        s = Strategy(dp=1, tp=1, pp=1, micro_batch=1, global_batch=B, recompute=recompute)
+        return evaluate_strategy(problem(1), s).memory.stages[0].activations_bytes
+
+    layer = problem(1).model.blocks[1]
+    shape = dict(seq_len=S, micro_batch=1, hidden=H, num_heads=A, num_kv_heads=A,
+                 head_dim=H // A, ffn_hidden=4 * H, mlp=layer.mlp, attention=AttentionKind.STANDARD,
+                 dropout=layer.dropout, norms_per_layer=layer.norms_per_layer, tp=1,
+                 sequence_parallel=False, bytes_per_value=2)
+    full_layer = transformer_layer_activation_bytes(**shape, recompute=Recompute.NONE)
+    kept = transformer_layer_activation_bytes(**shape, recompute=Recompute.FULL)
+    assert kept == 2 * S * H                                  # the layer input, 16-bit
+    saved = activations(Recompute.NONE) - activations(Recompute.FULL)
+    assert saved == pytest.approx((L - 1) * (full_layer - kept), rel=1e-12)
