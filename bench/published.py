@@ -50,6 +50,8 @@ class Run:
     """TFLOP/s per GPU as the source counts it; None where only the step time is trusted."""
     measured_step_s: float | None
     counts_recompute: bool
+    measured_peak_gb: float | None = None
+    """Peak memory per GPU as the source reports it (nvidia-smi GB for BLOOM), if it does."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,13 @@ class Prediction:
         if self.run.measured_tflops is None:
             return self.run.measured_step_s / self.report.time.step_s - 1
         return self.predicted_tflops / self.run.measured_tflops - 1
+
+    @property
+    def memory_error(self) -> float | None:
+        """Signed relative error of the predicted peak memory (GB, 1e9 bytes), if measured."""
+        if self.run.measured_peak_gb is None:
+            return None
+        return self.report.memory.peak_bytes / 1e9 / self.run.measured_peak_gb - 1
 
     @property
     def measured(self) -> float:
@@ -162,7 +171,8 @@ def load_runs(tmp: Path, cluster: ClusterSpec | None = None) -> tuple[list[Run],
                             _strategy(run, problem, framework),
                             run["measured"].get("tflops_per_gpu"),
                             run["measured"].get("step_s"),
-                            bool(run.get("counts_recompute"))))
+                            bool(run.get("counts_recompute")),
+                            run["measured"].get("peak_memory_gib")))
     return runs, skipped
 
 

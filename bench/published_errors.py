@@ -5,7 +5,8 @@
 Prints, for each source (one bench/data/*.yaml), the mean absolute percentage error of the
 predicted TFLOP/s per GPU (hardware FLOPs where the source counts the recompute pass, model
 FLOPs otherwise; the step time where the source's TFLOP/s are not trusted), its worst run,
-the Spearman rank correlation of its runs, and with --runs every run. SC21 Table 1 (the calibration set)
+the Spearman rank correlation of its runs, the error of the predicted peak memory where the
+source measured it, and with --runs every run. SC21 Table 1 (the calibration set)
 is printed by bench/calibrate_sc21.py.
 """
 
@@ -29,14 +30,17 @@ def main() -> None:
     by_source = defaultdict(list)
     for p in predictions:
         by_source[p.run.source].append(p)
-    print(f"{'source':32s} {'runs':>4s} {'MAPE':>7s} {'worst':>8s} {'rank':>5s}  worst run")
+    print(f"{'source':32s} {'runs':>4s} {'MAPE':>7s} {'worst':>8s} {'rank':>5s} "
+          f"{'memory':>7s}  worst run")
     for source, preds in by_source.items():
         worst = max(preds, key=lambda p: abs(p.error))
         mape = sum(abs(p.error) for p in preds) / len(preds)
         rho = spearman([speed(p, measured=True) for p in preds],
                        [speed(p, measured=False) for p in preds])
+        memory = [abs(p.memory_error) for p in preds if p.memory_error is not None]
+        memory_text = f"{100 * sum(memory) / len(memory):6.1f}%" if memory else "      -"
         print(f"{source:32s} {len(preds):4d} {100 * mape:6.1f}% {100 * worst.error:+7.1f}% "
-              f"{rho:5.2f}  {worst.run.name}")
+              f"{rho:5.2f} {memory_text}  {worst.run.name}")
         if show_runs:
             for p in preds:
                 s = p.report.strategy

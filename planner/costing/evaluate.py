@@ -205,6 +205,8 @@ class Evaluation:
     stage_activations: np.ndarray
     stage_other: np.ndarray
     stage_in_flight: np.ndarray
+    stage_pipe_buffers: np.ndarray
+    """Bytes of the pipeline engine's kept stage outputs (framework profile)."""
     stage_layers: np.ndarray
     stage_compute_s: np.ndarray
     stage_tp_s: np.ndarray
@@ -268,7 +270,9 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
     in_flight = in_flight_per_chunk(stage=np.arange(p)[None, :, None], pp=p, vpp=v,
                                     num_micro_batches=m[:, None, None],
                                     chunk=np.arange(v)[None, None, :])
-    activations = (chunk_act * in_flight).sum(2) + _recompute_working_bytes(costs, counts, p, v)
+    pipe_buffers = _pipeline_output_bytes(problem, layout, costs, types, in_flight)
+    activations = ((chunk_act * in_flight).sum(2) + _recompute_working_bytes(costs, counts, p, v)
+                   + pipe_buffers)
 
     largest_block = (sharded[None, :] / tp[:, None] + replicated[None, :]).max(1)
     gathered = np.where(cands.zero == ZeroStage.PARAMETERS, zero3_gather_buffer_bytes(
@@ -316,7 +320,7 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
     return Evaluation(
         stage_weights=states.weights, stage_gradients=states.gradients,
         stage_optimizer=states.optimizer, stage_activations=activations, stage_other=other,
-        stage_in_flight=in_flight.sum(2) / v,
+        stage_in_flight=in_flight.sum(2) / v, stage_pipe_buffers=pipe_buffers,
         stage_layers=np.array(layout.layers_per_chunk(model)).reshape(v, p).sum(0),
         stage_compute_s=compute, stage_tp_s=tp_comm, stage_pp_s=pp_comm, stage_dp_s=dp_per_mb,
         peak_bytes=total[rows, peak_stage], peak_stage=peak_stage,
@@ -328,6 +332,20 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
         step_s=pipeline + end[rows, last] + cluster.efficiency.step_overhead_s,
         slowest_stage=slowest, imbalance=tau.max(1) / tau.mean(1), dp_algorithm=dp_algorithm[rows, last],
         model_flops=model_flops * batch, hardware_flops=(model_flops + extra) * batch)
+
+
+def _pipeline_output_bytes(problem: Problem, layout: Layout, costs: BlockCosts,
+                           types: ChainTypes, in_flight: np.ndarray) -> np.ndarray:
+    """(N, p) bytes of stage outputs the pipeline engine keeps for the backward pass: one per
+    in-flight micro-batch of every chunk but the last (its profile's pipeline_keeps_outputs;
+    DeepSpeed runtime/pipe/engine.py pipe_buffers['outputs'])."""
+    n, p, v = len(costs.forward_s), layout.pp, layout.vpp
+    if p == 1 or not problem.framework.pipeline_keeps_outputs:
+        return np.zeros((n, p))
+    value_bytes = bytes_per_value(problem.training.precision)
+    sent = costs.output_elements[:, types.last_type_of_chunk(layout)] * value_bytes   # (N, K)
+    sent[:, -1] = 0.0                                       # the last chunk sends nothing
+    return (_by_stage(sent, p, v) * in_flight).sum(2)
 
 
 def _recompute_working_bytes(costs: BlockCosts, counts: np.ndarray, p: int, v: int):

@@ -65,8 +65,8 @@ def chain_costs(problem: Problem, cands: Candidates, costs: BlockCosts, ev: Eval
     buffers = framework_buffer_bytes(problem, cands)[i]
     # The largest recomputed block's working set, on every stage (each holds a layer).
     working = float(costs.recompute_working_bytes[i].max())
-    stage_bytes = np.full(p, cluster.reserve.framework_gib * GiB
-                          + frag * (gathered + buffers + working))
+    stage_bytes = (cluster.reserve.framework_gib * GiB
+                   + frag * (gathered + buffers + working + ev.stage_pipe_buffers[i]))
     output = model.blocks[-1]
     if p > 1 and isinstance(output, OutputBlock) and output.tied:
         # The last stage keeps its own copy of a tied embedding (Megatron-LM).

@@ -72,6 +72,9 @@ class FrameworkProfile(BaseModel):
     """Share of the tensor-parallel collectives that overlap hides behind the GEMMs."""
     pipeline_scatter_gather: bool
     """Sends 1/tp of a stage's output and all-gathers it (Narayanan et al. 2021, Sec. 4.1)."""
+    pipeline_keeps_outputs: bool = False
+    """The pipeline engine keeps each in-flight micro-batch's stage output (what it sent) for
+    the backward pass, beside the activations the layers store."""
     pipeline_micro_batch_overhead_s: NonNegativeFloat = 0
     """Seconds the pipeline engine adds per micro-batch per stage beyond compute and transfers
     (instruction dispatch, blocking send/recv handshakes)."""

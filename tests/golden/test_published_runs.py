@@ -57,6 +57,20 @@ def test_ranking_of_measured_strategies(by_source, source, at_least):
     assert rho >= at_least
 
 
+@pytest.mark.parametrize(("source", "over_10_percent", "worst"), [
+    ("bloom_176b_tr11", 0, 0.08),          # 5 runs; the target: within 10%
+    ("bloom_176b_prequel", 3, 0.30),       # 88 runs; three outliers, the worst -30%
+])
+def test_peak_memory_of_megatron_deepspeed_runs(by_source, source, over_10_percent, worst):
+    # nvidia-smi per-GPU memory of BLOOM's runs (the busiest GPU: stage 0, 250K vocabulary),
+    # counting DeepSpeed's kept pipeline outputs, BF16_Optimizer's gradient copy and the
+    # recompute working set: 4.3% mean absolute error on both sources (recorded).
+    errors = [p.memory_error for p in by_source[source] if p.memory_error is not None]
+    assert sum(abs(e) for e in errors) / len(errors) <= 0.045
+    assert sum(abs(e) > 0.10 for e in errors) <= over_10_percent
+    assert max(abs(e) for e in errors) <= worst
+
+
 def test_zero3_ranks_below_3d_parallelism_at_scale_as_measured(by_source):
     # SC21 Sec. 5.2: at 1536 (175B) and 2240 (530B) GPUs PTD-P is ~3x faster than ZeRO-3.
     rows = {p.run.name: p.predicted_tflops for p in by_source["narayanan2021_table2"]}
