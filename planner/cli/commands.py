@@ -49,13 +49,6 @@ def framework_option(function):
              "one a config file is written for, else megatron).")(function)
 
 
-def _framework(framework, targets=()) -> str:
-    """--framework, else the single target's, else Megatron-LM."""
-    if framework is not None:
-        return framework
-    return targets[0].value if len(targets) == 1 else "megatron"
-
-
 class _Count(click.ParamType):
     """A positive number, with an optional K/M/B/T suffix: 300B, 1.5T, 2e12."""
 
@@ -215,7 +208,9 @@ def memory(model, cluster, strategy, framework, as_json, **overrides):
     from planner.costing.evaluate import evaluate_strategy
     from planner.inputs.loader import load_strategy, resolve_strategy
 
-    problem = _load_problem(model, cluster, framework=_framework(framework), **overrides)
+    from planner.inputs.loader import framework_name
+
+    problem = _load_problem(model, cluster, framework=framework_name(framework), **overrides)
     plan = resolve_strategy(load_strategy(strategy), problem, file=strategy)
     report = evaluate_strategy(problem, plan)
     if as_json:
@@ -253,10 +248,11 @@ def memory(model, cluster, strategy, framework, as_json, **overrides):
 def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, as_json, gpus,
          nodes, seq_len, global_batch, precision, optimizer, **pins):
     """The fastest strategies that fit MODEL on CLUSTER, ranked."""
+    from planner.inputs.loader import framework_name
     from planner.schemas.strategy import LaunchTarget
     from planner.search.solver import search
 
-    framework = _framework(framework, targets)
+    framework = framework_name(framework, targets)
     problem = _load_problem(model, cluster, gpus=gpus, nodes=nodes, seq_len=seq_len,
                             global_batch=global_batch, precision=precision, optimizer=optimizer,
                             framework=framework)

@@ -145,9 +145,9 @@ PLANS_LEGEND = ("strategy: dp x tp x pp, interleaved chunks (vpp), micro-batch (
                 "peak and free memory per GPU in GiB")
 
 
-def plans_table(plans: list[PlanReport], *, title: str | None = None) -> Table:
-    """One row per plan, narrow enough for 80 columns."""
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0),
+def plans_table(plans: list[PlanReport]) -> Table:
+    """One row per plan, narrow enough for 80 columns (the heading is printed above it)."""
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0),
                   pad_edge=False, caption=PLANS_LEGEND, caption_justify="left")
     for name in ("#", "strategy", "options", "peak", "free", "step", "tok/s", "MFU",
                  "bound by"):

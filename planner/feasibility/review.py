@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from planner.search.candidates import SearchSpace
 from planner.frameworks import ParsedConfig, read_config
 from planner.errors import InfeasibleError, InputError
-from planner.inputs.loader import Problem, load_framework, validate_file
+from planner.inputs.loader import Problem, framework_name, load_framework, validate_file
 from planner.search.rebalance import layout_advice
 from planner.feasibility.rules import RuleOptions
 from planner.schemas.model import TrainingSpec
@@ -93,8 +93,8 @@ def review_config(problem: Problem, path: str, *, gpus_given: int | None,
                          f"({parsed.world_size} GPUs), not a strategy; validate the training "
                          f"config it launches")
     problem = _configured(problem, parsed, file=path, gpus_given=gpus_given)
-    runs_on = framework or (parsed.target.value if parsed.target else None) or (
-        options.targets[0].value if len(options.targets) == 1 else problem.framework.name)
+    runs_on = framework_name(framework, (parsed.target,) if parsed.target else options.targets,
+                             fallback=problem.framework.name)
     problem = replace(problem, framework=load_framework(runs_on))
     strategy = _strategy(problem, parsed, path)
     targets = tuple(dict.fromkeys(options.targets + ((parsed.target,) if parsed.target else ())))

@@ -35,6 +35,16 @@ def load_framework(name: str) -> FrameworkProfile:
     return profiles.load(name)
 
 
+def framework_name(explicit: str | None, targets=(), fallback: str = "megatron") -> str:
+    """The framework that prices a job: the one named, else the single launch target's (a
+    LaunchTarget or its value), else `fallback`."""
+    if explicit is not None:
+        return explicit
+    if len(targets) == 1:
+        return getattr(targets[0], "value", targets[0])
+    return fallback
+
+
 def _default_framework() -> FrameworkProfile:
     return load_framework("megatron")
 
