@@ -8,6 +8,7 @@ Numeric arguments may be numpy arrays; enum arguments are scalars.
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import NamedTuple
 
 import numpy as np
@@ -67,22 +68,87 @@ def memory_bound_time_s(traffic_bytes, *, hbm_bytes_per_s: float, hbm_fraction: 
 
 
 class LayerGemms(NamedTuple):
-    """The forward GEMMs of one transformer layer on one TP rank."""
+    """The forward GEMMs of one transformer layer on one rank."""
 
-    qkv: Gemm
+    projections: tuple[Gemm, ...]
+    """Attention weight GEMMs: QKV and output, or MLA's down, up and output projections."""
     scores: Gemm
     """Q K^T, one per (micro-batch sample, local head)."""
     attend: Gemm
     """softmax(Q K^T) V."""
-    out: Gemm
-    mlp_in: Gemm
-    mlp_out: Gemm
+    mlp: tuple[Gemm, ...]
+    """The tensor-parallel MLP: the dense one, or an MoE layer's shared experts (may be empty)."""
+    experts: tuple[Gemm, ...]
+    """The routed experts' grouped GEMMs on this rank (empty for a dense layer)."""
     router: Gemm | None
+
+    def dense(self) -> tuple[Gemm, ...]:
+        """Weight GEMMs outside the attention core and the routed experts."""
+        return self.projections + self.mlp + ((self.router,) if self.router is not None else ())
+
+    def all(self) -> tuple[Gemm, ...]:
+        return self.dense() + (self.scores, self.attend) + self.experts
+
+
+class MlaDims(NamedTuple):
+    """Multi-head latent attention (DeepSeek-V2, arXiv:2405.04434, Sec. 2.1.2)."""
+
+    q_lora_rank: int
+    """0: queries are one h x a(d_nope + d_rope) matrix."""
+    kv_lora_rank: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+
+
+class MoeDims(NamedTuple):
+    """The routed experts of an MoE layer."""
+
+    num_experts: int
+    top_k: int
+    expert_ffn_hidden: int
+
+
+class LoadBalancing(str, Enum):
+    """How an MoE router keeps experts evenly loaded."""
+
+    AUX_LOSS = "aux_loss"
+    """An auxiliary balance loss (Switch Transformer; Megatron-LM's default)."""
+    EXPERT_BIAS = "expert_bias"
+    """Auxiliary-loss-free: a per-expert bias on the routing scores (DeepSeek-V3; Megatron-LM
+    --moe-router-enable-expert-bias)."""
+
+
+DROPLESS_IMBALANCE = {LoadBalancing.AUX_LOSS: 1.52, LoadBalancing.EXPERT_BIAS: 1.04}
+"""Tokens of the busiest expert over the mean with dropless routing: 1 + MaxVio_global of
+Wang et al. 2024 (arXiv:2408.15664), Table 2, 3B model: 0.52 with the auxiliary loss, 0.04
+loss-free. Per expert; an EP rank holding several experts is at most this far off."""
+
+
+def routing_imbalance(balancing: LoadBalancing, capacity_factor: float | None) -> float:
+    """Tokens the busiest expert-parallel rank processes over the mean: the measured dropless
+    imbalance of the balancing method, capped by the capacity factor under token-drop routing
+    (an expert takes at most capacity_factor x its even share; Fedus et al. 2022, Switch
+    Transformer, arXiv:2101.03961, Sec. 2.2)."""
+    natural = DROPLESS_IMBALANCE[balancing]
+    return natural if capacity_factor is None else min(capacity_factor, natural)
+
+
+def expert_tokens_per_rank(tokens_per_rank, *, top_k: int, etp, imbalance):
+    """Token-expert pairs one rank's experts process per micro-batch.
+
+    Each of the ep ranks of an expert-parallel group sends its T tokens to top_k experts; with
+    the E experts spread evenly over the group a rank receives T * top_k pairs on average, times
+    the routing imbalance on the busiest rank (dropless), and the expert-tensor-parallel
+    all-gather makes each rank of an etp group process the pairs of all etp of them
+    (Megatron-Core MoEAlltoAllTokenDispatcher; Liu et al. 2025, arXiv:2504.14960, Sec. 3).
+    """
+    return tokens_per_rank * top_k * imbalance * etp
 
 
 def transformer_layer_gemms(
     *, seq_len, micro_batch, hidden: int, num_heads: int, num_kv_heads: int, head_dim: int,
-    ffn_hidden: int, mlp: MlpKind, num_experts: int = 1, top_k: int = 1, tp,
+    ffn_hidden: int, mlp: MlpKind, tp, mla: MlaDims | None = None, moe: MoeDims | None = None,
+    tokens_per_rank=None, ep=1, etp=1, imbalance=1.0,
 ) -> LayerGemms:
     """The forward GEMMs of one transformer layer on one of t tensor-parallel ranks.
 
@@ -90,39 +156,78 @@ def transformer_layer_gemms(
     attention scores 2 b s^2 h, attention over values 2 b s^2 h, output 2 b s h^2, MLP
     16 b s h^2 FLOPs; summed: 24 b s h^2 + 4 b s^2 h. Megatron-LM's sharding (Shoeybi et al.
     2019, Sec. 3) divides every term by t. GQA shrinks K and V to g*d columns; SwiGLU's
-    gate adds one h x f matrix; an MoE layer sends each token to top_k of E experts, so its
-    MLP GEMMs see top_k times the tokens (Jiang et al. 2024, arXiv:2401.04088) plus an
-    h x E router.
+    gate adds one h x f matrix. `ffn_hidden` is the tensor-parallel MLP (an MoE layer's shared
+    experts; 0 for none).
+    MLA (`mla`; DeepSeek-V2 Eq. 9-19, Megatron-Core MLASelfAttention): the down projections
+    run whole on every TP rank, the up and output projections are sharded; scores use
+    d_nope + d_rope per head, values d_v.
+    MoE (`moe`; Jiang et al. 2024, arXiv:2401.04088): an h x E router on the rank's
+    `tokens_per_rank` tokens (s b / t with sequence parallelism), and grouped GEMMs over the
+    E / ep local experts, each expert seeing its share of `expert_tokens_per_rank` rows and
+    f / etp columns.
     """
     s, b, h, t = seq_len, micro_batch, hidden, tp
     tokens = s * b
-    q_dim, kv_dim = num_heads * head_dim, num_kv_heads * head_dim
     local_heads = num_heads / t
-    expert_tokens = tokens * top_k if num_experts > 1 else tokens
     num_in = 2 if mlp is MlpKind.SWIGLU else 1
+    if mla is None:
+        q_dim, kv_dim = num_heads * head_dim, num_kv_heads * head_dim
+        projections = (Gemm(tokens, (q_dim + 2 * kv_dim) / t, h), Gemm(tokens, h, q_dim / t))
+        qk_dim, v_dim = head_dim, head_dim
+    else:
+        qk_dim, v_dim = head_dim + mla.qk_rope_head_dim, mla.v_head_dim
+        down = mla.q_lora_rank + mla.kv_lora_rank + mla.qk_rope_head_dim
+        q_in = mla.q_lora_rank or h
+        projections = (
+            Gemm(tokens, down, h),                                           # replicated
+            Gemm(tokens, num_heads * qk_dim / t, q_in),                      # q up
+            Gemm(tokens, num_heads * (head_dim + v_dim) / t, mla.kv_lora_rank),  # kv up
+            Gemm(tokens, h, num_heads * v_dim / t))                          # output
+    dense_mlp: tuple[Gemm, ...] = ()
+    if ffn_hidden:
+        dense_mlp = (Gemm(tokens, num_in * ffn_hidden / t, h), Gemm(tokens, h, ffn_hidden / t))
+    experts: tuple[Gemm, ...] = ()
+    router = None
+    if moe is not None:
+        mine = tokens if tokens_per_rank is None else tokens_per_rank
+        pairs = expert_tokens_per_rank(mine, top_k=moe.top_k, etp=etp, imbalance=imbalance)
+        local = moe.num_experts / ep
+        f = moe.expert_ffn_hidden / etp
+        experts = (Gemm(pairs / local, num_in * f, h, local), Gemm(pairs / local, h, f, local))
+        router = Gemm(mine, moe.num_experts, h)
     return LayerGemms(
-        qkv=Gemm(tokens, (q_dim + 2 * kv_dim) / t, h),
-        scores=Gemm(s, s, head_dim, b * local_heads),
-        attend=Gemm(s, head_dim, s, b * local_heads),
-        out=Gemm(tokens, h, q_dim / t),
-        mlp_in=Gemm(expert_tokens, num_in * ffn_hidden / t, h),
-        mlp_out=Gemm(expert_tokens, h, ffn_hidden / t),
-        router=Gemm(tokens, num_experts, h) if num_experts > 1 else None,
-    )
+        projections=projections,
+        scores=Gemm(s, s, qk_dim, b * local_heads),
+        attend=Gemm(s, v_dim, s, b * local_heads),
+        mlp=dense_mlp, experts=experts, router=router)
 
 
 def transformer_layer_forward_flops(gemms: LayerGemms):
     """Forward FLOPs of one layer on one rank: the sum of its GEMMs (elementwise ops excluded,
     as in Narayanan et al. 2021, Sec. 5.1)."""
-    total = sum(gemm_flops(g) for g in gemms if g is not None)
-    return total
+    return sum(gemm_flops(g) for g in gemms.all())
+
+
+def moe_elementwise_bytes(*, pairs, hidden: int, expert_ffn_hidden, mlp: MlpKind,
+                          bytes_per_value: int):
+    """HBM bytes an MoE layer's memory-bound kernels move in the forward pass on one rank.
+
+    Ref: Megatron-Core moe_utils.permute/unpermute: the permutation reads the rank's tokens and
+    writes one copy per routed pair, the unpermutation reads the expert outputs and writes the
+    weighted sum back; the expert activation (SwiGLU: read gate and up, write their product;
+    GeLU: read and write) runs on each pair's f / etp columns. `pairs` are the token-expert
+    pairs this rank handles (`expert_tokens_per_rank`).
+    """
+    v = bytes_per_value
+    permute = 2 * 2 * v * pairs * hidden                 # permute + unpermute: read and write
+    act = (3 if mlp is MlpKind.SWIGLU else 2) * v * pairs * expert_ffn_hidden
+    return permute + act
 
 
 def transformer_layer_elementwise_bytes(
     *, seq_len, micro_batch, hidden: int, num_heads: int, num_kv_heads: int, head_dim: int,
     ffn_hidden: int, mlp: MlpKind, attention: AttentionKind, position: PositionKind,
-    dropout: bool, norms_per_layer: int = 2, num_experts: int = 1, top_k: int = 1, tp,
-    sequence_parallel: bool,
+    dropout: bool, norms_per_layer: int = 2, tp, sequence_parallel: bool,
 ):
     """HBM bytes the memory-bound kernels of one layer's forward pass move, on one TP rank.
 
@@ -150,8 +255,7 @@ def transformer_layer_elementwise_bytes(
     rotary = 0
     if position is PositionKind.ROTARY:
         rotary = 2 * BYTES_16BIT * s * b * (num_heads + num_kv_heads) * head_dim
-    experts = top_k if num_experts > 1 else 1
-    mlp_act = (3 if mlp is MlpKind.SWIGLU else 2) * BYTES_16BIT * s * b * ffn_hidden * experts
+    mlp_act = (3 if mlp is MlpKind.SWIGLU else 2) * BYTES_16BIT * s * b * ffn_hidden
     if attention is AttentionKind.FLASH:
         softmax = 0 * s
     else:
@@ -164,20 +268,37 @@ def transformer_layer_elementwise_bytes(
     return per_token_rows + sharded / t
 
 
+def attended_keys(seq_len, *, causal: bool, window: int | None = None):
+    """Keys one query attends to, averaged over the sequence.
+
+    Causal: query i sees i + 1 keys, (s + 1) / 2 on average, which a fused kernel exploits by
+    skipping masked blocks (Dao 2023, FlashAttention-2, Sec. 3.1.1), ~ s / 2. A sliding window of
+    w keys (Beltagy et al. 2020, Longformer; Mistral 7B, arXiv:2310.06825, Sec. 2; gpt-oss's
+    alternating layers) caps it: sum_i min(i + 1, w) / s = w - w (w - 1) / (2 s) for w <= s.
+    """
+    s = np.asarray(seq_len, dtype=float)
+    if window is not None:
+        w = np.minimum(window, s)
+        return w - w * (w - 1) / (2 * s) if causal else w
+    return s / 2 if causal else s
+
+
 def flash_attention_time_s(*, seq_len, micro_batch, num_heads: int, head_dim: int, tp,
                            causal: bool, peak_flops: float, flash_fraction: float,
-                           backward: bool):
+                           backward: bool, v_head_dim: int | None = None,
+                           window: int | None = None):
     """Seconds a fused attention kernel takes for one layer's core attention on one TP rank.
 
     Ref: Dao 2023 (FlashAttention-2, arXiv:2307.08691), Sec. 3: the forward pass does the
-    4 s^2 d FLOPs per head of Q K^T and P V on chip; the backward does 2.5x that (it
-    recomputes P). A causal mask skips half of the blocks. `flash_fraction` is the share of
-    peak such kernels reach (cluster data).
+    2 s^2 d FLOPs of Q K^T and the 2 s^2 d of P V per head on chip (d_qk and d_v apart for MLA);
+    the backward does 2.5x that (it recomputes P). Only attended blocks are computed
+    (`attended_keys`: half of them for a causal mask). `flash_fraction` is the share of peak
+    such kernels reach (cluster data).
     """
     s, b, t = seq_len, micro_batch, tp
-    flops = 4 * s * s * head_dim * b * num_heads / t
-    if causal:
-        flops = flops / 2
+    keys = attended_keys(s, causal=causal, window=window)
+    d_v = head_dim if v_head_dim is None else v_head_dim
+    flops = 2 * s * keys * (head_dim + d_v) * b * num_heads / t
     if backward:
         flops = flops * 2.5
     return flops / (peak_flops * flash_fraction)

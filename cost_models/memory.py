@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from cost_models.compute import MlaDims
 from cost_models.enums import AttentionKind, MlpKind, Optimizer, Precision, Recompute, ZeroStage
 from cost_models.units import BYTES_16BIT, BYTES_FP32, BYTES_MASK, BYTES_TOKEN_ID
 
@@ -72,8 +73,8 @@ def model_state_bytes(*, num_params, dp, zero_stage, per_param: StateBytes) -> S
 def transformer_layer_activation_bytes(
     *, seq_len, micro_batch, hidden: int, num_heads: int, num_kv_heads: int, head_dim: int,
     ffn_hidden: int, mlp: MlpKind, attention: AttentionKind, dropout: bool,
-    norms_per_layer: int = 2, num_experts: int = 1, top_k: int = 1,
-    tp, sequence_parallel: bool, recompute: Recompute, bytes_per_value: int = BYTES_16BIT,
+    norms_per_layer: int = 2, tp, sequence_parallel: bool, recompute: Recompute,
+    bytes_per_value: int = BYTES_16BIT, mla: MlaDims | None = None,
 ):
     """Bytes of activations one transformer layer keeps for its backward pass, per micro-batch.
 
@@ -90,10 +91,13 @@ def transformer_layer_activation_bytes(
     outputs and their product (6 s b f instead of GeLU's 4 s b f); models without dropout
     store no masks (and the attention-over-V input is the softmax output itself: 2 a s^2 b
     instead of 5 a s^2 b); flash attention (Dao et al. 2022) stores only the fp32 softmax
-    log-sum-exp (4 a s b) instead of any s x s tensor; an MoE layer keeps a permuted copy of
-    the input and the MLP internals for each of its top_k experts per token (replicated across
-    TP ranks, like the dense MLP input). `bytes_per_value` is 2 for the paper's 16-bit
-    activations and 4 for fp32 training; masks stay one byte.
+    log-sum-exp (4 a s b) instead of any s x s tensor. `ffn_hidden` is the tensor-parallel MLP
+    (an MoE layer's shared experts, 0 for none; its routed experts are `moe_activation_bytes`).
+    MLA (DeepSeek-V2, Sec. 2.1.2) keeps Q and K with d_nope + d_rope per head, V and the
+    attention output with d_v, and on every TP rank the latents: the query latent and the
+    key-value latent, each as its norm's input and the up projection's input, and the rotary
+    key. `bytes_per_value` is 2 for the paper's 16-bit activations and 4 for fp32 training;
+    masks stay one byte.
     """
     s, b, h, a, t = seq_len, micro_batch, hidden, num_heads, tp
     sbh = s * b * h
@@ -101,8 +105,6 @@ def transformer_layer_activation_bytes(
     if recompute is Recompute.FULL:
         layer_input = v * sbh                                     # checkpointed layer input
         return layer_input / t if sequence_parallel else layer_input
-    q_dim, kv_dim = num_heads * head_dim, num_kv_heads * head_dim
-
     # Tensors every TP rank holds in full unless sequence parallelism shards them too.
     replicated = (
         norms_per_layer * v * sbh                       # norm inputs: 4sbh
@@ -111,16 +113,20 @@ def transformer_layer_activation_bytes(
         + (2 * BYTES_MASK * sbh if dropout else 0)                # attention and MLP dropout masks: 2sbh
     )
     # Tensors split over TP ranks (heads, ffn columns).
-    attention_core = (
-        v * s * b * q_dim                               # Q: 2sbh
-        + 2 * v * s * b * kv_dim                        # K and V: 4sbh
-        + v * s * b * q_dim                             # attention output (Wo input): 2sbh
-    )
+    if mla is None:
+        q_dim, kv_dim = num_heads * head_dim, num_kv_heads * head_dim
+        attention_core = (
+            v * s * b * q_dim                           # Q: 2sbh
+            + 2 * v * s * b * kv_dim                    # K and V: 4sbh
+            + v * s * b * q_dim                         # attention output (Wo input): 2sbh
+        )
+    else:
+        qk = num_heads * (head_dim + mla.qk_rope_head_dim)
+        attention_core = v * s * b * (2 * qk + 2 * num_heads * mla.v_head_dim)
+        replicated = replicated + v * s * b * (2 * mla.q_lora_rank + 2 * mla.kv_lora_rank
+                                               + mla.qk_rope_head_dim)
     num_mlp_inputs = 3 if mlp is MlpKind.SWIGLU else 2              # GeLU: its input and output
     mlp_internal = num_mlp_inputs * v * s * b * ffn_hidden  # GeLU: 16sbh for f = 4h
-    if num_experts > 1:
-        replicated = replicated + top_k * v * sbh       # permuted token copies per expert
-        mlp_internal = top_k * mlp_internal
     sharded = attention_core + mlp_internal
 
     if recompute is Recompute.SELECTIVE:
@@ -136,6 +142,23 @@ def transformer_layer_activation_bytes(
     if sequence_parallel:
         return (replicated + sharded) / t
     return replicated + sharded / t
+
+
+def moe_activation_bytes(*, pairs, tokens_per_rank, hidden: int, expert_ffn_hidden,
+                         num_experts: int, mlp: MlpKind, bytes_per_value: int = BYTES_16BIT):
+    """Bytes an MoE layer's router and routed experts keep per micro-batch on one rank.
+
+    Ref: Megatron-Core (moe/router.py, moe/token_dispatcher.py, moe/experts.py GroupedMLP) with
+    the MLP accounting of Korthikanti et al. 2022, Sec. 4.1: the router keeps its fp32 scores
+    (T x E); every token-expert pair this rank handles (`pairs`) keeps the permuted expert input
+    (the first GEMM's input), the MLP internals on f / etp columns (SwiGLU: gate, up and their
+    product; GeLU: its input and output), and the expert output the combine weights by the
+    routing probabilities.
+    """
+    v = bytes_per_value
+    router = BYTES_FP32 * tokens_per_rank * num_experts
+    internals = (3 if mlp is MlpKind.SWIGLU else 2) * v * pairs * expert_ffn_hidden
+    return router + 2 * v * pairs * hidden + internals
 
 
 def embedding_activation_bytes(*, seq_len, micro_batch, hidden: int, dropout: bool, tp,

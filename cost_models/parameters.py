@@ -18,21 +18,25 @@ from cost_models.enums import MlpKind, NormKind
 
 
 class ParamCount(NamedTuple):
-    """Parameters of one block: `sharded` is split over TP ranks, `replicated` is not."""
+    """Parameters of one block: `sharded` is split over TP ranks, `replicated` is not, and
+    `expert` (the routed experts of an MoE layer) is split over expert-parallel times
+    expert-tensor-parallel ranks (Megatron-Core MoE parallel folding, arXiv:2504.14960)."""
 
     sharded: int
     replicated: int
+    expert: int = 0
 
     @property
     def total(self) -> int:
-        return self.sharded + self.replicated
+        return self.sharded + self.replicated + self.expert
 
     def __add__(self, other: ParamCount) -> ParamCount:  # type: ignore[override]
-        return ParamCount(self.sharded + other.sharded, self.replicated + other.replicated)
+        return ParamCount(self.sharded + other.sharded, self.replicated + other.replicated,
+                          self.expert + other.expert)
 
-    def per_tp_rank(self, tp):
-        """Parameters one TP rank holds (works for numpy arrays of tp)."""
-        return self.sharded / tp + self.replicated
+    def per_rank(self, tp, ep=1, etp=1):
+        """Parameters one rank holds (works for numpy arrays of the degrees)."""
+        return self.sharded / tp + self.replicated + self.expert / (ep * etp)
 
 
 def norm_params(*, hidden: int, norm: NormKind) -> ParamCount:
@@ -56,23 +60,61 @@ def attention_params(
     return ParamCount(weights + qkv_b, out_b)
 
 
-def mlp_params(
-    *, hidden: int, ffn_hidden: int, mlp: MlpKind, bias: bool, num_experts: int = 1
-) -> ParamCount:
-    """Parameters of one MLP sub-layer, or of an MoE layer of `num_experts` such MLPs.
+def mlp_params(*, hidden: int, ffn_hidden: int, mlp: MlpKind, bias: bool) -> ParamCount:
+    """Parameters of one dense MLP sub-layer.
 
     Ref: Narayanan et al. 2021, Sec. 5.1: 8h^2 + 5h for f = 4h (two matrices, biases f + h).
-    SwiGLU (Shazeer 2020, arXiv:2002.05202) adds a third h x f gate matrix. An MoE layer
-    (Jiang et al. 2024, arXiv:2401.04088, Sec. 2.1) holds E expert MLPs and an h x E router
-    without bias; every expert is sharded by TP like a dense MLP (no expert parallelism).
+    SwiGLU (Shazeer 2020, arXiv:2002.05202) adds a third h x f gate matrix.
     """
     h, f = hidden, ffn_hidden
     num_in = 2 if mlp is MlpKind.SWIGLU else 1       # gate and up projections, or one fc1
     weights = num_in * h * f + f * h                   # fc1 (column-parallel), fc2 (row-parallel)
     in_b = num_in * f if bias else 0                   # column-parallel bias: sharded
     out_b = h if bias else 0                           # row-parallel bias: replicated
-    router = h * num_experts if num_experts > 1 else 0
-    return ParamCount(num_experts * (weights + in_b), num_experts * out_b + router)
+    return ParamCount(weights + in_b, out_b)
+
+
+def moe_params(*, hidden: int, expert_ffn_hidden: int, mlp: MlpKind, bias: bool,
+               num_experts: int, shared_ffn_hidden: int, router_bias: bool) -> ParamCount:
+    """Parameters of one MoE sub-layer: E routed expert MLPs, a shared-expert MLP, a router.
+
+    Ref: Jiang et al. 2024 (Mixtral, arXiv:2401.04088, Sec. 2.1): E expert MLPs and an h x E
+    gate without bias. DeepSeek-V3 (arXiv:2412.19437, Sec. 2.1.2): shared experts every token
+    passes through (one MLP of n_shared x the expert width in Hugging Face's modeling code)
+    and a per-expert bias for auxiliary-loss-free balancing; gpt-oss (model card) has a router
+    bias and biased experts. Megatron-Core keeps the router replicated, shards the shared
+    experts like a dense MLP over TP, and splits the routed experts over EP x ETP.
+    """
+    expert = mlp_params(hidden=hidden, ffn_hidden=expert_ffn_hidden, mlp=mlp, bias=bias)
+    shared = (mlp_params(hidden=hidden, ffn_hidden=shared_ffn_hidden, mlp=mlp, bias=bias)
+              if shared_ffn_hidden else ParamCount(0, 0))
+    router = hidden * num_experts + (num_experts if router_bias else 0)
+    return ParamCount(shared.sharded, shared.replicated + router, num_experts * expert.total)
+
+
+def mla_params(*, hidden: int, num_heads: int, q_lora_rank: int | None, kv_lora_rank: int,
+               qk_nope_head_dim: int, qk_rope_head_dim: int, v_head_dim: int,
+               norm: NormKind) -> ParamCount:
+    """Parameters of one multi-head latent attention sub-layer (DeepSeek-V2, arXiv:2405.04434,
+    Sec. 2.1.2, Eq. 9-19).
+
+    Queries: h -> q_lora (down, with a norm) -> a (d_nope + d_rope) (up), or one h -> a (d_nope
+    + d_rope) matrix without a query rank. Keys and values: h -> kv_lora + d_rope (down, the
+    decoupled rotary key shared by all heads, a norm on the latent), kv_lora -> a (d_nope + d_v)
+    (up). Output: a d_v -> h. Megatron-Core's MLASelfAttention keeps the down projections and
+    their norms whole on every TP rank and shards the up and output projections.
+    """
+    h, a = hidden, num_heads
+    qk = qk_nope_head_dim + qk_rope_head_dim
+    latent_norm = norm_params(hidden=kv_lora_rank, norm=norm).replicated
+    replicated = h * (kv_lora_rank + qk_rope_head_dim) + latent_norm
+    if q_lora_rank:
+        replicated += h * q_lora_rank + norm_params(hidden=q_lora_rank, norm=norm).replicated
+        q_up = q_lora_rank * a * qk
+    else:
+        q_up = h * a * qk
+    sharded = q_up + kv_lora_rank * a * (qk_nope_head_dim + v_head_dim) + a * v_head_dim * h
+    return ParamCount(sharded, replicated)
 
 
 def embedding_params(

@@ -45,6 +45,19 @@ _ALL = (
               "arXiv:2307.09288"),
     Reference("dubey2024llama3", "The Llama 3 Herd of Models", "arXiv:2407.21783"),
     Reference("jiang2024mixtral", "Mixtral of Experts", "arXiv:2401.04088"),
+    Reference("mistral2024mixtral8x22b", "Cheaper, Better, Faster, Stronger (Mixtral 8x22B)",
+              "mistral.ai/news/mixtral-8x22b; HF mistralai/Mixtral-8x22B-v0.1"),
+    Reference("deepseek2024v3", "DeepSeek-V3 Technical Report", "arXiv:2412.19437"),
+    Reference("deepseek2024v2", "DeepSeek-V2: A Strong, Economical, and Efficient "
+              "Mixture-of-Experts Language Model", "arXiv:2405.04434"),
+    Reference("qwen2025qwen3", "Qwen3 Technical Report", "arXiv:2505.09388; HF Qwen/Qwen3-* "
+              "model cards"),
+    Reference("openai2025gptoss", "gpt-oss-120b & gpt-oss-20b Model Card",
+              "arXiv:2508.10925; HF openai/gpt-oss-120b"),
+    Reference("wang2024auxfree", "Auxiliary-Loss-Free Load Balancing Strategy for "
+              "Mixture-of-Experts", "arXiv:2408.15664"),
+    Reference("liu2025folding", "MoE Parallel Folding: Heterogeneous Parallelism Mappings for "
+              "Efficient Large-Scale MoE Model Training with Megatron Core", "arXiv:2504.14960"),
     Reference("bigscience2022bloom", "BLOOM: A 176B-Parameter Open-Access Multilingual Language "
               "Model", "arXiv:2211.05100"),
     Reference("devlin2019bert", "BERT: Pre-training of Deep Bidirectional Transformers",

@@ -15,16 +15,18 @@ import numpy as np
 from cost_models import communication as comm
 from cost_models.communication import Group
 from cost_models.compute import (BACKWARD_ELEMENTWISE_RATIO, BACKWARD_FLOPS_RATIO, Gemm,
-                                 cross_entropy_bytes, flash_attention_time_s, gemm_flops,
-                                 gemm_time_s, memory_bound_time_s, output_layer_gemm,
+                                 cross_entropy_bytes, expert_tokens_per_rank, routing_imbalance,
+                                 flash_attention_time_s, gemm_flops, gemm_time_s,
+                                 memory_bound_time_s, moe_elementwise_bytes, output_layer_gemm,
                                  transformer_layer_elementwise_bytes, transformer_layer_gemms)
 from cost_models.enums import AttentionKind, Collective, Recompute
 from cost_models.evoformer import (evoformer_block_activation_bytes,
                                    evoformer_block_elementwise_bytes, evoformer_block_gemms,
                                    evoformer_block_tp_allreduce_elements)
-from cost_models.memory import (embedding_activation_bytes, output_activation_bytes,
-                                transformer_layer_activation_bytes)
+from cost_models.memory import (embedding_activation_bytes, moe_activation_bytes,
+                                output_activation_bytes, transformer_layer_activation_bytes)
 from cost_models.units import bytes_per_value
+from planner.costing.placement import strided_placement, tp_placement
 from planner.schemas.cluster import ClusterSpec
 from planner.schemas.framework import FrameworkProfile
 from planner.schemas.model import (EmbeddingBlock, EvoformerBlock, NormBlock, OutputBlock,
@@ -46,6 +48,8 @@ class BlockCost(NamedTuple):
     recompute_working_bytes: object = 0.0
     """Activations a recomputed block rebuilds for its own backward pass, beyond those it
     keeps: alive while that one block runs backward (Korthikanti et al. 2022, Sec. 5)."""
+    ep_comm_s: object = 0.0
+    """Expert-parallel token dispatch and combine (and expert-TP gathers) of the passes."""
 
 
 def _tp_collective_s(collective: Collective, elements, *, place: Group,
@@ -79,6 +83,7 @@ class _Kernels:
         self._hbm = dict(hbm_bytes_per_s=cluster.gpu.hbm_gb_per_s * 1e9,
                          hbm_fraction=eff.hbm_fraction)
         self.flash_fraction = eff.flash_attention_fraction
+        self.framework = framework
 
     def gemms_s(self, gemms) -> object:
         return sum(gemm_time_s(g, **self._gemm) for g in gemms if g is not None)
@@ -88,24 +93,38 @@ class _Kernels:
 
 
 def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute,
-                 k: _Kernels, place: Group, cluster: ClusterSpec) -> BlockCost:
+                 k: _Kernels, place: Group, cluster: ClusterSpec, ep, etp) -> BlockCost:
     shape = dict(seq_len=seq_len, micro_batch=mb, hidden=block.hidden,
                  num_heads=block.num_heads, num_kv_heads=block.kv_heads,
-                 head_dim=block.dim_per_head, ffn_hidden=block.ffn, mlp=block.mlp,
-                 num_experts=block.num_experts, top_k=block.top_k)
-    g = transformer_layer_gemms(**shape, tp=tp)
+                 head_dim=block.dim_per_head, ffn_hidden=block.tp_ffn, mlp=block.mlp)
+    mla, moe = block.mla, block.moe
+    # With sequence parallelism each TP rank routes its own s b / t tokens (Megatron-Core
+    # requires it for MoE with TP); without, tp is 1 for an MoE layer (a rule).
+    tokens_per_rank = seq_len * mb / tp if sp else seq_len * mb + 0 * tp
+    imbalance = routing_imbalance(block.load_balancing, block.capacity_factor) if moe else 1.0
+    g = transformer_layer_gemms(**shape, tp=tp, mla=mla, moe=moe,
+                                tokens_per_rank=tokens_per_rank, ep=ep, etp=etp,
+                                imbalance=imbalance)
     flash = block.attention is AttentionKind.FLASH
-    dense = (g.qkv, g.out, g.mlp_in, g.mlp_out, g.router)
-    traffic = transformer_layer_elementwise_bytes(
-        **shape, attention=block.attention, position=block.position, dropout=block.dropout,
-        norms_per_layer=block.norms_per_layer, tp=tp, sequence_parallel=sp)
+    dense = g.dense() + g.experts
+    elementwise = dict(**shape, position=block.position, dropout=block.dropout,
+                       norms_per_layer=block.norms_per_layer, tp=tp, sequence_parallel=sp)
+    traffic = transformer_layer_elementwise_bytes(**elementwise, attention=block.attention)
     # Elementwise kernels tied to the scores (softmax, dropout) belong to the attention core.
-    core_traffic = traffic - transformer_layer_elementwise_bytes(
-        **shape, attention=AttentionKind.FLASH, position=block.position, dropout=block.dropout,
-        norms_per_layer=block.norms_per_layer, tp=tp, sequence_parallel=sp)
+    core_traffic = traffic - transformer_layer_elementwise_bytes(**elementwise,
+                                                                 attention=AttentionKind.FLASH)
+    pairs = 0 * tp
+    if moe is not None:
+        pairs = expert_tokens_per_rank(tokens_per_rank, top_k=moe.top_k, etp=etp,
+                                       imbalance=imbalance)
+        traffic = traffic + moe_elementwise_bytes(
+            pairs=pairs, hidden=block.hidden, expert_ffn_hidden=moe.expert_ffn_hidden / etp,
+            mlp=block.mlp, bytes_per_value=k.value_bytes)
     if flash:
+        qk_dim = block.dim_per_head + (mla.qk_rope_head_dim if mla else 0)
         attn = dict(seq_len=seq_len, micro_batch=mb, num_heads=block.num_heads,
-                    head_dim=block.dim_per_head, tp=tp, causal=block.causal,
+                    head_dim=qk_dim, v_head_dim=mla.v_head_dim if mla else None,
+                    window=block.sliding_window, tp=tp, causal=block.causal,
                     peak_flops=k.peak, flash_fraction=k.flash_fraction)
         core_fwd = flash_attention_time_s(**attn, backward=False)
         core_bwd = flash_attention_time_s(**attn, backward=True)
@@ -117,11 +136,20 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
     forward = k.gemms_s(dense) + k.traffic_s(rest_traffic) + core_fwd
     backward = (BACKWARD_FLOPS_RATIO * k.gemms_s(dense)
                 + BACKWARD_ELEMENTWISE_RATIO * k.traffic_s(rest_traffic) + core_bwd)
-    # Megatron TP (Narayanan et al. 2021, Sec. 2.3): two all-reduces of s*b*h values in the
-    # forward pass (after attention and after the MLP) and two in the backward.
+    # Megatron TP (Narayanan et al. 2021, Sec. 2.3): an all-reduce of s*b*h values after
+    # attention and one after the MLP in the forward pass, the same in the backward. An MoE
+    # layer's routed experts take their tokens from the sequence-parallel shard through the
+    # expert-parallel all-to-all instead; only its shared experts (if any) are a TP MLP.
     tokens_hidden = seq_len * mb * block.hidden
-    one_pass_comm = 2 * _allreduce_or_split(tokens_hidden, sequence_parallel=sp, place=place,
-                                            cluster=cluster, value_bytes=k.value_bytes)
+    tp_sublayers = 1 + (1 if block.tp_ffn else 0)
+    one_pass_comm = tp_sublayers * _allreduce_or_split(
+        tokens_hidden, sequence_parallel=sp, place=place, cluster=cluster,
+        value_bytes=k.value_bytes)
+    one_pass_ep = 0 * tp
+    if moe is not None:
+        one_pass_ep = expert_dispatch_s(
+            tokens_per_rank=tokens_per_rank, pairs=pairs, top_k=moe.top_k, hidden=block.hidden,
+            imbalance=imbalance, ep=ep, etp=etp, k=k, cluster=cluster)
     if rc is Recompute.FULL:
         recompute, comm_passes = forward, 3            # the recompute pass repeats the forward's collectives
     elif rc is Recompute.SELECTIVE:
@@ -132,19 +160,48 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
         comm_passes = 2
     else:
         recompute, comm_passes = 0 * forward, 2
+
     def stored(recompute):
-        return transformer_layer_activation_bytes(
+        kept = transformer_layer_activation_bytes(
             **shape, attention=block.attention, dropout=block.dropout,
             norms_per_layer=block.norms_per_layer, tp=tp, sequence_parallel=sp,
-            recompute=recompute, bytes_per_value=k.value_bytes)
+            recompute=recompute, bytes_per_value=k.value_bytes, mla=mla)
+        if moe is not None and recompute is not Recompute.FULL:
+            kept = kept + moe_activation_bytes(
+                pairs=pairs, tokens_per_rank=tokens_per_rank, hidden=block.hidden,
+                expert_ffn_hidden=moe.expert_ffn_hidden / etp, num_experts=moe.num_experts,
+                mlp=block.mlp, bytes_per_value=k.value_bytes)
+        return kept
 
     activations = stored(rc)
     return BlockCost(forward, backward, recompute, comm_passes * one_pass_comm, activations,
-                     tokens_hidden + 0 * tp, stored(Recompute.NONE) - activations)
+                     tokens_hidden + 0 * tp, stored(Recompute.NONE) - activations,
+                     comm_passes * one_pass_ep)
+
+
+def expert_dispatch_s(*, tokens_per_rank, pairs, top_k: int, hidden: int, imbalance: float,
+                      ep, etp, k: _Kernels, cluster: ClusterSpec):
+    """Seconds of one pass's token dispatch and combine on one rank of an MoE layer.
+
+    Ref: Megatron-Core MoEAlltoAllTokenDispatcher (Liu et al. 2025, arXiv:2504.14960, Sec. 3,
+    Fig. 3): dispatch is an all-to-all over the EP group of the rank's T x top_k routed token
+    copies (the busiest rank receives `imbalance` x that), then an all-gather over the ETP
+    group; combine is the reverse (reduce-scatter over ETP, all-to-all over EP). EP ranks sit
+    etp apart (the expert rank order tp-ep-dp-pp), ETP ranks are consecutive.
+    """
+    net, node = cluster.network, cluster.gpus_per_node
+    sent = tokens_per_rank * top_k * imbalance * hidden * k.value_bytes
+    ep_group = strided_placement(ep, etp, node)
+    a2a = comm.all_to_all_time_s(sent, ep_group, net)
+    gathered = pairs * hidden * k.value_bytes
+    etp_group = tp_placement(etp, node)
+    etp_s = (comm.all_gather_time_s(gathered, etp_group, net)
+             + comm.reduce_scatter_time_s(gathered, etp_group, net))
+    return (np.where(ep > 1, 2 * a2a, 0.0) + np.where(etp > 1, etp_s, 0.0))
 
 
 def _evoformer(block: EvoformerBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute,
-               k: _Kernels, place: Group, cluster: ClusterSpec) -> BlockCost:
+               k: _Kernels, place: Group, cluster: ClusterSpec, **_) -> BlockCost:
     e, flash = block.shape, block.attention is AttentionKind.FLASH
     gemms = evoformer_block_gemms(e, num_residues=seq_len, micro_batch=mb, tp=tp)
     traffic = evoformer_block_elementwise_bytes(e, num_residues=seq_len, micro_batch=mb, tp=tp,
@@ -178,7 +235,7 @@ def _evoformer(block: EvoformerBlock, *, seq_len, mb, tp, sp: bool, rc: Recomput
 
 
 def _embedding(block: EmbeddingBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute,
-               k: _Kernels, place: Group, cluster: ClusterSpec) -> BlockCost:
+               k: _Kernels, place: Group, cluster: ClusterSpec, **_) -> BlockCost:
     tokens_hidden = seq_len * mb * block.hidden
     # Gather rows and write them (and the dropout mask); the backward scatters the gradients.
     traffic = 2 * k.value_bytes * tokens_hidden
@@ -196,7 +253,7 @@ def _embedding(block: EmbeddingBlock, *, seq_len, mb, tp, sp: bool, rc: Recomput
 
 
 def _norm(block: NormBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute, k: _Kernels,
-          place: Group, cluster: ClusterSpec) -> BlockCost:
+          place: Group, cluster: ClusterSpec, **_) -> BlockCost:
     tokens_hidden = seq_len * mb * block.hidden
     shard = tp if sp else 1
     forward = k.traffic_s(2 * k.value_bytes * tokens_hidden / shard) + 0 * tp
@@ -206,7 +263,7 @@ def _norm(block: NormBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute, k: _Ker
 
 
 def _output(block: OutputBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute, k: _Kernels,
-            place: Group, cluster: ClusterSpec) -> BlockCost:
+            place: Group, cluster: ClusterSpec, **_) -> BlockCost:
     h, V = block.hidden, block.vocab_size
     logits = output_layer_gemm(seq_len=seq_len, micro_batch=mb, hidden=h, vocab_size=V, tp=tp)
     gemms = [logits]
@@ -236,26 +293,24 @@ _BY_KIND = {"transformer": _transformer, "evoformer": _evoformer, "embedding": _
 
 def block_cost(block, *, training: TrainingSpec, cluster: ClusterSpec,
                framework: FrameworkProfile, tp, mb, sequence_parallel: bool,
-               recompute: Recompute, place: Group) -> BlockCost:
-    """Costs of `block` at arrays of tp and micro-batch values (one SP and recompute setting)."""
+               recompute: Recompute, place: Group, ep=1, etp=1) -> BlockCost:
+    """Costs of `block` at arrays of tp, micro-batch, ep and etp values (one SP and recompute
+    setting)."""
     tp = np.asarray(tp, dtype=float)
     mb = np.asarray(mb, dtype=float)
+    ep = np.asarray(ep, dtype=float) + 0 * tp
+    etp = np.asarray(etp, dtype=float) + 0 * tp
     k = _Kernels(cluster, training, framework)
     return _BY_KIND[block.kind](block, seq_len=training.seq_len, mb=mb, tp=tp,
                                 sp=sequence_parallel, rc=recompute, k=k, place=place,
-                                cluster=cluster)
+                                cluster=cluster, ep=ep, etp=etp)
 
 
 def block_model_flops(block, *, seq_len: int) -> float:
     """Forward FLOPs of one block for one sequence on one GPU (no TP): the MFU numerator's
     share, counting every GEMM including attention scores (Narayanan et al. 2021, Sec. 5.1)."""
     if isinstance(block, TransformerBlock):
-        g = transformer_layer_gemms(seq_len=seq_len, micro_batch=1, hidden=block.hidden,
-                                    num_heads=block.num_heads, num_kv_heads=block.kv_heads,
-                                    head_dim=block.dim_per_head, ffn_hidden=block.ffn,
-                                    mlp=block.mlp, num_experts=block.num_experts,
-                                    top_k=block.top_k, tp=1)
-        return float(sum(gemm_flops(x) for x in g if x is not None))
+        return float(sum(gemm_flops(x) for x in layer_gemms(block, seq_len=seq_len).all()))
     if isinstance(block, EvoformerBlock):
         return float(sum(gemm_flops(x) for x in evoformer_block_gemms(
             block.shape, num_residues=seq_len, micro_batch=1, tp=1)))
@@ -266,6 +321,14 @@ def block_model_flops(block, *, seq_len: int) -> float:
             flops += gemm_flops(Gemm(seq_len, block.hidden, block.hidden))
         return float(flops)
     return 0.0
+
+
+def layer_gemms(block: TransformerBlock, *, seq_len: int):
+    """One sequence's GEMMs of a transformer layer on one GPU (no parallelism, no imbalance)."""
+    return transformer_layer_gemms(seq_len=seq_len, micro_batch=1, hidden=block.hidden,
+                                   num_heads=block.num_heads, num_kv_heads=block.kv_heads,
+                                   head_dim=block.dim_per_head, ffn_hidden=block.tp_ffn,
+                                   mlp=block.mlp, tp=1, mla=block.mla, moe=block.moe)
 
 
 def pipeline_send_bytes(elements, *, tp, value_bytes: int):

@@ -14,14 +14,15 @@ import numpy as np
 
 from cost_models import communication as comm
 from cost_models.communication import ALL_REDUCE_ALGORITHMS, Group
-from cost_models.compute import gemm_flops, optimizer_step_bytes_per_param, transformer_layer_gemms
+from cost_models.compute import gemm_flops, optimizer_step_bytes_per_param
 from cost_models.enums import Collective, Precision, Recompute, ZeroStage
-from cost_models.memory import (model_state_bytes, reserve_bytes, state_bytes_per_param,
+from cost_models.memory import (StateBytes, model_state_bytes, reserve_bytes, state_bytes_per_param,
                                 zero3_gather_buffer_bytes)
 from cost_models.pipeline import in_flight_per_chunk, pipeline_time_s
 from cost_models.units import GiB, TFLOPS, bytes_per_value
 from planner.costing.block_costs import (BlockCost, block_cost, block_model_flops,
-                                 pipeline_send_bytes)
+                                         layer_gemms, pipeline_send_bytes)
+from planner.costing.placement import strided_placement, tp_placement
 from planner.costing.layout import ChainTypes, Layout, layout_from_layer_counts, uniform_layout
 from planner.inputs.loader import Problem
 from planner.schemas.model import EmbeddingBlock, OutputBlock, TransformerBlock
@@ -59,6 +60,27 @@ class Candidates:
     dp_comm: np.ndarray
     """Index into DP_COMM_ORDER."""
     num_servers: np.ndarray
+    ep: np.ndarray = None  # type: ignore[assignment]
+    """Expert-parallel ranks (None: 1 for every candidate)."""
+    etp: np.ndarray = None  # type: ignore[assignment]
+    """Expert tensor-parallel ranks (None: tp, Megatron-LM's default)."""
+
+    def __post_init__(self) -> None:
+        if self.ep is None:
+            self.ep = np.ones(len(self.tp), dtype=int)
+        if self.etp is None:
+            self.etp = np.asarray(self.tp).copy()
+
+    @property
+    def edp(self) -> np.ndarray:
+        """Expert data-parallel ranks, tp x dp / (etp x ep), at least 1."""
+        return np.maximum(self.tp * self.dp // (self.ep * self.etp), 1)
+
+    @property
+    def expert_shard(self) -> np.ndarray:
+        """Expert data-parallel ranks ZeRO shards the experts' states over: all of edp, or
+        the same share of it as dp_shard is of dp (HSDP)."""
+        return np.maximum(self.edp * self.shard // self.dp, 1)
 
     def __len__(self) -> int:
         return len(self.tp)
@@ -87,7 +109,7 @@ class Candidates:
                    param_gather=one(overlap("overlap_param_gather")),
                    tp_overlap=one(overlap("tp_comm_overlap")),
                    dp_comm=one(DP_COMM_ORDER.index(s.dp_comm)),
-                   num_servers=one(s.num_servers or s.dp))
+                   num_servers=one(s.num_servers or s.dp), ep=one(s.ep), etp=one(s.expert_tp))
 
     def strategy(self, i: int, layers_per_stage: tuple[int, ...] | None = None) -> Strategy:
         return Strategy(
@@ -101,23 +123,8 @@ class Candidates:
             tp_comm_overlap=bool(self.tp_overlap[i]),
             dp_comm=DP_COMM_ORDER[self.dp_comm[i]],
             num_servers=int(self.num_servers[i]) if self.dp_comm[i] else None,
+            ep=int(self.ep[i]), etp=int(self.etp[i]),
             layers_per_stage=layers_per_stage)
-
-
-# --------------------------------------------------------------------------- placement
-
-def tp_placement(tp, gpus_per_node: int) -> Group:
-    """TP ranks are innermost (consecutive ranks): a group of t fills min(t, node) per node."""
-    return Group(size=tp, ranks_per_node=np.minimum(tp, gpus_per_node),
-                 num_nodes=np.ceil(tp / gpus_per_node))
-
-
-def strided_placement(size, stride, gpus_per_node: int) -> Group:
-    """A group of `size` ranks `stride` apart (DP after TP; PP after TP and DP, Megatron-LM's
-    default order tp-dp-pp)."""
-    per_node = np.where(stride >= gpus_per_node, 1,
-                        np.minimum(size, np.maximum(gpus_per_node // stride, 1)))
-    return Group(size=size, ranks_per_node=per_node, num_nodes=np.ceil(size / per_node))
 
 
 # --------------------------------------------------------------------------- block costs
@@ -133,6 +140,7 @@ class BlockCosts:
     activation_bytes: np.ndarray
     output_elements: np.ndarray
     recompute_working_bytes: np.ndarray
+    ep_comm_s: np.ndarray
 
     def take(self, index) -> BlockCosts:
         return BlockCosts(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
@@ -141,7 +149,8 @@ class BlockCosts:
 def block_costs(problem: Problem, cands: Candidates) -> BlockCosts:
     """Evaluate every block type once per distinct (tp, micro-batch, SP, recompute) point."""
     types = chain_types(problem.model)
-    keys = np.stack([cands.tp, cands.mb, cands.sp.astype(int), cands.recompute], axis=1)
+    keys = np.stack([cands.tp, cands.mb, cands.sp.astype(int), cands.recompute, cands.ep,
+                     cands.etp], axis=1)
     points, inverse = np.unique(keys, axis=0, return_inverse=True)
     inverse = inverse.reshape(-1)
     num_types = len(types.unique_blocks)
@@ -151,12 +160,13 @@ def block_costs(problem: Problem, cands: Candidates) -> BlockCosts:
             mask = (points[:, 2] == sp) & (points[:, 3] == rc)
             if not mask.any():
                 continue
-            tp, mb = points[mask, 0], points[mask, 1]
+            tp, mb, ep, etp = points[mask, 0], points[mask, 1], points[mask, 4], points[mask, 5]
             place = tp_placement(tp, problem.cluster.gpus_per_node)
             for u, block in enumerate(types.unique_blocks):
                 cost = block_cost(block, training=problem.training, cluster=problem.cluster,
-                                  framework=problem.framework, tp=tp, mb=mb, sequence_parallel=bool(sp),
-                                  recompute=RECOMPUTE_ORDER[rc], place=place)
+                                  framework=problem.framework, tp=tp, mb=mb,
+                                  sequence_parallel=bool(sp), recompute=RECOMPUTE_ORDER[rc],
+                                  place=place, ep=ep, etp=etp)
                 for name, value in zip(BlockCost._fields, cost):
                     out[name][mask, u] = value
     return BlockCosts(**{name: table[inverse] for name, table in out.items()})
@@ -168,11 +178,17 @@ def chain_types(model) -> ChainTypes:
 
 
 @lru_cache(maxsize=32)
-def type_params(model) -> tuple[np.ndarray, np.ndarray]:
+def type_params(model) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per block type: parameters TP shards, those it replicates, and routed-expert ones."""
     types = chain_types(model)
-    sharded = np.array([b.params().sharded for b in types.unique_blocks], dtype=float)
-    replicated = np.array([b.params().replicated for b in types.unique_blocks], dtype=float)
-    return sharded, replicated
+    counts = [b.params() for b in types.unique_blocks]
+    return tuple(np.array([getattr(c, name) for c in counts], dtype=float)
+                 for name in ("sharded", "replicated", "expert"))
+
+
+def _add_states(a: StateBytes, b: StateBytes) -> StateBytes:
+    return StateBytes(a.weights + b.weights, a.gradients + b.gradients,
+                      a.optimizer + b.optimizer)
 
 
 @lru_cache(maxsize=32)
@@ -185,10 +201,7 @@ def step_flops_per_sequence(model, seq_len: int) -> tuple[float, float, float]:
     attention = 0.0
     for b in model.blocks:
         if isinstance(b, TransformerBlock):
-            g = transformer_layer_gemms(seq_len=seq_len, micro_batch=1, hidden=b.hidden,
-                                        num_heads=b.num_heads, num_kv_heads=b.kv_heads,
-                                        head_dim=b.dim_per_head, ffn_hidden=b.ffn, mlp=b.mlp,
-                                        tp=1)
+            g = layer_gemms(b, seq_len=seq_len)
             attention += gemm_flops(g.scores) + gemm_flops(g.attend)
     return 3 * forward, layers, attention
 
@@ -210,12 +223,14 @@ class Evaluation:
     stage_layers: np.ndarray
     stage_compute_s: np.ndarray
     stage_tp_s: np.ndarray
+    stage_ep_s: np.ndarray
     stage_pp_s: np.ndarray
     stage_dp_s: np.ndarray
     peak_bytes: np.ndarray
     peak_stage: np.ndarray
     compute_s: np.ndarray
     tp_comm_s: np.ndarray
+    ep_comm_s: np.ndarray
     pp_comm_s: np.ndarray
     dp_comm_s: np.ndarray
     bubble_s: np.ndarray
@@ -253,17 +268,26 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
     m = cands.num_micro_batches
 
     # ---- parameters and model states per stage
-    sharded, replicated = type_params(model)
-    chunk_sharded, chunk_replicated = counts @ sharded, counts @ replicated  # (K,)
-    stage_sharded = chunk_sharded.reshape(v, p).sum(0)
-    stage_replicated = chunk_replicated.reshape(v, p).sum(0)
-    stage_sharded = stage_sharded + _tied_copy(model, layout)
-    params = stage_sharded[None, :] / tp[:, None] + stage_replicated[None, :]   # (N, p)
+    sharded, replicated, expert = type_params(model)
+
+    def per_stage(per_type):
+        return (counts @ per_type).reshape(v, p).sum(0)                   # (p,)
+
+    stage_sharded = per_stage(sharded) + _tied_copy(model, layout)
+    dense_params = stage_sharded[None, :] / tp[:, None] + per_stage(replicated)[None, :]
+    # Routed experts: split over ep x etp, their states sharded over the expert data-parallel
+    # ranks (Megatron-Core distributed optimizer over the expert-DP group).
+    expert_params = per_stage(expert)[None, :] / (cands.ep * cands.etp)[:, None]
+    params = dense_params + expert_params                                   # (N, p)
     per_param = state_bytes_per_param(training.precision, training.optimizer)
     zero = cands.zero[:, None]
     shard = cands.shard.astype(float)
-    states = model_state_bytes(num_params=params, dp=shard[:, None], zero_stage=zero,
-                               per_param=per_param)
+    expert_shard = cands.expert_shard.astype(float)
+    states = _add_states(
+        model_state_bytes(num_params=dense_params, dp=shard[:, None], zero_stage=zero,
+                          per_param=per_param),
+        model_state_bytes(num_params=expert_params, dp=expert_shard[:, None], zero_stage=zero,
+                          per_param=per_param))
 
     # ---- activations: in-flight micro-batches per (stage, chunk) times chunk activations
     chunk_act = _by_stage(costs.activation_bytes @ counts.T, p, v)            # (N, p, v)
@@ -274,7 +298,8 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
     activations = ((chunk_act * in_flight).sum(2) + _recompute_working_bytes(costs, counts, p, v)
                    + pipe_buffers)
 
-    largest_block = (sharded[None, :] / tp[:, None] + replicated[None, :]).max(1)
+    largest_block = (sharded[None, :] / tp[:, None] + replicated[None, :]
+                     + expert[None, :] / (cands.ep * cands.etp)[:, None]).max(1)
     gathered = np.where(cands.zero == ZeroStage.PARAMETERS, zero3_gather_buffer_bytes(
         largest_block_params_per_rank=largest_block, weight_bytes=per_param.weights,
         prefetch_blocks=cluster.reserve.zero3_prefetch_blocks), 0.0)[:, None]
@@ -296,16 +321,27 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
     fwd, bwd = stage_sum(costs.forward_s), stage_sum(costs.backward_s)
     compute = fwd + bwd + stage_sum(costs.recompute_s)
     tp_comm = stage_sum(tp_exposed_s(problem, cands, costs))
+    ep_comm = stage_sum(ep_exposed_s(problem, costs))
     pp_comm = _pipeline_comm(problem, layout, cands, costs, types)
     stage_blocks = counts.sum(1).reshape(v, p).sum(0)                     # (p,)
-    dp_per_mb, dp_end, dp_algorithm = _data_parallel(problem, cands, params, per_param, fwd, bwd,
-                                                stage_blocks)
-    tau = compute + tp_comm + pp_comm + dp_per_mb
+    dp_per_mb, dp_end, dp_algorithm = _data_parallel(problem, cands, dense_params, per_param,
+                                                     fwd, bwd, stage_blocks)
+    if model.is_moe:   # expert gradients and weights travel over the expert data-parallel group
+        moe_per_mb, moe_end, _ = _data_parallel(
+            problem, cands, expert_params, per_param, fwd, bwd, stage_blocks, dp=cands.edp,
+            shard=cands.expert_shard, stride=cands.etp * cands.ep)
+        has_experts = expert_params > 0
+        dp_per_mb = dp_per_mb + np.where(has_experts, moe_per_mb, 0.0)
+        dp_end = dp_end + np.where(has_experts, moe_end, 0.0)
+    tau = compute + tp_comm + ep_comm + pp_comm + dp_per_mb
     slowest = tau.argmax(1)
     pipeline = pipeline_time_s(max_stage_s=tau.max(1), sum_stage_s=tau.sum(1),
                                num_micro_batches=m, vpp=v)
 
-    optimizer = params / np.where(cands.zero >= ZeroStage.OPTIMIZER_STATES, shard, 1)[:, None] \
+    sharded_optimizer = (cands.zero >= ZeroStage.OPTIMIZER_STATES)[:, None]
+    updated = (dense_params / np.where(sharded_optimizer, shard[:, None], 1)
+               + expert_params / np.where(sharded_optimizer, expert_shard[:, None], 1))
+    optimizer = updated \
         * optimizer_step_bytes_per_param(weight_bytes=per_param.weights,
                                          gradient_bytes=per_param.gradients,
                                          optimizer_bytes=per_param.optimizer) \
@@ -322,9 +358,10 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
         stage_optimizer=states.optimizer, stage_activations=activations, stage_other=other,
         stage_in_flight=in_flight.sum(2) / v, stage_pipe_buffers=pipe_buffers,
         stage_layers=np.array(layout.layers_per_chunk(model)).reshape(v, p).sum(0),
-        stage_compute_s=compute, stage_tp_s=tp_comm, stage_pp_s=pp_comm, stage_dp_s=dp_per_mb,
-        peak_bytes=total[rows, peak_stage], peak_stage=peak_stage,
+        stage_compute_s=compute, stage_tp_s=tp_comm, stage_ep_s=ep_comm, stage_pp_s=pp_comm,
+        stage_dp_s=dp_per_mb, peak_bytes=total[rows, peak_stage], peak_stage=peak_stage,
         compute_s=m * compute[rows, slowest], tp_comm_s=m * tp_comm[rows, slowest],
+        ep_comm_s=m * ep_comm[rows, slowest],
         pp_comm_s=m * pp_comm[rows, slowest],
         dp_comm_s=m * dp_per_mb[rows, slowest] + dp_end[rows, last],
         bubble_s=pipeline - m * tau[rows, slowest], optimizer_s=optimizer[rows, last],
@@ -400,6 +437,18 @@ def tp_exposed_s(problem: Problem, cands: Candidates, costs: BlockCosts) -> np.n
     return (1 - share) * costs.tp_comm_s + hidden
 
 
+def ep_exposed_s(problem: Problem, costs: BlockCosts) -> np.ndarray:
+    """Seconds of expert-parallel dispatch and combine per block left on the critical path
+    (N, U): the framework profile's share overlaps with compute (Megatron-LM
+    --overlap-moe-expert-parallel-comm overlaps one micro-batch's all-to-all with another's
+    compute), slowing it by the cluster's overlap interference; the rest is exposed."""
+    share = problem.framework.ep_comm_overlap_fraction
+    compute = costs.forward_s + costs.backward_s + costs.recompute_s
+    hidden = comm.exposed_time_s(share * costs.ep_comm_s, compute,
+                                 interference=problem.cluster.efficiency.overlap_interference)
+    return (1 - share) * costs.ep_comm_s + hidden
+
+
 def _tied_copy(model, layout: Layout) -> np.ndarray:
     """Sharded parameters a tied output layer adds on its own stage when the embedding it
     shares lives on another stage (Megatron-LM keeps a copy and all-reduces its gradient)."""
@@ -458,7 +507,8 @@ def _pipeline_comm(problem: Problem, layout: Layout, cands: Candidates, costs: B
 
 
 def _data_parallel(problem: Problem, cands: Candidates, params: np.ndarray, per_param,
-                   fwd: np.ndarray, bwd: np.ndarray, stage_blocks: np.ndarray):
+                   fwd: np.ndarray, bwd: np.ndarray, stage_blocks: np.ndarray, *,
+                   dp=None, shard=None, stride=None):
     """Data-parallel communication: (exposed per micro-batch, exposed at step end, algorithm).
 
     Ref: Rajbhandari et al. 2020, Sec. 7: an all-reduce of the gradients (ZeRO-0); a
@@ -475,19 +525,24 @@ def _data_parallel(problem: Problem, cands: Candidates, params: np.ndarray, per_
     shard group of dp_shard ranks (consecutive data-parallel ranks, so inside a node when
     tp * dp_shard fits one), and each rank all-reduces its 1/dp_shard of the gradients with its
     peers of the other dp / dp_shard groups once per step.
+    The same runs for an MoE model's routed experts over the expert data-parallel group
+    (`dp`, `shard` and `stride` given: edp ranks etp x ep apart).
     """
     cluster = problem.cluster
     net = cluster.network
-    dp_col = cands.dp.astype(float)[:, None]
-    place = strided_placement(cands.dp, cands.tp, cluster.gpus_per_node)
+    dp = cands.dp if dp is None else dp
+    shard = cands.shard if shard is None else shard
+    stride = cands.tp if stride is None else stride
+    dp_col = dp.astype(float)[:, None]
+    place = strided_placement(dp, stride, cluster.gpus_per_node)
     nodes = place.num_nodes[:, None]
     group = Group(size=dp_col, ranks_per_node=place.ranks_per_node[:, None], num_nodes=nodes)
-    sharded = strided_placement(cands.shard, cands.tp, cluster.gpus_per_node)
-    shard_group = Group(size=cands.shard.astype(float)[:, None],
+    sharded = strided_placement(shard, stride, cluster.gpus_per_node)
+    shard_group = Group(size=shard.astype(float)[:, None],
                         ranks_per_node=sharded.ranks_per_node[:, None],
                         num_nodes=sharded.num_nodes[:, None])
-    replicas = np.maximum(cands.dp // cands.shard, 1)     # a dp_shard over dp breaks a rule
-    across = strided_placement(replicas, cands.tp * cands.shard, cluster.gpus_per_node)
+    replicas = np.maximum(dp // shard, 1)     # a dp_shard over dp breaks a rule
+    across = strided_placement(replicas, stride * shard, cluster.gpus_per_node)
     replica_group = Group(size=replicas.astype(float)[:, None],
                           ranks_per_node=across.ranks_per_node[:, None],
                           num_nodes=across.num_nodes[:, None])
@@ -564,7 +619,8 @@ def report(problem: Problem, layout: Layout, cands: Candidates, ev: Evaluation, 
     fw = problem.framework
     layers = [int(x) for x in layout.layers_per_chunk(problem.model)]
     strategy = StrategyOut(
-        dp=int(cands.dp[i]), tp=int(cands.tp[i]), pp=p, vpp=layout.vpp,
+        dp=int(cands.dp[i]), tp=int(cands.tp[i]), pp=p, vpp=layout.vpp, ep=int(cands.ep[i]),
+        etp=int(cands.etp[i]),
         micro_batch=int(cands.mb[i]), global_batch=int(cands.global_batch[i]),
         sequence_parallel=bool(cands.sp[i]), recompute=RECOMPUTE_ORDER[cands.recompute[i]],
         zero_stage=ZeroStage(int(cands.zero[i])), dp_shard=int(cands.shard[i]),
@@ -589,10 +645,12 @@ def report(problem: Problem, layout: Layout, cands: Candidates, ev: Evaluation, 
                           capacity_bytes=capacity, fits=peak <= capacity)
     stage_times = [StageTime(stage=r, compute_s=float(ev.stage_compute_s[i, r]),
                              tp_comm_s=float(ev.stage_tp_s[i, r]),
+                             ep_comm_s=float(ev.stage_ep_s[i, r]),
                              pp_comm_s=float(ev.stage_pp_s[i, r]),
                              dp_comm_s=float(ev.stage_dp_s[i, r])) for r in range(p)]
     time = TimeReport(
         compute_s=float(ev.compute_s[i]), tp_comm_s=float(ev.tp_comm_s[i]),
+        ep_comm_s=float(ev.ep_comm_s[i]),
         pp_comm_s=float(ev.pp_comm_s[i]), dp_comm_s=float(ev.dp_comm_s[i]),
         bubble_s=float(ev.bubble_s[i]), optimizer_s=float(ev.optimizer_s[i]),
         overhead_s=float(ev.overhead_s), stages=stage_times, slowest_stage=int(ev.slowest_stage[i]),

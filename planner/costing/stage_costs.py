@@ -22,19 +22,21 @@ from cost_models.pipeline import in_flight_per_chunk
 from cost_models.units import GiB
 from planner.search.balance import ChainCosts
 from planner.costing.evaluate import (BlockCosts, Candidates, Evaluation, chain_types,
-                                      framework_buffer_bytes, grad_copy_bytes_per_param,
-                                      tp_exposed_s, type_params)
+                                      ep_exposed_s, framework_buffer_bytes,
+                                      grad_copy_bytes_per_param, tp_exposed_s, type_params)
 from planner.costing.layout import Layout
 from planner.inputs.loader import Problem
 from planner.schemas.model import OutputBlock
 
 
-def state_bytes_per_stored_param(problem: Problem, cands: Candidates, rows):
+def state_bytes_per_stored_param(problem: Problem, cands: Candidates, rows, *,
+                                 experts: bool = False):
     """Bytes of weights, gradients and optimizer state per parameter a rank stores, after
-    ZeRO sharding over its shard group (all of dp, or less under HSDP): `memory.model_state_bytes`
-    of one parameter."""
+    ZeRO sharding over its shard group (all of dp, or less under HSDP; for routed experts the
+    expert data-parallel group): `memory.model_state_bytes` of one parameter."""
     per = state_bytes_per_param(problem.training.precision, problem.training.optimizer)
-    return model_state_bytes(num_params=1.0, dp=cands.shard[rows].astype(float),
+    shard = cands.expert_shard if experts else cands.shard
+    return model_state_bytes(num_params=1.0, dp=shard[rows].astype(float),
                              zero_stage=cands.zero[rows], per_param=per).total
 
 
@@ -46,12 +48,16 @@ def chain_costs(problem: Problem, cands: Candidates, costs: BlockCosts, ev: Eval
     types = chain_types(model).type_of_position
     frag = 1 + cluster.reserve.fragmentation_fraction       # the reserve grows with allocation
     tp = float(cands.tp[i])
-    sharded, replicated = type_params(model)
-    params = sharded / tp + replicated                       # per block type, on one TP rank
-    per_param = float(state_bytes_per_stored_param(problem, cands, i)
-                      + grad_copy_bytes_per_param(problem, cands)[i])
+    sharded, replicated, expert = type_params(model)
+    dense = sharded / tp + replicated                        # per block type, on one rank
+    experts = expert / float(cands.ep[i] * cands.etp[i])
+    params = dense + experts
+    copy = float(grad_copy_bytes_per_param(problem, cands)[i])
+    per_param = float(state_bytes_per_stored_param(problem, cands, i)) + copy
+    per_expert_param = float(state_bytes_per_stored_param(problem, cands, i, experts=True)) + copy
+    block_state = dense * per_param + experts * per_expert_param
     time = (costs.forward_s[i] + costs.backward_s[i] + costs.recompute_s[i]
-            + tp_exposed_s(problem, cands, costs)[i])
+            + tp_exposed_s(problem, cands, costs)[i] + ep_exposed_s(problem, costs)[i])
     m = float(cands.num_micro_batches[i])
     in_flight = in_flight_per_chunk(stage=np.arange(p)[:, None], pp=p, vpp=v,
                                     num_micro_batches=m, chunk=np.arange(v)[None, :])
@@ -74,7 +80,7 @@ def chain_costs(problem: Problem, cands: Candidates, costs: BlockCosts, ev: Eval
     return ChainCosts(
         pp=p, vpp=v,
         block_time_s=tuple(float(time[u]) for u in types),
-        block_state_bytes=tuple(float(frag * per_param * params[u]) for u in types),
+        block_state_bytes=tuple(float(frag * block_state[u]) for u in types),
         block_activation_bytes=tuple(float(frag * costs.activation_bytes[i, u]) for u in types),
         is_layer=tuple(b.kind in ("transformer", "evoformer") for b in model.blocks),
         stage_time_s=tuple(float(x) for x in ev.stage_pp_s[i] + ev.stage_dp_s[i]),

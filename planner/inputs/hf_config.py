@@ -62,6 +62,86 @@ def _qwen2(k: _Keys) -> dict[str, Any]:
     return {**_llama_like(k), "qkv_bias": True}
 
 
+def _moe_frequency(k: _Keys, *, step_key: str) -> dict[str, Any]:
+    """Which layers are MoE: every `step_key`-th, none of `mlp_only_layers` (Qwen2-MoE's
+    `(layer_idx + 1) % decoder_sparse_step == 0 and layer_idx not in mlp_only_layers`)."""
+    only_dense = k.get("mlp_only_layers", default=[]) or []
+    if only_dense:
+        raise InputError(f"{k.file}: mlp_only_layers: {only_dense}: per-layer dense overrides "
+                         f"are not modelled; describe the model with a `layers:` list")
+    return dict(moe_layer_freq=k.get(step_key, default=1))
+
+
+def _qwen2_moe(k: _Keys) -> dict[str, Any]:
+    """Qwen2-MoE (Qwen1.5-MoE): routed experts of moe_intermediate_size, one shared expert of
+    shared_expert_intermediate_size behind a sigmoid gate, Q/K/V biases (modeling_qwen2_moe.py)."""
+    return {**_qwen2(k), **_moe_frequency(k, step_key="decoder_sparse_step"),
+            "num_experts": k.need("num_experts"), "top_k": k.need("num_experts_per_tok"),
+            "moe_ffn_hidden": k.need("moe_intermediate_size"),
+            "shared_ffn_hidden": k.get("shared_expert_intermediate_size", default=0),
+            "shared_expert_gate": bool(k.get("shared_expert_intermediate_size"))}
+
+
+def _qwen3(k: _Keys) -> dict[str, Any]:
+    """Qwen3: Llama-like with an RMSNorm on each head's queries and keys (modeling_qwen3.py)."""
+    return {**_llama_like(k), "qk_norm": True}
+
+
+def _qwen3_moe(k: _Keys) -> dict[str, Any]:
+    """Qwen3-MoE: Qwen3 attention, routed experts only (modeling_qwen3_moe.py)."""
+    return {**_qwen3(k), **_moe_frequency(k, step_key="decoder_sparse_step"),
+            "num_experts": k.need("num_experts"), "top_k": k.need("num_experts_per_tok"),
+            "moe_ffn_hidden": k.need("moe_intermediate_size")}
+
+
+def _deepseek(k: _Keys) -> dict[str, Any]:
+    """DeepSeek-V2 / V3: MLA attention, first_k_dense_replace dense layers, routed and shared
+    experts (modeling_deepseek_v3.py; arXiv:2405.04434, arXiv:2412.19437). V3's
+    e_score_correction_bias is the auxiliary-loss-free balancing (topk_method noaux_tc)."""
+    if k.get("moe_layer_freq", default=1) != 1:
+        raise InputError(f"{k.file}: moe_layer_freq: {k.get('moe_layer_freq')}: only every "
+                         f"layer after first_k_dense_replace being MoE (1) is modelled")
+    aux_free = k.get("topk_method", default="greedy") == "noaux_tc"
+    moe_ffn = k.need("moe_intermediate_size")
+    return dict(
+        num_layers=k.need("num_hidden_layers"), hidden=k.need("hidden_size"),
+        num_heads=k.need("num_attention_heads"), head_dim=k.need("qk_nope_head_dim"),
+        q_lora_rank=k.get("q_lora_rank", default=0) or 0, kv_lora_rank=k.need("kv_lora_rank"),
+        qk_rope_head_dim=k.need("qk_rope_head_dim"), v_head_dim=k.need("v_head_dim"),
+        ffn_hidden=k.need("intermediate_size"), vocab_size=k.need("vocab_size"),
+        mlp="swiglu", norm="rmsnorm", position="rotary",
+        tie_embeddings=bool(k.get("tie_word_embeddings", default=False)),
+        bias=False, qkv_bias=bool(k.get("attention_bias", default=False)), dropout=False,
+        attention="flash", num_experts=k.need("n_routed_experts"),
+        top_k=k.need("num_experts_per_tok"), moe_ffn_hidden=moe_ffn,
+        shared_ffn_hidden=k.get("n_shared_experts", default=0) * moe_ffn,
+        first_k_dense=k.get("first_k_dense_replace", default=0),
+        router_bias=aux_free, load_balancing="expert_bias" if aux_free else "aux_loss")
+
+
+def _gpt_oss(k: _Keys) -> dict[str, Any]:
+    """gpt-oss: GQA with biases and a learned sink per head, alternating sliding-window and
+    full attention (layer_types), biased SwiGLU experts and router (modeling_gpt_oss.py)."""
+    types = k.get("layer_types")
+    pattern = 2                               # sliding, full, sliding, full, ... (the default)
+    if types:
+        expected = ["sliding_attention" if i % 2 == 0 else "full_attention"
+                    for i in range(len(types))]
+        if list(types) != expected:
+            raise InputError(f"{k.file}: layer_types: only alternating sliding/full attention "
+                             f"(starting with sliding) is modelled")
+    return dict(
+        num_layers=k.need("num_hidden_layers"), hidden=k.need("hidden_size"),
+        num_heads=k.need("num_attention_heads"), num_kv_heads=k.get("num_key_value_heads"),
+        head_dim=k.get("head_dim"), ffn_hidden=k.need("intermediate_size"),
+        vocab_size=k.need("vocab_size"), mlp="swiglu", norm="rmsnorm", position="rotary",
+        tie_embeddings=bool(k.get("tie_word_embeddings", default=False)),
+        bias=True, dropout=False, attention="flash", attention_sinks=True,
+        sliding_window=k.get("sliding_window"), sliding_window_pattern=pattern,
+        num_experts=k.need("num_local_experts"),
+        top_k=k.need("num_experts_per_tok", "experts_per_token"), router_bias=True)
+
+
 def _gpt2(k: _Keys) -> dict[str, Any]:
     hidden = k.need("n_embd", "hidden_size")
     return dict(
@@ -143,6 +223,8 @@ def _bert(k: _Keys) -> dict[str, Any]:
 
 MAPPERS: dict[str, Callable[[_Keys], dict[str, Any]]] = {
     "llama": _llama_like, "mistral": _llama_like, "mixtral": _llama_like, "qwen2": _qwen2,
+    "qwen2_moe": _qwen2_moe, "qwen3": _qwen3, "qwen3_moe": _qwen3_moe,
+    "deepseek_v2": _deepseek, "deepseek_v3": _deepseek, "gpt_oss": _gpt_oss,
     "gpt2": _gpt2, "gpt_neox": _gpt_neox, "bloom": _bloom, "opt": _opt, "falcon": _falcon,
     "RefinedWeb": _falcon, "RefinedWebModel": _falcon, "bert": _bert,
 }

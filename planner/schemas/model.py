@@ -6,11 +6,12 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
+from cost_models.compute import LoadBalancing, MlaDims, MoeDims
 from cost_models.enums import (AttentionKind, MlpKind, NormKind, Optimizer, PositionKind,
                                Precision)
 from cost_models.evoformer import EvoformerShape, evoformer_block_params
-from cost_models.parameters import (ParamCount, attention_params, embedding_params, mlp_params,
-                                    norm_params, output_head_params)
+from cost_models.parameters import (ParamCount, attention_params, embedding_params, mla_params,
+                                    mlp_params, moe_params, norm_params, output_head_params)
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
@@ -64,8 +65,40 @@ class TransformerBlock(BaseModel):
     qkv_bias: bool = False
     """Biases on Q, K, V only (Qwen2)."""
     dropout: bool = True
+    qk_norm: bool = False
+    """RMSNorm on each head's queries and keys (Qwen3): 2 d parameters."""
+    attention_sinks: bool = False
+    """A learned sink logit per head (gpt-oss)."""
+    sliding_window: PositiveInt | None = None
+    """Keys each query sees at most (a local attention layer); None: the whole context."""
+    q_lora_rank: int = Field(0, ge=0)
+    """Multi-head latent attention (DeepSeek-V2/V3): rank of the query latent (0: no query
+    compression)."""
+    kv_lora_rank: int = Field(0, ge=0)
+    """Rank of MLA's key-value latent; 0 means ordinary (GQA) attention. With MLA, `head_dim`
+    is the non-rotary query/key head dim."""
+    qk_rope_head_dim: int = Field(0, ge=0)
+    """MLA's decoupled rotary query/key head dim."""
+    v_head_dim: PositiveInt | None = None
+    """MLA's value head dim (None: head_dim)."""
     num_experts: PositiveInt = 1
+    """Routed experts; 1 is a dense MLP."""
     top_k: PositiveInt = 1
+    """Routed experts per token."""
+    moe_ffn_hidden: PositiveInt | None = None
+    """Inner width of one routed expert (None: ffn_hidden)."""
+    shared_ffn_hidden: int = Field(0, ge=0)
+    """Inner width of the shared experts every token also passes through (DeepSeek: n_shared
+    x the expert width; Qwen2-MoE: shared_expert_intermediate_size); 0 for none."""
+    shared_expert_gate: bool = False
+    """A sigmoid gate (h x 1) on the shared expert's output (Qwen2-MoE)."""
+    router_bias: bool = False
+    """A bias per expert in the router (gpt-oss; DeepSeek-V3's e_score_correction_bias)."""
+    load_balancing: LoadBalancing = LoadBalancing.AUX_LOSS
+    """How the router balances the experts' load (sets the dropless imbalance)."""
+    capacity_factor: float | None = Field(None, gt=0)
+    """Token-drop routing: each expert takes at most this many times its even share of the
+    tokens. None: dropless (every token reaches its experts)."""
 
     @model_validator(mode="after")
     def _heads_divide_hidden(self):
@@ -88,9 +121,39 @@ class TransformerBlock(BaseModel):
                              f"({self.num_experts})")
         return self
 
+    @model_validator(mode="after")
+    def _mla_is_complete(self):
+        if self.kv_lora_rank and not self.qk_rope_head_dim:
+            raise ValueError("kv_lora_rank (multi-head latent attention) needs qk_rope_head_dim")
+        return self
+
     @property
     def kv_heads(self) -> int:
         return self.num_kv_heads or self.num_heads
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 1
+
+    @property
+    def mla(self) -> MlaDims | None:
+        if not self.kv_lora_rank:
+            return None
+        return MlaDims(self.q_lora_rank, self.kv_lora_rank, self.qk_rope_head_dim,
+                       self.v_head_dim or self.dim_per_head)
+
+    @property
+    def moe(self) -> MoeDims | None:
+        return MoeDims(self.num_experts, self.top_k, self.expert_ffn) if self.is_moe else None
+
+    @property
+    def expert_ffn(self) -> int:
+        return self.moe_ffn_hidden or self.ffn
+
+    @property
+    def tp_ffn(self) -> int:
+        """Width of the tensor-parallel MLP: the dense MLP, or an MoE layer's shared experts."""
+        return self.shared_ffn_hidden if self.is_moe else self.ffn
 
     @property
     def dim_per_head(self) -> int:
@@ -102,26 +165,42 @@ class TransformerBlock(BaseModel):
 
     @property
     def tp_head_counts(self) -> tuple[int, ...]:
-        """Head counts tensor parallelism must divide."""
-        return (self.num_heads, self.kv_heads)
+        """Head counts tensor parallelism must divide (MLA has no separate key-value heads)."""
+        return (self.num_heads,) if self.mla else (self.num_heads, self.kv_heads)
 
     def params(self) -> ParamCount:
-        attention = attention_params(hidden=self.hidden, num_heads=self.num_heads,
-                                     num_kv_heads=self.kv_heads, head_dim=self.dim_per_head,
-                                     bias=self.bias, qkv_bias=self.qkv_bias)
-        mlp = mlp_params(hidden=self.hidden, ffn_hidden=self.ffn, mlp=self.mlp, bias=self.bias,
-                         num_experts=self.num_experts)
-        norms = norm_params(hidden=self.hidden, norm=self.norm)
-        return attention + mlp + ParamCount(0, self.norms_per_layer * norms.replicated)
+        mla = self.mla
+        if mla is None:
+            attention = attention_params(hidden=self.hidden, num_heads=self.num_heads,
+                                         num_kv_heads=self.kv_heads, head_dim=self.dim_per_head,
+                                         bias=self.bias, qkv_bias=self.qkv_bias)
+        else:
+            attention = mla_params(hidden=self.hidden, num_heads=self.num_heads,
+                                   q_lora_rank=mla.q_lora_rank, kv_lora_rank=mla.kv_lora_rank,
+                                   qk_nope_head_dim=self.dim_per_head,
+                                   qk_rope_head_dim=mla.qk_rope_head_dim,
+                                   v_head_dim=mla.v_head_dim, norm=self.norm)
+        if self.is_moe:
+            mlp = moe_params(hidden=self.hidden, expert_ffn_hidden=self.expert_ffn, mlp=self.mlp,
+                             bias=self.bias, num_experts=self.num_experts,
+                             shared_ffn_hidden=self.shared_ffn_hidden,
+                             router_bias=self.router_bias)
+            if self.shared_expert_gate:
+                mlp = mlp + ParamCount(0, self.hidden)
+        else:
+            mlp = mlp_params(hidden=self.hidden, ffn_hidden=self.ffn, mlp=self.mlp,
+                             bias=self.bias)
+        norms = self.norms_per_layer * norm_params(hidden=self.hidden, norm=self.norm).replicated
+        if self.qk_norm:   # Qwen3: one RMSNorm of head_dim for queries and one for keys
+            norms += 2 * self.dim_per_head
+        sinks = self.num_heads if self.attention_sinks else 0      # sharded with the heads
+        return attention + mlp + ParamCount(sinks, norms)
 
     def active_params(self) -> ParamCount:
-        """Parameters a token passes through: all but the experts it is not routed to."""
-        idle = self.num_experts - self.top_k
-        expert = mlp_params(hidden=self.hidden, ffn_hidden=self.ffn, mlp=self.mlp,
-                            bias=self.bias)
+        """Parameters a token passes through: all but the routed experts it is not sent to."""
         total = self.params()
-        return ParamCount(total.sharded - idle * expert.sharded,
-                          total.replicated - idle * expert.replicated)
+        idle = (self.num_experts - self.top_k) * total.expert // self.num_experts
+        return ParamCount(total.sharded, total.replicated, total.expert - idle)
 
 
 class NormBlock(BaseModel):
@@ -251,8 +330,19 @@ class ModelSpec(BaseModel):
 
     @property
     def num_active_params(self) -> int:
+        """Parameters one token's forward pass uses: all but the routed experts it skips (the
+        convention of Mixtral's 12.9B and DeepSeek-V3's 37B, embeddings included)."""
         return sum((b.active_params() if isinstance(b, TransformerBlock) else b.params()).total
                    for b in self.blocks)
+
+    @property
+    def is_moe(self) -> bool:
+        return any(getattr(b, "is_moe", False) for b in self.blocks)
+
+    @property
+    def num_experts(self) -> int:
+        """Routed experts per MoE layer (the largest, should layers differ); 1 if dense."""
+        return max((getattr(b, "num_experts", 1) for b in self.blocks), default=1)
 
     @property
     def layer_indices(self) -> tuple[int, ...]:

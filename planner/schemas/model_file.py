@@ -9,6 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
+from cost_models.compute import LoadBalancing
 from cost_models.enums import AttentionKind, MlpKind, NormKind, PositionKind
 from planner.schemas.model import (Block, EmbeddingBlock, ModelSpec, NormBlock, OutputBlock,
                                    Source, TrainingSpec, TransformerBlock)
@@ -44,8 +45,32 @@ class TransformerShorthand(BaseModel):
     attention: AttentionKind = AttentionKind.STANDARD
     causal: bool = True
     final_norm: bool = True
+    qk_norm: bool = False
+    attention_sinks: bool = False
+    sliding_window: PositiveInt | None = None
+    """Keys a local-attention layer's queries see (None: every layer attends to the whole
+    context)."""
+    sliding_window_pattern: PositiveInt = 1
+    """With `sliding_window`: every n-th layer (the n-th, 2n-th, ...) attends globally, the
+    others locally (Gemma's convention; gpt-oss alternates: 2). 1: every layer is local."""
+    q_lora_rank: int = Field(0, ge=0)
+    kv_lora_rank: int = Field(0, ge=0)
+    qk_rope_head_dim: int = Field(0, ge=0)
+    v_head_dim: PositiveInt | None = None
     num_experts: PositiveInt = 1
     top_k: PositiveInt = 1
+    moe_ffn_hidden: PositiveInt | None = None
+    shared_ffn_hidden: int = Field(0, ge=0)
+    shared_expert_gate: bool = False
+    router_bias: bool = False
+    load_balancing: LoadBalancing = LoadBalancing.AUX_LOSS
+    capacity_factor: float | None = Field(None, gt=0)
+    first_k_dense: int = Field(0, ge=0)
+    """Leading layers with a dense MLP of `ffn_hidden` before the MoE layers (DeepSeek's
+    first_k_dense_replace)."""
+    moe_layer_freq: PositiveInt = 1
+    """After the first dense layers, layer i (counting from 1) is MoE when i is a multiple of
+    this (Qwen2-MoE decoder_sparse_step); the others are dense."""
     lm_head_transform: NormKind | None = None
     lm_head_bias: bool = False
     training: TrainingSpec = TrainingSpec()
@@ -53,17 +78,42 @@ class TransformerShorthand(BaseModel):
 
     @model_validator(mode="after")
     def _layer_is_valid(self):
-        self.layer()  # the block's own validators name the fields in their messages
+        self.layers()  # the block's own validators name the fields in their messages
+        if self.first_k_dense >= self.num_layers and self.num_experts > 1:
+            raise ValueError(f"first_k_dense ({self.first_k_dense}) leaves no MoE layer of "
+                             f"num_layers ({self.num_layers})")
         return self
 
-    def layer(self) -> TransformerBlock:
-        return TransformerBlock(
+    def layers(self) -> list[TransformerBlock]:
+        """The transformer layers in order (dense-first and MoE-frequency patterns applied)."""
+        common = dict(
             hidden=self.hidden, num_heads=self.num_heads, num_kv_heads=self.num_kv_heads,
             head_dim=self.head_dim, ffn_hidden=self.ffn_hidden, mlp=self.mlp, norm=self.norm,
             norms_per_layer=self.norms_per_layer, attention=self.attention,
             position=self.position, causal=self.causal, bias=self.bias,
-            qkv_bias=self.qkv_bias, dropout=self.dropout, num_experts=self.num_experts,
-            top_k=self.top_k)
+            qkv_bias=self.qkv_bias, dropout=self.dropout, qk_norm=self.qk_norm,
+            attention_sinks=self.attention_sinks, q_lora_rank=self.q_lora_rank,
+            kv_lora_rank=self.kv_lora_rank, qk_rope_head_dim=self.qk_rope_head_dim,
+            v_head_dim=self.v_head_dim)
+        moe = dict(num_experts=self.num_experts, top_k=self.top_k,
+                   moe_ffn_hidden=self.moe_ffn_hidden, shared_ffn_hidden=self.shared_ffn_hidden,
+                   shared_expert_gate=self.shared_expert_gate, router_bias=self.router_bias,
+                   load_balancing=self.load_balancing,
+                   capacity_factor=self.capacity_factor)
+        kinds: dict[tuple[bool, bool], TransformerBlock] = {}
+        out = []
+        for i in range(self.num_layers):
+            is_moe = (self.num_experts > 1 and i >= self.first_k_dense
+                      and (i + 1) % self.moe_layer_freq == 0)
+            local = self.sliding_window is not None and (
+                self.sliding_window_pattern == 1 or (i + 1) % self.sliding_window_pattern != 0)
+            key = (is_moe, local)
+            if key not in kinds:   # one object per kind: the costing evaluates each kind once
+                kinds[key] = TransformerBlock(
+                    **common, **(moe if is_moe else {}),
+                    sliding_window=self.sliding_window if local else None)
+            out.append(kinds[key])
+        return out
 
     def to_model(self) -> ModelSpec:
         positions = self.max_positions or self.training.seq_len
@@ -73,7 +123,7 @@ class TransformerShorthand(BaseModel):
             num_token_types=self.num_token_types, norm=self.embedding_norm,
             dropout=self.dropout)
         blocks: list = [embedding]
-        blocks += [self.layer()] * self.num_layers
+        blocks += self.layers()
         if self.final_norm:
             blocks.append(NormBlock(hidden=self.hidden, norm=self.norm))
         blocks.append(OutputBlock(vocab_size=self.vocab_size, hidden=self.hidden,

@@ -20,6 +20,10 @@ class StrategyOut(BaseModel):
     tp: int
     pp: int
     vpp: int
+    ep: int = 1
+    """Expert-parallel ranks (1 for a dense model)."""
+    etp: int = 1
+    """Expert tensor-parallel ranks."""
     micro_batch: int
     global_batch: int
     sequence_parallel: bool
@@ -84,11 +88,14 @@ class StageTime(BaseModel):
     pp_comm_s: float
     dp_comm_s: float
     """Data-parallel traffic per micro-batch not hidden by compute (ZeRO-2/3)."""
+    ep_comm_s: float = 0.0
+    """Expert-parallel token dispatch and combine not hidden by compute."""
 
     @computed_field
     @property
     def total_s(self) -> float:
-        return self.compute_s + self.tp_comm_s + self.pp_comm_s + self.dp_comm_s
+        return (self.compute_s + self.tp_comm_s + self.ep_comm_s + self.pp_comm_s
+                + self.dp_comm_s)
 
 
 class TimeReport(BaseModel):
@@ -101,6 +108,8 @@ class TimeReport(BaseModel):
     pp_comm_s: float
     dp_comm_s: float
     """Data-parallel communication not hidden behind compute."""
+    ep_comm_s: float = 0.0
+    """Expert-parallel all-to-all (and expert-TP gathers) not hidden behind compute."""
     bubble_s: float
     optimizer_s: float
     overhead_s: float
@@ -113,8 +122,8 @@ class TimeReport(BaseModel):
     @computed_field
     @property
     def step_s(self) -> float:
-        return (self.compute_s + self.tp_comm_s + self.pp_comm_s + self.dp_comm_s
-                + self.bubble_s + self.optimizer_s + self.overhead_s)
+        return (self.compute_s + self.tp_comm_s + self.ep_comm_s + self.pp_comm_s
+                + self.dp_comm_s + self.bubble_s + self.optimizer_s + self.overhead_s)
 
 
 class ThroughputReport(BaseModel):
@@ -143,7 +152,7 @@ class PlanReport(BaseModel):
     @property
     def dominant_cost(self) -> str:
         parts = {"compute": self.time.compute_s, "tp_comm": self.time.tp_comm_s,
-                 "pp_comm": self.time.pp_comm_s, "dp_comm": self.time.dp_comm_s,
+                 "ep_comm": self.time.ep_comm_s, "pp_comm": self.time.pp_comm_s, "dp_comm": self.time.dp_comm_s,
                  "bubble": self.time.bubble_s, "optimizer": self.time.optimizer_s}
         return max(parts, key=parts.get)
 

@@ -41,6 +41,13 @@ class Strategy(BaseModel):
     tp: PositiveInt = 1
     pp: PositiveInt = 1
     vpp: PositiveInt = 1
+    ep: PositiveInt = 1
+    """Expert-parallel ranks: an MoE layer's routed experts are split over ep ranks, which
+    exchange tokens by all-to-all (Megatron-Core MoE parallel folding: expert layers use
+    etp x ep x edp x pp over the same GPUs as tp x dp x pp)."""
+    etp: PositiveInt | None = None
+    """Expert tensor-parallel ranks: each routed expert's matrices split etp ways. None: tp
+    (Megatron-LM's default for --expert-tensor-parallel-size)."""
     micro_batch: PositiveInt = 1
     global_batch: PositiveInt | None = None
     """None: the model's training.global_batch."""
@@ -80,6 +87,16 @@ class Strategy(BaseModel):
     def num_chunks(self) -> int:
         return self.pp * self.vpp
 
+    @property
+    def edp(self) -> int:
+        """Expert data-parallel ranks: tp x dp / (etp x ep) (fractional breaks a rule)."""
+        assert self.dp is not None, "resolve() first"
+        return self.tp * self.dp // (self.expert_tp * self.ep)
+
+    @property
+    def expert_tp(self) -> int:
+        return self.tp if self.etp is None else self.etp
+
     def degrees_label(self) -> str:
         return degrees_label(self)
 
@@ -89,6 +106,11 @@ def degrees_label(s) -> str:
     parts = [f"dp {s.dp}", f"tp {s.tp}", f"pp {s.pp}"]
     if s.vpp > 1:
         parts.append(f"vpp {s.vpp}")
+    if getattr(s, "ep", 1) > 1:
+        parts.append(f"ep {s.ep}")
+    etp = getattr(s, "etp", None) or s.tp
+    if etp != s.tp:
+        parts.append(f"etp {etp}")
     parts.append(f"mb {s.micro_batch}")
     return ", ".join(parts)
 

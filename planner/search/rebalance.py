@@ -114,10 +114,12 @@ def lower_bounds(problem: Problem, pool: Pool) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _layer_state_bytes(problem: Problem, cands, rows, layer_type: int) -> np.ndarray:
-    """Bytes of model states one layer puts on a rank (after TP and ZeRO sharding)."""
-    sharded, replicated = type_params(problem.model)
+    """Bytes of model states one layer puts on a rank (after TP, EP and ZeRO sharding)."""
+    sharded, replicated, expert = type_params(problem.model)
     params = sharded[layer_type] / cands.tp[rows] + replicated[layer_type]
-    return params * state_bytes_per_stored_param(problem, cands, rows)
+    experts = expert[layer_type] / (cands.ep[rows] * cands.etp[rows])
+    return (params * state_bytes_per_stored_param(problem, cands, rows)
+            + experts * state_bytes_per_stored_param(problem, cands, rows, experts=True))
 
 
 def rebalance(problem: Problem, pool: Pool, *,

@@ -123,7 +123,8 @@ def test_unknown_hf_model_type(cli, write, small_cluster):
     assert code == 2
     assert err.strip() == (f"Error: {config}: model_type: 'lama' is not supported (did you mean "
                            f"'llama'?); supported: RefinedWeb, RefinedWebModel, bert, bloom, "
-                           f"falcon, gpt2, gpt_neox, llama, mistral, mixtral, opt, qwen2")
+                           f"deepseek_v2, deepseek_v3, falcon, gpt2, gpt_neox, gpt_oss, llama, "
+                           f"mistral, mixtral, opt, qwen2, qwen2_moe, qwen3, qwen3_moe")
 
 
 def test_hf_missing_key(cli, write, small_cluster):

@@ -1,0 +1,85 @@
+"""Hugging Face configs of MoE families load, with the parameter counts their authors publish.
+
+Totals are the exact counts of the HF checkpoints (main model). Active counts follow each
+vendor's convention: Mixtral, Qwen and DeepSeek count every parameter a token uses
+(embeddings included; DeepSeek-V3's 37B is 37.55B rounded down), gpt-oss counts the unembedding
+but not the embedding (model card, Table 1 caption).
+"""
+
+from pathlib import Path
+
+import pytest
+
+from planner.inputs.loader import load_model
+
+CONFIGS = Path(__file__).parent / "hf_configs"
+
+# name: (exact total, published active, tolerance of the published active, embedding counted)
+PUBLISHED = {
+    # arXiv:2412.19437 Sec. 4.2: 671B total, 37B activated.
+    "deepseek-v3": (671_026_419_200, 37e9, 0.6e9, True),
+    # arXiv:2405.04434 Table 6: 15.7B total, 2.4B activated (without the embedding).
+    "deepseek-v2-lite": (15_706_484_224, 2.4e9, 0.06e9, False),
+    # HF model cards: 30.5B / 3.3B and 235B / 22B.
+    "qwen3-30b-a3b": (30_532_122_624, 3.3e9, 0.06e9, True),
+    "qwen3-235b-a22b": (235_093_634_560, 22e9, 0.5e9, True),
+    # Qwen1.5-MoE-A2.7B model card: 14.3B total, 2.7B activated.
+    "qwen1.5-moe-a2.7b": (14_315_784_192, 2.7e9, 0.05e9, True),
+    # gpt-oss model card Table 1: 116.83B total, 5.13B active.
+    "gpt-oss-120b": (116_829_156_672, 5.13e9, 0.005e9, False),
+    # Mistral AI: 141B total, 39B active.
+    "mixtral-8x22b": (140_620_634_112, 39e9, 0.5e9, True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_moe_config_counts_match_published(name):
+    model, _ = load_model(str(CONFIGS / f"{name}.json"))
+    total, active, tolerance, with_embedding = PUBLISHED[name]
+    assert model.num_params == total
+    embedding = model.blocks[0].params().total
+    counted = model.num_active_params - (0 if with_embedding else embedding)
+    assert abs(counted - active) <= tolerance, f"{counted:,} vs {active:,.0f}"
+
+
+def test_deepseek_v3_layers_and_mla():
+    model, _ = load_model(str(CONFIGS / "deepseek-v3.json"))
+    layers = [model.blocks[i] for i in model.layer_indices]
+    assert [b.is_moe for b in layers[:4]] == [False, False, False, True]
+    assert sum(b.is_moe for b in layers) == 58
+    moe = layers[3]
+    assert (moe.num_experts, moe.top_k, moe.expert_ffn, moe.shared_ffn_hidden) == (256, 8, 2048,
+                                                                                   2048)
+    assert moe.mla is not None and moe.tp_head_counts == (128,)
+    # DeepSeek-V2 Eq. 9-19: per layer, q down 7168x1536 + norm, q up 1536x(128x192),
+    # kv down 7168x576 + norm 512, kv up 512x(128x256), output (128x128)x7168.
+    expected_attention = (7168 * 1536 + 1536 + 1536 * 128 * 192 + 7168 * 576 + 512
+                          + 512 * 128 * 256 + 128 * 128 * 7168)
+    dense = layers[0].params()
+    dense_mlp = 3 * 7168 * 18432
+    assert dense.total - dense_mlp - 2 * 7168 == expected_attention
+
+
+def test_gpt_oss_alternates_sliding_and_full_attention():
+    model, _ = load_model(str(CONFIGS / "gpt-oss-120b.json"))
+    windows = [model.blocks[i].sliding_window for i in model.layer_indices]
+    assert windows[:4] == [128, None, 128, None] and windows.count(128) == 18
+
+
+def test_qwen2_moe_shared_expert_and_gate():
+    model, _ = load_model(str(CONFIGS / "qwen1.5-moe-a2.7b.json"))
+    layer = model.blocks[model.layer_indices[0]]
+    assert (layer.num_experts, layer.top_k, layer.shared_ffn_hidden) == (60, 4, 5632)
+    assert layer.shared_expert_gate and layer.qkv_bias
+
+
+def test_mlp_only_layers_are_refused_with_the_key(tmp_path):
+    import json
+
+    from planner.errors import InputError
+    config = json.loads((CONFIGS / "qwen3-30b-a3b.json").read_text())
+    config["mlp_only_layers"] = [0, 1]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    with pytest.raises(InputError, match="mlp_only_layers"):
+        load_model(str(path))
