@@ -104,6 +104,11 @@ def search_options(function):
         click.option("--dp-shard", type=positive,
                      help="Pin the ZeRO shard group (HSDP: shard over N data-parallel ranks, "
                           "replicate over the rest)."),
+        click.option("--ep", type=positive,
+                     help="Pin the expert-parallel size (MoE models)."),
+        click.option("--etp", type=positive,
+                     help="Pin the expert tensor-parallel size (MoE models)."),
+        click.option("--max-ep", type=positive, help="Upper bound on ep."),
         click.option("--max-tp", type=positive, help="Upper bound on tp."),
         click.option("--max-pp", type=positive, help="Upper bound on pp."),
         click.option("--max-micro-batch", type=positive, help="Upper bound on the micro-batch."),
@@ -214,16 +219,15 @@ def memory(model, cluster, strategy, framework, as_json, **overrides):
     plan = resolve_strategy(load_strategy(strategy), problem, file=strategy)
     report = evaluate_strategy(problem, plan)
     if as_json:
-        out = {"model": problem.model.name, "cluster": problem.cluster.name,
-               "num_gpus": problem.num_gpus, "framework": problem.framework.name,
+        out = {**_json_head(problem),
                "strategy": report.strategy.model_dump(mode="json"),
                **report.memory.model_dump(mode="json")}
         click.echo(json.dumps(out, indent=2))
         return
     from planner.cli import render
 
-    heading = (f"{problem.model.name} on {problem.num_gpus} x {problem.cluster.gpu.name}: "
-               f"{render.strategy_label(report)}")
+    heading = (f"{problem.model.name} ({render.params_label(problem.model)}) on "
+               f"{problem.num_gpus} x {problem.cluster.gpu.name}: {render.strategy_label(report)}")
     render.print_renderable(render.memory_view(report, heading=heading))
 
 
@@ -267,8 +271,7 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
                              f"plan(s)")
         written = _emit(problem, result.plans[plan_rank - 1], targets, out_dir, force, tokens)
     if as_json:
-        out = {"model": problem.model.name, "cluster": problem.cluster.name,
-               "num_gpus": problem.num_gpus, "framework": problem.framework.name,
+        out = {**_json_head(problem),
                "plans": [p.model_dump(mode="json") for p in result.plans],
                "search": result.search.model_dump(mode="json"),
                "emitted": [str(p) for p in written]}
@@ -277,11 +280,20 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
     from planner.cli import render
 
     t = problem.training
-    heading = (f"{problem.model.name} on {problem.num_gpus} x {problem.cluster.gpu.name}: "
-               f"batch {t.global_batch} x {t.seq_len} tokens, {t.precision.value}, "
-               f"{problem.framework.name}")
+    heading = (f"{problem.model.name} ({render.params_label(problem.model)}) on "
+               f"{problem.num_gpus} x {problem.cluster.gpu.name}: batch {t.global_batch} x "
+               f"{t.seq_len} tokens, {t.precision.value}, {problem.framework.name}")
     render.print_renderable(render.plan_view(heading=heading, plans=result.plans,
                                              search=result.search))
+
+
+def _json_head(problem) -> dict:
+    """The keys every --json output starts with: what was planned, on what."""
+    return {"model": problem.model.name,
+            "params": {"total": problem.model.num_params,
+                       "active": problem.model.num_active_params},
+            "cluster": problem.cluster.name, "num_gpus": problem.num_gpus,
+            "framework": problem.framework.name}
 
 
 def _emit(problem, report, targets, out_dir, force, tokens) -> list:
@@ -337,9 +349,7 @@ def validate(model, cluster, strategy, targets, cross_node_tp, no_compare, token
                            compare=not no_compare, num_tokens=tokens, framework=framework)
     if as_json:
         report = review.report
-        out = {"model": problem.model.name, "cluster": problem.cluster.name,
-               "num_gpus": review.problem.num_gpus, "file": strategy,
-               "framework": review.problem.framework.name,
+        out = {**_json_head(review.problem), "file": strategy,
                "target": review.target.value if review.target else None,
                "valid": review.valid,
                "violations": [v.model_dump(mode="json") for v in review.violations],

@@ -103,6 +103,7 @@ TIME_ROWS = (
     ("tensor-parallel comm. (exposed)", "tp_comm_s"),
     ("pipeline comm. (exposed)", "pp_comm_s"),
     ("data-parallel comm. (exposed)", "dp_comm_s"),
+    ("expert-parallel comm. (exposed)", "ep_comm_s"),
     ("pipeline bubble", "bubble_s"),
     ("optimizer step", "optimizer_s"),
     ("fixed overhead", "overhead_s"),
@@ -121,11 +122,29 @@ def rate(value: float) -> str:
     return f"{value:.3g}"
 
 
+def params_label(model) -> str:
+    """'6.74B params', or for a mixture of experts '671B params, 37.6B active'."""
+    def count(n: float) -> str:      # parameter counts in decimal units, as papers give them
+        for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M")):
+            if n >= scale:
+                return f"{n / scale:.3g}{suffix}"
+        return f"{n:,.0f}"
+
+    total = f"{count(model.num_params)} params"
+    if model.is_moe:
+        return f"{total}, {count(model.num_active_params)} active"
+    return total
+
+
 def compact_strategy(plan: PlanReport) -> tuple[str, str]:
     """('32x4x8 vpp6 mb1', 'sp sel z1'): degrees dp x tp x pp, then options."""
     s = plan.strategy
-    degrees = f"{s.dp}x{s.tp}x{s.pp}" + (f" vpp{s.vpp}" if s.vpp > 1 else "") + \
-        f" mb{s.micro_batch}"
+    degrees = f"{s.dp}x{s.tp}x{s.pp}" + (f" vpp{s.vpp}" if s.vpp > 1 else "")
+    if s.ep > 1:
+        degrees += f" ep{s.ep}"
+    if s.etp != (1 if s.ep > 1 else s.tp):     # with ep, experts are whole unless shown
+        degrees += f" etp{s.etp}"
+    degrees += f" mb{s.micro_batch}"
     options = [o for o in ("sp" if s.sequence_parallel else "",
                            {"none": "", "selective": "sel", "full": "full"}[s.recompute.value],
                            f"z{int(s.zero_stage)}" if s.zero_stage else "") if o]
@@ -138,7 +157,8 @@ def compact_strategy(plan: PlanReport) -> tuple[str, str]:
     return degrees, " ".join(options) or "-"
 
 
-PLANS_LEGEND = ("strategy: dp x tp x pp, interleaved chunks (vpp), micro-batch (mb); options: "
+PLANS_LEGEND = ("strategy: dp x tp x pp, interleaved chunks (vpp), expert parallel (ep; experts "
+                "whole unless etp), micro-batch (mb); options: "
                 "sp sequence parallel, sel/full recompute, zN ZeRO stage, hN ZeRO sharded over N "
                 "ranks and replicated (HSDP), ps parameter server, "
                 "bal balanced uneven layout; "
@@ -293,7 +313,8 @@ def comparison_text(review) -> Text:
 def review_view(review) -> Group:
     p = review.problem
     what = f" ({review.target.value})" if review.target else ""
-    heading = (f"{review.file}{what}: {p.model.name} on {p.num_gpus} x {p.cluster.gpu.name}, "
+    heading = (f"{review.file}{what}: {p.model.name} ({params_label(p.model)}) on "
+               f"{p.num_gpus} x {p.cluster.gpu.name}, "
                f"global batch {review.strategy.global_batch} x {p.training.seq_len} tokens, "
                f"{p.training.precision.value}: {strategy_phrase(review.strategy)}")
     parts = [Text(heading, style="bold"), violations_text(review.violations), Text("")]

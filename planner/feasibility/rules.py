@@ -43,8 +43,13 @@ SUMMARY: dict[Rule, str] = {
                                "groups of pp",
     Rule.PARAMETER_SERVER_ZERO: "a parameter server needs zero_stage 0",
     Rule.DP_SHARD: "dp_shard must divide dp, with zero_stage 1 or more",
+    Rule.EP_DIVIDES_EXPERTS: "ep must divide the routed experts (ep 1 for a dense model)",
+    Rule.EXPERT_FOLDING: "etp * ep must divide tp * dp (expert layers fold onto the same GPUs)",
+    Rule.MOE_SEQUENCE_PARALLEL: "an MoE model with tp > 1 needs sequence parallelism",
     Rule.MEMORY_FITS: "the peak stage must fit in GPU memory",
     Rule.TARGET_PARAMETER_SERVER: "no launch target implements a parameter server",
+    Rule.TARGET_EXPERT_PARALLEL: "torchrun (plain PyTorch) has no expert parallelism",
+    Rule.TARGET_EXPERT_TP: "etp must be 1 or tp on this launch target",
 }
 SUMMARY.update({rule: r.summary for rules in FRAMEWORK_RULES.values() for rule, r in rules.items()})
 """One line per rule, for messages that name rules without a particular strategy."""
@@ -117,6 +122,26 @@ def _dp_shard(problem: Problem, c: Candidates, options: RuleOptions) -> np.ndarr
     return (c.dp % c.shard != 0) | (hybrid & (c.zero == 0))
 
 
+def _ep_divides_experts(problem: Problem, c: Candidates, options: RuleOptions) -> np.ndarray:
+    # Megatron-LM arguments.py: "num_experts must be divisible by expert_model_parallel_size";
+    # expert parallelism needs --num-experts.
+    return problem.model.num_experts % c.ep != 0
+
+
+def _expert_folding(problem: Problem, c: Candidates, options: RuleOptions) -> np.ndarray:
+    # Megatron-Core parallel_state.initialize_model_parallel: the world size must be divisible by
+    # expert_tensor_parallel_size * expert_model_parallel_size * pipeline_model_parallel_size,
+    # i.e. etp * ep divides tp * dp (Liu et al. 2025, arXiv:2504.14960, Sec. 3.2).
+    return (c.tp * c.dp) % (c.ep * c.etp) != 0
+
+
+def _moe_sequence_parallel(problem: Problem, c: Candidates, options: RuleOptions) -> np.ndarray:
+    # Megatron-Core moe_layer.py: "During training, performance may degrade if MoE and tensor
+    # parallelism are enabled without also enabling sequence parallelism" is raised as an error
+    # at the first forward; the token dispatcher routes each TP rank's sequence shard.
+    return problem.model.is_moe & (c.tp > 1) & ~c.sp
+
+
 DEGREE_CHECKS: dict[Rule, Callable[[Problem, Candidates, RuleOptions], np.ndarray]] = {
     Rule.GPU_COUNT: _gpu_count,
     Rule.TP_DIVIDES_HEADS: _tp_divides_heads,
@@ -126,6 +151,9 @@ DEGREE_CHECKS: dict[Rule, Callable[[Problem, Candidates, RuleOptions], np.ndarra
     Rule.INTERLEAVED_SCHEDULE: _interleaved_schedule,
     Rule.PARAMETER_SERVER_ZERO: _parameter_server_zero,
     Rule.DP_SHARD: _dp_shard,
+    Rule.EP_DIVIDES_EXPERTS: _ep_divides_experts,
+    Rule.EXPERT_FOLDING: _expert_folding,
+    Rule.MOE_SEQUENCE_PARALLEL: _moe_sequence_parallel,
 }
 """Rules decided by the degrees alone, in the order `validate` reports them."""
 
@@ -135,6 +163,11 @@ TARGET_CHECKS: dict[Rule, tuple[tuple[LaunchTarget, ...], Callable[[Problem, Can
     Rule.TARGET_PARAMETER_SERVER: (
         tuple(t for t in LaunchTarget if t is not LaunchTarget.TORCHRUN),
         lambda p, c: c.dp_comm == 1),
+    Rule.TARGET_EXPERT_PARALLEL: ((LaunchTarget.TORCHRUN,), lambda p, c: c.ep > 1),
+    # DeepSpeed MoE experts are whole unless enable_expert_tensor_parallelism shards them like
+    # the model's TP (deepspeed/moe/layer.py); MindSpore's experts follow model_parallel.
+    Rule.TARGET_EXPERT_TP: ((LaunchTarget.DEEPSPEED, LaunchTarget.MINDSPORE),
+                            lambda p, c: p.model.is_moe & (c.etp != 1) & (c.etp != c.tp)),
     **{rule: ((target,), r.check) for target, rules in FRAMEWORK_RULES.items()
        for rule, r in rules.items()},
 }
@@ -299,6 +332,51 @@ def _explain_target_parameter_server(problem: Problem, s: Strategy) -> tuple[str
 
 
 EXPLAIN[Rule.TARGET_PARAMETER_SERVER] = _explain_target_parameter_server
+
+
+def _explain_ep_divides_experts(problem: Problem, s: Strategy) -> tuple[str, str]:
+    experts = problem.model.num_experts
+    if experts == 1:
+        return (f"ep {s.ep} on a dense model: expert parallelism splits the routed experts of "
+                f"MoE layers, and this model has none", "use ep 1")
+    return (f"ep ({s.ep}) must divide the routed experts ({experts}): each expert-parallel rank "
+            f"holds experts / ep of them", f"use ep {largest_divisor_at_most(experts, s.ep)}")
+
+
+def _explain_expert_folding(problem: Problem, s: Strategy) -> tuple[str, str]:
+    etp = s.expert_tp
+    folded = s.tp * s.dp
+    message = (f"etp * ep ({etp} * {s.ep} = {etp * s.ep}) must divide tp * dp ({s.tp} * {s.dp} "
+               f"= {folded}): the expert layers use etp x ep x edp of the same GPUs")
+    if folded % etp:
+        return message, f"use etp {math.gcd(folded, etp)}"
+    room = math.gcd(folded // etp, problem.model.num_experts)
+    return message, f"use ep {largest_divisor_at_most(room, s.ep)}"
+
+
+def _explain_moe_sequence_parallel(problem: Problem, s: Strategy) -> tuple[str, str]:
+    return (f"sequence_parallel false with tp {s.tp} on an MoE model: Megatron-Core's token "
+            f"dispatcher routes each TP rank's sequence shard and refuses to train without "
+            f"sequence parallelism", "use sequence_parallel true")
+
+
+def _explain_target_expert_parallel(problem: Problem, s: Strategy) -> tuple[str, str]:
+    return (f"ep {s.ep}: a torchrun script (plain PyTorch DDP/FSDP) has no expert parallelism",
+            "use ep 1, or emit for megatron or torchtitan")
+
+
+def _explain_target_expert_tp(problem: Problem, s: Strategy) -> tuple[str, str]:
+    return (f"etp {s.expert_tp} with tp {s.tp}: DeepSpeed and MindSpore shard experts either "
+            f"not at all or like the dense layers", f"use etp 1 or etp {s.tp}")
+
+
+EXPLAIN.update({
+    Rule.EP_DIVIDES_EXPERTS: _explain_ep_divides_experts,
+    Rule.EXPERT_FOLDING: _explain_expert_folding,
+    Rule.MOE_SEQUENCE_PARALLEL: _explain_moe_sequence_parallel,
+    Rule.TARGET_EXPERT_PARALLEL: _explain_target_expert_parallel,
+    Rule.TARGET_EXPERT_TP: _explain_target_expert_tp,
+})
 EXPLAIN.update({rule: r.explain for rules in FRAMEWORK_RULES.values()
                 for rule, r in rules.items()})
 

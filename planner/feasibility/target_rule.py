@@ -24,9 +24,14 @@ class Rule(str, Enum):
     INTERLEAVED_SCHEDULE = "interleaved_schedule"
     PARAMETER_SERVER_ZERO = "parameter_server_zero"
     DP_SHARD = "dp_shard"
+    EP_DIVIDES_EXPERTS = "ep_divides_experts"
+    EXPERT_FOLDING = "expert_folding"
+    MOE_SEQUENCE_PARALLEL = "moe_sequence_parallel"
     MEMORY_FITS = "memory_fits"
     # Rules of one launch target: what that framework cannot run or refuses.
     TARGET_PARAMETER_SERVER = "target_parameter_server"
+    TARGET_EXPERT_PARALLEL = "target_expert_parallel"
+    TARGET_EXPERT_TP = "target_expert_tp"
     DEEPSPEED_PIPELINE_ZERO = "deepspeed_pipeline_zero"
     DEEPSPEED_TP_ZERO3 = "deepspeed_tp_zero3"
     DEEPSPEED_INTERLEAVED = "deepspeed_interleaved"
@@ -39,12 +44,14 @@ class Rule(str, Enum):
     TORCHTITAN_SEQUENCE_PARALLEL = "torchtitan_sequence_parallel"
     TORCHTITAN_SEQ_LEN = "torchtitan_seq_len"
     TORCHTITAN_MICRO_BATCHES = "torchtitan_micro_batches"
+    TORCHTITAN_EXPERT_PARALLEL = "torchtitan_expert_parallel"
     MINDSPORE_POWER_OF_TWO = "mindspore_power_of_two"
     MINDSPORE_DEVICE_NUM = "mindspore_device_num"
     MINDSPORE_MICRO_BATCHES = "mindspore_micro_batches"
     MINDSPORE_INTERLEAVED = "mindspore_interleaved"
     MINDSPORE_ZERO = "mindspore_zero"
     MINDSPORE_HSDP = "mindspore_hsdp"
+    MINDSPORE_EXPERT_PARALLEL = "mindspore_expert_parallel"
 
 
 class TargetRule(NamedTuple):

@@ -12,6 +12,7 @@ mindformers/modules/transformer/transformer.py. MindSpore refuses a keyword it d
 from __future__ import annotations
 
 import ast
+import math
 from typing import Any
 
 from cost_models.enums import Recompute, ZeroStage
@@ -20,7 +21,7 @@ from planner.frameworks.base import (LaunchPlan, ParsedConfig, did_you_mean, hea
 from planner.errors import InputError
 from planner.frameworks import profiles
 from planner.schemas.framework import FrameworkProfile
-from planner.feasibility.target_rule import (Rule, TargetRule, everywhere,
+from planner.feasibility.target_rule import (Rule, TargetRule, everywhere, largest_divisor_at_most,
                                              is_power_of_two, num_micro_batches)
 from planner.inputs.loader import Problem
 from planner.schemas.strategy import LaunchTarget
@@ -269,4 +270,12 @@ RULES: dict[Rule, TargetRule] = {
         lambda p, c: c.shard != c.dp,
         lambda p, s: (f"dp_shard {s.dp_shard}: the emitted MindSpore config shards the "
                       "optimizer over every data-parallel rank", "leave dp_shard out")),
+    # MindSpore moe.py (_check_moe_config): "data_parallel must be divisible by
+    # expert_parallel"; experts are spread over the data-parallel ranks only.
+    Rule.MINDSPORE_EXPERT_PARALLEL: TargetRule(
+        "MindSpore's expert_parallel must divide data_parallel",
+        lambda p, c: c.dp % c.ep != 0,
+        lambda p, s: (f"expert_parallel ({s.ep}) must divide data_parallel ({s.dp}): MindSpore "
+                      "spreads experts over data-parallel ranks",
+                      f"use ep {largest_divisor_at_most(math.gcd(s.dp, p.model.num_experts), s.ep)}")),
 }

@@ -13,6 +13,7 @@ never runs it.
 from __future__ import annotations
 
 import ast
+import math
 from typing import Any
 
 from cost_models.enums import Precision, Recompute, ZeroStage
@@ -397,6 +398,19 @@ def _explain_micro_batches(p, s):
             f"use micro_batch {max(1, s.global_batch // (s.dp * s.pp))} or fewer stages")
 
 
+def _explain_expert_parallel(problem, s) -> tuple[str, str]:
+    shard = s.dp_shard or s.dp
+    if (shard * s.tp) % s.ep:
+        return (f"ep ({s.ep}) must divide dp_shard * tp ({shard} * {s.tp}): torchtitan builds "
+                f"expert parallelism from FSDP and TP ranks",
+                f"use ep {largest_divisor_at_most(math.gcd(shard * s.tp, problem.model.num_experts), s.ep)}")
+    if s.ep > 1:
+        return (f"etp {s.expert_tp} with ep {s.ep}: torchtitan has no expert tensor parallelism "
+                f"(experts are whole on each EP rank)", "use etp 1")
+    return (f"etp {s.expert_tp} without ep: torchtitan splits experts like the dense MLP",
+            f"use etp {s.tp}")
+
+
 RULES: dict[Rule, TargetRule] = {
     Rule.TORCHTITAN_ZERO1: TargetRule(
         "torchtitan shards with FSDP2: ZeRO stage 0, 2 or 3, not 1",
@@ -425,4 +439,13 @@ RULES: dict[Rule, TargetRule] = {
     Rule.TORCHTITAN_MICRO_BATCHES: TargetRule(
         "PyTorch's pipeline schedules need as many micro-batches as stages",
         lambda p, c: (c.pp > 1) & (num_micro_batches(c) < c.pp), _explain_micro_batches),
+    # torchtitan/distributed/parallel_dims.py (@b5bcd76c): (dp_shard * cp * tp) % ep == 0, EP
+    # borrowing FSDP and TP ranks; no expert TP since c4b409af2: experts are whole with ep > 1
+    # and split like the dense MLP (etp = tp) without EP.
+    Rule.TORCHTITAN_EXPERT_PARALLEL: TargetRule(
+        "torchtitan's ep must divide dp_shard * tp, with etp 1 (or etp = tp when ep is 1)",
+        lambda p, c: p.model.is_moe & (((c.shard * c.tp) % c.ep != 0)
+                                       | ((c.ep > 1) & (c.etp != 1))
+                                       | ((c.ep == 1) & (c.etp != c.tp))),
+        _explain_expert_parallel),
 }

@@ -14,6 +14,7 @@ that the search can name the rule that removes them when nothing is left (`plann
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -37,6 +38,9 @@ class SearchSpace:
     max_tp: int | None = None
     max_pp: int | None = None
     max_micro_batch: int | None = None
+    ep: int | None = None
+    etp: int | None = None
+    max_ep: int | None = None
     zero_stages: tuple[ZeroStage, ...] = tuple(ZeroStage)
     recompute: tuple[Recompute, ...] = RECOMPUTE_ORDER
     sequence_parallel: tuple[bool, ...] = (False, True)
@@ -66,11 +70,11 @@ class SearchSpace:
     def pins(self) -> list[Pin]:
         """The user's pins and bounds, one per flag, for messages and infeasibility cores."""
         found = []
-        for name in ("tp", "pp", "dp", "vpp", "micro_batch", "dp_shard"):
+        for name in ("tp", "pp", "dp", "vpp", "micro_batch", "dp_shard", "ep", "etp"):
             value = getattr(self, name)
             if value is not None:
                 found.append(Pin(f"--{name.replace('_', '-')} {value}", name, value, exact=True))
-        for name in ("tp", "pp", "micro_batch"):
+        for name in ("tp", "pp", "micro_batch", "ep"):
             value = getattr(self, f"max_{name}")
             if value is not None:
                 found.append(Pin(f"--max-{name.replace('_', '-')} {value}", name, value,
@@ -171,6 +175,25 @@ def _micro_batch_values(space: SearchSpace, global_batch: int, dp: int) -> list[
     return _with_pin(divisors(global_batch // dp), space.micro_batch)
 
 
+def _expert_values(problem: Problem, space: SearchSpace, tp: int,
+                   dp: int) -> list[tuple[int, int]]:
+    """(ep, etp) pairs: for a dense model (1, tp); for an MoE model ep the powers of two that
+    divide the experts and tp * dp, etp 1 or tp (Megatron-LM's default) where the framework
+    splits experts on their own, and the pins."""
+    if not problem.model.is_moe:
+        return [(space.ep or 1, space.etp or tp)]
+    etps = {1, tp} if problem.framework.expert_tensor_parallel else {tp}
+    if space.etp is not None:
+        etps.add(space.etp)
+    eps = set(powers_of_two(math.gcd(problem.model.num_experts, tp * dp)))
+    if not problem.framework.expert_parallel:
+        eps = {1}
+    if space.ep is not None:
+        eps.add(space.ep)
+    return [(e, t) for e in sorted(eps) for t in sorted(etps)
+            if (tp * dp) % (e * t) == 0 or e == space.ep or t == space.etp]
+
+
 def degree_tuples(problem: Problem, space: SearchSpace) -> list[tuple[int, int, int, int, int]]:
     """Every (tp, pp, dp, vpp, micro_batch) the search considers."""
     gb = problem.training.global_batch
@@ -195,23 +218,45 @@ def generate(problem: Problem, space: SearchSpace) -> list[CandidateGroup]:
         if dp_comm is DpComm.PARAMETER_SERVER and zero is not ZeroStage.NONE:
             continue                   # a parameter server holds whole gradients: no ZeRO
         options.append((sp, RECOMPUTE_ORDER.index(rc), int(zero), DP_COMM_ORDER.index(dp_comm)))
+    # The search keeps rule-breaking strategies so it can name the rule that removes them, but
+    # not an MoE model without sequence parallelism under TP unless asked (--no-sp): that rule
+    # is never the one that decides, and it would double the space.
+    moe_needs_sp = problem.model.is_moe and space.sequence_parallel != (False,)
+    option_table = np.array(options, dtype=np.int64).reshape(-1, 4)
     rows: dict[tuple[int, int], list] = {}
+    experts: dict[tuple[int, int], np.ndarray] = {}
     for tp, pp, dp, vpp, mb in degree_tuples(problem, space):
-        for sp, rc, zero, comm in options:
-            if sp and tp == 1:
-                continue               # sequence parallelism needs tensor parallelism
-            for shard in _shard_values(problem, space, tp, dp, zero):
-                rows.setdefault((pp, vpp), []).append(
-                    (tp, pp, vpp, dp, mb, sp, rc, zero, comm, shard))
+        if (tp, dp) not in experts:
+            experts[tp, dp] = np.array(_expert_values(problem, space, tp, dp), dtype=np.int64)
+        opts = option_table
+        if tp == 1:
+            opts = opts[opts[:, 0] == 0]       # sequence parallelism needs tensor parallelism
+        elif moe_needs_sp:
+            opts = opts[opts[:, 0] == 1]
+        for zero in np.unique(opts[:, 2]):
+            zopts = opts[opts[:, 2] == zero]
+            shards = np.array(_shard_values(problem, space, tp, dp, int(zero)), dtype=np.int64)
+            pairs = experts[tp, dp]
+            # Every (option, shard, expert pair) combination, as one block of rows.
+            i, j, k = np.meshgrid(np.arange(len(zopts)), np.arange(len(shards)),
+                                  np.arange(len(pairs)), indexing="ij")
+            i, j, k = i.ravel(), j.ravel(), k.ravel()
+            block = np.empty((len(i), 12), dtype=np.int64)
+            block[:, 0], block[:, 1], block[:, 2], block[:, 3], block[:, 4] = tp, pp, vpp, dp, mb
+            block[:, 5:9] = zopts[i]
+            block[:, 9] = shards[j]
+            block[:, 10:12] = pairs[k]
+            rows.setdefault((pp, vpp), []).append(block)
     groups = []
-    for (pp, vpp), table in sorted(rows.items()):
-        a = np.array(table, dtype=np.int64)
+    for (pp, vpp), blocks in sorted(rows.items()):
+        a = np.concatenate(blocks)
         cands = Candidates(
             tp=a[:, 0], pp=a[:, 1], vpp=a[:, 2], dp=a[:, 3], mb=a[:, 4], sp=a[:, 5].astype(bool),
             recompute=a[:, 6], zero=a[:, 7], shard=a[:, 9], overlap=np.full(len(a), overlap.overlap_grad_reduce),
             param_gather=np.full(len(a), overlap.overlap_param_gather),
             tp_overlap=np.full(len(a), overlap.tp_comm_overlap),
             dp_comm=a[:, 8], num_servers=a[:, 3].copy(),
-            global_batch=np.full(len(a), problem.training.global_batch))
+            global_batch=np.full(len(a), problem.training.global_batch), ep=a[:, 10],
+            etp=a[:, 11])
         groups.append(CandidateGroup(pp=pp, vpp=vpp, cands=cands))
     return groups
