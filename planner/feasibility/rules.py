@@ -19,13 +19,14 @@ import numpy as np
 
 from planner.costing.evaluate import Candidates
 from planner.feasibility.target_rule import Rule, TargetRule, largest_divisor_at_most
-from planner.frameworks import deepspeed, mindspore, torchtitan
+from planner.frameworks import deepspeed, megatron, mindspore, torchtitan
 from planner.inputs.loader import Problem
 from planner.schemas.report import Violation
 from planner.schemas.strategy import DpComm, LaunchTarget, Strategy
 
 
 FRAMEWORK_RULES: dict[LaunchTarget, dict[Rule, TargetRule]] = {
+    LaunchTarget.MEGATRON: megatron.RULES,
     LaunchTarget.DEEPSPEED: deepspeed.RULES,
     LaunchTarget.TORCHTITAN: torchtitan.RULES,
     LaunchTarget.MINDSPORE: mindspore.RULES,

@@ -32,6 +32,7 @@ class Rule(str, Enum):
     TARGET_PARAMETER_SERVER = "target_parameter_server"
     TARGET_EXPERT_PARALLEL = "target_expert_parallel"
     TARGET_EXPERT_TP = "target_expert_tp"
+    MEGATRON_MOE_BIAS_ETP = "megatron_moe_bias_etp"
     DEEPSPEED_PIPELINE_ZERO = "deepspeed_pipeline_zero"
     DEEPSPEED_TP_ZERO3 = "deepspeed_tp_zero3"
     DEEPSPEED_INTERLEAVED = "deepspeed_interleaved"

@@ -125,8 +125,15 @@ class ModelShape:
 
     num_layers: int
     layer: TransformerBlock
+    """The representative layer: an MoE layer if the model has any."""
     embedding: EmbeddingBlock
     output: OutputBlock
+    moe_pattern: tuple[bool, ...] = ()
+    """Which layers are MoE (empty for a dense model)."""
+    window_pattern: tuple[bool, ...] = ()
+    """Which layers attend through a sliding window (empty if none does)."""
+    dense_ffn: int | None = None
+    """The dense MLP width of the non-MoE layers (None: all layers are MoE, or none is)."""
 
     @property
     def max_positions(self) -> int:
@@ -141,7 +148,16 @@ def transformer_shape(model: ModelSpec, target: str) -> ModelShape:
     layers = [b for b in model.blocks if b.kind == "transformer"]
     others = sorted({b.kind for b in model.blocks} - {"transformer", "embedding", "norm",
                                                       "output"})
-    if others or not layers or len(set(layers)) != 1:
+    # Layers may differ in being MoE (dense-first layers, a MoE frequency) and in a sliding
+    # window (alternating local and global attention): the frameworks express both as patterns.
+    def kind(b):
+        return b.model_copy(update=dict(num_experts=1, top_k=1, moe_ffn_hidden=None,
+                                        shared_ffn_hidden=0, shared_expert_gate=False,
+                                        router_bias=False, capacity_factor=None,
+                                        ffn_hidden=None, sliding_window=None,
+                                        load_balancing=layers[0].load_balancing))
+
+    if others or not layers or len({kind(b) for b in layers}) != 1:
         what = f"{', '.join(others)} blocks" if others else "layers of different shapes"
         raise InputError(f"--emit {target}: {model.name} has {what}; {target} launch configs "
                          f"describe one stack of identical transformer layers")
@@ -152,4 +168,17 @@ def transformer_shape(model: ModelSpec, target: str) -> ModelShape:
         raise InputError(f"--emit {target}: {model.name} has no {missing}; {target} launch "
                          f"configs describe a language model with an embedding and an output "
                          f"layer")
-    return ModelShape(len(layers), layers[0], embedding, output)
+    moe = [b.is_moe for b in layers]
+    windows = [b.sliding_window is not None for b in layers]
+    layer = next((b for b in layers if b.is_moe), layers[0]).model_copy(
+        update=dict(sliding_window=next((b.sliding_window for b in layers if b.sliding_window),
+                                        None)))
+    unwindowed = {b.model_copy(update=dict(sliding_window=None)) for b in layers if b.is_moe}
+    if len(unwindowed) > 1 or len({b.ffn for b in layers if not b.is_moe}) > 1:
+        raise InputError(f"--emit {target}: {model.name} has MoE or dense layers of different "
+                         f"shapes; {target} launch configs describe one shape of each")
+    dense = next((b.ffn for b in layers if not b.is_moe), None)
+    return ModelShape(len(layers), layer, embedding, output,
+                      moe_pattern=tuple(moe) if any(moe) else (),
+                      window_pattern=tuple(windows) if any(windows) else (),
+                      dense_ffn=dense if any(moe) and dense is not None else None)

@@ -171,8 +171,14 @@ def _optimizer(optimizer: Optimizer) -> OptimizerSection:
 def emit(plan: LaunchPlan) -> dict[str, str]:
     s, training = plan.strategy, plan.problem.training
     full = s.recompute is Recompute.FULL
+    comment = header_lines(plan, "DeepSpeed", CHECKED_AGAINST)
+    if plan.problem.model.is_moe:
+        # DeepSpeed MoE takes its expert-parallel size in model code (deepspeed/moe/layer.py).
+        comment += [f"Experts: pass ep_size={s.ep} to deepspeed.moe.layer.MoE in the model "
+                    f"(Megatron-DeepSpeed: --moe-expert-parallel-size {s.ep}); ds_config has "
+                    f"no key for it."]
     config = DeepSpeedConfig(
-        comment=header_lines(plan, "DeepSpeed", CHECKED_AGAINST),
+        comment=comment,
         train_batch_size=s.global_batch, train_micro_batch_size_per_gpu=s.micro_batch,
         gradient_accumulation_steps=plan.num_micro_batches,
         zero_optimization=ZeroSection(

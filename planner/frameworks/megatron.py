@@ -9,6 +9,7 @@ allow_abbrev=False: an unknown or misspelled flag stops it ("unrecognized argume
 
 from __future__ import annotations
 
+from cost_models.compute import LoadBalancing
 from cost_models.enums import AttentionKind, MlpKind, NormKind, Optimizer, PositionKind, \
     Precision, Recompute, ZeroStage
 from planner.frameworks import torchrun
@@ -17,6 +18,7 @@ from planner.frameworks.shell import Flag, ShellScript
 from planner.errors import InputError
 from planner.frameworks import profiles
 from planner.schemas.framework import FrameworkProfile
+from planner.feasibility.target_rule import Rule, TargetRule
 from planner.inputs.loader import Problem
 from planner.schemas.strategy import LaunchTarget
 
@@ -38,6 +40,11 @@ CHOICES = {
     "--recompute-method": ("uniform", "block"),
     "--attention-backend": ("flash", "fused", "unfused", "local", "auto"),
     "--optimizer": ("adam", "sgd"),
+    "--moe-token-dispatcher-type": ("allgather", "alltoall", "flex"),
+    "--moe-router-load-balancing-type": ("aux_loss", "seq_aux_loss", "global_aux_loss",
+                                         "sinkhorn", "quantile_balancing", "none"),
+    "--moe-router-score-function": ("softmax", "sigmoid", "sqrtsoftplus"),
+    "--softmax-type": ("vanilla", "off-by-one", "learnable"),
     "--data-parallel-sharding-strategy": tuple(FSDP_STRATEGIES.values()),
 }
 """argparse choices: any other value stops Megatron-LM."""
@@ -74,6 +81,20 @@ KNOWN_FLAGS = frozenset({
     "--no-masked-softmax-fusion", "--no-bias-gelu-fusion", "--apply-query-key-layer-scaling",
     "--accumulate-allreduce-grads-in-fp32", "--tensorboard-dir", "--wandb-project",
     "--exit-interval", "--log-throughput", "--timing-log-level", "--use-cpu-initialization",
+    # MoE, MLA and attention variants (megatron/training/arguments.py and the flags generated
+    # from TransformerConfig fields, @d98e8a64).
+    "--moe-ffn-hidden-size", "--moe-grouped-gemm", "--moe-token-dispatcher-type",
+    "--moe-router-load-balancing-type", "--moe-aux-loss-coeff", "--moe-router-score-function",
+    "--moe-router-enable-expert-bias", "--moe-router-bias-update-rate",
+    "--moe-router-topk-scaling-factor", "--moe-router-num-groups", "--moe-router-group-topk",
+    "--moe-router-pre-softmax", "--moe-router-dtype", "--moe-layer-freq",
+    "--moe-shared-expert-intermediate-size", "--moe-shared-expert-gate",
+    "--moe-shared-expert-overlap", "--moe-expert-capacity-factor",
+    "--moe-pad-expert-input-to-capacity", "--moe-token-drop-policy", "--moe-permute-fusion",
+    "--moe-z-loss-coeff", "--moe-input-jitter-eps", "--overlap-moe-expert-parallel-comm",
+    "--multi-latent-attention", "--q-lora-rank", "--kv-lora-rank", "--qk-head-dim",
+    "--qk-pos-emb-head-dim", "--v-head-dim", "--qk-layernorm", "--window-size",
+    "--window-attn-skip-freq", "--softmax-type", "--mtp-num-layers",
 })
 """Flags this module reads or writes, and other common ones (for "did you mean")."""
 
@@ -92,13 +113,23 @@ def _model_args(plan: LaunchPlan) -> list[str]:
     shape = transformer_shape(plan.problem.model, "megatron")
     layer, training = shape.layer, plan.problem.training
     args = [f"--num-layers {shape.num_layers}", f"--hidden-size {layer.hidden}",
-            f"--num-attention-heads {layer.num_heads}", f"--ffn-hidden-size {layer.ffn}",
+            f"--num-attention-heads {layer.num_heads}",
+            f"--ffn-hidden-size {shape.dense_ffn or layer.ffn}",
             f"--seq-length {training.seq_len}",
             f"--max-position-embeddings {max(training.seq_len, shape.max_positions)}"]
-    if layer.head_dim is not None and layer.head_dim * layer.num_heads != layer.hidden:
+    mla = layer.mla
+    if mla is not None:      # pass every MLA size: the CLI defaults (kv rank 32) are not V2/V3's
+        args += ["--multi-latent-attention", f"--kv-lora-rank {mla.kv_lora_rank}",
+                 f"--qk-head-dim {layer.dim_per_head}", f"--qk-pos-emb-head-dim "
+                 f"{mla.qk_rope_head_dim}", f"--v-head-dim {mla.v_head_dim}"]
+        if mla.q_lora_rank:
+            args.append(f"--q-lora-rank {mla.q_lora_rank}")
+    elif layer.head_dim is not None and layer.head_dim * layer.num_heads != layer.hidden:
         args.append(f"--kv-channels {layer.head_dim}")
-    if layer.kv_heads != layer.num_heads:
+    if mla is None and layer.kv_heads != layer.num_heads:
         args += ["--group-query-attention", f"--num-query-groups {layer.kv_heads}"]
+    if layer.qk_norm:
+        args.append("--qk-layernorm")
     if layer.mlp is MlpKind.SWIGLU:
         args.append("--swiglu")
     if layer.position not in POSITIONS:
@@ -118,8 +149,61 @@ def _model_args(plan: LaunchPlan) -> list[str]:
     # The planner's memory assumes flash attention keeps no s x s scores and the unfused
     # kernel keeps them all; say which one to run.
     args.append(f"--attention-backend {'flash' if flash else 'unfused'}")
-    if layer.num_experts > 1:
-        args += [f"--num-experts {layer.num_experts}", f"--moe-router-topk {layer.top_k}"]
+    if layer.sliding_window is not None:
+        args += _window_args(shape)
+    if layer.attention_sinks:
+        args.append("--softmax-type learnable")
+    if layer.is_moe:
+        args += _moe_args(shape)
+    return args
+
+
+def pattern_expression(pattern: tuple[bool, ...]) -> str:
+    """A per-layer 0/1 pattern as the Python list expression Megatron-LM evaluates for
+    --moe-layer-freq and --window-attn-skip-freq: '([0]*3+[1]*58)'."""
+    runs: list[list[int]] = []
+    for value in pattern:
+        if runs and runs[-1][0] == int(value):
+            runs[-1][1] += 1
+        else:
+            runs.append([int(value), 1])
+    return "(" + "+".join(f"[{v}]*{n}" for v, n in runs) + ")"
+
+
+def _window_args(shape) -> list[str]:
+    """Sliding-window attention (TransformerConfig.window_size, window_attn_skip_freq): an int
+    N means one full-attention layer after N - 1 window layers; else a 1 (window) / 0 list."""
+    pattern = shape.window_pattern
+    period = pattern.index(False) + 1 if False in pattern else None
+    if period is not None and pattern == tuple((i + 1) % period != 0
+                                               for i in range(len(pattern))):
+        freq = str(period)
+    else:
+        freq = f'"{pattern_expression(pattern)}"'
+    return [f'--window-size "{shape.layer.sliding_window},0"', f"--window-attn-skip-freq {freq}"]
+
+
+def _moe_args(shape) -> list[str]:
+    """Megatron-Core MoE flags (megatron/core/transformer/moe/README.md): grouped GEMM and the
+    all-to-all dispatcher, which the cost model prices."""
+    layer = shape.layer
+    args = [f"--num-experts {layer.num_experts}", f"--moe-router-topk {layer.top_k}",
+            f"--moe-ffn-hidden-size {layer.expert_ffn}", "--moe-grouped-gemm",
+            "--moe-token-dispatcher-type alltoall"]
+    if not all(shape.moe_pattern):
+        args.append(f'--moe-layer-freq "{pattern_expression(shape.moe_pattern)}"')
+    if layer.shared_ffn_hidden:
+        args.append(f"--moe-shared-expert-intermediate-size {layer.shared_ffn_hidden}")
+        if layer.shared_expert_gate:
+            args.append("--moe-shared-expert-gate")
+    if layer.load_balancing is LoadBalancing.EXPERT_BIAS:
+        # Auxiliary-loss-free balancing needs sigmoid scores (transformer_config.py).
+        args += ["--moe-router-load-balancing-type seq_aux_loss",
+                 "--moe-router-enable-expert-bias", "--moe-router-score-function sigmoid"]
+    else:
+        args.append("--moe-router-load-balancing-type aux_loss")
+    if layer.capacity_factor is not None:
+        args.append(f"--moe-expert-capacity-factor {layer.capacity_factor:g}")
     return args
 
 
@@ -181,6 +265,9 @@ def _parallel_args(plan: LaunchPlan) -> list[str]:
     s = plan.strategy
     args = [f"--tensor-model-parallel-size {s.tp}", f"--pipeline-model-parallel-size {s.pp}",
             *_layout_args(s)]
+    if plan.problem.model.is_moe:
+        args += [f"--expert-model-parallel-size {s.ep}",
+                 f"--expert-tensor-parallel-size {s.expert_tp}"]
     if s.sequence_parallel:
         args.append("--sequence-parallel")
     if s.zero_stage >= ZeroStage.OPTIMIZER_STATES:
@@ -305,19 +392,27 @@ def _check_flags(parsed: ParsedConfig, flags: dict[str, Flag]) -> None:
 
 
 _MODEL_FLAGS = ("--num-layers", "--hidden-size", "--num-attention-heads", "--ffn-hidden-size",
-                "--num-query-groups", "--num-experts")
+                "--num-query-groups", "--num-experts", "--moe-router-topk",
+                "--moe-ffn-hidden-size", "--kv-lora-rank", "--q-lora-rank")
 
 
 def _model_values(problem: Problem) -> dict[str, int]:
     layers = [b for b in problem.model.blocks if b.kind == "transformer"]
     if not layers:
         return {}
-    layer = layers[0]
+    layer = next((b for b in layers if b.is_moe), layers[0])
+    dense = next((b.ffn for b in layers if not b.is_moe), layer.ffn)
     values = {"--num-layers": len(layers), "--hidden-size": layer.hidden,
-              "--num-attention-heads": layer.num_heads, "--ffn-hidden-size": layer.ffn,
-              "--num-query-groups": layer.kv_heads}
-    if layer.num_experts > 1:
-        values["--num-experts"] = layer.num_experts
+              "--num-attention-heads": layer.num_heads, "--ffn-hidden-size": dense}
+    if layer.mla is None:
+        values["--num-query-groups"] = layer.kv_heads
+    else:
+        values["--kv-lora-rank"] = layer.mla.kv_lora_rank
+        if layer.mla.q_lora_rank:
+            values["--q-lora-rank"] = layer.mla.q_lora_rank
+    if layer.is_moe:
+        values.update({"--num-experts": layer.num_experts, "--moe-router-topk": layer.top_k,
+                       "--moe-ffn-hidden-size": layer.expert_ffn})
     return values
 
 
@@ -442,6 +537,8 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
         sharding = flags.get("--data-parallel-sharding-strategy")
         by_name = {v: k for k, v in FSDP_STRATEGIES.items()}
         zero = by_name.get(sharding.value if sharding else "no_shard", zero)
+    s.update(ep=number("--expert-model-parallel-size", 1),
+             etp=number("--expert-tensor-parallel-size", tp))      # None -> tp (arguments.py)
     s.update(tp=tp, pp=pp, vpp=vpp, micro_batch=number("--micro-batch-size", 1),
              sequence_parallel="--sequence-parallel" in flags, zero_stage=zero,
              overlap_grad_reduce="--overlap-grad-reduce" in flags,
@@ -542,3 +639,20 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
 def profile() -> FrameworkProfile:
     """Features, overlaps and constants of Megatron-LM (profiles/megatron.yaml, with sources)."""
     return profiles.load("megatron")
+
+
+# --------------------------------------------------------------------------- rules
+
+def _moe_with_bias(problem: Problem) -> bool:
+    return any(getattr(b, "is_moe", False) and b.bias for b in problem.model.blocks)
+
+
+RULES: dict[Rule, TargetRule] = {
+    # transformer_config.py __post_init__: "Bias in Moe is only supported when ETP==1".
+    Rule.MEGATRON_MOE_BIAS_ETP: TargetRule(
+        "Megatron-Core supports biased experts only with etp 1",
+        lambda p, c: _moe_with_bias(p) & (c.etp > 1),
+        lambda p, s: (f"etp {s.expert_tp} on a model with biased experts: Megatron-Core "
+                      "supports bias in MoE only when expert_tensor_parallel_size is 1",
+                      "use etp 1")),
+}

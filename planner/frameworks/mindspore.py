@@ -80,6 +80,8 @@ def emit(plan: LaunchPlan) -> dict[str, str]:
                 "micro_batch_num": m if s.pp > 1 else 1, "use_seq_parallel": s.sequence_parallel,
                 # Megatron-style vocabulary-parallel embedding, as the planner's memory assumes.
                 "vocab_emb_dp": False}
+    if p.model.is_moe:
+        parallel["expert_parallel"] = s.ep     # experts over data-parallel ranks (moe_config)
     runner = {"batch_size": s.micro_batch, "gradient_accumulation_steps": 1 if s.pp > 1 else m}
     lines = [*(f"# {line}" for line in header_lines(plan, "MindSpore", CHECKED_AGAINST)),
              "# Import this module before building the model (MindSpore graph mode, Ascend).",
@@ -213,6 +215,8 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
                            "make the offsets add up to that remainder")
         else:
             parsed.strategy["layers_per_stage"] = tuple(layers // pp + o for o in offset)
+    ep = _int(parallel, "expert_parallel", 1, file)
+    parsed.strategy.update(ep=ep, etp=1 if ep > 1 else tp)   # experts follow model_parallel
     parsed.strategy.update(
         dp=dp, tp=tp, pp=pp, micro_batch=micro, global_batch=micro * dp * m,
         sequence_parallel=bool(parallel.get("use_seq_parallel", False)), recompute=rc,

@@ -76,6 +76,10 @@ def _parallelism(plan: LaunchPlan) -> dict[str, Any]:
         "pipeline_parallel_degree": s.pp,
         "context_parallel_degree": 1,
     }
+    if plan.problem.model.is_moe:
+        # Experts over ep ranks borrowed from FSDP and TP (parallel_dims.py); without EP they
+        # are split like the dense MLP.
+        fields["expert_parallel_degree"] = s.ep
     if plan.overlap("tp_comm_overlap") and s.tp > 1:
         fields["enable_async_tensor_parallel"] = True      # micro-pipelined TP (async TP)
     if s.pp > 1:
@@ -370,6 +374,11 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
     mode = sections.get("activation_checkpoint", {}).get("mode", "selective")
     recompute = {"none": Recompute.NONE, "full": Recompute.FULL}.get(mode, Recompute.SELECTIVE)
     sp = bool(par.get("enable_sequence_parallel", True)) and tp > 1
+    ep = _int(par, "expert_parallel_degree", 1, file)
+    # torchtitan before c4b409af2 had expert_tensor_parallel_degree; since, experts are whole
+    # with EP and split like the dense MLP without.
+    etp = _int(par, "expert_tensor_parallel_degree", 1 if ep > 1 else tp, file)
+    parsed.strategy.update(ep=ep, etp=etp)
     parsed.strategy.update(dp=dp, tp=tp, pp=pp, vpp=vpp, micro_batch=micro,
                            global_batch=global_batch, sequence_parallel=sp,
                            recompute=recompute, zero_stage=zero,

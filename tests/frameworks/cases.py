@@ -32,6 +32,16 @@ class Case:
 
 
 CASES = [
+    # MoE: DeepSeek-V3 (MLA, dense-first layers, shared expert, expert-bias balancing) with
+    # experts over 128 ranks that fold across TP and DP (Liu et al. 2025, arXiv:2504.14960).
+    Case("deepseek-v3-ep", T.MEGATRON, "deepseek-v3", "dgx-h100", 1024,
+         dict(dp=128, tp=8, pp=1, ep=128, etp=1, micro_batch=1, sequence_parallel=True,
+              recompute="full", zero_stage=1)),
+    # gpt-oss: alternating sliding-window attention, sinks, biased experts (etp 1).
+    Case("gpt-oss-120b-ep", T.MEGATRON, "gpt-oss-120b", "dgx-h100", 64,
+         dict(dp=64, tp=1, pp=1, ep=64, etp=1, micro_batch=1, recompute="full", zero_stage=1)),
+    Case("mixtral-8x7b-ep", T.TORCHTITAN, "mixtral-8x7b", "dgx-h100", 64,
+         dict(dp=64, tp=1, pp=1, ep=8, etp=1, micro_batch=1, recompute="full", zero_stage=3)),
     # Korthikanti et al. 2022's 175B configuration, Megatron-LM's own ground.
     Case("gpt3-175b-interleaved", T.MEGATRON, "gpt3-175b", "dgx-a100-80gb", 1024,
          dict(dp=16, tp=8, pp=8, vpp=3, micro_batch=1, sequence_parallel=True,

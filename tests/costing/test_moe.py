@@ -1,0 +1,144 @@
+"""Mixture-of-Experts costs: expert memory split over ep x etp, token dispatch priced as the
+all-to-all Megatron-Core runs, FLOPs of the active parameters, and the MoE rules."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cost_models import communication as comm
+from cost_models.communication import Group
+from cost_models.compute import DROPLESS_IMBALANCE, LoadBalancing
+from cost_models.enums import Recompute
+from planner.costing.block_costs import block_cost
+from planner.costing.evaluate import evaluate_strategy, step_flops_per_sequence
+from planner.costing.placement import tp_placement
+from planner.costing.evaluate import Candidates
+from planner.feasibility.rules import RuleOptions, degree_violations
+from planner.feasibility.target_rule import Rule
+from planner.inputs.loader import load_model, make_problem
+from planner.schemas.strategy import Strategy
+
+CONFIGS = Path(__file__).parents[1] / "inputs" / "hf_configs"
+
+
+def _problem(model="mixtral-8x7b", gpus=64, **kw):
+    return make_problem(model, "dgx-h100", gpus=gpus, **kw)
+
+
+def _strategy(problem, **kw):
+    base = dict(dp=64, tp=1, pp=1, micro_batch=1, global_batch=problem.training.global_batch)
+    return Strategy(**{**base, **kw})
+
+
+def test_expert_weights_are_split_over_ep():
+    # Liu et al. 2025 (arXiv:2504.14960), Sec. 3: each EP rank holds E / ep experts; the dense
+    # part is replicated. Mixtral 8x7B, bf16 weights (2 bytes), ZeRO 0, one stage.
+    problem = _problem()
+    model = problem.model
+    expert = sum(b.params().expert for b in model.blocks)
+    dense = model.num_params - expert
+    for ep in (1, 2, 8):
+        report = evaluate_strategy(problem, _strategy(problem, ep=ep, etp=1))
+        assert report.memory.stages[0].weights_bytes == pytest.approx(2 * (dense + expert / ep))
+
+
+def test_expert_optimizer_states_shard_over_expert_data_parallel():
+    # ZeRO-1 shards the experts' fp32 states (12 B/param) over edp = tp dp / (etp ep) ranks
+    # and the dense part's over dp (Megatron-Core distributed optimizer, expert-DP group).
+    problem = _problem()
+    model = problem.model
+    expert = sum(b.params().expert for b in model.blocks)
+    dense = model.num_params - expert
+    report = evaluate_strategy(problem, _strategy(problem, ep=8, etp=1, zero_stage=1))
+    edp = 64 // 8
+    assert report.memory.stages[0].optimizer_bytes == pytest.approx(
+        12 * (dense / 64 + expert / 8 / edp))
+
+
+def test_dispatch_is_four_token_all_to_alls_per_layer():
+    # Megatron-Core MoEAlltoAllTokenDispatcher: dispatch and combine all-to-alls of the rank's
+    # T x top_k token copies (the busiest rank gets the imbalance share more), forward and
+    # backward: 4 per MoE layer per micro-batch. ep 8 with etp 1 sits in one 8-GPU node.
+    problem = _problem()
+    layer = problem.model.blocks[1]
+    cost = block_cost(layer, training=problem.training, cluster=problem.cluster,
+                      framework=problem.framework, tp=[1], mb=[1], sequence_parallel=False,
+                      recompute=Recompute.NONE,
+                      place=tp_placement(np.array([1]), 8), ep=[8], etp=[1])
+    imbalance = DROPLESS_IMBALANCE[LoadBalancing.AUX_LOSS]
+    sent = problem.training.seq_len * layer.top_k * imbalance * layer.hidden * 2
+    one = comm.all_to_all_time_s(sent, Group(size=8, ranks_per_node=8, num_nodes=1),
+                                 problem.cluster.network)
+    assert float(cost.ep_comm_s[0]) == pytest.approx(4 * one)
+
+
+def test_expert_parallel_across_nodes_costs_more_than_inside_one():
+    # The same tokens per rank: ep 8 stays on one node's NVLink, ep 16 spans two nodes and
+    # (N - k) / N of each rank's message crosses the NIC (all_to_all_time_s).
+    problem = _problem("qwen3-30b-a3b")
+    inside = evaluate_strategy(problem, _strategy(problem, ep=8, etp=1))
+    across = evaluate_strategy(problem, _strategy(problem, ep=16, etp=1))
+    assert 0 < inside.time.ep_comm_s < across.time.ep_comm_s / 4
+
+
+def test_model_flops_are_six_times_the_active_matmul_weights_plus_attention():
+    # Narayanan et al. 2021, Sec. 5.1 (and PaLM App. B): 3 x the forward GEMMs, 2 FLOPs per
+    # weight a token passes through, plus the attention scores and values (2 s d per head
+    # each way, full s^2 as in Megatron-LM's formula). DeepSeek-V3: MLA with d_qk 192, d_v 128.
+    model, _ = load_model(str(CONFIGS / "deepseek-v3.json"))
+    s = 4096
+    flops, _, _ = step_flops_per_sequence(model, s)
+    embedding = model.blocks[0].params().total
+    # Parameters no GEMM multiplies: norms (2 per layer, the final one, MLA's latent norms)
+    # and DeepSeek's balancing bias.
+    layers = [model.blocks[i] for i in model.layer_indices]
+    norms = 61 * (2 * 7168 + 1536 + 512) + 7168 + 58 * 256
+    matmul = model.num_active_params - embedding - norms
+    attention = 61 * 2 * s * 128 * (192 + 128)
+    assert len(layers) == 61
+    assert flops / s == pytest.approx(3 * (2 * matmul + attention), rel=1e-12)
+
+
+def _violations(problem, **kw):
+    s = _strategy(problem, **kw)
+    c = Candidates.from_strategy(s, problem.framework.defaults)
+    found = degree_violations(problem, c, RuleOptions())
+    return {rule for rule, bad in found.items() if bad[0]}
+
+
+def test_moe_rules():
+    problem = _problem()
+    assert Rule.EP_DIVIDES_EXPERTS in _violations(problem, ep=3, etp=1, dp=63)
+    assert Rule.EXPERT_FOLDING in _violations(problem, ep=8, etp=16)
+    assert Rule.MOE_SEQUENCE_PARALLEL in _violations(problem, tp=2, dp=32)
+    assert _violations(problem, tp=2, dp=32, ep=8, etp=1, sequence_parallel=True) == set()
+    dense = make_problem("llama3-8b", "dgx-h100", gpus=64)
+    assert Rule.EP_DIVIDES_EXPERTS in _violations(dense, ep=2)
+
+
+def test_validate_names_the_moe_rule_with_a_fix(cli, write):
+    strategy = write("s.yaml", "dp: 63\ntp: 1\npp: 1\nep: 3\netp: 1\n")
+    code, out, err = cli("validate", "mixtral-8x7b", "dgx-h100", strategy, "--gpus", "63",
+                         "--no-compare")
+    assert code == 1
+    assert "ep (3) must divide the routed experts (8)" in out and "use ep 2" in out
+
+
+def test_deepseek_v3_config_plans_with_expert_parallelism(cli, tmp_path):
+    # The issue's bar: a DeepSeek-V3 config.json on 1024 H100 plans with ep > 1, counts 671B
+    # total and 37B active, and the Megatron-LM script carries the EP flags.
+    import json
+
+    code, out, err = cli("plan", str(CONFIGS / "deepseek-v3.json"), "dgx-h100", "--gpus",
+                         "1024", "--seq-len", "4096", "--top", "1", "--json", "--emit",
+                         "megatron", "--out", str(tmp_path))
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["params"]["total"] == 671_026_419_200
+    assert round(result["params"]["active"] / 1e9) in (37, 38)
+    plan = result["plans"][0]["strategy"]
+    assert plan["ep"] > 1
+    script = (tmp_path / "pretrain_gpt.sh").read_text()
+    assert f"--expert-model-parallel-size {plan['ep']}" in script
+    assert "--num-experts 256" in script and "--multi-latent-attention" in script
