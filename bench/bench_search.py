@@ -1,9 +1,11 @@
 """Time the plan search from 8 to 16,384 GPUs (not a unit test; run it by hand).
 
     python bench/bench_search.py [--models gpt3-175b,llama3-405b,gpt-1t] [--cluster dgx-a100-80gb]
+    python bench/bench_search.py --models deepseek-v3 --cluster dgx-h100 --gpus 1024,2048
 
-Targets (step-time issue), on a 2-core machine, excluding interpreter start-up: under 1 s for
-gpt-1t on 3,072 GPUs and under 2 s on 16,384 GPUs. Each line is one `search` call: the
+Targets, on a 2-core machine, excluding interpreter start-up: under 1 s for gpt-1t on 3,072
+GPUs and under 2 s on 16,384 GPUs (step-time issue); under 2 s for DeepSeek-V3 on 2,048 H100
+with ep and etp in the space (MoE issue). Each line is one `search` call: the
 candidates in the space, those passing the rules (all evaluated), those left in the CP-SAT
 model, wall seconds, and the best plan (or why nothing fits, which takes longer: every
 candidate is evaluated and larger GPU counts are tried).
@@ -23,20 +25,22 @@ from planner.inputs.loader import make_problem  # noqa: E402
 from planner.search.solver import search  # noqa: E402
 
 GPU_COUNTS = (8, 64, 512, 1024, 3072, 8192, 16384)
-TARGETS_S = {("gpt-1t", 3072): 1.0, ("gpt-1t", 16384): 2.0}
+TARGETS_S = {("gpt-1t", 3072): 1.0, ("gpt-1t", 16384): 2.0, ("deepseek-v3", 2048): 2.0}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="gpt3-175b,llama3-405b,gpt-1t")
     parser.add_argument("--cluster", default="dgx-a100-80gb")
+    parser.add_argument("--gpus", default=",".join(map(str, GPU_COUNTS)),
+                        help="comma-separated GPU counts")
     parser.add_argument("--repeat", type=int, default=3, help="runs per case; the best counts")
     args = parser.parse_args()
     missed = []
     print(f"{'model':12s} {'GPUs':>6s} {'space':>7s} {'valid':>7s} {'model':>6s} "
           f"{'seconds':>8s}  best plan")
     for name in args.models.split(","):
-        for gpus in GPU_COUNTS:
+        for gpus in (int(g) for g in args.gpus.split(",")):
             problem = make_problem(name, args.cluster, gpus=gpus, nodes=max(1, gpus // 8))
             times, outcome = [], ""
             for _ in range(args.repeat):
@@ -46,7 +50,8 @@ def main() -> int:
                     s, plan = result.search, result.plans[0]
                     outcome = (f"{s.num_candidates:7d} {s.num_valid:7d} {s.num_in_model:6d}",
                                f"{plan.strategy.dp}x{plan.strategy.tp}x{plan.strategy.pp} "
-                               f"vpp {plan.strategy.vpp} mb {plan.strategy.micro_batch} "
+                               f"vpp {plan.strategy.vpp} ep {plan.strategy.ep} "
+                               f"mb {plan.strategy.micro_batch} "
                                f"{plan.time.step_s:.2f} s/step MFU {plan.throughput.mfu:.1%}")
                 except InfeasibleError as e:
                     outcome = (f"{'':7s} {'':7s} {'':6s}",

@@ -142,3 +142,15 @@ def test_deepseek_v3_config_plans_with_expert_parallelism(cli, tmp_path):
     script = (tmp_path / "pretrain_gpt.sh").read_text()
     assert f"--expert-model-parallel-size {plan['ep']}" in script
     assert "--num-experts 256" in script and "--multi-latent-attention" in script
+
+
+def test_nvl72_keeps_a_wide_expert_group_on_nvlink():
+    # GB200 NVL72: 72 GPUs in one NVLink domain, so ep 64 dispatches over NVLink; on 8-GPU
+    # DGX B200 nodes (same GPU, same NICs) 56 of every 64 shares cross the network.
+    def ep_comm(cluster):
+        problem = make_problem("qwen3-235b-a22b", cluster, gpus=576, global_batch=1152)
+        s = Strategy(dp=288, tp=2, pp=1, ep=64, etp=1, micro_batch=1, sequence_parallel=True,
+                     zero_stage=1, global_batch=1152)
+        return evaluate_strategy(problem, s).time.ep_comm_s
+
+    assert ep_comm("gb200-nvl72") < ep_comm("dgx-b200") / 5
