@@ -223,30 +223,38 @@ def generate(problem: Problem, space: SearchSpace) -> list[CandidateGroup]:
     # is never the one that decides, and it would double the space.
     moe_needs_sp = problem.model.is_moe and space.sequence_parallel != (False,)
     option_table = np.array(options, dtype=np.int64).reshape(-1, 4)
-    rows: dict[tuple[int, int], list] = {}
-    experts: dict[tuple[int, int], np.ndarray] = {}
+    # Degrees sharing (tp, pp, dp) share their options, shards and expert pairs: build each
+    # such family's cross product in one go.
+    families: dict[tuple[int, int, int], list[tuple[int, int]]] = {}
     for tp, pp, dp, vpp, mb in degree_tuples(problem, space):
-        if (tp, dp) not in experts:
-            experts[tp, dp] = np.array(_expert_values(problem, space, tp, dp), dtype=np.int64)
+        families.setdefault((tp, pp, dp), []).append((vpp, mb))
+    rows: dict[tuple[int, int], list] = {}
+    for (tp, pp, dp), chunks in families.items():
+        pairs = np.array(_expert_values(problem, space, tp, dp), dtype=np.int64)
+        chunk_mb = np.array(chunks, dtype=np.int64)
         opts = option_table
         if tp == 1:
             opts = opts[opts[:, 0] == 0]       # sequence parallelism needs tensor parallelism
         elif moe_needs_sp:
             opts = opts[opts[:, 0] == 1]
+        blocks = []
         for zero in np.unique(opts[:, 2]):
             zopts = opts[opts[:, 2] == zero]
             shards = np.array(_shard_values(problem, space, tp, dp, int(zero)), dtype=np.int64)
-            pairs = experts[tp, dp]
-            # Every (option, shard, expert pair) combination, as one block of rows.
-            i, j, k = np.meshgrid(np.arange(len(zopts)), np.arange(len(shards)),
-                                  np.arange(len(pairs)), indexing="ij")
-            i, j, k = i.ravel(), j.ravel(), k.ravel()
+            # Every (vpp and micro-batch, option, shard, expert pair) combination.
+            d, i, j, k = (x.ravel() for x in np.meshgrid(
+                np.arange(len(chunk_mb)), np.arange(len(zopts)), np.arange(len(shards)),
+                np.arange(len(pairs)), indexing="ij"))
             block = np.empty((len(i), 12), dtype=np.int64)
-            block[:, 0], block[:, 1], block[:, 2], block[:, 3], block[:, 4] = tp, pp, vpp, dp, mb
+            block[:, 0], block[:, 1], block[:, 3] = tp, pp, dp
+            block[:, 2], block[:, 4] = chunk_mb[d, 0], chunk_mb[d, 1]
             block[:, 5:9] = zopts[i]
             block[:, 9] = shards[j]
             block[:, 10:12] = pairs[k]
-            rows.setdefault((pp, vpp), []).append(block)
+            blocks.append(block)
+        family = np.concatenate(blocks)
+        for vpp in np.unique(family[:, 2]):
+            rows.setdefault((pp, int(vpp)), []).append(family[family[:, 2] == vpp])
     groups = []
     for (pp, vpp), blocks in sorted(rows.items()):
         a = np.concatenate(blocks)

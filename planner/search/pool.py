@@ -47,7 +47,7 @@ class Batch:
 def _columns(batch: Batch, index: int) -> tuple:
     c, ev = batch.cands, batch.ev
     return (np.full(len(c), index), np.arange(len(c)), ev.step_s, ev.peak_bytes,
-            np.stack([c.dp, c.tp, c.pp, c.vpp, c.mb], axis=1),
+            np.stack([c.dp, c.tp, c.pp, c.vpp, c.mb, c.ep, c.etp], axis=1),
             np.stack([c.sp.astype(np.int64), c.recompute, c.zero, c.dp_comm], axis=1))
 
 
@@ -61,7 +61,7 @@ class Pool:
     step_s: np.ndarray
     peak_bytes: np.ndarray
     degrees: np.ndarray
-    """(N, 5): dp, tp, pp, vpp, micro-batch."""
+    """(N, 7): dp, tp, pp, vpp, micro-batch, ep, etp."""
     options: np.ndarray
     """(N, 4): sequence parallel, recompute, zero, dp_comm."""
 
@@ -69,7 +69,7 @@ class Pool:
     def of(cls, batches: list[Batch]) -> Pool:
         if not batches:
             empty = np.zeros(0, dtype=np.int64)
-            return cls([], empty, empty, np.zeros(0), np.zeros(0), np.zeros((0, 5), np.int64),
+            return cls([], empty, empty, np.zeros(0), np.zeros(0), np.zeros((0, 7), np.int64),
                        np.zeros((0, 4), np.int64))
         parts = [_columns(b, i) for i, b in enumerate(batches)]
         return cls(batches, *[np.concatenate(c) for c in zip(*parts)])
@@ -111,9 +111,12 @@ def pareto(pool: Pool) -> Pool:
     """Drop candidates another candidate with the same degrees beats on both time and memory."""
     if not len(pool):
         return pool
-    order = np.lexsort((pool.peak_bytes, pool.step_s, *pool.degrees.T[::-1]))
+    # The five dense degrees: a candidate beaten on both counts by one with other expert
+    # degrees (ep, etp) and the same rest is no better a second plan than the rest of the pool.
+    dense = pool.degrees[:, :5]
+    order = np.lexsort((pool.peak_bytes, pool.step_s, *dense.T[::-1]))
     keep = np.zeros(len(pool), dtype=bool)
-    degrees = pool.degrees[order]
+    degrees = dense[order]
     starts = np.flatnonzero(np.r_[True, (degrees[1:] != degrees[:-1]).any(1)])
     for start, stop in zip(starts, np.r_[starts[1:], len(order)]):
         block = order[start:stop]                     # same degrees, fastest first
