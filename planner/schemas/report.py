@@ -176,7 +176,7 @@ class SearchReport(BaseModel):
     num_valid: int
     """Those that pass every rule but memory, and the user's pins (each one evaluated)."""
     num_in_model: int
-    """Those left in the CP-SAT model after dropping candidates beaten on time and memory."""
+    """Those left in the CP-SAT model: the fastest fitting candidate of each set of degrees."""
     num_layouts_balanced: int = 0
     """Candidates whose stage layout CP-SAT balanced (planner/rebalance.py)."""
     num_layouts_improved: int = 0

@@ -69,6 +69,15 @@ def _objective(pool: Pool) -> list[int]:
     return (step_us * len(pool) + tie_break).tolist()
 
 
+def _fastest_per_degrees(pool: Pool, fits: np.ndarray) -> np.ndarray:
+    """Indices of the fastest fitting candidate of each distinct set of degrees."""
+    idx = np.flatnonzero(fits)
+    order = idx[np.lexsort((pool.step_s[idx], *pool.degrees[idx].T[::-1]))]
+    degrees = pool.degrees[order]
+    first = np.r_[True, (degrees[1:] != degrees[:-1]).any(1)]
+    return np.sort(order[first])
+
+
 def _heuristic(pool: Pool, fits: np.ndarray) -> int | None:
     """Megatron-LM's rule of thumb (Narayanan et al. 2021, Sec. 3.3 takeaways): the largest
     tensor parallelism inside a node, then the fewest pipeline stages that fit, micro-batch 1.
@@ -160,6 +169,10 @@ def search(problem: Problem, space: SearchSpace = SearchSpace(),
         from planner.search.explain import explain_infeasible
 
         raise explain_infeasible(problem, space, groups, options)
+    # Plans must fit and differ in their degrees: only the fastest fitting candidate of each
+    # set of degrees can be chosen, so the model holds those alone.
+    pool = pool.take(_fastest_per_degrees(pool, ~over))
+    over = np.zeros(len(pool), dtype=bool)
     hint = _heuristic(pool, ~over)
     plan_model = _PlanModel(pool, over, hint)
     if settings.export_path and not plan_model.model.export_to_file(settings.export_path):
