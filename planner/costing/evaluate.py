@@ -93,6 +93,11 @@ class Candidates:
         return Candidates(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 
     @classmethod
+    def concat(cls, parts: list[Candidates]) -> Candidates:
+        return cls(**{f.name: np.concatenate([getattr(c, f.name) for c in parts])
+                      for f in fields(cls)})
+
+    @classmethod
     def from_strategy(cls, s: Strategy, defaults: OverlapDefaults) -> Candidates:
         """One strategy; overlaps it leaves unsaid take the framework's `defaults`."""
         one = lambda v: np.array([v])  # noqa: E731
@@ -151,8 +156,13 @@ def block_costs(problem: Problem, cands: Candidates) -> BlockCosts:
     types = chain_types(problem.model)
     keys = np.stack([cands.tp, cands.mb, cands.sp.astype(int), cands.recompute, cands.ep,
                      cands.etp], axis=1)
-    points, inverse = np.unique(keys, axis=0, return_inverse=True)
-    inverse = inverse.reshape(-1)
+    # Distinct points through one integer code per row (np.unique over rows sorts them all).
+    code = np.zeros(len(cands), dtype=np.int64)
+    for column in keys.T:
+        values, index = np.unique(column, return_inverse=True)
+        code = code * len(values) + index.reshape(-1)
+    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    points, inverse = keys[first], inverse.reshape(-1)
     num_types = len(types.unique_blocks)
     out = {name: np.zeros((len(points), num_types)) for name in BlockCost._fields}
     for sp in (0, 1):
@@ -506,6 +516,57 @@ def _pipeline_comm(problem: Problem, layout: Layout, cands: Candidates, costs: B
     return _by_stage(per_chunk, p, v).sum(2) + engine
 
 
+def _dp_collectives(problem: Problem, params: np.ndarray, per_param, stage_blocks, *, dp,
+                    shard, stride, num_servers) -> tuple[np.ndarray, ...]:
+    """The data-parallel collectives of `_data_parallel`, (N, p) seconds each: all-reduce and
+    its algorithm, the HSDP replica all-reduce, parameter server, ZeRO reduce-scatter and
+    all-gather, ZeRO-3's per-block reduce-scatters and all-gathers."""
+    cluster = problem.cluster
+    net = cluster.network
+    dp_col = dp.astype(float)[:, None]
+    place = strided_placement(dp, stride, cluster.gpus_per_node)
+    nodes = place.num_nodes[:, None]
+    group = Group(size=dp_col, ranks_per_node=place.ranks_per_node[:, None], num_nodes=nodes)
+    sharded = strided_placement(shard, stride, cluster.gpus_per_node)
+    shard_group = Group(size=shard.astype(float)[:, None],
+                        ranks_per_node=sharded.ranks_per_node[:, None],
+                        num_nodes=sharded.num_nodes[:, None])
+    replicas = np.maximum(dp // shard, 1)     # a dp_shard over dp breaks a rule
+    across = strided_placement(replicas, stride * shard, cluster.gpus_per_node)
+    replica_group = Group(size=replicas.astype(float)[:, None],
+                          ranks_per_node=across.ranks_per_node[:, None],
+                          num_nodes=across.num_nodes[:, None])
+    grads = params * per_param.gradients
+    weights = params * per_param.weights
+
+    def collective(kind, size_bytes):
+        return comm.collective_time_s(kind, size_bytes, shard_group, net)
+
+    allreduce, algorithm = comm.all_reduce(grads, group, net)
+    replica_allreduce = comm.all_reduce_time_s(grads / shard_group.size, replica_group, net)
+    server = comm.parameter_server_time_s(
+        message_bytes=grads, num_workers=dp_col, num_servers=num_servers[:, None],
+        worker_bytes_per_s=np.where(nodes > 1, net.nic_bus_bytes_per_s,
+                                    net.intra_bus_bytes_per_s),
+        server_bytes_per_s=net.nic_bus_bytes_per_s,
+        latency_s=np.where(nodes > 1, net.inter_hop_s, net.intra_hop_s))
+    reduce_scatter = collective(Collective.REDUCE_SCATTER, grads)
+    all_gather = collective(Collective.ALL_GATHER, weights)
+    fw = problem.framework
+    # ZeRO-3 / FSDP: `fetches_per_block` gathers per block, at the framework's share of the
+    # bandwidth (the latency steps are NCCL's own), a share of it hidden by prefetch.
+    fetches = stage_blocks[None, :] * fw.zero3.fetches_per_block
+    z3_net = replace(net, intra_bus_bytes_per_s=net.intra_bus_bytes_per_s * fw.zero3.collective_efficiency,
+                     nic_bus_bytes_per_s=net.nic_bus_bytes_per_s * fw.zero3.collective_efficiency)
+    block_reduce_scatter = fetches * comm.reduce_scatter_time_s(grads / fetches, shard_group,
+                                                                z3_net)
+    block_all_gather = fetches * comm.all_gather_time_s(weights / fetches, shard_group, z3_net)
+    shape = grads.shape
+    return tuple(np.broadcast_to(t, shape) for t in (
+        allreduce, algorithm, replica_allreduce, server, reduce_scatter, all_gather,
+        block_reduce_scatter, block_all_gather))
+
+
 def _data_parallel(problem: Problem, cands: Candidates, params: np.ndarray, per_param,
                    fwd: np.ndarray, bwd: np.ndarray, stage_blocks: np.ndarray, *,
                    dp=None, shard=None, stride=None):
@@ -529,48 +590,24 @@ def _data_parallel(problem: Problem, cands: Candidates, params: np.ndarray, per_
     (`dp`, `shard` and `stride` given: edp ranks etp x ep apart).
     """
     cluster = problem.cluster
-    net = cluster.network
+    fw = problem.framework
     dp = cands.dp if dp is None else dp
     shard = cands.shard if shard is None else shard
     stride = cands.tp if stride is None else stride
     dp_col = dp.astype(float)[:, None]
-    place = strided_placement(dp, stride, cluster.gpus_per_node)
-    nodes = place.num_nodes[:, None]
-    group = Group(size=dp_col, ranks_per_node=place.ranks_per_node[:, None], num_nodes=nodes)
-    sharded = strided_placement(shard, stride, cluster.gpus_per_node)
-    shard_group = Group(size=shard.astype(float)[:, None],
-                        ranks_per_node=sharded.ranks_per_node[:, None],
-                        num_nodes=sharded.num_nodes[:, None])
-    replicas = np.maximum(dp // shard, 1)     # a dp_shard over dp breaks a rule
-    across = strided_placement(replicas, stride * shard, cluster.gpus_per_node)
-    replica_group = Group(size=replicas.astype(float)[:, None],
-                          ranks_per_node=across.ranks_per_node[:, None],
-                          num_nodes=across.num_nodes[:, None])
-    grads = params * per_param.gradients
-    weights = params * per_param.weights
-
-    def collective(kind, size_bytes):
-        return comm.collective_time_s(kind, size_bytes, shard_group, net)
-
-    allreduce, algorithm = comm.all_reduce(grads, group, net)
-    replica_allreduce = comm.all_reduce_time_s(grads / shard_group.size, replica_group, net)
-    server = comm.parameter_server_time_s(
-        message_bytes=grads, num_workers=dp_col, num_servers=cands.num_servers[:, None],
-        worker_bytes_per_s=np.where(nodes > 1, net.nic_bus_bytes_per_s,
-                                    net.intra_bus_bytes_per_s),
-        server_bytes_per_s=net.nic_bus_bytes_per_s,
-        latency_s=np.where(nodes > 1, net.inter_hop_s, net.intra_hop_s))
-    reduce_scatter = collective(Collective.REDUCE_SCATTER, grads)
-    all_gather = collective(Collective.ALL_GATHER, weights)
-    fw = problem.framework
-    # ZeRO-3 / FSDP: `fetches_per_block` gathers per block, at the framework's share of the
-    # bandwidth (the latency steps are NCCL's own), a share of it hidden by prefetch.
-    fetches = stage_blocks[None, :] * fw.zero3.fetches_per_block
-    z3_net = replace(net, intra_bus_bytes_per_s=net.intra_bus_bytes_per_s * fw.zero3.collective_efficiency,
-                     nic_bus_bytes_per_s=net.nic_bus_bytes_per_s * fw.zero3.collective_efficiency)
-    block_reduce_scatter = fetches * comm.reduce_scatter_time_s(grads / fetches, shard_group,
-                                                                z3_net)
-    block_all_gather = fetches * comm.all_gather_time_s(weights / fetches, shard_group, z3_net)
+    # The collectives depend on the groups and the parameters a rank holds (set by tp, ep and
+    # etp in this layout), not on the micro-batch or recompute: time each distinct row once.
+    code = np.zeros(len(cands), dtype=np.int64)
+    for column in (dp, shard, stride, cands.num_servers, cands.tp, cands.ep, cands.etp):
+        values, index = np.unique(column, return_inverse=True)
+        code = code * len(values) + index.reshape(-1)
+    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    times = _dp_collectives(problem, params[first], per_param, stage_blocks, dp=dp[first],
+                            shard=shard[first], stride=stride[first],
+                            num_servers=cands.num_servers[first])
+    (allreduce, algorithm, replica_allreduce, server, reduce_scatter, all_gather,
+     block_reduce_scatter, block_all_gather) = (t[inverse] for t in times)
     zero = cands.zero[:, None]
     # Overlap as asked, where the framework can (DeepSpeed's pipeline engine reduces after the
     # last micro-batch: no overlap once there is a pipeline).

@@ -96,13 +96,19 @@ class Pool:
 
 def evaluate_groups(problem: Problem, groups: list[tuple[CandidateGroup, np.ndarray]]) -> Pool:
     """Evaluate the rows of each group that `mask` keeps, in the group's even layout."""
-    batches = []
-    for group, mask in groups:
-        if not mask.any():
-            continue
-        cands = group.cands.take(np.flatnonzero(mask))
+    kept = [(group, group.cands.take(np.flatnonzero(mask))) for group, mask in groups
+            if mask.any()]
+    if not kept:
+        return Pool.of([])
+    # Block costs depend on (tp, micro-batch, sp, recompute, ep, etp), not on the layout:
+    # evaluate each distinct point once over all groups.
+    every = Candidates.concat([cands for _, cands in kept])
+    all_costs = block_costs(problem, every)
+    batches, start = [], 0
+    for group, cands in kept:
+        costs = all_costs.take(slice(start, start + len(cands)))
+        start += len(cands)
         layout = uniform_layout(problem.model, group.pp, group.vpp)
-        costs = block_costs(problem, cands)
         batches.append(Batch(layout, cands, costs, evaluate(problem, layout, cands, costs)))
     return Pool.of(batches)
 

@@ -83,7 +83,8 @@ def lower_bounds(problem: Problem, pool: Pool) -> tuple[np.ndarray, np.ndarray]:
             continue
         rows = np.flatnonzero(pool.batch == index)
         ev, r, cands = batch.ev, pool.row[rows], batch.cands
-        tau = (ev.stage_compute_s + ev.stage_tp_s + ev.stage_pp_s + ev.stage_dp_s)[r]
+        tau = (ev.stage_compute_s + ev.stage_tp_s + ev.stage_ep_s + ev.stage_pp_s
+               + ev.stage_dp_s)[r]
         m = cands.num_micro_batches[r]
         states = (ev.stage_weights + ev.stage_gradients + ev.stage_optimizer)[r]
         if len(layer_types) == 1:
