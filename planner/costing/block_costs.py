@@ -29,8 +29,8 @@ from cost_models.units import bytes_per_value
 from planner.costing.placement import strided_placement, tp_placement
 from planner.schemas.cluster import ClusterSpec
 from planner.schemas.framework import FrameworkProfile
-from planner.schemas.model import (EmbeddingBlock, EvoformerBlock, NormBlock, OutputBlock,
-                                   TrainingSpec, TransformerBlock)
+from planner.schemas.model import (EmbeddingBlock, EvoformerBlock, MtpBlock, NormBlock,
+                                   OutputBlock, TrainingSpec, TransformerBlock)
 
 
 class BlockCost(NamedTuple):
@@ -287,8 +287,31 @@ def _output(block: OutputBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute, k: 
     return BlockCost(forward, backward, 0 * forward, tp_comm, activations, 0 * tp)
 
 
+def _mtp(block: MtpBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute, k: _Kernels,
+         place: Group, cluster: ClusterSpec, ep, etp) -> BlockCost:
+    """A multi-token-prediction module: the 2h -> h projection of the two normalised inputs,
+    one transformer layer, and one more pass through the (shared) output layer and loss
+    (DeepSeek-V3, arXiv:2412.19437, Sec. 2.2)."""
+    kw = dict(seq_len=seq_len, mb=mb, tp=tp, sp=sp, rc=rc, k=k, place=place, cluster=cluster)
+    layer = _transformer(block.layer, **kw, ep=ep, etp=etp)
+    head = _output(OutputBlock(vocab_size=block.vocab_size, hidden=block.hidden), **kw)
+    h = block.hidden
+    projection = Gemm(seq_len * mb, h / tp, 2 * h)        # column-parallel, like fc1
+    forward = k.gemms_s([projection])
+    # The projection input (two normalised h-vectors per token) is kept for its backward.
+    kept = k.value_bytes * seq_len * mb * 2 * h / (tp if sp else 1)
+    parts = (layer, head)
+    return BlockCost(
+        forward_s=sum(p.forward_s for p in parts) + forward,
+        backward_s=sum(p.backward_s for p in parts) + BACKWARD_FLOPS_RATIO * forward,
+        recompute_s=layer.recompute_s, tp_comm_s=layer.tp_comm_s + head.tp_comm_s,
+        activation_bytes=layer.activation_bytes + head.activation_bytes + kept,
+        output_elements=seq_len * mb * h + 0 * tp,
+        recompute_working_bytes=layer.recompute_working_bytes, ep_comm_s=layer.ep_comm_s)
+
+
 _BY_KIND = {"transformer": _transformer, "evoformer": _evoformer, "embedding": _embedding,
-            "norm": _norm, "output": _output}
+            "norm": _norm, "output": _output, "mtp": _mtp}
 
 
 def block_cost(block, *, training: TrainingSpec, cluster: ClusterSpec,
@@ -314,6 +337,12 @@ def block_model_flops(block, *, seq_len: int) -> float:
     if isinstance(block, EvoformerBlock):
         return float(sum(gemm_flops(x) for x in evoformer_block_gemms(
             block.shape, num_residues=seq_len, micro_batch=1, tp=1)))
+    if isinstance(block, MtpBlock):
+        h = block.hidden
+        return (block_model_flops(block.layer, seq_len=seq_len)
+                + gemm_flops(Gemm(seq_len, h, 2 * h))
+                + block_model_flops(OutputBlock(vocab_size=block.vocab_size, hidden=h),
+                                    seq_len=seq_len))
     if isinstance(block, OutputBlock):
         flops = gemm_flops(output_layer_gemm(seq_len=seq_len, micro_batch=1, hidden=block.hidden,
                                              vocab_size=block.vocab_size, tp=1))

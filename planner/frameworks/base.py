@@ -134,6 +134,8 @@ class ModelShape:
     """Which layers attend through a sliding window (empty if none does)."""
     dense_ffn: int | None = None
     """The dense MLP width of the non-MoE layers (None: all layers are MoE, or none is)."""
+    mtp_layers: int = 0
+    """Multi-token-prediction modules after the output layer."""
 
     @property
     def max_positions(self) -> int:
@@ -147,7 +149,7 @@ def transformer_shape(model: ModelSpec, target: str) -> ModelShape:
 
     layers = [b for b in model.blocks if b.kind == "transformer"]
     others = sorted({b.kind for b in model.blocks} - {"transformer", "embedding", "norm",
-                                                      "output"})
+                                                      "output", "mtp"})
     # Layers may differ in being MoE (dense-first layers, a MoE frequency) and in a sliding
     # window (alternating local and global attention): the frameworks express both as patterns.
     def kind(b):
@@ -181,4 +183,5 @@ def transformer_shape(model: ModelSpec, target: str) -> ModelShape:
     return ModelShape(len(layers), layer, embedding, output,
                       moe_pattern=tuple(moe) if any(moe) else (),
                       window_pattern=tuple(windows) if any(windows) else (),
-                      dense_ffn=dense if any(moe) and dense is not None else None)
+                      dense_ffn=dense if any(moe) and dense is not None else None,
+                      mtp_layers=sum(b.kind == "mtp" for b in model.blocks))

@@ -155,6 +155,8 @@ def _model_args(plan: LaunchPlan) -> list[str]:
         args.append("--softmax-type learnable")
     if layer.is_moe:
         args += _moe_args(shape)
+    if shape.mtp_layers:
+        args.append(f"--mtp-num-layers {shape.mtp_layers}")
     return args
 
 
@@ -393,7 +395,7 @@ def _check_flags(parsed: ParsedConfig, flags: dict[str, Flag]) -> None:
 
 _MODEL_FLAGS = ("--num-layers", "--hidden-size", "--num-attention-heads", "--ffn-hidden-size",
                 "--num-query-groups", "--num-experts", "--moe-router-topk",
-                "--moe-ffn-hidden-size", "--kv-lora-rank", "--q-lora-rank")
+                "--moe-ffn-hidden-size", "--kv-lora-rank", "--q-lora-rank", "--mtp-num-layers")
 
 
 def _model_values(problem: Problem) -> dict[str, int]:
@@ -413,6 +415,7 @@ def _model_values(problem: Problem) -> dict[str, int]:
     if layer.is_moe:
         values.update({"--num-experts": layer.num_experts, "--moe-router-topk": layer.top_k,
                        "--moe-ffn-hidden-size": layer.expert_ffn})
+    values["--mtp-num-layers"] = sum(b.kind == "mtp" for b in problem.model.blocks)
     return values
 
 

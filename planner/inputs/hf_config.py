@@ -116,7 +116,8 @@ def _deepseek(k: _Keys) -> dict[str, Any]:
         top_k=k.need("num_experts_per_tok"), moe_ffn_hidden=moe_ffn,
         shared_ffn_hidden=k.get("n_shared_experts", default=0) * moe_ffn,
         first_k_dense=k.get("first_k_dense_replace", default=0),
-        router_bias=aux_free, load_balancing="expert_bias" if aux_free else "aux_loss")
+        router_bias=aux_free, load_balancing="expert_bias" if aux_free else "aux_loss",
+        mtp_layers=k.get("num_nextn_predict_layers", default=0))
 
 
 def _gpt_oss(k: _Keys) -> dict[str, Any]:

@@ -203,6 +203,34 @@ class TransformerBlock(BaseModel):
         return ParamCount(total.sharded, total.replicated, total.expert - idle)
 
 
+class MtpBlock(BaseModel):
+    """A multi-token-prediction module (DeepSeek-V3, arXiv:2412.19437, Sec. 2.2, Eq. 21-23):
+    the previous depth's hidden state and the next token's embedding, each normalised, are
+    concatenated and projected (2h -> h), run through one transformer layer, normalised and fed
+    to the shared output head for one more token's loss. Embedding and output head are the
+    main model's (Megatron-LM --mtp-num-layers puts the module on the last pipeline stage)."""
+
+    model_config = _FROZEN
+    kind: Literal["mtp"] = "mtp"
+    layer: TransformerBlock
+    vocab_size: PositiveInt
+
+    @property
+    def hidden(self) -> int:
+        return self.layer.hidden
+
+    def _own(self) -> ParamCount:
+        h = self.hidden
+        norms = 3 * norm_params(hidden=h, norm=self.layer.norm).replicated   # enorm, hnorm, final
+        return ParamCount(2 * h * h, norms)          # the projection is TP-sharded
+
+    def params(self) -> ParamCount:
+        return self.layer.params() + self._own()
+
+    def active_params(self) -> ParamCount:
+        return self.layer.active_params() + self._own()
+
+
 class NormBlock(BaseModel):
     """The final norm before the output layer."""
 
@@ -276,7 +304,7 @@ class EvoformerBlock(BaseModel):
 
 
 Block = Annotated[
-    Union[EmbeddingBlock, TransformerBlock, NormBlock, OutputBlock, EvoformerBlock],
+    Union[EmbeddingBlock, TransformerBlock, NormBlock, OutputBlock, EvoformerBlock, MtpBlock],
     Field(discriminator="kind"),
 ]
 REPEATED_KINDS = ("transformer", "evoformer")
@@ -326,14 +354,20 @@ class ModelSpec(BaseModel):
 
     @property
     def num_params(self) -> int:
-        return sum(b.params().total for b in self.blocks)
+        """Parameters of the model, without its multi-token-prediction modules (a training-only
+        head: DeepSeek-V3's 671B excludes its 14B; they are `num_mtp_params`)."""
+        return sum(b.params().total for b in self.blocks if b.kind != "mtp")
+
+    @property
+    def num_mtp_params(self) -> int:
+        return sum(b.params().total for b in self.blocks if b.kind == "mtp")
 
     @property
     def num_active_params(self) -> int:
         """Parameters one token's forward pass uses: all but the routed experts it skips (the
         convention of Mixtral's 12.9B and DeepSeek-V3's 37B, embeddings included)."""
         return sum((b.active_params() if isinstance(b, TransformerBlock) else b.params()).total
-                   for b in self.blocks)
+                   for b in self.blocks if b.kind != "mtp")
 
     @property
     def is_moe(self) -> bool:

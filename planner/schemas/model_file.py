@@ -11,8 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from cost_models.compute import LoadBalancing
 from cost_models.enums import AttentionKind, MlpKind, NormKind, PositionKind
-from planner.schemas.model import (Block, EmbeddingBlock, ModelSpec, NormBlock, OutputBlock,
-                                   Source, TrainingSpec, TransformerBlock)
+from planner.schemas.model import (Block, EmbeddingBlock, ModelSpec, MtpBlock, NormBlock,
+                                   OutputBlock, Source, TrainingSpec, TransformerBlock)
 
 _FILE = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
@@ -71,6 +71,9 @@ class TransformerShorthand(BaseModel):
     moe_layer_freq: PositiveInt = 1
     """After the first dense layers, layer i (counting from 1) is MoE when i is a multiple of
     this (Qwen2-MoE decoder_sparse_step); the others are dense."""
+    mtp_layers: int = Field(0, ge=0)
+    """Multi-token-prediction modules trained after the output layer (DeepSeek-V3: 1), each
+    one more transformer layer like the last one."""
     lm_head_transform: NormKind | None = None
     lm_head_bias: bool = False
     training: TrainingSpec = TrainingSpec()
@@ -130,6 +133,8 @@ class TransformerShorthand(BaseModel):
                                   tied=self.tie_embeddings,
                                   transform_norm=self.lm_head_transform,
                                   bias=self.lm_head_bias))
+        layers = [b for b in blocks if isinstance(b, TransformerBlock)]
+        blocks += [MtpBlock(layer=layers[-1], vocab_size=self.vocab_size)] * self.mtp_layers
         return ModelSpec(name=self.name, blocks=tuple(blocks), description=self.description,
                          source=self.source)
 

@@ -85,18 +85,22 @@ def test_expert_parallel_across_nodes_costs_more_than_inside_one():
 def test_model_flops_are_six_times_the_active_matmul_weights_plus_attention():
     # Narayanan et al. 2021, Sec. 5.1 (and PaLM App. B): 3 x the forward GEMMs, 2 FLOPs per
     # weight a token passes through, plus the attention scores and values (2 s d per head
-    # each way, full s^2 as in Megatron-LM's formula). DeepSeek-V3: MLA with d_qk 192, d_v 128.
+    # each way, full s^2 as in Megatron-LM's formula). DeepSeek-V3: MLA with d_qk 192, d_v 128,
+    # and one multi-token-prediction module (a 62nd layer, the 2h -> h projection and one
+    # more pass through the shared output head).
     model, _ = load_model(str(CONFIGS / "deepseek-v3.json"))
     s = 4096
     flops, _, _ = step_flops_per_sequence(model, s)
     embedding = model.blocks[0].params().total
     # Parameters no GEMM multiplies: norms (2 per layer, the final one, MLA's latent norms)
-    # and DeepSeek's balancing bias.
-    layers = [model.blocks[i] for i in model.layer_indices]
-    norms = 61 * (2 * 7168 + 1536 + 512) + 7168 + 58 * 256
-    matmul = model.num_active_params - embedding - norms
-    attention = 61 * 2 * s * 128 * (192 + 128)
-    assert len(layers) == 61
+    # and DeepSeek's balancing bias; the MTP module adds its layer's and 3 more norms.
+    layer_norms = 2 * 7168 + 1536 + 512
+    norms = 61 * layer_norms + 7168 + 58 * 256
+    mtp = model.blocks[-1]
+    assert mtp.kind == "mtp"
+    mtp_matmul = mtp.active_params().total - layer_norms - 256 - 3 * 7168 + 129280 * 7168
+    matmul = model.num_active_params - embedding - norms + mtp_matmul
+    attention = 62 * 2 * s * 128 * (192 + 128)
     assert flops / s == pytest.approx(3 * (2 * matmul + attention), rel=1e-12)
 
 

@@ -83,3 +83,16 @@ def test_mlp_only_layers_are_refused_with_the_key(tmp_path):
     path.write_text(json.dumps(config))
     with pytest.raises(InputError, match="mlp_only_layers"):
         load_model(str(path))
+
+
+def test_deepseek_v3_multi_token_prediction_module():
+    # num_nextn_predict_layers 1: one more MoE layer, a 2h x h projection and three norms,
+    # sharing the embedding and output head (arXiv:2412.19437, Sec. 2.2). The HF checkpoint's
+    # 685B (README) = 671B main + the module with its own embedding and head copies.
+    model, _ = load_model(str(CONFIGS / "deepseek-v3.json"))
+    mtp = model.blocks[-1]
+    assert mtp.kind == "mtp"
+    layer = model.blocks[model.layer_indices[-1]]
+    assert model.num_mtp_params == layer.params().total + 2 * 7168**2 + 3 * 7168
+    copies = 2 * 129280 * 7168
+    assert abs(model.num_params + model.num_mtp_params + copies - 685e9) < 1e9

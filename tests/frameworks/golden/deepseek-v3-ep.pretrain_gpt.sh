@@ -3,7 +3,7 @@
 # Model deepseek-v3 on 1024 x H100-SXM5-80GB (dgx-h100).
 # Strategy: dp 128, tp 8, pp 1, ep 128, etp 1, mb 1, global batch 15360, seq_len 4096,
 #   sequence_parallel true, recompute full, zero_stage 1, bf16.
-# Predicted: 110.903 s per step, peak 58.6 GiB per GPU (stage 0), MFU 15.7%.
+# Predicted: 113.559 s per step, peak 59.9 GiB per GPU (stage 0), MFU 16.0%.
 # Keys checked against NVIDIA/Megatron-LM megatron/training/arguments.py @000c4ac2,
 #   megatron/core/transformer/transformer_config.py @002526d8.
 # Run on every node: MASTER_ADDR=<first node> [DATA_PATH=<prefix>] bash pretrain_gpt.sh
@@ -55,6 +55,7 @@ MODEL_ARGS=(
   --moe-router-load-balancing-type seq_aux_loss
   --moe-router-enable-expert-bias
   --moe-router-score-function sigmoid
+  --mtp-num-layers 1
 )
 PARALLEL_ARGS=(
   --tensor-model-parallel-size 8
