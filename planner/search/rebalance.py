@@ -20,10 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.search.balance import balance
-from cost_models.units import GiB
 from cost_models.pipeline import in_flight_per_chunk
-from planner.costing.evaluate import (Candidates, block_costs, chain_types, evaluate,
-                             evaluate_strategy, layout_for, type_params)
+from planner.costing.evaluate import (Candidates, block_costs, chain_types, ep_exposed_s,
+                                      evaluate, evaluate_strategy, layout_for, tp_exposed_s,
+                                      type_params)
 from planner.costing.layout import Layout
 from planner.inputs.loader import Problem
 from planner.search.pool import Batch, Pool
@@ -31,6 +31,11 @@ from planner.schemas.report import PlanReport
 from planner.schemas.strategy import Strategy
 from planner.feasibility.rules import memory_violations
 from planner.costing.stage_costs import chain_costs, state_bytes_per_stored_param
+
+LAYOUT_SOLVE_CAP_S = 0.25
+"""Wall time one candidate's layout solve may take, so that one hard case (a layout CP-SAT can
+neither find nor refute quickly) cannot use up the whole budget; the search then says its
+layouts are not proven optimal."""
 
 LAYOUT_BUDGET_S = 2.0
 """Wall time the layout solves of one search may take; beyond it the search says its layouts
@@ -48,16 +53,18 @@ class LayoutStats:
 
 
 def water_level(base: np.ndarray, rate: np.ndarray, amount: float) -> np.ndarray:
-    """Per row, the least level M with sum_r max(0, (M - base_r) / rate_r) >= amount: the
-    slowest (or fullest) stage when `amount` layers, divisible at will, fill stages that
-    start at `base_r` and rise by `rate_r` per layer. No integer layout can do better."""
+    """Per row, the least level M with sum_r max(0, (M - base_r) / rate_r) >= amount, or the
+    highest base if above: the slowest (or fullest) stage when `amount` layers, divisible at
+    will, fill stages that start at `base_r` and rise by `rate_r` per layer. No integer layout
+    can do better."""
     low = base.min(1)
     high = base.max(1) + amount * rate.max(1)
     for _ in range(60):                            # bisection to float resolution
         mid = (low + high) / 2
         filled = np.maximum(0.0, (mid[:, None] - base) / rate).sum(1)
         low, high = np.where(filled >= amount, low, mid), np.where(filled >= amount, mid, high)
-    return high
+    # A stage that starts above the level is fuller still.
+    return np.maximum(high, base.max(1))
 
 
 def lower_bounds(problem: Problem, pool: Pool) -> tuple[np.ndarray, np.ndarray]:
@@ -85,14 +92,17 @@ def lower_bounds(problem: Problem, pool: Pool) -> tuple[np.ndarray, np.ndarray]:
         ev, r, cands = batch.ev, pool.row[rows], batch.cands
         tau = (ev.stage_compute_s + ev.stage_tp_s + ev.stage_ep_s + ev.stage_pp_s
                + ev.stage_dp_s)[r]
+        # Per block type, the time one block adds to its stage (as `evaluate` sums it).
+        layer_time = (batch.costs.forward_s + batch.costs.backward_s + batch.costs.recompute_s
+                      + tp_exposed_s(problem, cands, batch.costs)
+                      + ep_exposed_s(problem, batch.costs))[r]
         m = cands.num_micro_batches[r]
-        states = (ev.stage_weights + ev.stage_gradients + ev.stage_optimizer)[r]
         if len(layer_types) == 1:
             u = layer_types[0]
             counts = np.array(batch.layout.layers_per_chunk(model)).reshape(v, p).T  # (p, v)
             layers = counts.sum(1)
             costs = batch.costs
-            t = (costs.forward_s + costs.backward_s + costs.recompute_s + costs.tp_comm_s)[r, u]
+            t = layer_time[:, u]
             slowest = water_level(tau - t[:, None] * layers, t[:, None] * np.ones(p),
                                   model.num_layers)
             flight = in_flight_per_chunk(stage=np.arange(p)[None, :, None], pp=p, vpp=v,
@@ -105,10 +115,50 @@ def lower_bounds(problem: Problem, pool: Pool) -> tuple[np.ndarray, np.ndarray]:
             rate = frag * (per_layer_state[:, None] + act[:, None] * flight.min(2))
             fullest = water_level(base, rate, model.num_layers)
         else:
-            slowest = tau.mean(1)
-            held = batch.costs.activation_bytes[r] @ types.chunk_counts(
-                Layout(1, 1, (0, len(model.blocks))))[0]
-            fullest = (frag * (states.sum(1) + held) / p + reserve.framework_gib * GiB)
+            # Unlike layers: each stage keeps what no layout moves (a_r), and the layers' time
+            # (T in all) can at best fill the stages up to one level.
+            per_stage = types.chunk_counts(batch.layout).reshape(v, p, -1).sum(0)   # (p, U)
+            movable = np.zeros(per_stage.shape[1])
+            movable[layer_types] = 1.0
+            held_time = (layer_time * movable[None, :]) @ per_stage.T             # (N, p)
+            slowest = water_level(tau - held_time, np.ones_like(tau), held_time.sum(1))
+            # Memory likewise: a layer of type u on stage r adds at least its states and its
+            # activations times the fewest micro-batches any chunk of r holds.
+            flight = in_flight_per_chunk(stage=np.arange(p)[None, :, None], pp=p, vpp=v,
+                                         num_micro_batches=m[:, None, None],
+                                         chunk=np.arange(v)[None, None, :])   # (N, p, v)
+            chunk_counts = types.chunk_counts(batch.layout).reshape(v, p, -1)  # (v, p, U)
+            held = np.zeros_like(tau)
+            rate = np.full_like(tau, np.inf)
+            first = np.full(flight.shape, np.inf)          # the cheapest layer in each chunk
+            for u in layer_types:
+                state = _layer_state_bytes(problem, cands, r, u)[:, None]         # (N, 1)
+                act = batch.costs.activation_bytes[r, u][:, None]
+                held += state * per_stage[:, u] + act * np.einsum(
+                    "npv,vp->np", flight, chunk_counts[:, :, u])
+                rate = np.minimum(rate, state + act * flight.min(2))
+                first = np.minimum(first, state[:, :, None] + act[:, :, None] * flight)
+            # Every chunk holds a layer: those p * v are placed, the rest fill to a level.
+            mandatory = first.sum(2)                                                # (N, p)
+            # A stage's recompute working set is its largest block's: keep only what no
+            # layout removes (its fixed blocks', or the smallest layer's, as it holds one).
+            working = batch.costs.recompute_working_bytes[r]                    # (N, U)
+            fixed = np.setdiff1d(np.arange(working.shape[1]), layer_types)
+            present = per_stage > 0                                             # (p, U)
+            even_working = (working[:, None, :] * present[None]).max(2)
+            fixed_working = (working[:, None, fixed] * present[None][:, :, fixed]).max(
+                2, initial=0.0)
+            least = np.maximum(fixed_working, working[:, layer_types].min(1)[:, None])
+            fixed_part = ev.stage_total[r] - frag * (held + even_working - least)
+            fullest = water_level(fixed_part + frag * mandatory, frag * rate,
+                                  model.num_layers - p * v)
+            # ...and the most common layer type alone, the others left out (they only add).
+            type_counts = per_stage.sum(0)
+            major = max(layer_types, key=lambda u: type_counts[u])
+            major_rate = (_layer_state_bytes(problem, cands, r, major)[:, None]
+                          + batch.costs.activation_bytes[r, major][:, None] * flight.min(2))
+            fullest = np.maximum(fullest, water_level(fixed_part, frag * major_rate,
+                                                      int(type_counts[major])))
         times[rows] = (m - 1) * slowest + (tau.sum(1) + (v - 1) * slowest) / v + ev.overhead_s
         memory[rows] = fullest
     return times, memory
@@ -157,8 +207,12 @@ def rebalance(problem: Problem, pool: Pool, *,
             break
         batch, row = pool.batches[pool.batch[i]], int(pool.row[i])
         costs = chain_costs(problem, batch.cands, batch.costs, batch.ev, batch.layout, row)
-        result = balance(costs, hint=batch.layout.bounds, time_limit_s=left)
+        limit = min(left, LAYOUT_SOLVE_CAP_S)
+        solve_start = time.perf_counter()
+        result = balance(costs, hint=batch.layout.bounds, time_limit_s=limit)
         if result is None:
+            if time.perf_counter() - solve_start >= 0.9 * limit:
+                complete = False                   # stopped by its cap, not proven infeasible
             continue
         balanced += 1
         optimal &= result.status == "OPTIMAL"

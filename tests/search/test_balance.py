@@ -233,3 +233,64 @@ def test_layout_of_a_plan_is_reported_per_stage(cli):
     slowest = max(s["total_s"] for s in stages)
     assert plan["time"]["imbalance"] == pytest.approx(
         slowest / (sum(s["total_s"] for s in stages) / 4))
+
+
+def test_layout_bounds_hold_for_every_layout_of_an_moe_chain(write):
+    """rebalance.lower_bounds against brute force: on a chain of unlike layers (dense-first
+    layers, MoE layers, a multi-token-prediction module on the last stage), no layout of any
+    candidate is faster or emptier than its bounds."""
+    from planner.search.pool import Batch, Pool
+    from planner.search.rebalance import lower_bounds
+    import numpy as np
+
+    from planner.costing.layout import layout_from_layer_counts
+
+    model = write("moe.yaml", """
+        name: tiny-moe
+        num_layers: 8
+        hidden: 512
+        num_heads: 8
+        ffn_hidden: 2048
+        vocab_size: 32000
+        mlp: swiglu
+        norm: rmsnorm
+        position: rotary
+        bias: false
+        dropout: false
+        attention: flash
+        num_experts: 8
+        top_k: 2
+        moe_ffn_hidden: 512
+        first_k_dense: 2
+        mtp_layers: 1
+        training: {seq_len: 1024, global_batch: 64}
+        """)
+    problem = make_problem(model, "dgx-h100", gpus=16)
+    rows = [dict(tp=1, pp=4, vpp=1, dp=4, mb=1, ep=4, etp=1, zero=1, rc=0),
+            dict(tp=2, pp=2, vpp=2, dp=4, mb=2, ep=8, etp=1, zero=0, rc=2),
+            dict(tp=1, pp=2, vpp=1, dp=8, mb=4, ep=1, etp=1, zero=3, rc=1)]
+    for row in rows:
+        one = lambda v: [v]  # noqa: E731
+        cands = Candidates(
+            tp=one(row["tp"]), pp=one(row["pp"]), vpp=one(row["vpp"]), dp=one(row["dp"]),
+            mb=one(row["mb"]), global_batch=one(64), sp=one(row["tp"] > 1),
+            recompute=one(row["rc"]), zero=one(row["zero"]), shard=one(row["dp"]),
+            overlap=one(True), param_gather=one(True), tp_overlap=one(True), dp_comm=one(0),
+            num_servers=one(row["dp"]), ep=one(row["ep"]), etp=one(row["etp"]))
+        cands = Candidates(**{k: np.array(v) for k, v in cands.__dict__.items()})
+        costs = block_costs(problem, cands)
+        pp, vpp = row["pp"], row["vpp"]
+        even = uniform_layout(problem.model, pp, vpp)
+        pool = Pool.of([Batch(even, cands, costs, evaluate(problem, even, cands, costs))])
+        time_bound, memory_bound = lower_bounds(problem, pool)
+        best_time = best_memory = float("inf")
+        for counts in compositions(problem.model.num_layers, pp * vpp):
+            layout = layout_from_layer_counts(problem.model, pp, vpp, counts)
+            ev = evaluate(problem, layout, cands, costs)
+            tau = (ev.stage_compute_s + ev.stage_tp_s + ev.stage_ep_s + ev.stage_pp_s
+                   + ev.stage_dp_s)[0]
+            pipeline = ev.bubble_s[0] + cands.num_micro_batches[0] * tau.max() + ev.overhead_s
+            best_time = min(best_time, float(pipeline))
+            best_memory = min(best_memory, float(ev.peak_bytes[0]))
+        assert memory_bound[0] <= best_memory * (1 + 1e-9), row
+        assert time_bound[0] <= best_time * (1 + 1e-9) + 1e-9, row
