@@ -9,7 +9,8 @@ Unknown strategy fields are filled by one rule for all runs, never per row:
 - sequence_parallel: on when tp > 1 (Megatron-Core's and NeMo's recipes);
 - zero_stage: 1 (the distributed optimizer) for Megatron runs, else 0;
 - recompute: the cheapest of none, selective, full whose memory fits (what a user does);
-- overlap_grad_reduce "unknown": the framework profile's default.
+- overlap_grad_reduce "unknown": the framework profile's default;
+- ep: 1; etp: 1 with ep > 1 (experts whole, as Megatron-Bridge's MoE recipes run them), else tp.
 
 Runs the planner cannot express yet (context parallelism, FP8) are counted as skipped.
 """
@@ -95,7 +96,9 @@ def _model_file(model: dict | str, run_name: str, tmp: Path) -> str:
         return model
     shape = {k: v for k, v in model.items() if k in TransformerShorthand.model_fields}
     if shape.get("mlp") == "swiglu":       # Llama family: RMSNorm, rotary, no biases or dropout
-        shape.update(norm="rmsnorm", position="rotary", bias=False, dropout=False)
+        for key, value in dict(norm="rmsnorm", position="rotary", bias=False,
+                               dropout=False).items():
+            shape.setdefault(key, value)       # unless the run says (gpt-oss has biases)
     shape.setdefault("attention", "flash")
     path = tmp / f"{run_name}.yaml"
     path.write_text(yaml.safe_dump({"name": run_name, **shape}))
@@ -118,7 +121,10 @@ def _strategy(run: dict, problem: Problem, framework: str) -> Strategy:
     if zero is None:
         zero = 1 if framework == "megatron" else 0
     sp = s.get("sequence_parallel")
-    fields = dict(dp=s.get("dp"), tp=tp, pp=pp, micro_batch=s.get("micro_batch") or 1,
+    ep = s.get("ep") or 1
+    etp = s.get("etp") or (1 if ep > 1 else tp)
+    fields = dict(dp=s.get("dp"), tp=tp, pp=pp, ep=ep, etp=etp,
+                  micro_batch=s.get("micro_batch") or 1,
                   global_batch=run["global_batch"],
                   sequence_parallel=tp > 1 if sp is None else sp, zero_stage=zero)
     for key in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap"):
@@ -167,10 +173,17 @@ def load_runs(tmp: Path, cluster: ClusterSpec | None = None) -> tuple[list[Run],
                 problem = replace(problem, cluster=validate_file(ClusterSpec, merged, file.name))
             if cluster is not None and cluster.gpu.name == problem.cluster.gpu.name:
                 problem = replace(problem, cluster=cluster)
+            measured = run["measured"]
+            tflops, step_s = measured.get("tflops_per_gpu"), measured.get("step_s")
+            if data["source"].get("compare") == "tokens_per_s" and \
+                    measured.get("tokens_per_s_per_gpu"):
+                # The source's FLOP counting is not the planner's: compare the step time its
+                # tokens per second give (tokens count the same everywhere).
+                tokens = run["global_batch"] * run["seq_len"]
+                tflops = None
+                step_s = tokens / (measured["tokens_per_s_per_gpu"] * run["num_gpus"])
             runs.append(Run(key, run["name"], framework, problem,
-                            _strategy(run, problem, framework),
-                            run["measured"].get("tflops_per_gpu"),
-                            run["measured"].get("step_s"),
+                            _strategy(run, problem, framework), tflops, step_s,
                             bool(run.get("counts_recompute")),
                             run["measured"].get("peak_memory_gib")))
     return runs, skipped

@@ -116,9 +116,13 @@ class LoadBalancing(str, Enum):
     EXPERT_BIAS = "expert_bias"
     """Auxiliary-loss-free: a per-expert bias on the routing scores (DeepSeek-V3; Megatron-LM
     --moe-router-enable-expert-bias)."""
+    FORCED = "forced"
+    """Tokens dealt out evenly whatever the router says: a benchmark setting (Megatron-LM
+    --moe-router-force-load-balancing; NVIDIA's MoE performance tables run with it)."""
 
 
-DROPLESS_IMBALANCE = {LoadBalancing.AUX_LOSS: 1.52, LoadBalancing.EXPERT_BIAS: 1.04}
+DROPLESS_IMBALANCE = {LoadBalancing.AUX_LOSS: 1.52, LoadBalancing.EXPERT_BIAS: 1.04,
+                      LoadBalancing.FORCED: 1.0}
 """Tokens of the busiest expert over the mean with dropless routing: 1 + MaxVio_global of
 Wang et al. 2024 (arXiv:2408.15664), Table 2, 3B model: 0.52 with the auxiliary loss, 0.04
 loss-free. Per expert; an EP rank holding several experts is at most this far off."""

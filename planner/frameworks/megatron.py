@@ -88,6 +88,7 @@ KNOWN_FLAGS = frozenset({
     "--moe-router-enable-expert-bias", "--moe-router-bias-update-rate",
     "--moe-router-topk-scaling-factor", "--moe-router-num-groups", "--moe-router-group-topk",
     "--moe-router-pre-softmax", "--moe-router-dtype", "--moe-layer-freq",
+    "--moe-router-force-load-balancing",
     "--moe-shared-expert-intermediate-size", "--moe-shared-expert-gate",
     "--moe-shared-expert-overlap", "--moe-expert-capacity-factor",
     "--moe-pad-expert-input-to-capacity", "--moe-token-drop-policy", "--moe-permute-fusion",
@@ -198,7 +199,9 @@ def _moe_args(shape) -> list[str]:
         args.append(f"--moe-shared-expert-intermediate-size {layer.shared_ffn_hidden}")
         if layer.shared_expert_gate:
             args.append("--moe-shared-expert-gate")
-    if layer.load_balancing is LoadBalancing.EXPERT_BIAS:
+    if layer.load_balancing is LoadBalancing.FORCED:
+        args.append("--moe-router-force-load-balancing")       # a benchmark: even routing
+    elif layer.load_balancing is LoadBalancing.EXPERT_BIAS:
         # Auxiliary-loss-free balancing needs sigmoid scores (transformer_config.py).
         args += ["--moe-router-load-balancing-type seq_aux_loss",
                  "--moe-router-enable-expert-bias", "--moe-router-score-function sigmoid"]
