@@ -196,6 +196,22 @@ def type_params(model) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
                  for name in ("sharded", "replicated", "expert"))
 
 
+def state_floor_bytes(problem: Problem, cands: Candidates) -> np.ndarray:
+    """(N,) the model states of the average pipeline stage: a floor under the fullest stage of
+    any layout (the states of all blocks, after TP, EP and ZeRO sharding, over pp stages)."""
+    counts = np.bincount(chain_types(problem.model).type_of_position,
+                         minlength=len(chain_types(problem.model).unique_blocks))
+    sharded, replicated, expert = (x @ counts for x in type_params(problem.model))
+    per = state_bytes_per_param(problem.training.precision, problem.training.optimizer)
+    dense = (sharded / cands.tp + replicated) / cands.pp
+    experts = expert / (cands.ep * cands.etp) / cands.pp
+    states = _add_states(
+        model_state_bytes(num_params=dense, dp=cands.shard, zero_stage=cands.zero, per_param=per),
+        model_state_bytes(num_params=experts, dp=cands.expert_shard, zero_stage=cands.zero,
+                          per_param=per))
+    return states.total
+
+
 def _add_states(a: StateBytes, b: StateBytes) -> StateBytes:
     return StateBytes(a.weights + b.weights, a.gradients + b.gradients,
                       a.optimizer + b.optimizer)

@@ -174,7 +174,8 @@ class SearchReport(BaseModel):
     num_candidates: int
     """Strategies in the search space."""
     num_valid: int
-    """Those that pass every rule but memory, and the user's pins (each one evaluated)."""
+    """Those that pass every rule but memory, and the user's pins (each one evaluated, unless its
+    model states alone overfill the average pipeline stage)."""
     num_in_model: int
     """Those left in the CP-SAT model: the fastest fitting candidate of each set of degrees."""
     num_layouts_balanced: int = 0

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.search.candidates import CandidateGroup, Pin
-from planner.costing.evaluate import BlockCosts, Candidates, Evaluation, block_costs, evaluate
+from planner.costing.evaluate import (BlockCosts, Candidates, Evaluation, block_costs, evaluate,
+                                      state_floor_bytes)
 from planner.costing.layout import Layout, uniform_layout
 from planner.inputs.loader import Problem
 from planner.feasibility.rules import RuleOptions, degree_violations
@@ -94,10 +95,21 @@ class Pool:
         return b.cands.strategy(int(self.row[i])).degrees_label()
 
 
-def evaluate_groups(problem: Problem, groups: list[tuple[CandidateGroup, np.ndarray]]) -> Pool:
-    """Evaluate the rows of each group that `mask` keeps, in the group's even layout."""
-    kept = [(group, group.cands.take(np.flatnonzero(mask))) for group, mask in groups
-            if mask.any()]
+def evaluate_groups(problem: Problem, groups: list[tuple[CandidateGroup, np.ndarray]], *,
+                    drop_unfittable: bool = False) -> Pool:
+    """Evaluate the rows of each group that `mask` keeps, in the group's even layout; with
+    `drop_unfittable`, not those whose model states alone fill the average stage (no layout
+    fits them)."""
+    capacity = float(problem.cluster.capacity_bytes)
+    kept = []
+    for group, mask in groups:
+        if not mask.any():
+            continue
+        cands = group.cands.take(np.flatnonzero(mask))
+        if drop_unfittable:
+            cands = cands.take(np.flatnonzero(state_floor_bytes(problem, cands) <= capacity))
+        if len(cands):
+            kept.append((group, cands))
     if not kept:
         return Pool.of([])
     # Block costs depend on (tp, micro-batch, sp, recompute, ep, etp), not on the layout:

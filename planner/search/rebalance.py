@@ -57,12 +57,17 @@ def water_level(base: np.ndarray, rate: np.ndarray, amount: float) -> np.ndarray
     highest base if above: the slowest (or fullest) stage when `amount` layers, divisible at
     will, fill stages that start at `base_r` and rise by `rate_r` per layer. No integer layout
     can do better."""
-    low = base.min(1)
-    high = base.max(1) + amount * rate.max(1)
-    for _ in range(60):                            # bisection to float resolution
-        mid = (low + high) / 2
-        filled = np.maximum(0.0, (mid[:, None] - base) / rate).sum(1)
-        low, high = np.where(filled >= amount, low, mid), np.where(filled >= amount, mid, high)
+    # Water-filling, exactly: with the stages sorted by base, the level that submerges the
+    # first j + 1 of them is (amount + sum b_i / r_i) / sum 1 / r_i; the answer is the first
+    # such level that stays at or below the next stage's base.
+    n = base.shape[0]
+    order = np.argsort(base, axis=1)
+    b = np.take_along_axis(base, order, 1)
+    w = 1.0 / np.take_along_axis(np.maximum(rate, 1e-300), order, 1)
+    need = np.broadcast_to(np.asarray(amount, dtype=float), (n,))[:, None]
+    levels = (need + np.cumsum(b * w, 1)) / np.cumsum(w, 1)
+    following = np.concatenate([b[:, 1:], np.full((n, 1), np.inf)], axis=1)
+    high = levels[np.arange(n), (levels <= following).argmax(1)]
     # A stage that starts above the level is fuller still.
     return np.maximum(high, base.max(1))
 

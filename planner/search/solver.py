@@ -156,9 +156,9 @@ def search(problem: Problem, space: SearchSpace = SearchSpace(),
     pins = space.pins()
     groups = generate(problem, space)
     num_candidates = sum(len(g.cands) for g in groups)
-    pool = evaluate_groups(problem, [(g, passes(problem, g.cands, pins, options))
-                                     for g in groups])
-    num_valid = len(pool)
+    masks = [(g, passes(problem, g.cands, pins, options)) for g in groups]
+    num_valid = int(sum(mask.sum() for _, mask in masks))
+    pool = evaluate_groups(problem, masks, drop_unfittable=True)
     capacity = float(problem.cluster.capacity_bytes)
     pool = pareto(pool)
     layouts = LayoutStats(0, 0, True)

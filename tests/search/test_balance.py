@@ -294,3 +294,25 @@ def test_layout_bounds_hold_for_every_layout_of_an_moe_chain(write):
             best_memory = min(best_memory, float(ev.peak_bytes[0]))
         assert memory_bound[0] <= best_memory * (1 + 1e-9), row
         assert time_bound[0] <= best_time * (1 + 1e-9) + 1e-9, row
+
+
+def test_water_level_is_the_least_level_that_holds_the_amount():
+    # sum_r max(0, (M - base_r) / rate_r) = amount at M, less just below (or M is the top base).
+    import numpy as np
+
+    from planner.search.rebalance import water_level
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        p = int(rng.integers(1, 9))
+        base, rate = rng.uniform(0, 10, (5, p)), rng.uniform(0.1, 3, (5, p))
+        amount = float(rng.uniform(0, 20))
+        level = water_level(base, rate, amount)
+        top = base.max(1)
+        for below in (False, True):
+            m = level - (1e-7 if below else 0.0)
+            filled = np.maximum(0.0, (m[:, None] - base) / rate).sum(1)
+            if below:
+                assert np.all((filled < amount) | (level <= top))
+            else:
+                assert np.all((filled >= amount - 1e-9) | (level == top))
