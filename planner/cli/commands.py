@@ -359,7 +359,7 @@ def validate(model, cluster, strategy, targets, cross_node_tp, no_compare, token
                   {"memory": None, "time": None, "throughput": None}),
                "best": review.best.model_dump(mode="json") if review.best else None,
                "best_note": review.best_note, "speedup": review.speedup,
-               "layout_advice": review.advice}
+               "layout_advice": review.advice, "notes": list(review.notes)}
         click.echo(json.dumps(out, indent=2))
     else:
         from planner.cli import render

@@ -317,7 +317,9 @@ def review_view(review) -> Group:
                f"{p.num_gpus} x {p.cluster.gpu.name}, "
                f"global batch {review.strategy.global_batch} x {p.training.seq_len} tokens, "
                f"{p.training.precision.value}: {strategy_phrase(review.strategy)}")
-    parts = [Text(heading, style="bold"), violations_text(review.violations), Text("")]
+    parts = [Text(heading, style="bold"), violations_text(review.violations)]
+    parts += [Text(f"note: {note}", style="dim") for note in review.notes]
+    parts.append(Text(""))
     if review.report is not None:
         parts += [memory_table(review.report.memory, title="memory per GPU"),
                   fit_line(review.report.memory), Text(""),

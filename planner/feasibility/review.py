@@ -36,6 +36,8 @@ class Review:
     """Why there is no best plan to compare with (nothing fits under the same rules)."""
     advice: str | None = None
     """How to balance its pipeline stages, when that saves time."""
+    notes: tuple[str, ...] = ()
+    """Settings the file does not hold (they live in model code) and what was assumed."""
 
     @property
     def valid(self) -> bool:
@@ -111,4 +113,4 @@ def review_config(problem: Problem, path: str, *, gpus_given: int | None,
     if check.report is not None and LaunchTarget.DEEPSPEED not in targets:
         advice = layout_advice(problem, strategy, check.report)
     return Review(problem, path, strategy, parsed.target, parsed.findings + check.violations,
-                  check.report, best, note, advice)
+                  check.report, best, note, advice, tuple(parsed.notes))

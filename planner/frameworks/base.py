@@ -62,6 +62,8 @@ class ParsedConfig:
     """Training settings the file fixes (precision, seq_len): they override the model's."""
     world_size: int | None = None
     """GPUs the file launches on, when it says (torchrun's nnodes x nproc_per_node)."""
+    notes: list[str] = field(default_factory=list)
+    """Settings that live elsewhere (model code), with what the planner assumed for them."""
 
     def finding(self, rule: str, message: str, fix: str) -> None:
         self.findings.append(Violation(rule=rule, message=message, fix=fix))

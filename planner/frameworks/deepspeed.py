@@ -361,6 +361,9 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
     dp_world = num_gpus // model_parallel if num_gpus and num_gpus % model_parallel == 0 \
         else None
     _batch(parsed, data, file, dp_world)
+    if problem.model.is_moe:
+        parsed.notes.append("ep_size is set in model code (deepspeed.moe.layer.MoE), not in "
+                            "this file: priced with ep 1")
     return parsed
 
 

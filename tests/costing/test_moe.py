@@ -158,3 +158,19 @@ def test_nvl72_keeps_a_wide_expert_group_on_nvlink():
         return evaluate_strategy(problem, s).time.ep_comm_s
 
     assert ep_comm("gb200-nvl72") < ep_comm("dgx-b200") / 5
+
+
+def test_deepspeed_config_of_an_moe_model_says_ep_lives_in_model_code(cli, tmp_path):
+    import json
+
+    code, out, err = cli("plan", "mixtral-8x7b", "dgx-h100", "--gpus", "64", "--top", "1",
+                         "--emit", "deepspeed", "--out", str(tmp_path), "--json")
+    assert code == 0, err
+    ep = json.loads(out)["plans"][0]["strategy"]["ep"]
+    config = tmp_path / "ds_config.json"
+    assert f"ep_size={ep}" in config.read_text()
+    code, out, err = cli("validate", "mixtral-8x7b", "dgx-h100", str(config), "--gpus", "64",
+                         "--no-compare", "--json")
+    assert json.loads(out)["notes"] == [
+        "ep_size is set in model code (deepspeed.moe.layer.MoE), not in this file: priced "
+        "with ep 1"]
