@@ -161,6 +161,11 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
     else:
         recompute, comm_passes = 0 * forward, 2
 
+    # Memory holds every layer's expert activations at once: over a rank's layers the routing
+    # imbalance (which rank is busiest changes from layer to layer) averages out, so they are
+    # kept at the mean load; time pays the busiest rank of each layer.
+    mean_pairs = pairs / imbalance
+
     def stored(recompute):
         kept = transformer_layer_activation_bytes(
             **shape, attention=block.attention, dropout=block.dropout,
@@ -168,7 +173,7 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
             recompute=recompute, bytes_per_value=k.value_bytes, mla=mla)
         if moe is not None and recompute is not Recompute.FULL:
             kept = kept + moe_activation_bytes(
-                pairs=pairs, tokens_per_rank=tokens_per_rank, hidden=block.hidden,
+                pairs=mean_pairs, tokens_per_rank=tokens_per_rank, hidden=block.hidden,
                 expert_ffn_hidden=moe.expert_ffn_hidden / etp, num_experts=moe.num_experts,
                 mlp=block.mlp, bytes_per_value=k.value_bytes)
         return kept
