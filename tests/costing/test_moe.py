@@ -10,7 +10,8 @@ from cost_models import communication as comm
 from cost_models.communication import Group
 from cost_models.compute import DROPLESS_IMBALANCE, LoadBalancing
 from cost_models.enums import Recompute
-from planner.costing.block_costs import block_cost
+from cost_models.compute import gemm_flops
+from planner.costing.block_costs import block_cost, layer_gemms
 from planner.costing.evaluate import evaluate_strategy, step_flops_per_sequence
 from planner.costing.placement import tp_placement
 from planner.costing.evaluate import Candidates
@@ -200,3 +201,27 @@ def test_expert_memory_matches_megatron_release_tests(model, gpus, degrees, meas
     states = last.weights_bytes + last.gradients_bytes + last.optimizer_bytes
     assert -0.06 < states / measured - 1 < 0
     assert last.activations_bytes / (peak - measured) == pytest.approx(1, abs=0.05)
+
+
+@pytest.mark.parametrize(("model", "mtp", "published_gflop_per_token"), [
+    # Megatron-Bridge performance tables (bench/data/megatron_bridge_moe.yaml): Model TFLOP/s
+    # per GPU / tokens/s per GPU, the median over the rows at seq 4096, as its flop_utils.py
+    # counts them: 3 x 2 x the matmuls a token passes through, causal attention halved.
+    ("qwen3-30b-a3b", True, 23.0),
+    ("qwen3-235b-a22b", True, 148.0),
+    ("deepseek-v3", True, 260.0),        # with the MTP module
+    ("deepseek-v3", False, 249.35),      # the two "w/o MTP" rows
+])
+def test_moe_flops_per_token_match_megatron_bridge(model, mtp, published_gflop_per_token):
+    m, _ = load_model(model)
+    if not mtp:
+        m = m.model_copy(update=dict(blocks=tuple(b for b in m.blocks if b.kind != "mtp")))
+    s = 4096
+    flops, _, _ = step_flops_per_sequence(m, s)
+    attention = 0.0
+    for b in m.blocks:
+        if b.kind in ("transformer", "mtp"):
+            g = layer_gemms(b.layer if b.kind == "mtp" else b, seq_len=s)
+            attention += 3 * (gemm_flops(g.scores) + gemm_flops(g.attend))
+    causal = (flops - attention / 2) / s / 1e9        # their convention: the masked half skipped
+    assert causal == pytest.approx(published_gflop_per_token, rel=0.01)
