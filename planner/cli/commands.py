@@ -28,6 +28,8 @@ def problem_options(function):
         click.option("--nodes", type=int, help="Override the cluster's node count."),
         click.option("--seq-len", type=int, help="Override training.seq_len."),
         click.option("--global-batch", type=int, help="Override training.global_batch."),
+        click.option("--global-batch-tokens", type=_Count(),
+                     help="The global batch in tokens (e.g. 4M): whole sequences of seq_len."),
         click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]),
                      help="Override training.precision."),
         click.option("--optimizer", type=click.Choice(["adam", "sgd", "sgd_momentum"]),
@@ -175,17 +177,20 @@ def _search_space(pins: dict, targets: tuple = ()):
     return space, settings
 
 
-def _load_problem(model, cluster, *, gpus, nodes, seq_len, global_batch, precision, optimizer,
-                  framework="megatron"):
+def _load_problem(model, cluster, *, gpus, nodes, seq_len, global_batch, global_batch_tokens,
+                  precision, optimizer, framework="megatron"):
     from planner.inputs.loader import make_problem
 
     for flag, value in (("--seq-len", seq_len), ("--global-batch", global_batch),
                         ("--nodes", nodes)):
         if value is not None and value < 1:
             raise InputError(f"{flag}: must be at least 1 (got {value})")
-    return make_problem(model, cluster, gpus=gpus, nodes=nodes, seq_len=seq_len,
-                        global_batch=global_batch, precision=precision, optimizer=optimizer,
-                        framework=framework)
+    problem = make_problem(model, cluster, gpus=gpus, nodes=nodes, seq_len=seq_len,
+                           global_batch=global_batch, global_batch_tokens=global_batch_tokens,
+                           precision=precision, optimizer=optimizer, framework=framework)
+    for note in problem.notes:
+        click.echo(f"note: {note}", err=True)
+    return problem
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -250,7 +255,7 @@ def memory(model, cluster, strategy, framework, as_json, **overrides):
 @framework_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, as_json, gpus,
-         nodes, seq_len, global_batch, precision, optimizer, **pins):
+         nodes, seq_len, global_batch, global_batch_tokens, precision, optimizer, **pins):
     """The fastest strategies that fit MODEL on CLUSTER, ranked."""
     from planner.inputs.loader import framework_name
     from planner.schemas.strategy import LaunchTarget
@@ -258,8 +263,8 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
 
     framework = framework_name(framework, targets)
     problem = _load_problem(model, cluster, gpus=gpus, nodes=nodes, seq_len=seq_len,
-                            global_batch=global_batch, precision=precision, optimizer=optimizer,
-                            framework=framework)
+                            global_batch=global_batch, global_batch_tokens=global_batch_tokens,
+                            precision=precision, optimizer=optimizer, framework=framework)
     # The plans must run on the framework that prices them: its rules apply too.
     rules_of = tuple(dict.fromkeys(targets + (LaunchTarget(framework),)))
     space, settings = _search_space(pins, rules_of)
@@ -293,7 +298,8 @@ def _json_head(problem) -> dict:
             "params": {"total": problem.model.num_params,
                        "active": problem.model.num_active_params},
             "cluster": problem.cluster.name, "num_gpus": problem.num_gpus,
-            "framework": problem.framework.name}
+            "framework": problem.framework.name, "global_batch": problem.training.global_batch,
+            "seq_len": problem.training.seq_len, "notes": list(problem.notes)}
 
 
 def _emit(problem, report, targets, out_dir, force, tokens) -> list:
@@ -359,7 +365,8 @@ def validate(model, cluster, strategy, targets, cross_node_tp, no_compare, token
                   {"memory": None, "time": None, "throughput": None}),
                "best": review.best.model_dump(mode="json") if review.best else None,
                "best_note": review.best_note, "speedup": review.speedup,
-               "layout_advice": review.advice, "notes": list(review.notes)}
+               "layout_advice": review.advice,
+               "notes": list(review.problem.notes) + list(review.notes)}
         click.echo(json.dumps(out, indent=2))
     else:
         from planner.cli import render

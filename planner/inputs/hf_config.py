@@ -16,9 +16,6 @@ DEFAULT_MAX_SEQ_LEN = 4096
 """HF configs give the longest context a model supports (131,072 for Llama 3.1), not the one it
 is trained at; without --seq-len we plan for at most this many tokens."""
 
-DEFAULT_TOKENS_PER_BATCH = 4 * 2**20
-"""Without --global-batch, about 4M tokens per step (Llama 2 and 3 pretraining, Touvron et al.
-2023 Sec. 2.2; Dubey et al. 2024 Sec. 3.4)."""
 
 
 class _Keys:
@@ -245,6 +242,7 @@ def shorthand_from_hf(config: dict[str, Any], *, file: str, name: str) -> dict[s
     fields = MAPPERS[model_type](keys)
     max_positions = keys.get("max_position_embeddings", "n_positions", "max_seq_len")
     seq_len = min(max_positions or DEFAULT_MAX_SEQ_LEN, DEFAULT_MAX_SEQ_LEN)
-    global_batch = max(1, DEFAULT_TOKENS_PER_BATCH // seq_len)
+    # No batch: the loader gives about 4M tokens at the seq_len the run ends up with.
+    context = {"max_context": max_positions} if max_positions else {}
     return {"name": name, "description": f"Hugging Face {model_type} config ({file})",
-            **fields, "training": {"seq_len": seq_len, "global_batch": global_batch}}
+            **fields, **context, "training": {"seq_len": seq_len}}

@@ -59,6 +59,9 @@ class Problem:
     cluster: ClusterSpec
     num_gpus: int
     framework: FrameworkProfile = field(default_factory=_default_framework)
+    notes: tuple[str, ...] = ()
+    """What the loader decided that the user should know (a batch rounded to whole sequences,
+    a sequence longer than the model was built for)."""
 
 
 # --------------------------------------------------------------------------- files and YAML
@@ -276,19 +279,42 @@ def load_cluster(ref: str, *, nodes: int | None = None) -> ClusterSpec:
     return validate_file(ClusterSpec, data, file)
 
 
+DEFAULT_TOKENS_PER_BATCH = 4 * 2**20
+"""Without a stated batch, about 4M tokens per step (Llama 2 and 3 pretraining, Touvron et al.
+2023 Sec. 2.2; Dubey et al. 2024 Sec. 3.4), as whole sequences at the run's seq_len."""
+
+
 def make_problem(model_ref: str, cluster_ref: str, *, gpus: int | None = None,
                  nodes: int | None = None, seq_len: int | None = None,
-                 global_batch: int | None = None, precision: str | None = None,
-                 optimizer: str | None = None, framework: str = "megatron") -> Problem:
+                 global_batch: int | None = None, global_batch_tokens: float | None = None,
+                 precision: str | None = None, optimizer: str | None = None,
+                 framework: str = "megatron") -> Problem:
     """Load a model and a cluster, apply CLI overrides, and check the GPU count."""
     model, training = load_model(model_ref)
     cluster = load_cluster(cluster_ref, nodes=nodes)
+    if global_batch is not None and global_batch_tokens is not None:
+        raise InputError("--global-batch-tokens: give it or --global-batch, not both")
     overrides = {k: v for k, v in (("seq_len", seq_len), ("global_batch", global_batch),
                                    ("precision", precision), ("optimizer", optimizer))
                  if v is not None}
     if overrides:   # validated like the file's own training section, enums included
         training = validate_file(TrainingSpec, {**training.model_dump(), **overrides},
                                  "command line")
+    notes = []
+    tokens = global_batch_tokens
+    if tokens is None and training.global_batch is None:
+        tokens = DEFAULT_TOKENS_PER_BATCH
+    if tokens is not None:
+        if tokens < 1:
+            raise InputError(f"--global-batch-tokens: must be at least 1 (got {tokens:g})")
+        sequences = max(1, round(tokens / training.seq_len))
+        training = training.model_copy(update={"global_batch": sequences})
+        if global_batch_tokens is not None and sequences * training.seq_len != tokens:
+            notes.append(f"--global-batch-tokens {tokens:,.0f}: {sequences} sequences of "
+                         f"{training.seq_len} tokens ({sequences * training.seq_len:,} tokens)")
+    if model.max_context is not None and training.seq_len > model.max_context:
+        notes.append(f"seq_len {training.seq_len} exceeds the {model.max_context} positions "
+                     f"{model.name} was built for (extend its context first)")
     num_gpus = cluster.num_gpus if gpus is None else gpus
     if num_gpus < 1:
         raise InputError(f"--gpus: must be at least 1 (got {num_gpus})")
@@ -297,7 +323,7 @@ def make_problem(model_ref: str, cluster_ref: str, *, gpus: int | None = None,
                          f"{cluster.name} ({cluster.num_nodes} nodes x {cluster.gpus_per_node}); "
                          f"pass --nodes to describe a larger cluster")
     return Problem(model=model, training=training, cluster=cluster, num_gpus=num_gpus,
-                   framework=load_framework(framework))
+                   framework=load_framework(framework), notes=tuple(notes))
 
 
 # --------------------------------------------------------------------------- strategies

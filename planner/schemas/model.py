@@ -317,8 +317,9 @@ class TrainingSpec(BaseModel):
     model_config = _FROZEN
     seq_len: PositiveInt = 2048
     """Tokens per sequence (residues for an Evoformer)."""
-    global_batch: PositiveInt = 1024
-    """Sequences per optimizer step."""
+    global_batch: PositiveInt | None = None
+    """Sequences per optimizer step; None: about 4M tokens (`loader.DEFAULT_TOKENS_PER_BATCH`)
+    at whatever seq_len the run uses."""
     precision: Precision = Precision.BF16
     optimizer: Optimizer = Optimizer.ADAM
 
@@ -344,6 +345,9 @@ class ModelSpec(BaseModel):
     name: str
     blocks: tuple[Block, ...]
     description: str | None = None
+    max_context: PositiveInt | None = None
+    """The longest sequence the model was built for (Hugging Face max_position_embeddings);
+    None where the file does not say."""
     source: Source | None = None
 
     @model_validator(mode="after")

@@ -36,6 +36,8 @@ class TransformerShorthand(BaseModel):
     position: PositionKind = PositionKind.LEARNED
     max_positions: int = Field(0, ge=0)
     """Rows of the learned position table; 0 means the training sequence length."""
+    max_context: PositiveInt | None = None
+    """The longest sequence the model was built for (a warning when seq_len exceeds it)."""
     num_token_types: int = Field(0, ge=0)
     embedding_norm: NormKind | None = None
     tie_embeddings: bool = True
@@ -136,6 +138,9 @@ class TransformerShorthand(BaseModel):
         layers = [b for b in blocks if isinstance(b, TransformerBlock)]
         blocks += [MtpBlock(layer=layers[-1], vocab_size=self.vocab_size)] * self.mtp_layers
         return ModelSpec(name=self.name, blocks=tuple(blocks), description=self.description,
+                         max_context=self.max_context or (
+                             self.max_positions if self.position is PositionKind.LEARNED
+                             and self.max_positions else None),
                          source=self.source)
 
 

@@ -125,3 +125,27 @@ def test_bad_flags(cli, args, message):
 def test_plan_help(cli):
     code, out, _ = cli("plan", "--help")
     assert code == 0 and "--max-pp" in out and "--tokens" in out
+
+
+def test_global_batch_in_tokens(cli):
+    # 4,194,304 tokens at 4096 = 1024 sequences exactly: no note.
+    code, out, err = cli("plan", "llama3-8b", "dgx-h100", "--gpus", "64", "--top", "1",
+                         "--json", "--global-batch-tokens", "4194304", "--seq-len", "4096")
+    assert (code, err) == (0, "")
+    assert json.loads(out)["global_batch"] == 1024 and json.loads(out)["notes"] == []
+    code, out, err = cli("plan", "llama3-8b", "dgx-h100", "--gpus", "64", "--top", "1",
+                         "--json", "--global-batch-tokens", "4M")
+    assert code == 0, err
+    result = json.loads(out)
+    # 4e6 / 8192 = 488.3 -> 488 sequences, and the note says how many tokens that is.
+    assert result["global_batch"] == 488 and result["seq_len"] == 8192
+    assert result["notes"] == ["--global-batch-tokens 4,000,000: 488 sequences of 8192 tokens "
+                               "(3,997,696 tokens)"]
+    assert err.startswith("note: --global-batch-tokens 4,000,000: 488 sequences")
+
+
+def test_global_batch_and_tokens_together_is_an_input_error(cli):
+    code, out, err = cli("plan", "llama3-8b", "dgx-h100", "--gpus", "64",
+                         "--global-batch", "512", "--global-batch-tokens", "4M")
+    assert (code, out) == (2, "")
+    assert err.strip() == "Error: --global-batch-tokens: give it or --global-batch, not both"

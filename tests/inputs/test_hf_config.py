@@ -67,8 +67,19 @@ def test_hf_config_parameter_count(tmp_path, family):
 
 
 def test_hf_config_defaults_batch_to_four_million_tokens(tmp_path):
+    # No batch in a config.json: about 4M tokens (Llama 2/3 pretraining) at the run's seq_len,
+    # so a longer context means fewer sequences, not 1024 sequences of 131K tokens.
+    from planner.inputs.loader import make_problem
+
     config, _ = CONFIGS["llama"]
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
     _, training = load_model(str(path))
-    assert (training.seq_len, training.global_batch) == (4096, 1024)
+    assert (training.seq_len, training.global_batch) == (4096, None)
+    problem = make_problem(str(path), "dgx-h100", gpus=64)
+    assert problem.training.global_batch == 1024
+    long = make_problem(str(path), "dgx-h100", gpus=64, seq_len=131072)
+    assert long.training.global_batch == 32
+    # Llama 2's max_position_embeddings is 4096: say so, plan anyway.
+    assert long.notes == (f"seq_len 131072 exceeds the 4096 positions {long.model.name} was "
+                          f"built for (extend its context first)",)
