@@ -199,9 +199,9 @@ def time_table(time: TimeReport, *, title: str) -> Table:
 def throughput_line(plan: PlanReport) -> Text:
     t = plan.throughput
     text = Text(f"{rate(t.tokens_per_s)} tokens/s, {t.model_tflops_per_gpu:.1f} model TFLOP/s "
-                f"per GPU ({t.hardware_tflops_per_gpu:.1f} with recomputation), MFU "
-                f"{percent(t.mfu)}; slowest stage {plan.time.slowest_stage}, imbalance "
-                f"{plan.time.imbalance:.2f}")
+                f"per GPU by Megatron-LM's formula ({t.hardware_tflops_per_gpu:.1f} with "
+                f"recomputation), MFU {percent(t.mfu)} (causal attention as run); slowest "
+                f"stage {plan.time.slowest_stage}, imbalance {plan.time.imbalance:.2f}")
     if t.time_to_train_s is not None and t.gpu_hours is not None:
         text.append(f"\ntime to train: {duration(t.time_to_train_s)}, "
                     f"{count(t.gpu_hours)} GPU-hours", style="bold")

@@ -14,8 +14,8 @@ import numpy as np
 
 from cost_models import communication as comm
 from cost_models.communication import ALL_REDUCE_ALGORITHMS, Group
-from cost_models.compute import gemm_flops, optimizer_step_bytes_per_param
-from cost_models.enums import Collective, Precision, Recompute, ZeroStage
+from cost_models.compute import attended_keys, gemm_flops, optimizer_step_bytes_per_param
+from cost_models.enums import AttentionKind, Collective, Precision, Recompute, ZeroStage
 from cost_models.memory import (StateBytes, model_state_bytes, reserve_bytes, state_bytes_per_param,
                                 zero3_gather_buffer_bytes)
 from cost_models.pipeline import in_flight_per_chunk, pipeline_time_s
@@ -25,7 +25,7 @@ from planner.costing.block_costs import (BlockCost, block_cost, block_model_flop
 from planner.costing.placement import strided_placement, tp_placement
 from planner.costing.layout import ChainTypes, Layout, layout_from_layer_counts, uniform_layout
 from planner.inputs.loader import Problem
-from planner.schemas.model import EmbeddingBlock, OutputBlock, TransformerBlock
+from planner.schemas.model import EmbeddingBlock, MtpBlock, OutputBlock, TransformerBlock
 from planner.schemas.framework import OverlapDefaults
 from planner.schemas.report import (MemoryReport, PlanReport, StageMemory, StageTime,
                                     StrategyOut, ThroughputReport, TimeReport)
@@ -232,6 +232,26 @@ def step_flops_per_sequence(model, seq_len: int) -> tuple[float, float, float]:
     return 3 * forward, layers, attention
 
 
+@lru_cache(maxsize=32)
+def mfu_flops_per_sequence(model, seq_len: int) -> float:
+    """Model FLOPs per sequence per step as the time model runs them: Megatron-LM's count
+    (`step_flops_per_sequence`) less the attention blocks a fused kernel skips, the masked
+    half of a causal score matrix and everything outside a sliding window (Dao 2023,
+    FlashAttention-2, Sec. 3.1.1; `compute.attended_keys`). The numerator of MFU, so that MFU
+    and the step time agree; Megatron-LM's count stays the "model TFLOP/s per GPU"."""
+    full, _, _ = step_flops_per_sequence(model, seq_len)
+    skipped = 0.0
+    for b in model.blocks:
+        layer = b.layer if isinstance(b, MtpBlock) else b
+        if not isinstance(layer, TransformerBlock) or layer.attention is not AttentionKind.FLASH:
+            continue
+        g = layer_gemms(layer, seq_len=seq_len)
+        kept = float(attended_keys(seq_len, causal=layer.causal,
+                                   window=layer.sliding_window)) / seq_len
+        skipped += (gemm_flops(g.scores) + gemm_flops(g.attend)) * (1 - kept)
+    return full - 3 * skipped
+
+
 # --------------------------------------------------------------------------- evaluation
 
 @dataclass
@@ -269,6 +289,8 @@ class Evaluation:
     """Index into communication.ALL_REDUCE_ALGORITHMS."""
     model_flops: np.ndarray
     hardware_flops: np.ndarray
+    mfu_flops: np.ndarray
+    """Model FLOPs as the kernels run them (causal and windowed attention skipped)."""
 
     @property
     def stage_total(self) -> np.ndarray:
@@ -394,7 +416,8 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
         overhead_s=cluster.efficiency.step_overhead_s,
         step_s=pipeline + end[rows, last] + cluster.efficiency.step_overhead_s,
         slowest_stage=slowest, imbalance=tau.max(1) / tau.mean(1), dp_algorithm=dp_algorithm[rows, last],
-        model_flops=model_flops * batch, hardware_flops=(model_flops + extra) * batch)
+        model_flops=model_flops * batch, hardware_flops=(model_flops + extra) * batch,
+        mfu_flops=mfu_flops_per_sequence(model, training.seq_len) * batch)
 
 
 def _pipeline_output_bytes(problem: Problem, layout: Layout, costs: BlockCosts,
@@ -721,7 +744,7 @@ def report(problem: Problem, layout: Layout, cands: Candidates, ev: Evaluation, 
     throughput = ThroughputReport(
         tokens_per_s=tokens_per_step / step, model_tflops_per_gpu=model_tflops,
         hardware_tflops_per_gpu=float(ev.hardware_flops[i]) / (step * num_gpus) / TFLOPS,
-        mfu=model_tflops * TFLOPS / peak_flops, time_to_train_s=time_to_train,
+        mfu=float(ev.mfu_flops[i]) / (step * num_gpus) / peak_flops, time_to_train_s=time_to_train,
         gpu_hours=gpu_hours)
     return PlanReport(strategy=strategy, memory=memory, time=time, throughput=throughput)
 

@@ -130,11 +130,14 @@ class ThroughputReport(BaseModel):
     model_config = _OUT
     tokens_per_s: float
     model_tflops_per_gpu: float
-    """Model FLOPs (no recomputation) per second per GPU."""
+    """Model FLOPs (no recomputation) per second per GPU, by Megatron-LM's formula: every
+    matmul of the model, attention scores over the full s^2 (Narayanan et al. 2021, Sec. 5.1),
+    the number published runs report."""
     hardware_tflops_per_gpu: float
     """FLOPs executed, recomputation included (what Narayanan et al. 2021 Table 1 reports)."""
     mfu: float
-    """Model FLOPs utilisation: model_tflops_per_gpu / peak."""
+    """Model FLOPs utilisation as the kernels run: the model FLOPs less the attention a fused
+    kernel skips (the masked causal half, keys outside a sliding window), over peak."""
     time_to_train_s: float | None = None
     gpu_hours: float | None = None
 

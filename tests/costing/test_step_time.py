@@ -126,3 +126,20 @@ def test_full_recompute_keeps_layer_inputs_plus_one_rebuilt_layer(problem):
     assert kept == 2 * S * H                                  # the layer input, 16-bit
     saved = activations(Recompute.NONE) - activations(Recompute.FULL)
     assert saved == pytest.approx((L - 1) * (full_layer - kept), rel=1e-12)
+
+
+def test_mfu_counts_attention_as_the_kernel_runs_it():
+    # Megatron-LM's model FLOPs count the full s^2 scores; a causal flash kernel computes half
+    # of them (FlashAttention-2, Sec. 3.1.1). At 131,072 tokens on Llama 3 8B the attention is
+    # most of the work: MFU (as run) and model TFLOP/s (Megatron's formula) must differ by
+    # exactly the skipped half, 3 x 2 x 2 s^2 d a / 2 per layer and sequence.
+    from planner.costing.evaluate import mfu_flops_per_sequence, step_flops_per_sequence
+    from planner.inputs.loader import load_model
+
+    model, _ = load_model("llama3-8b")
+    s = 131072
+    full, _, _ = step_flops_per_sequence(model, s)
+    as_run = mfu_flops_per_sequence(model, s)
+    skipped = 32 * 3 * (2 * 2 * s * s * 128 * 32) / 2     # 32 layers, 32 heads of 128
+    assert full - as_run == pytest.approx(skipped, rel=1e-12)
+    assert (full - as_run) / full == pytest.approx(0.41, abs=0.01)   # 41% of Megatron's count
