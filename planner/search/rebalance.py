@@ -76,12 +76,13 @@ def lower_bounds(problem: Problem, pool: Pool) -> tuple[np.ndarray, np.ndarray]:
     """Per candidate, bounds no layout can beat: (step time, peak memory of the fullest stage);
     inf without a pipeline (nothing to balance).
 
-    Stage r, evaluated in the even layout with n_r layers, takes time a_r + t n_r and memory
-    b_r + w_r n_r, where t and the state bytes of one layer are the same on every stage and
-    w_r counts the layer's activations at the fewest micro-batches any chunk of stage r holds.
-    Moving layers changes n_r only, so the water level over (a_r, t) bounds the slowest stage
-    and the level over (b_r, w_r) the fullest; a chain of unlike layers falls back to the mean
-    stage time and the bytes every layout must hold.
+    A layout moves layers between stages; the embedding, output and MTP blocks stay. So each
+    stage keeps a fixed part no layout changes (its time and memory less its layers'), and the
+    layers, divisible at will, can at best fill the stages to one level (`water_level`): for
+    time, their total time over the fixed parts; for memory, every chunk holding at least its
+    cheapest layer and the rest at least the cheapest layer per stage (a layer's states plus
+    its activations at the fewest micro-batches a chunk of that stage holds), or the most
+    common layer type alone, the others left out.
     """
     model, reserve = problem.model, problem.cluster.reserve
     frag = 1 + reserve.fragmentation_fraction
@@ -102,68 +103,45 @@ def lower_bounds(problem: Problem, pool: Pool) -> tuple[np.ndarray, np.ndarray]:
                       + tp_exposed_s(problem, cands, batch.costs)
                       + ep_exposed_s(problem, batch.costs))[r]
         m = cands.num_micro_batches[r]
-        if len(layer_types) == 1:
-            u = layer_types[0]
-            counts = np.array(batch.layout.layers_per_chunk(model)).reshape(v, p).T  # (p, v)
-            layers = counts.sum(1)
-            costs = batch.costs
-            t = layer_time[:, u]
-            slowest = water_level(tau - t[:, None] * layers, t[:, None] * np.ones(p),
-                                  model.num_layers)
-            flight = in_flight_per_chunk(stage=np.arange(p)[None, :, None], pp=p, vpp=v,
-                                         num_micro_batches=m[:, None, None],
-                                         chunk=np.arange(v)[None, None, :])   # (N, p, v)
-            act = costs.activation_bytes[r, u]
-            per_layer_state = _layer_state_bytes(problem, cands, r, u)
-            held = act[:, None] * (flight * counts[None]).sum(2)                # even layout
-            base = ev.stage_total[r] - frag * (per_layer_state[:, None] * layers + held)
-            rate = frag * (per_layer_state[:, None] + act[:, None] * flight.min(2))
-            fullest = water_level(base, rate, model.num_layers)
-        else:
-            # Unlike layers: each stage keeps what no layout moves (a_r), and the layers' time
-            # (T in all) can at best fill the stages up to one level.
-            per_stage = types.chunk_counts(batch.layout).reshape(v, p, -1).sum(0)   # (p, U)
-            movable = np.zeros(per_stage.shape[1])
-            movable[layer_types] = 1.0
-            held_time = (layer_time * movable[None, :]) @ per_stage.T             # (N, p)
-            slowest = water_level(tau - held_time, np.ones_like(tau), held_time.sum(1))
-            # Memory likewise: a layer of type u on stage r adds at least its states and its
-            # activations times the fewest micro-batches any chunk of r holds.
-            flight = in_flight_per_chunk(stage=np.arange(p)[None, :, None], pp=p, vpp=v,
-                                         num_micro_batches=m[:, None, None],
-                                         chunk=np.arange(v)[None, None, :])   # (N, p, v)
-            chunk_counts = types.chunk_counts(batch.layout).reshape(v, p, -1)  # (v, p, U)
-            held = np.zeros_like(tau)
-            rate = np.full_like(tau, np.inf)
-            first = np.full(flight.shape, np.inf)          # the cheapest layer in each chunk
-            for u in layer_types:
-                state = _layer_state_bytes(problem, cands, r, u)[:, None]         # (N, 1)
-                act = batch.costs.activation_bytes[r, u][:, None]
-                held += state * per_stage[:, u] + act * np.einsum(
-                    "npv,vp->np", flight, chunk_counts[:, :, u])
-                rate = np.minimum(rate, state + act * flight.min(2))
-                first = np.minimum(first, state[:, :, None] + act[:, :, None] * flight)
-            # Every chunk holds a layer: those p * v are placed, the rest fill to a level.
-            mandatory = first.sum(2)                                                # (N, p)
-            # A stage's recompute working set is its largest block's: keep only what no
-            # layout removes (its fixed blocks', or the smallest layer's, as it holds one).
-            working = batch.costs.recompute_working_bytes[r]                    # (N, U)
-            fixed = np.setdiff1d(np.arange(working.shape[1]), layer_types)
-            present = per_stage > 0                                             # (p, U)
-            even_working = (working[:, None, :] * present[None]).max(2)
-            fixed_working = (working[:, None, fixed] * present[None][:, :, fixed]).max(
-                2, initial=0.0)
-            least = np.maximum(fixed_working, working[:, layer_types].min(1)[:, None])
-            fixed_part = ev.stage_total[r] - frag * (held + even_working - least)
-            fullest = water_level(fixed_part + frag * mandatory, frag * rate,
-                                  model.num_layers - p * v)
-            # ...and the most common layer type alone, the others left out (they only add).
-            type_counts = per_stage.sum(0)
-            major = max(layer_types, key=lambda u: type_counts[u])
-            major_rate = (_layer_state_bytes(problem, cands, r, major)[:, None]
-                          + batch.costs.activation_bytes[r, major][:, None] * flight.min(2))
-            fullest = np.maximum(fullest, water_level(fixed_part, frag * major_rate,
-                                                      int(type_counts[major])))
+        chunk_counts = types.chunk_counts(batch.layout).reshape(v, p, -1)      # (v, p, U)
+        per_stage = chunk_counts.sum(0)                                         # (p, U)
+        movable = np.zeros(per_stage.shape[1])
+        movable[layer_types] = 1.0
+        held_time = (layer_time * movable[None, :]) @ per_stage.T              # (N, p)
+        slowest = water_level(tau - held_time, np.ones_like(tau), held_time.sum(1))
+        flight = in_flight_per_chunk(stage=np.arange(p)[None, :, None], pp=p, vpp=v,
+                                     num_micro_batches=m[:, None, None],
+                                     chunk=np.arange(v)[None, None, :])       # (N, p, v)
+        held = np.zeros_like(tau)
+        rate = np.full_like(tau, np.inf)
+        first = np.full(flight.shape, np.inf)              # the cheapest layer in each chunk
+        for u in layer_types:
+            state = _layer_state_bytes(problem, cands, r, u)[:, None]             # (N, 1)
+            act = batch.costs.activation_bytes[r, u][:, None]
+            held += state * per_stage[:, u] + act * np.einsum(
+                "npv,vp->np", flight, chunk_counts[:, :, u])
+            rate = np.minimum(rate, state + act * flight.min(2))
+            first = np.minimum(first, state[:, :, None] + act[:, :, None] * flight)
+        # Every chunk holds a layer: those p * v are placed, the rest fill to a level.
+        mandatory = first.sum(2)                                                    # (N, p)
+        # A stage's recompute working set is its largest block's: keep only what no layout
+        # removes (its fixed blocks', or the smallest layer's, as it holds one).
+        working = batch.costs.recompute_working_bytes[r]                        # (N, U)
+        fixed = np.setdiff1d(np.arange(working.shape[1]), layer_types)
+        present = per_stage > 0                                                 # (p, U)
+        even_working = (working[:, None, :] * present[None]).max(2)
+        fixed_working = (working[:, None, fixed] * present[None][:, :, fixed]).max(
+            2, initial=0.0)
+        least = np.maximum(fixed_working, working[:, layer_types].min(1)[:, None])
+        fixed_part = ev.stage_total[r] - frag * (held + even_working - least)
+        fullest = water_level(fixed_part + frag * mandatory, frag * rate,
+                              model.num_layers - p * v)
+        type_counts = per_stage.sum(0)
+        major = max(layer_types, key=lambda u: type_counts[u])
+        major_rate = (_layer_state_bytes(problem, cands, r, major)[:, None]
+                      + batch.costs.activation_bytes[r, major][:, None] * flight.min(2))
+        fullest = np.maximum(fullest, water_level(fixed_part, frag * major_rate,
+                                                  int(type_counts[major])))
         times[rows] = (m - 1) * slowest + (tau.sum(1) + (v - 1) * slowest) / v + ev.overhead_s
         memory[rows] = fullest
     return times, memory

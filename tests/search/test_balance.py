@@ -235,10 +235,11 @@ def test_layout_of_a_plan_is_reported_per_stage(cli):
         slowest / (sum(s["total_s"] for s in stages) / 4))
 
 
-def test_layout_bounds_hold_for_every_layout_of_an_moe_chain(write):
+@pytest.mark.parametrize("moe", [True, False])
+def test_layout_bounds_hold_for_every_layout_of_an_moe_chain(write, moe):
     """rebalance.lower_bounds against brute force: on a chain of unlike layers (dense-first
-    layers, MoE layers, a multi-token-prediction module on the last stage), no layout of any
-    candidate is faster or emptier than its bounds."""
+    layers, MoE layers, a multi-token-prediction module on the last stage), and on a chain of
+    like ones, no layout of any candidate is faster or emptier than its bounds."""
     from planner.search.pool import Batch, Pool
     from planner.search.rebalance import lower_bounds
     import numpy as np
@@ -258,16 +259,17 @@ def test_layout_bounds_hold_for_every_layout_of_an_moe_chain(write):
         bias: false
         dropout: false
         attention: flash
+        training: {seq_len: 1024, global_batch: 64}
+        """ + ("""
         num_experts: 8
         top_k: 2
         moe_ffn_hidden: 512
         first_k_dense: 2
         mtp_layers: 1
-        training: {seq_len: 1024, global_batch: 64}
-        """)
+        """ if moe else ""))
     problem = make_problem(model, "dgx-h100", gpus=16)
-    rows = [dict(tp=1, pp=4, vpp=1, dp=4, mb=1, ep=4, etp=1, zero=1, rc=0),
-            dict(tp=2, pp=2, vpp=2, dp=4, mb=2, ep=8, etp=1, zero=0, rc=2),
+    rows = [dict(tp=1, pp=4, vpp=1, dp=4, mb=1, ep=4 if moe else 1, etp=1, zero=1, rc=0),
+            dict(tp=2, pp=2, vpp=2, dp=4, mb=2, ep=8 if moe else 1, etp=1, zero=0, rc=2),
             dict(tp=1, pp=2, vpp=1, dp=8, mb=4, ep=1, etp=1, zero=3, rc=1)]
     for row in rows:
         one = lambda v: [v]  # noqa: E731
