@@ -202,17 +202,22 @@ def state_floor_bytes(problem: Problem, cands: Candidates) -> np.ndarray:
     counts = np.bincount(chain_types(problem.model).type_of_position,
                          minlength=len(chain_types(problem.model).unique_blocks))
     sharded, replicated, expert = (x @ counts for x in type_params(problem.model))
-    per = state_bytes_per_param(problem.training.precision, problem.training.optimizer)
     dense = (sharded / cands.tp + replicated) / cands.pp
     experts = expert / (cands.ep * cands.etp) / cands.pp
-    states = _add_states(
-        model_state_bytes(num_params=dense, dp=cands.shard, zero_stage=cands.zero, per_param=per),
-        model_state_bytes(num_params=experts, dp=cands.expert_shard, zero_stage=cands.zero,
-                          per_param=per))
-    return states.total
+    return rank_states(problem, cands, dense, experts).total
 
 
-def _add_states(a: StateBytes, b: StateBytes) -> StateBytes:
+def rank_states(problem: Problem, cands: Candidates, dense, experts) -> StateBytes:
+    """Model states a rank holds for `dense` parameters (ZeRO over its shard group) and
+    routed-expert ones (ZeRO over the expert data-parallel shard group, Megatron-Core's
+    distributed optimizer over the expert-DP group); (N,) or (N, p) arrays of parameters."""
+    per = state_bytes_per_param(problem.training.precision, problem.training.optimizer)
+    column = (slice(None),) + (None,) * (np.ndim(dense) - 1)
+    zero = cands.zero[column]
+    a = model_state_bytes(num_params=dense, dp=cands.shard.astype(float)[column],
+                          zero_stage=zero, per_param=per)
+    b = model_state_bytes(num_params=experts, dp=cands.expert_shard.astype(float)[column],
+                          zero_stage=zero, per_param=per)
     return StateBytes(a.weights + b.weights, a.gradients + b.gradients,
                       a.optimizer + b.optimizer)
 
@@ -323,19 +328,13 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
 
     stage_sharded = per_stage(sharded) + _tied_copy(model, layout)
     dense_params = stage_sharded[None, :] / tp[:, None] + per_stage(replicated)[None, :]
-    # Routed experts: split over ep x etp, their states sharded over the expert data-parallel
-    # ranks (Megatron-Core distributed optimizer over the expert-DP group).
+    # Routed experts: split over ep x etp.
     expert_params = per_stage(expert)[None, :] / (cands.ep * cands.etp)[:, None]
     params = dense_params + expert_params                                   # (N, p)
     per_param = state_bytes_per_param(training.precision, training.optimizer)
-    zero = cands.zero[:, None]
     shard = cands.shard.astype(float)
     expert_shard = cands.expert_shard.astype(float)
-    states = _add_states(
-        model_state_bytes(num_params=dense_params, dp=shard[:, None], zero_stage=zero,
-                          per_param=per_param),
-        model_state_bytes(num_params=expert_params, dp=expert_shard[:, None], zero_stage=zero,
-                          per_param=per_param))
+    states = rank_states(problem, cands, dense_params, expert_params)
 
     # ---- activations: in-flight micro-batches per (stage, chunk) times chunk activations
     chunk_act = _by_stage(costs.activation_bytes @ counts.T, p, v)            # (N, p, v)
