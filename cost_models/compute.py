@@ -8,12 +8,11 @@ Numeric arguments may be numpy arrays; enum arguments are scalars.
 
 from __future__ import annotations
 
-from enum import Enum
 from typing import NamedTuple
 
 import numpy as np
 
-from cost_models.enums import AttentionKind, MlpKind, PositionKind
+from cost_models.enums import AttentionKind, LoadBalancing, MlpKind, PositionKind
 from cost_models.units import BYTES_16BIT, BYTES_FP32, BYTES_MASK
 
 BACKWARD_FLOPS_RATIO = 2
@@ -106,19 +105,6 @@ class MoeDims(NamedTuple):
     num_experts: int
     top_k: int
     expert_ffn_hidden: int
-
-
-class LoadBalancing(str, Enum):
-    """How an MoE router keeps experts evenly loaded."""
-
-    AUX_LOSS = "aux_loss"
-    """An auxiliary balance loss (Switch Transformer; Megatron-LM's default)."""
-    EXPERT_BIAS = "expert_bias"
-    """Auxiliary-loss-free: a per-expert bias on the routing scores (DeepSeek-V3; Megatron-LM
-    --moe-router-enable-expert-bias)."""
-    FORCED = "forced"
-    """Tokens dealt out evenly whatever the router says: a benchmark setting (Megatron-LM
-    --moe-router-force-load-balancing; NVIDIA's MoE performance tables run with it)."""
 
 
 DROPLESS_IMBALANCE = {LoadBalancing.AUX_LOSS: 1.52, LoadBalancing.EXPERT_BIAS: 1.04,

@@ -93,3 +93,16 @@ class CollectiveAlgorithm(str, Enum):
     """Double binary tree across nodes, a chain inside each (all-reduce only)."""
     NVLS = "nvls"
     """NVSwitch in-switch reduction (Hopper and later; NVLSTree across nodes)."""
+
+
+class LoadBalancing(str, Enum):
+    """How an MoE router keeps experts evenly loaded."""
+
+    AUX_LOSS = "aux_loss"
+    """An auxiliary balance loss (Switch Transformer; Megatron-LM's default)."""
+    EXPERT_BIAS = "expert_bias"
+    """Auxiliary-loss-free: a per-expert bias on the routing scores (DeepSeek-V3; Megatron-LM
+    --moe-router-enable-expert-bias)."""
+    FORCED = "forced"
+    """Tokens dealt out evenly whatever the router says: a benchmark setting (Megatron-LM
+    --moe-router-force-load-balancing; NVIDIA's MoE performance tables run with it)."""

@@ -9,9 +9,8 @@ allow_abbrev=False: an unknown or misspelled flag stops it ("unrecognized argume
 
 from __future__ import annotations
 
-from cost_models.compute import LoadBalancing
-from cost_models.enums import AttentionKind, MlpKind, NormKind, Optimizer, PositionKind, \
-    Precision, Recompute, ZeroStage
+from cost_models.enums import AttentionKind, LoadBalancing, MlpKind, NormKind, Optimizer, \
+    PositionKind, Precision, Recompute, ZeroStage
 from planner.frameworks import torchrun
 from planner.frameworks.base import LaunchPlan, ParsedConfig, closest, header_lines, transformer_shape
 from planner.frameworks.shell import Flag, ShellScript

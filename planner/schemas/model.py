@@ -6,9 +6,9 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
-from cost_models.compute import LoadBalancing, MlaDims, MoeDims
-from cost_models.enums import (AttentionKind, MlpKind, NormKind, Optimizer, PositionKind,
-                               Precision)
+from cost_models.compute import MlaDims, MoeDims
+from cost_models.enums import (AttentionKind, LoadBalancing, MlpKind, NormKind, Optimizer,
+                               PositionKind, Precision)
 from cost_models.evoformer import EvoformerShape, evoformer_block_params
 from cost_models.parameters import (ParamCount, attention_params, embedding_params, mla_params,
                                     mlp_params, moe_params, norm_params, output_head_params)

@@ -9,8 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
-from cost_models.compute import LoadBalancing
-from cost_models.enums import AttentionKind, MlpKind, NormKind, PositionKind
+from cost_models.enums import AttentionKind, LoadBalancing, MlpKind, NormKind, PositionKind
 from planner.schemas.model import (Block, EmbeddingBlock, ModelSpec, MtpBlock, NormBlock,
                                    OutputBlock, Source, TrainingSpec, TransformerBlock)
 

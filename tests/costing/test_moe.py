@@ -8,8 +8,8 @@ import pytest
 
 from cost_models import communication as comm
 from cost_models.communication import Group
-from cost_models.compute import DROPLESS_IMBALANCE, LoadBalancing
-from cost_models.enums import Recompute
+from cost_models.compute import DROPLESS_IMBALANCE
+from cost_models.enums import LoadBalancing, Recompute
 from cost_models.compute import gemm_flops
 from planner.costing.block_costs import block_cost, layer_gemms
 from planner.costing.evaluate import evaluate_strategy, step_flops_per_sequence
