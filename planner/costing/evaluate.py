@@ -230,11 +230,18 @@ def step_flops_per_sequence(model, seq_len: int) -> tuple[float, float, float]:
     layers = sum(block_model_flops(b, seq_len=seq_len) for b in model.blocks
                  if b.kind in ("transformer", "evoformer"))
     attention = 0.0
-    for b in model.blocks:
-        if isinstance(b, TransformerBlock):
-            g = layer_gemms(b, seq_len=seq_len)
-            attention += gemm_flops(g.scores) + gemm_flops(g.attend)
+    for layer in _attention_layers(model):
+        g = layer_gemms(layer, seq_len=seq_len)
+        attention += gemm_flops(g.scores) + gemm_flops(g.attend)
     return 3 * forward, layers, attention
+
+
+def _attention_layers(model):
+    """The transformer layers of the chain, those inside multi-token-prediction modules too."""
+    for b in model.blocks:
+        layer = b.layer if isinstance(b, MtpBlock) else b
+        if isinstance(layer, TransformerBlock):
+            yield layer
 
 
 @lru_cache(maxsize=32)
@@ -246,9 +253,8 @@ def mfu_flops_per_sequence(model, seq_len: int) -> float:
     and the step time agree; Megatron-LM's count stays the "model TFLOP/s per GPU"."""
     full, _, _ = step_flops_per_sequence(model, seq_len)
     skipped = 0.0
-    for b in model.blocks:
-        layer = b.layer if isinstance(b, MtpBlock) else b
-        if not isinstance(layer, TransformerBlock) or layer.attention is not AttentionKind.FLASH:
+    for layer in _attention_layers(model):
+        if layer.attention is not AttentionKind.FLASH:
             continue
         g = layer_gemms(layer, seq_len=seq_len)
         kept = float(attended_keys(seq_len, causal=layer.causal,
