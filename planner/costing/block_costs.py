@@ -18,7 +18,8 @@ from cost_models.compute import (BACKWARD_ELEMENTWISE_RATIO, BACKWARD_FLOPS_RATI
                                  cross_entropy_bytes, expert_tokens_per_rank, routing_imbalance,
                                  flash_attention_time_s, gemm_flops, gemm_time_s,
                                  memory_bound_time_s, moe_elementwise_bytes, output_layer_gemm,
-                                 transformer_layer_elementwise_bytes, transformer_layer_gemms)
+                                 transformer_layer_elementwise_bytes,
+                                 transformer_layer_forward_flops, transformer_layer_gemms)
 from cost_models.enums import AttentionKind, Collective, Recompute
 from cost_models.evoformer import (evoformer_block_activation_bytes,
                                    evoformer_block_elementwise_bytes, evoformer_block_gemms,
@@ -106,7 +107,7 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
                                 tokens_per_rank=tokens_per_rank, ep=ep, etp=etp,
                                 imbalance=imbalance)
     flash = block.attention is AttentionKind.FLASH
-    dense = g.dense() + g.experts
+    weights = g.dense() + g.experts        # every GEMM with a weight matrix
     elementwise = dict(**shape, position=block.position, dropout=block.dropout,
                        norms_per_layer=block.norms_per_layer, tp=tp, sequence_parallel=sp)
     traffic = transformer_layer_elementwise_bytes(**elementwise, attention=block.attention)
@@ -133,8 +134,8 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
         core_bwd = (BACKWARD_FLOPS_RATIO * k.gemms_s((g.scores, g.attend))
                     + BACKWARD_ELEMENTWISE_RATIO * k.traffic_s(core_traffic))
     rest_traffic = traffic - core_traffic
-    forward = k.gemms_s(dense) + k.traffic_s(rest_traffic) + core_fwd
-    backward = (BACKWARD_FLOPS_RATIO * k.gemms_s(dense)
+    forward = k.gemms_s(weights) + k.traffic_s(rest_traffic) + core_fwd
+    backward = (BACKWARD_FLOPS_RATIO * k.gemms_s(weights)
                 + BACKWARD_ELEMENTWISE_RATIO * k.traffic_s(rest_traffic) + core_bwd)
     # Megatron TP (Narayanan et al. 2021, Sec. 2.3): an all-reduce of s*b*h values after
     # attention and one after the MLP in the forward pass, the same in the backward. An MoE
@@ -156,7 +157,7 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
         # Megatron-LM re-runs the attention core; torchtitan's per-op policy saves attention
         # and re-runs every other matmul (the framework profile says which).
         recompute = (core_fwd * k.selective_attention
-                     + k.selective_gemm_share * k.gemms_s(dense))
+                     + k.selective_gemm_share * k.gemms_s(weights))
         comm_passes = 2
     else:
         recompute, comm_passes = 0 * forward, 2
@@ -338,7 +339,7 @@ def block_model_flops(block, *, seq_len: int) -> float:
     """Forward FLOPs of one block for one sequence on one GPU (no TP): the MFU numerator's
     share, counting every GEMM including attention scores (Narayanan et al. 2021, Sec. 5.1)."""
     if isinstance(block, TransformerBlock):
-        return float(sum(gemm_flops(x) for x in layer_gemms(block, seq_len=seq_len).all()))
+        return float(transformer_layer_forward_flops(layer_gemms(block, seq_len=seq_len)))
     if isinstance(block, EvoformerBlock):
         return float(sum(gemm_flops(x) for x in evoformer_block_gemms(
             block.shape, num_residues=seq_len, micro_batch=1, tp=1)))
