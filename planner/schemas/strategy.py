@@ -106,9 +106,9 @@ def degrees_label(s) -> str:
     parts = [f"dp {s.dp}", f"tp {s.tp}", f"pp {s.pp}"]
     if s.vpp > 1:
         parts.append(f"vpp {s.vpp}")
-    if getattr(s, "ep", 1) > 1:
+    if s.ep > 1:
         parts.append(f"ep {s.ep}")
-    etp = getattr(s, "etp", None) or s.tp
+    etp = s.etp or s.tp
     if etp != s.tp:
         parts.append(f"etp {etp}")
     parts.append(f"mb {s.micro_batch}")
