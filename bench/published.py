@@ -12,7 +12,7 @@ Unknown strategy fields are filled by one rule for all runs, never per row:
 - overlap_grad_reduce "unknown": the framework profile's default;
 - ep: 1; etp: 1 with ep > 1 (experts whole, as Megatron-Bridge's MoE recipes run them), else tp.
 
-Runs the planner cannot express yet (context parallelism, FP8) are counted as skipped.
+Runs the planner cannot express yet (FP8) are counted as skipped.
 """
 
 from __future__ import annotations
@@ -106,9 +106,6 @@ def _model_file(model: dict | str, run_name: str, tmp: Path) -> str:
 
 
 def _skip_reason(run: dict) -> str | None:
-    s = run["strategy"]
-    if (s.get("cp") or 1) > 1:
-        return "context parallelism"
     if run["precision"] not in ("bf16", "fp16"):
         return f"{run['precision']} training"
     return None
@@ -123,7 +120,11 @@ def _strategy(run: dict, problem: Problem, framework: str) -> Strategy:
     sp = s.get("sequence_parallel")
     ep = s.get("ep") or 1
     etp = s.get("etp") or (1 if ep > 1 else tp)
-    fields = dict(dp=s.get("dp"), tp=tp, pp=pp, ep=ep, etp=etp,
+    # Context parallelism as the run says, else its framework's first way (Megatron-LM's
+    # default p2p ring; torchtitan and Llama 3's all-gather).
+    cp = s.get("cp") or 1
+    cp_comm = s.get("cp_comm") or problem.framework.context_parallel[0].value if cp > 1 else "p2p"
+    fields = dict(dp=s.get("dp"), tp=tp, pp=pp, ep=ep, etp=etp, cp=cp, cp_comm=cp_comm,
                   micro_batch=s.get("micro_batch") or 1,
                   global_batch=run["global_batch"],
                   sequence_parallel=tp > 1 if sp is None else sp, zero_stage=zero)

@@ -106,3 +106,21 @@ class LoadBalancing(str, Enum):
     FORCED = "forced"
     """Tokens dealt out evenly whatever the router says: a benchmark setting (Megatron-LM
     --moe-router-force-load-balancing; NVIDIA's MoE performance tables run with it)."""
+
+
+class CpComm(str, Enum):
+    """How context-parallel ranks exchange keys and values for attention (Megatron-LM
+    --cp-comm-type, Transformer Engine's context-parallel attention)."""
+
+    P2P = "p2p"
+    """Ring attention: K/V chunks passed around the CP ring, each step overlapped with the
+    attention of the chunk in hand (Liu et al. 2023, Ring Attention, arXiv:2310.01889)."""
+    ALL_GATHER = "all_gather"
+    """All-gather K/V before attention, reduce-scatter their gradients after (Llama 3,
+    arXiv:2407.21783, Sec. 3.3.2)."""
+    A2A = "a2a"
+    """All-to-all from sequence shards to head shards around attention (DeepSpeed-Ulysses,
+    Jacobs et al. 2023, arXiv:2309.14509); bounded by the head count."""
+    A2A_P2P = "a2a+p2p"
+    """Hierarchical: all-to-all inside an inner group (NVLink), ring p2p across the outer one
+    (Megatron-LM --hierarchical-context-parallel-sizes)."""

@@ -111,6 +111,13 @@ def search_options(function):
         click.option("--etp", type=positive,
                      help="Pin the expert tensor-parallel size (MoE models)."),
         click.option("--max-ep", type=positive, help="Upper bound on ep."),
+        click.option("--cp", type=positive,
+                     help="Pin the context-parallel size (ranks sharing each sequence)."),
+        click.option("--max-cp", type=positive, help="Upper bound on cp."),
+        click.option("--cp-comm", type=click.Choice(["p2p", "all_gather", "a2a", "a2a+p2p"]),
+                     multiple=True,
+                     help="Allowed K/V exchanges with cp > 1 (repeat; default: the "
+                          "framework's)."),
         click.option("--max-tp", type=positive, help="Upper bound on tp."),
         click.option("--max-pp", type=positive, help="Upper bound on pp."),
         click.option("--max-micro-batch", type=positive, help="Upper bound on the micro-batch."),
@@ -156,7 +163,7 @@ def search_options(function):
 
 def _search_space(pins: dict, targets: tuple = ()):
     """SearchSpace and SolverSettings from the options of `search_options`."""
-    from cost_models.enums import Recompute, ZeroStage
+    from cost_models.enums import CpComm, Recompute, ZeroStage
     from planner.search.candidates import SearchSpace
     from planner.schemas.strategy import DpComm
     from planner.search.solver import SolverSettings
@@ -166,6 +173,7 @@ def _search_space(pins: dict, targets: tuple = ()):
         recompute = (Recompute.NONE,)
     zero = tuple(ZeroStage(int(z)) for z in pins.pop("zero")) or tuple(ZeroStage)
     sp = pins.pop("sequence_parallel")
+    cp_comm = tuple(CpComm(k) for k in pins.pop("cp_comm")) or None
     dp_comm = pins.pop("dp_comm")
     comms = (tuple(DpComm) if dp_comm == "both" else (DpComm(dp_comm),))
     settings = SolverSettings(top_k=pins.pop("top_k"), time_limit_s=pins.pop("time_limit"),
@@ -173,7 +181,7 @@ def _search_space(pins: dict, targets: tuple = ()):
                               export_path=pins.pop("export_model"))
     space = SearchSpace(zero_stages=zero, recompute=recompute,
                         sequence_parallel=(False, True) if sp is None else (sp,),
-                        dp_comm=comms, targets=targets, **pins)
+                        dp_comm=comms, targets=targets, cp_comm=cp_comm, **pins)
     return space, settings
 
 

@@ -104,10 +104,15 @@ TIME_ROWS = (
     ("pipeline comm. (exposed)", "pp_comm_s"),
     ("data-parallel comm. (exposed)", "dp_comm_s"),
     ("expert-parallel comm. (exposed)", "ep_comm_s"),
+    ("context-parallel comm. (exposed)", "cp_comm_s"),
     ("pipeline bubble", "bubble_s"),
     ("optimizer step", "optimizer_s"),
     ("fixed overhead", "overhead_s"),
 )
+
+
+OPTIONAL_TIME_ROWS = ("ep_comm_s", "cp_comm_s")
+"""Rows shown only where the plan has them (an MoE model's experts, a split sequence)."""
 
 
 def percent(value: float) -> str:
@@ -140,6 +145,9 @@ def compact_strategy(plan: PlanReport) -> tuple[str, str]:
     """('32x4x8 vpp6 mb1', 'sp sel z1'): degrees dp x tp x pp, then options."""
     s = plan.strategy
     degrees = f"{s.dp}x{s.tp}x{s.pp}" + (f" vpp{s.vpp}" if s.vpp > 1 else "")
+    if s.cp > 1:
+        degrees += f" cp{s.cp}" + {"p2p": "", "all_gather": "/ag", "a2a": "/a2a",
+                                   "a2a+p2p": f"/h{s.cp_a2a}"}[s.cp_comm.value]
     if s.ep > 1:
         degrees += f" ep{s.ep}"
     if s.etp != (1 if s.ep > 1 else s.tp):     # with ep, experts are whole unless shown
@@ -157,8 +165,9 @@ def compact_strategy(plan: PlanReport) -> tuple[str, str]:
     return degrees, " ".join(options) or "-"
 
 
-PLANS_LEGEND = ("strategy: dp x tp x pp, interleaved chunks (vpp), expert parallel (ep; experts "
-                "whole unless etp), micro-batch (mb); options: "
+PLANS_LEGEND = ("strategy: dp x tp x pp, interleaved chunks (vpp), context parallel (cp: ring; "
+                "/ag all-gather, /a2a all-to-all, /hN all-to-all over N and ring), expert "
+                "parallel (ep; experts whole unless etp), micro-batch (mb); options: "
                 "sp sequence parallel, sel/full recompute, zN ZeRO stage, hN ZeRO sharded over N "
                 "ranks and replicated (HSDP), ps parameter server, "
                 "bal balanced uneven layout; "
@@ -190,6 +199,8 @@ def time_table(time: TimeReport, *, title: str) -> Table:
     table.add_column("share", justify="right")
     for name, field in TIME_ROWS:
         value = getattr(time, field)
+        if field in OPTIONAL_TIME_ROWS and value == 0:
+            continue
         table.add_row(name, seconds(value), percent(value / time.step_s))
     table.add_section()
     table.add_row("step", seconds(time.step_s), "100.0%", style="bold")

@@ -20,7 +20,9 @@ from cost_models.compute import (BACKWARD_ELEMENTWISE_RATIO, BACKWARD_FLOPS_RATI
                                  memory_bound_time_s, moe_elementwise_bytes, output_layer_gemm,
                                  transformer_layer_elementwise_bytes,
                                  transformer_layer_forward_flops, transformer_layer_gemms)
-from cost_models.enums import AttentionKind, Collective, Recompute
+from cost_models.context_parallel import (cp_attention_comm, cp_working_bytes, kv_chunk_bytes,
+                                          ulysses_bytes)
+from cost_models.enums import AttentionKind, Collective, CpComm, Recompute
 from cost_models.evoformer import (evoformer_block_activation_bytes,
                                    evoformer_block_elementwise_bytes, evoformer_block_gemms,
                                    evoformer_block_tp_allreduce_elements)
@@ -51,6 +53,9 @@ class BlockCost(NamedTuple):
     keeps: alive while that one block runs backward (Korthikanti et al. 2022, Sec. 5)."""
     ep_comm_s: object = 0.0
     """Expert-parallel token dispatch and combine (and expert-TP gathers) of the passes."""
+    cp_comm_s: object = 0.0
+    """Context-parallel K/V exchange of the passes left on the critical path (ring steps
+    hidden behind the attention they run beside)."""
 
 
 def _tp_collective_s(collective: Collective, elements, *, place: Group,
@@ -93,8 +98,65 @@ class _Kernels:
         return memory_bound_time_s(traffic_bytes, **self._hbm)
 
 
+class ContextParallel:
+    """Context parallelism at arrays of points: `size` ranks (tp apart, Megatron-LM's rank
+    order tp-cp-ep-dp-pp) share each sequence of `seq_len` tokens and exchange K/V by `kind`;
+    `a2a` is the inner all-to-all group of the hierarchical kind."""
+
+    def __init__(self, *, size, seq_len: int, kind: CpComm = CpComm.P2P, a2a=1) -> None:
+        self.size = np.asarray(size, dtype=float)
+        self.seq_len = seq_len
+        self.kind = kind
+        self.a2a = np.asarray(a2a, dtype=float) + 0 * self.size
+
+    def _kv_shapes(self, block: TransformerBlock):
+        """(key/value heads, d_k, d_v) of the core attention: MLA expands K/V per head."""
+        mla = block.mla
+        if mla is not None:
+            return block.num_heads, block.dim_per_head + mla.qk_rope_head_dim, mla.v_head_dim
+        return block.kv_heads, block.dim_per_head, block.dim_per_head
+
+    def _kv_bytes(self, block, *, mb, tp, k: _Kernels):
+        heads, d_k, d_v = self._kv_shapes(block)
+        return kv_chunk_bytes(seq_len=self.seq_len, micro_batch=mb, num_kv_heads=heads,
+                              k_head_dim=d_k, v_head_dim=d_v, tp=tp, cp=self.size,
+                              bytes_per_value=k.value_bytes)
+
+    def attention_comm_s(self, block, *, mb, tp, k: _Kernels, cluster: ClusterSpec,
+                         core_fwd, core_bwd):
+        """(forward, backward) seconds of one layer's K/V exchange left on the critical path:
+        ring steps hide behind the attention kernels, slowing them by the overlap interference."""
+        node, net = cluster.gpus_per_node, cluster.network
+        kv = self._kv_bytes(block, mb=mb, tp=tp, k=k)
+        heads, d_k, d_v = self._kv_shapes(block)
+        qkvo = ulysses_bytes(seq_len=self.seq_len, micro_batch=mb, num_heads=block.num_heads,
+                             num_kv_heads=heads, k_head_dim=d_k, v_head_dim=d_v, tp=tp,
+                             cp=self.size, bytes_per_value=k.value_bytes)
+        outer = np.maximum(self.size // self.a2a, 1)
+        t = cp_attention_comm(
+            self.kind, kv_bytes=kv, qkvo_bytes=qkvo, net=net,
+            cp_group=strided_placement(self.size, tp, node),
+            inner=strided_placement(self.a2a, tp, node), outer_size=outer,
+            outer_across_nodes=strided_placement(outer, tp * self.a2a, node).num_nodes > 1)
+        interference = cluster.efficiency.overlap_interference
+        fwd = t.forward_exposed_s + comm.exposed_time_s(t.forward_ring_s, core_fwd,
+                                                        interference=interference)
+        bwd = t.backward_exposed_s + comm.exposed_time_s(t.backward_ring_s, core_bwd,
+                                                         interference=interference)
+        single = self.size <= 1
+        return np.where(single, 0.0, fwd), np.where(single, 0.0, bwd)
+
+    def working_bytes(self, block, *, mb, tp, k: _Kernels):
+        ring = self.size if self.kind is CpComm.P2P else np.maximum(self.size // self.a2a, 1)
+        held = cp_working_bytes(self.kind, kv_bytes=self._kv_bytes(block, mb=mb, tp=tp, k=k),
+                                cp=self.size, ring_size=ring)
+        return np.where(self.size <= 1, 0.0, held)
+
+
 def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute,
-                 k: _Kernels, place: Group, cluster: ClusterSpec, ep, etp) -> BlockCost:
+                 k: _Kernels, place: Group, cluster: ClusterSpec, ep, etp,
+                 cp: ContextParallel) -> BlockCost:
+    # `seq_len` is this rank's share of the sequence (s / cp); attention alone sees all of it.
     shape = dict(seq_len=seq_len, micro_batch=mb, hidden=block.hidden,
                  num_heads=block.num_heads, num_kv_heads=block.kv_heads,
                  head_dim=block.dim_per_head, ffn_hidden=block.tp_ffn, mlp=block.mlp)
@@ -121,18 +183,21 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
         traffic = traffic + moe_elementwise_bytes(
             pairs=pairs, hidden=block.hidden, expert_ffn_hidden=moe.expert_ffn_hidden / etp,
             mlp=block.mlp, bytes_per_value=k.value_bytes)
+    qk_dim = block.dim_per_head + (mla.qk_rope_head_dim if mla else 0)
+    v_dim = mla.v_head_dim if mla else block.dim_per_head
     if flash:
-        qk_dim = block.dim_per_head + (mla.qk_rope_head_dim if mla else 0)
-        attn = dict(seq_len=seq_len, micro_batch=mb, num_heads=block.num_heads,
-                    head_dim=qk_dim, v_head_dim=mla.v_head_dim if mla else None,
-                    window=block.sliding_window, tp=tp, causal=block.causal,
-                    peak_flops=k.peak, flash_fraction=k.flash_fraction)
-        core_fwd = flash_attention_time_s(**attn, backward=False)
-        core_bwd = flash_attention_time_s(**attn, backward=True)
+        # Load-balanced chunks give each CP rank 1 / cp of the whole sequence's attention.
+        attn = dict(seq_len=cp.seq_len, micro_batch=mb, num_heads=block.num_heads,
+                    head_dim=qk_dim, v_head_dim=v_dim, window=block.sliding_window, tp=tp,
+                    causal=block.causal, peak_flops=k.peak, flash_fraction=k.flash_fraction)
+        core_fwd = flash_attention_time_s(**attn, backward=False) / cp.size
+        core_bwd = flash_attention_time_s(**attn, backward=True) / cp.size
     else:
-        core_fwd = k.gemms_s((g.scores, g.attend)) + k.traffic_s(core_traffic)
-        core_bwd = (BACKWARD_FLOPS_RATIO * k.gemms_s((g.scores, g.attend))
-                    + BACKWARD_ELEMENTWISE_RATIO * k.traffic_s(core_traffic))
+        # The rank's s / cp queries against all s keys: cp times its local square (CP runs
+        # on fused attention only, a rule; this prices a strategy that breaks it).
+        core_fwd = cp.size * (k.gemms_s((g.scores, g.attend)) + k.traffic_s(core_traffic))
+        core_bwd = cp.size * (BACKWARD_FLOPS_RATIO * k.gemms_s((g.scores, g.attend))
+                              + BACKWARD_ELEMENTWISE_RATIO * k.traffic_s(core_traffic))
     rest_traffic = traffic - core_traffic
     forward = k.gemms_s(weights) + k.traffic_s(rest_traffic) + core_fwd
     backward = (BACKWARD_FLOPS_RATIO * k.gemms_s(weights)
@@ -161,6 +226,11 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
         comm_passes = 2
     else:
         recompute, comm_passes = 0 * forward, 2
+    # Context parallelism: the forward's exchange again wherever the attention core reruns.
+    cp_fwd, cp_bwd = cp.attention_comm_s(block, mb=mb, tp=tp, k=k, cluster=cluster,
+                                         core_fwd=core_fwd, core_bwd=core_bwd)
+    reruns_attention = rc is Recompute.FULL or (rc is Recompute.SELECTIVE and k.selective_attention)
+    cp_comm = cp_fwd + cp_bwd + (cp_fwd if reruns_attention else 0.0)
 
     # Memory holds every layer's expert activations at once: over a rank's layers the routing
     # imbalance (which rank is busiest changes from layer to layer) averages out, so they are
@@ -180,9 +250,9 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
         return kept
 
     activations = stored(rc)
+    working = stored(Recompute.NONE) - activations + cp.working_bytes(block, mb=mb, tp=tp, k=k)
     return BlockCost(forward, backward, recompute, comm_passes * one_pass_comm, activations,
-                     tokens_hidden + 0 * tp, stored(Recompute.NONE) - activations,
-                     comm_passes * one_pass_ep)
+                     tokens_hidden + 0 * tp, working, comm_passes * one_pass_ep, cp_comm)
 
 
 def expert_dispatch_s(*, tokens_per_rank, pairs, top_k: int, hidden: int, imbalance: float,
@@ -294,12 +364,12 @@ def _output(block: OutputBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute, k: 
 
 
 def _mtp(block: MtpBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute, k: _Kernels,
-         place: Group, cluster: ClusterSpec, ep, etp) -> BlockCost:
+         place: Group, cluster: ClusterSpec, ep, etp, cp: ContextParallel) -> BlockCost:
     """A multi-token-prediction module: the 2h -> h projection of the two normalised inputs,
     one transformer layer, and one more pass through the (shared) output layer and loss
     (DeepSeek-V3, arXiv:2412.19437, Sec. 2.2)."""
     kw = dict(seq_len=seq_len, mb=mb, tp=tp, sp=sp, rc=rc, k=k, place=place, cluster=cluster)
-    layer = _transformer(block.layer, **kw, ep=ep, etp=etp)
+    layer = _transformer(block.layer, **kw, ep=ep, etp=etp, cp=cp)
     head = _output(OutputBlock(vocab_size=block.vocab_size, hidden=block.hidden), **kw)
     h = block.hidden
     projection = Gemm(seq_len * mb, h / tp, 2 * h)        # column-parallel, like fc1
@@ -313,7 +383,8 @@ def _mtp(block: MtpBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute, k: _Kerne
         recompute_s=layer.recompute_s, tp_comm_s=layer.tp_comm_s + head.tp_comm_s,
         activation_bytes=layer.activation_bytes + head.activation_bytes + kept,
         output_elements=seq_len * mb * h + 0 * tp,
-        recompute_working_bytes=layer.recompute_working_bytes, ep_comm_s=layer.ep_comm_s)
+        recompute_working_bytes=layer.recompute_working_bytes, ep_comm_s=layer.ep_comm_s,
+        cp_comm_s=layer.cp_comm_s)
 
 
 _BY_KIND = {"transformer": _transformer, "evoformer": _evoformer, "embedding": _embedding,
@@ -322,17 +393,22 @@ _BY_KIND = {"transformer": _transformer, "evoformer": _evoformer, "embedding": _
 
 def block_cost(block, *, training: TrainingSpec, cluster: ClusterSpec,
                framework: FrameworkProfile, tp, mb, sequence_parallel: bool,
-               recompute: Recompute, place: Group, ep=1, etp=1) -> BlockCost:
-    """Costs of `block` at arrays of tp, micro-batch, ep and etp values (one SP and recompute
-    setting)."""
+               recompute: Recompute, place: Group, ep=1, etp=1, cp=1,
+               cp_comm: CpComm = CpComm.P2P, cp_a2a=1) -> BlockCost:
+    """Costs of `block` at arrays of tp, micro-batch, ep, etp, cp and cp_a2a values (one SP,
+    recompute and CP communication setting). Every block sees s / cp tokens per sequence."""
     tp = np.asarray(tp, dtype=float)
     mb = np.asarray(mb, dtype=float)
     ep = np.asarray(ep, dtype=float) + 0 * tp
     etp = np.asarray(etp, dtype=float) + 0 * tp
+    context = ContextParallel(size=np.asarray(cp, dtype=float) + 0 * tp,
+                              seq_len=training.seq_len, kind=cp_comm, a2a=cp_a2a)
     k = _Kernels(cluster, training, framework)
-    return _BY_KIND[block.kind](block, seq_len=training.seq_len, mb=mb, tp=tp,
+    # An Evoformer's pair representation has no context parallelism (a rule): whole sequence.
+    local = training.seq_len if block.kind == "evoformer" else training.seq_len / context.size
+    return _BY_KIND[block.kind](block, seq_len=local, mb=mb, tp=tp,
                                 sp=sequence_parallel, rc=recompute, k=k, place=place,
-                                cluster=cluster, ep=ep, etp=etp)
+                                cluster=cluster, ep=ep, etp=etp, cp=context)
 
 
 def block_model_flops(block, *, seq_len: int) -> float:

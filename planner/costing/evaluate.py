@@ -15,7 +15,8 @@ import numpy as np
 from cost_models import communication as comm
 from cost_models.communication import ALL_REDUCE_ALGORITHMS, Group
 from cost_models.compute import attended_keys, gemm_flops, optimizer_step_bytes_per_param
-from cost_models.enums import AttentionKind, Collective, Precision, Recompute, ZeroStage
+from cost_models.enums import (AttentionKind, Collective, CpComm, Precision, Recompute,
+                               ZeroStage)
 from cost_models.memory import (StateBytes, model_state_bytes, reserve_bytes, state_bytes_per_param,
                                 zero3_gather_buffer_bytes)
 from cost_models.pipeline import in_flight_per_chunk, pipeline_time_s
@@ -25,7 +26,7 @@ from planner.costing.block_costs import (BlockCost, block_cost, block_model_flop
 from planner.costing.placement import strided_placement, tp_placement
 from planner.costing.layout import ChainTypes, Layout, layout_from_layer_counts, uniform_layout
 from planner.inputs.loader import Problem
-from planner.schemas.model import EmbeddingBlock, MtpBlock, OutputBlock, TransformerBlock
+from planner.schemas.model import EmbeddingBlock, OutputBlock
 from planner.schemas.framework import OverlapDefaults
 from planner.schemas.report import (MemoryReport, PlanReport, StageMemory, StageTime,
                                     StrategyOut, ThroughputReport, TimeReport)
@@ -33,6 +34,7 @@ from planner.schemas.strategy import DpComm, Strategy
 
 RECOMPUTE_ORDER = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
 DP_COMM_ORDER = (DpComm.ALL_REDUCE, DpComm.PARAMETER_SERVER)
+CP_COMM_ORDER = tuple(CpComm)
 
 
 @dataclass
@@ -64,17 +66,42 @@ class Candidates:
     """Expert-parallel ranks (None: 1 for every candidate)."""
     etp: np.ndarray = None  # type: ignore[assignment]
     """Expert tensor-parallel ranks (None: tp, Megatron-LM's default)."""
+    cp: np.ndarray = None  # type: ignore[assignment]
+    """Context-parallel ranks sharing each sequence (None: 1 for every candidate)."""
+    cp_comm: np.ndarray = None  # type: ignore[assignment]
+    """Index into CP_COMM_ORDER (None: p2p)."""
+    cp_a2a: np.ndarray = None  # type: ignore[assignment]
+    """The all-to-all group of hierarchical CP (a2a+p2p); 1 otherwise (None: 1)."""
 
     def __post_init__(self) -> None:
+        n = len(self.tp)
         if self.ep is None:
-            self.ep = np.ones(len(self.tp), dtype=int)
+            self.ep = np.ones(n, dtype=int)
         if self.etp is None:
             self.etp = np.asarray(self.tp).copy()
+        if self.cp is None:
+            self.cp = np.ones(n, dtype=int)
+        if self.cp_comm is None:
+            self.cp_comm = np.zeros(n, dtype=int)
+        if self.cp_a2a is None:
+            self.cp_a2a = np.ones(n, dtype=int)
 
     @property
     def edp(self) -> np.ndarray:
-        """Expert data-parallel ranks, tp x dp / (etp x ep), at least 1."""
-        return np.maximum(self.tp * self.dp // (self.ep * self.etp), 1)
+        """Expert data-parallel ranks, tp x cp x dp / (etp x ep), at least 1 (the expert layers
+        fold onto the tp x cp x dp GPUs of a pipeline stage)."""
+        return np.maximum(self.tp * self.cp * self.dp // (self.ep * self.etp), 1)
+
+    @property
+    def num_gpus(self) -> np.ndarray:
+        return self.dp * self.tp * self.cp * self.pp
+
+    @property
+    def grad_shard(self) -> np.ndarray:
+        """Ranks ZeRO shards the dense model states over: the shard group of every CP rank
+        (CP ranks hold the same weights; Megatron-LM's distributed optimizer and torchtitan's
+        FSDP shard over dp x cp)."""
+        return self.shard * self.cp
 
     @property
     def expert_shard(self) -> np.ndarray:
@@ -114,7 +141,9 @@ class Candidates:
                    param_gather=one(overlap("overlap_param_gather")),
                    tp_overlap=one(overlap("tp_comm_overlap")),
                    dp_comm=one(DP_COMM_ORDER.index(s.dp_comm)),
-                   num_servers=one(s.num_servers or s.dp), ep=one(s.ep), etp=one(s.expert_tp))
+                   num_servers=one(s.num_servers or s.dp), ep=one(s.ep), etp=one(s.expert_tp),
+                   cp=one(s.cp), cp_comm=one(CP_COMM_ORDER.index(s.cp_comm)),
+                   cp_a2a=one(s.context_a2a))
 
     def strategy(self, i: int, layers_per_stage: tuple[int, ...] | None = None) -> Strategy:
         return Strategy(
@@ -128,7 +157,10 @@ class Candidates:
             tp_comm_overlap=bool(self.tp_overlap[i]),
             dp_comm=DP_COMM_ORDER[self.dp_comm[i]],
             num_servers=int(self.num_servers[i]) if self.dp_comm[i] else None,
-            ep=int(self.ep[i]), etp=int(self.etp[i]),
+            ep=int(self.ep[i]), etp=int(self.etp[i]), cp=int(self.cp[i]),
+            cp_comm=CP_COMM_ORDER[self.cp_comm[i]],
+            cp_a2a=int(self.cp_a2a[i]) if CP_COMM_ORDER[self.cp_comm[i]] is CpComm.A2A_P2P
+            else None,
             layers_per_stage=layers_per_stage)
 
 
@@ -146,6 +178,7 @@ class BlockCosts:
     output_elements: np.ndarray
     recompute_working_bytes: np.ndarray
     ep_comm_s: np.ndarray
+    cp_comm_s: np.ndarray
 
     def take(self, index) -> BlockCosts:
         return BlockCosts(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
@@ -155,7 +188,7 @@ def block_costs(problem: Problem, cands: Candidates) -> BlockCosts:
     """Evaluate every block type once per distinct (tp, micro-batch, SP, recompute) point."""
     types = chain_types(problem.model)
     keys = np.stack([cands.tp, cands.mb, cands.sp.astype(int), cands.recompute, cands.ep,
-                     cands.etp], axis=1)
+                     cands.etp, cands.cp, cands.cp_comm, cands.cp_a2a], axis=1)
     # Distinct points through one integer code per row (np.unique over rows sorts them all).
     code = np.zeros(len(cands), dtype=np.int64)
     for column in keys.T:
@@ -165,20 +198,18 @@ def block_costs(problem: Problem, cands: Candidates) -> BlockCosts:
     points, inverse = keys[first], inverse.reshape(-1)
     num_types = len(types.unique_blocks)
     out = {name: np.zeros((len(points), num_types)) for name in BlockCost._fields}
-    for sp in (0, 1):
-        for rc in range(len(RECOMPUTE_ORDER)):
-            mask = (points[:, 2] == sp) & (points[:, 3] == rc)
-            if not mask.any():
-                continue
-            tp, mb, ep, etp = points[mask, 0], points[mask, 1], points[mask, 4], points[mask, 5]
-            place = tp_placement(tp, problem.cluster.gpus_per_node)
-            for u, block in enumerate(types.unique_blocks):
-                cost = block_cost(block, training=problem.training, cluster=problem.cluster,
-                                  framework=problem.framework, tp=tp, mb=mb,
-                                  sequence_parallel=bool(sp), recompute=RECOMPUTE_ORDER[rc],
-                                  place=place, ep=ep, etp=etp)
-                for name, value in zip(BlockCost._fields, cost):
-                    out[name][mask, u] = value
+    for sp, rc, kind in np.unique(points[:, [2, 3, 7]], axis=0):
+        mask = (points[:, 2] == sp) & (points[:, 3] == rc) & (points[:, 7] == kind)
+        tp, mb, ep, etp = points[mask, 0], points[mask, 1], points[mask, 4], points[mask, 5]
+        place = tp_placement(tp, problem.cluster.gpus_per_node)
+        for u, block in enumerate(types.unique_blocks):
+            cost = block_cost(block, training=problem.training, cluster=problem.cluster,
+                              framework=problem.framework, tp=tp, mb=mb,
+                              sequence_parallel=bool(sp), recompute=RECOMPUTE_ORDER[rc],
+                              place=place, ep=ep, etp=etp, cp=points[mask, 6],
+                              cp_comm=CP_COMM_ORDER[kind], cp_a2a=points[mask, 8])
+            for name, value in zip(BlockCost._fields, cost):
+                out[name][mask, u] = value
     return BlockCosts(**{name: table[inverse] for name, table in out.items()})
 
 
@@ -214,7 +245,7 @@ def rank_states(problem: Problem, cands: Candidates, dense, experts) -> StateByt
     per = state_bytes_per_param(problem.training.precision, problem.training.optimizer)
     column = (slice(None),) + (None,) * (np.ndim(dense) - 1)
     zero = cands.zero[column]
-    a = model_state_bytes(num_params=dense, dp=cands.shard.astype(float)[column],
+    a = model_state_bytes(num_params=dense, dp=cands.grad_shard.astype(float)[column],
                           zero_stage=zero, per_param=per)
     b = model_state_bytes(num_params=experts, dp=cands.expert_shard.astype(float)[column],
                           zero_stage=zero, per_param=per)
@@ -230,18 +261,10 @@ def step_flops_per_sequence(model, seq_len: int) -> tuple[float, float, float]:
     layers = sum(block_model_flops(b, seq_len=seq_len) for b in model.blocks
                  if b.kind in ("transformer", "evoformer"))
     attention = 0.0
-    for layer in _attention_layers(model):
+    for layer in model.attention_layers():
         g = layer_gemms(layer, seq_len=seq_len)
         attention += gemm_flops(g.scores) + gemm_flops(g.attend)
     return 3 * forward, layers, attention
-
-
-def _attention_layers(model):
-    """The transformer layers of the chain, those inside multi-token-prediction modules too."""
-    for b in model.blocks:
-        layer = b.layer if isinstance(b, MtpBlock) else b
-        if isinstance(layer, TransformerBlock):
-            yield layer
 
 
 @lru_cache(maxsize=32)
@@ -253,7 +276,7 @@ def mfu_flops_per_sequence(model, seq_len: int) -> float:
     and the step time agree; Megatron-LM's count stays the "model TFLOP/s per GPU"."""
     full, _, _ = step_flops_per_sequence(model, seq_len)
     skipped = 0.0
-    for layer in _attention_layers(model):
+    for layer in model.attention_layers():
         if layer.attention is not AttentionKind.FLASH:
             continue
         g = layer_gemms(layer, seq_len=seq_len)
@@ -281,6 +304,7 @@ class Evaluation:
     stage_compute_s: np.ndarray
     stage_tp_s: np.ndarray
     stage_ep_s: np.ndarray
+    stage_cp_s: np.ndarray
     stage_pp_s: np.ndarray
     stage_dp_s: np.ndarray
     peak_bytes: np.ndarray
@@ -288,6 +312,7 @@ class Evaluation:
     compute_s: np.ndarray
     tp_comm_s: np.ndarray
     ep_comm_s: np.ndarray
+    cp_comm_s: np.ndarray
     pp_comm_s: np.ndarray
     dp_comm_s: np.ndarray
     bubble_s: np.ndarray
@@ -338,7 +363,7 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
     expert_params = per_stage(expert)[None, :] / (cands.ep * cands.etp)[:, None]
     params = dense_params + expert_params                                   # (N, p)
     per_param = state_bytes_per_param(training.precision, training.optimizer)
-    shard = cands.shard.astype(float)
+    shard = cands.grad_shard.astype(float)
     expert_shard = cands.expert_shard.astype(float)
     states = rank_states(problem, cands, dense_params, expert_params)
 
@@ -375,10 +400,14 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
     compute = fwd + bwd + stage_sum(costs.recompute_s)
     tp_comm = stage_sum(tp_exposed_s(problem, cands, costs))
     ep_comm = stage_sum(ep_exposed_s(problem, costs))
+    cp_comm = stage_sum(costs.cp_comm_s)
     pp_comm = _pipeline_comm(problem, layout, cands, costs, types)
     stage_blocks = counts.sum(1).reshape(v, p).sum(0)                     # (p,)
-    dp_per_mb, dp_end, dp_algorithm = _data_parallel(problem, cands, dense_params, per_param,
-                                                     fwd, bwd, stage_blocks)
+    # Dense gradients are reduced over the dp x cp ranks holding the same weights (CP ranks
+    # sit tp apart, DP ranks tp x cp apart: the group is every rank tp apart).
+    dp_per_mb, dp_end, dp_algorithm = _data_parallel(
+        problem, cands, dense_params, per_param, fwd, bwd, stage_blocks,
+        dp=cands.dp * cands.cp, shard=cands.grad_shard, stride=cands.tp)
     if model.is_moe:   # expert gradients and weights travel over the expert data-parallel group
         moe_per_mb, moe_end, _ = _data_parallel(
             problem, cands, expert_params, per_param, fwd, bwd, stage_blocks, dp=cands.edp,
@@ -386,7 +415,7 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
         has_experts = expert_params > 0
         dp_per_mb = dp_per_mb + np.where(has_experts, moe_per_mb, 0.0)
         dp_end = dp_end + np.where(has_experts, moe_end, 0.0)
-    tau = compute + tp_comm + ep_comm + pp_comm + dp_per_mb
+    tau = compute + tp_comm + ep_comm + cp_comm + pp_comm + dp_per_mb
     slowest = tau.argmax(1)
     pipeline = pipeline_time_s(max_stage_s=tau.max(1), sum_stage_s=tau.sum(1),
                                num_micro_batches=m, vpp=v)
@@ -411,10 +440,11 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
         stage_optimizer=states.optimizer, stage_activations=activations, stage_other=other,
         stage_in_flight=in_flight.sum(2) / v, stage_pipe_buffers=pipe_buffers,
         stage_layers=np.array(layout.layers_per_chunk(model)).reshape(v, p).sum(0),
-        stage_compute_s=compute, stage_tp_s=tp_comm, stage_ep_s=ep_comm, stage_pp_s=pp_comm,
+        stage_compute_s=compute, stage_tp_s=tp_comm, stage_ep_s=ep_comm, stage_cp_s=cp_comm,
+        stage_pp_s=pp_comm,
         stage_dp_s=dp_per_mb, peak_bytes=total[rows, peak_stage], peak_stage=peak_stage,
         compute_s=m * compute[rows, slowest], tp_comm_s=m * tp_comm[rows, slowest],
-        ep_comm_s=m * ep_comm[rows, slowest],
+        ep_comm_s=m * ep_comm[rows, slowest], cp_comm_s=m * cp_comm[rows, slowest],
         pp_comm_s=m * pp_comm[rows, slowest],
         dp_comm_s=m * dp_per_mb[rows, slowest] + dp_end[rows, last],
         bubble_s=pipeline - m * tau[rows, slowest], optimizer_s=optimizer[rows, last],
@@ -466,11 +496,12 @@ def framework_buffer_bytes(problem: Problem, cands: Candidates) -> np.ndarray:
     """
     b = problem.framework.buffers
     value = bytes_per_value(problem.training.precision)
-    data_parallel = cands.dp > 1
+    data_parallel = cands.dp * cands.cp > 1
     grads = np.where(data_parallel, b.grad_bucket_elements * b.grad_bucket_copies * value, 0.0)
     gather = np.where(data_parallel & ((cands.zero == 1) | (cands.zero == 2)),
                       b.gather_bucket_elements * value, 0.0)
-    communicators = (cands.tp > 1).astype(float) + (cands.pp > 1) + data_parallel
+    communicators = ((cands.tp > 1).astype(float) + (cands.pp > 1) + data_parallel
+                     + (cands.cp > 1))
     return grads + gather + communicators * b.per_communicator_bytes
 
 
@@ -546,7 +577,7 @@ def _pipeline_comm(problem: Problem, layout: Layout, cands: Candidates, costs: B
     scatter_gather = problem.framework.pipeline_scatter_gather
     split = np.where(cands.sp[:, None] | scatter_gather, tp, 1.0)   # SP already splits t ways
     sent = pipeline_send_bytes(elements, tp=split, value_bytes=value_bytes)
-    pipe = strided_placement(cands.pp, cands.tp * cands.dp, cluster.gpus_per_node)
+    pipe = strided_placement(cands.pp, cands.tp * cands.cp * cands.dp, cluster.gpus_per_node)
     net = cluster.network
     transfer = comm.send_recv_time_s(sent, across_nodes=(pipe.num_nodes > 1)[:, None], net=net)
     place = tp_placement(cands.tp, cluster.gpus_per_node)
@@ -701,7 +732,9 @@ def report(problem: Problem, layout: Layout, cands: Candidates, ev: Evaluation, 
     layers = [int(x) for x in layout.layers_per_chunk(problem.model)]
     strategy = StrategyOut(
         dp=int(cands.dp[i]), tp=int(cands.tp[i]), pp=p, vpp=layout.vpp, ep=int(cands.ep[i]),
-        etp=int(cands.etp[i]),
+        etp=int(cands.etp[i]), cp=int(cands.cp[i]), cp_comm=CP_COMM_ORDER[cands.cp_comm[i]],
+        cp_a2a=(int(cands.cp_a2a[i]) if CP_COMM_ORDER[cands.cp_comm[i]] is CpComm.A2A_P2P
+                else None),
         micro_batch=int(cands.mb[i]), global_batch=int(cands.global_batch[i]),
         sequence_parallel=bool(cands.sp[i]), recompute=RECOMPUTE_ORDER[cands.recompute[i]],
         zero_stage=ZeroStage(int(cands.zero[i])), dp_shard=int(cands.shard[i]),
@@ -727,18 +760,19 @@ def report(problem: Problem, layout: Layout, cands: Candidates, ev: Evaluation, 
     stage_times = [StageTime(stage=r, compute_s=float(ev.stage_compute_s[i, r]),
                              tp_comm_s=float(ev.stage_tp_s[i, r]),
                              ep_comm_s=float(ev.stage_ep_s[i, r]),
+                             cp_comm_s=float(ev.stage_cp_s[i, r]),
                              pp_comm_s=float(ev.stage_pp_s[i, r]),
                              dp_comm_s=float(ev.stage_dp_s[i, r])) for r in range(p)]
     time = TimeReport(
         compute_s=float(ev.compute_s[i]), tp_comm_s=float(ev.tp_comm_s[i]),
-        ep_comm_s=float(ev.ep_comm_s[i]),
+        ep_comm_s=float(ev.ep_comm_s[i]), cp_comm_s=float(ev.cp_comm_s[i]),
         pp_comm_s=float(ev.pp_comm_s[i]), dp_comm_s=float(ev.dp_comm_s[i]),
         bubble_s=float(ev.bubble_s[i]), optimizer_s=float(ev.optimizer_s[i]),
         overhead_s=float(ev.overhead_s), stages=stage_times, slowest_stage=int(ev.slowest_stage[i]),
         imbalance=float(ev.imbalance[i]),
         dp_algorithm=ALL_REDUCE_ALGORITHMS[int(ev.dp_algorithm[i])].value)
     step = float(ev.step_s[i])
-    num_gpus = int(cands.dp[i] * cands.tp[i] * cands.pp[i])
+    num_gpus = int(cands.num_gpus[i])
     peak_flops = problem.cluster.gpu.peak_flops(problem.training.precision)
     model_tflops = float(ev.model_flops[i]) / (step * num_gpus) / TFLOPS
     tokens_per_step = float(cands.global_batch[i]) * problem.training.seq_len

@@ -12,7 +12,8 @@ from dataclasses import dataclass, replace
 from planner.search.candidates import SearchSpace
 from planner.frameworks import ParsedConfig, read_config
 from planner.errors import InfeasibleError, InputError
-from planner.inputs.loader import Problem, framework_name, load_framework, validate_file
+from planner.inputs.loader import (Problem, framework_name, load_framework, resolve_strategy,
+                                   validate_file)
 from planner.search.rebalance import layout_advice
 from planner.feasibility.rules import RuleOptions
 from planner.schemas.model import TrainingSpec
@@ -56,7 +57,7 @@ def _configured(problem: Problem, parsed: ParsedConfig, *, file: str,
     s = parsed.strategy
     num_gpus = gpus_given or parsed.world_size
     if num_gpus is None and all(k in s for k in ("dp", "tp", "pp")):
-        num_gpus = s["dp"] * s["tp"] * s["pp"]
+        num_gpus = s["dp"] * s["tp"] * s.get("cp", 1) * s["pp"]
     num_gpus = num_gpus or problem.num_gpus
     cluster = problem.cluster
     if num_gpus > cluster.num_gpus:
@@ -71,15 +72,15 @@ def _configured(problem: Problem, parsed: ParsedConfig, *, file: str,
 
 def _strategy(problem: Problem, parsed: ParsedConfig, file: str) -> Strategy:
     fields = dict(parsed.strategy)
-    tp, pp = fields.get("tp", 1), fields.get("pp", 1)
+    tp, pp, cp = fields.get("tp", 1), fields.get("pp", 1), fields.get("cp", 1)
     if "dp" not in fields:
-        fields["dp"] = max(1, problem.num_gpus // (tp * pp))   # gpu_count says if it is off
+        fields["dp"] = max(1, problem.num_gpus // (tp * cp * pp))  # gpu_count says if it is off
     if "global_batch" not in fields:
         # Megatron-LM's default is one micro-batch per data-parallel rank.
         fields["global_batch"] = (fields.get("micro_batch", 1) * fields["dp"]
                                   if parsed.target is LaunchTarget.MEGATRON
                                   else problem.training.global_batch)
-    return validate_file(Strategy, fields, file)
+    return resolve_strategy(validate_file(Strategy, fields, file), problem, file=file)
 
 
 def review_config(problem: Problem, path: str, *, gpus_given: int | None,

@@ -22,6 +22,7 @@ from planner.feasibility.target_rule import Rule, TargetRule, largest_divisor_at
 from planner.frameworks import deepspeed, megatron, mindspore, torchtitan
 from planner.inputs.loader import Problem
 from planner.schemas.report import Violation
+from cost_models.enums import CpComm
 from planner.schemas.strategy import DpComm, LaunchTarget, Strategy
 
 
@@ -34,7 +35,7 @@ FRAMEWORK_RULES: dict[LaunchTarget, dict[Rule, TargetRule]] = {
 """Each framework's own rules, kept in its module (planner/frameworks/<name>.py)."""
 
 SUMMARY: dict[Rule, str] = {
-    Rule.GPU_COUNT: "dp * tp * pp must equal the number of GPUs",
+    Rule.GPU_COUNT: "dp * tp * cp * pp must equal the number of GPUs",
     Rule.TP_DIVIDES_HEADS: "tp must divide every head count it splits",
     Rule.TP_WITHIN_NODE: "tp must stay inside a node",
     Rule.PP_DIVIDES_LAYERS: "pp * vpp must divide num_layers",
@@ -45,12 +46,20 @@ SUMMARY: dict[Rule, str] = {
     Rule.PARAMETER_SERVER_ZERO: "a parameter server needs zero_stage 0",
     Rule.DP_SHARD: "dp_shard must divide dp, with zero_stage 1 or more",
     Rule.EP_DIVIDES_EXPERTS: "ep must divide the routed experts (ep 1 for a dense model)",
-    Rule.EXPERT_FOLDING: "etp * ep must divide tp * dp (expert layers fold onto the same GPUs)",
+    Rule.EXPERT_FOLDING: "etp * ep must divide tp * cp * dp (expert layers fold onto the same "
+                         "GPUs)",
     Rule.MOE_SEQUENCE_PARALLEL: "an MoE model with tp > 1 needs sequence parallelism",
+    Rule.CP_SEQUENCE: "the sequence must split into 2 * cp load-balanced chunks (and each CP "
+                      "rank's share over tp with sequence parallelism)",
+    Rule.CP_FUSED_ATTENTION: "context parallelism needs fused (flash) attention in every layer",
+    Rule.CP_ALL_TO_ALL: "all-to-all context parallelism must divide the heads each TP rank holds",
+    Rule.CP_ATTENTION_VARIANT: "sliding windows need cp_comm all_gather or a2a, attention sinks "
+                               "a2a",
     Rule.MEMORY_FITS: "the peak stage must fit in GPU memory",
     Rule.TARGET_PARAMETER_SERVER: "no launch target implements a parameter server",
     Rule.TARGET_EXPERT_PARALLEL: "torchrun (plain PyTorch) has no expert parallelism",
     Rule.TARGET_EXPERT_TP: "etp must be 1 or tp on this launch target",
+    Rule.TARGET_CONTEXT_PARALLEL: "torchrun (plain PyTorch) has no context parallelism",
 }
 SUMMARY.update({rule: r.summary for rules in FRAMEWORK_RULES.values() for rule, r in rules.items()})
 """One line per rule, for messages that name rules without a particular strategy."""
@@ -72,7 +81,7 @@ class RuleOptions:
 # --------------------------------------------------------------------------- vectorised checks
 
 def _gpu_count(problem: Problem, c: Candidates, options: RuleOptions) -> np.ndarray:
-    return c.dp * c.tp * c.pp != problem.num_gpus
+    return c.num_gpus != problem.num_gpus
 
 
 def _tp_divides_heads(problem: Problem, c: Candidates, options: RuleOptions) -> np.ndarray:
@@ -133,7 +142,7 @@ def _expert_folding(problem: Problem, c: Candidates, options: RuleOptions) -> np
     # Megatron-Core parallel_state.initialize_model_parallel: the world size must be divisible by
     # expert_tensor_parallel_size * expert_model_parallel_size * pipeline_model_parallel_size,
     # i.e. etp * ep divides tp * dp (Liu et al. 2025, arXiv:2504.14960, Sec. 3.2).
-    return (c.tp * c.dp) % (c.ep * c.etp) != 0
+    return (c.tp * c.cp * c.dp) % (c.ep * c.etp) != 0
 
 
 def _moe_sequence_parallel(problem: Problem, c: Candidates, options: RuleOptions) -> np.ndarray:
@@ -141,6 +150,54 @@ def _moe_sequence_parallel(problem: Problem, c: Candidates, options: RuleOptions
     # parallelism are enabled without also enabling sequence parallelism" is raised as an error
     # at the first forward; the token dispatcher routes each TP rank's sequence shard.
     return problem.model.is_moe & (c.tp > 1) & ~c.sp
+
+
+def _cp_sequence(problem: Problem, c: Candidates, options: RuleOptions) -> np.ndarray:
+    # Megatron-LM arguments.py: "seq-length should be a multiple of 2 * context-parallel-size"
+    # (the load-balanced causal chunks); with sequence parallelism each CP rank's s / cp tokens
+    # are split again over tp (megatron/core/utils.py get_batch_on_this_cp_rank, then the SP
+    # scatter).
+    s = problem.training.seq_len
+    local = s // np.maximum(c.cp, 1)
+    return (c.cp > 1) & ((s % (2 * c.cp) != 0) | (c.sp & (local % c.tp != 0)))
+
+
+def _cp_fused_attention(problem: Problem, c: Candidates, options: RuleOptions) -> np.ndarray:
+    # megatron/core/transformer/dot_product_attention.py: "Context parallelism is only
+    # supported by TEDotProductAttention!"; an Evoformer's pair attention has none.
+    return (c.cp > 1) & (not problem.model.fused_attention_only)
+
+
+def _cp_all_to_all(problem: Problem, c: Candidates, options: RuleOptions) -> np.ndarray:
+    # Transformer Engine context_parallel.py (AttnFuncWithCPAndQKVOA2A): "The number of
+    # attention heads needs to be divisible by CP size!", for the query and the key/value
+    # heads of each TP rank; the hierarchical form's inner group likewise, and it must split cp
+    # into two real levels (Megatron-LM: cp == prod(--hierarchical-context-parallel-sizes)).
+    from planner.costing.evaluate import CP_COMM_ORDER
+
+    a2a_only = c.cp_comm == CP_COMM_ORDER.index(CpComm.A2A)
+    hierarchical = c.cp_comm == CP_COMM_ORDER.index(CpComm.A2A_P2P)
+    a2a = np.where(a2a_only, c.cp, np.where(hierarchical, c.cp_a2a, 1))
+    bad = np.zeros(len(c), dtype=bool)
+    for heads in problem.model.context_parallel_heads:
+        bad |= (heads % c.tp != 0) | ((heads // np.maximum(c.tp, 1)) % a2a != 0)
+    bad |= hierarchical & ((c.cp_a2a < 2) | (c.cp_a2a >= c.cp) | (c.cp % c.cp_a2a != 0))
+    return (c.cp > 1) & bad
+
+
+def _cp_attention_variant(problem: Problem, c: Candidates,
+                          options: RuleOptions) -> np.ndarray:
+    # Transformer Engine context_parallel.py (attn_forward_func_with_cp): sliding-window
+    # attention only with cp_comm_type "a2a" or "all_gather"; a softmax other than the vanilla
+    # one (attention sinks, learnable offsets) only with "a2a".
+    from planner.costing.evaluate import CP_COMM_ORDER
+
+    layers = list(problem.model.attention_layers())
+    window = any(layer.sliding_window is not None for layer in layers)
+    sinks = any(layer.attention_sinks for layer in layers)
+    index = CP_COMM_ORDER.index
+    ring = (c.cp_comm == index(CpComm.P2P)) | (c.cp_comm == index(CpComm.A2A_P2P))
+    return (c.cp > 1) & ((window & ring) | (sinks & (c.cp_comm != index(CpComm.A2A))))
 
 
 DEGREE_CHECKS: dict[Rule, Callable[[Problem, Candidates, RuleOptions], np.ndarray]] = {
@@ -155,6 +212,10 @@ DEGREE_CHECKS: dict[Rule, Callable[[Problem, Candidates, RuleOptions], np.ndarra
     Rule.EP_DIVIDES_EXPERTS: _ep_divides_experts,
     Rule.EXPERT_FOLDING: _expert_folding,
     Rule.MOE_SEQUENCE_PARALLEL: _moe_sequence_parallel,
+    Rule.CP_SEQUENCE: _cp_sequence,
+    Rule.CP_FUSED_ATTENTION: _cp_fused_attention,
+    Rule.CP_ALL_TO_ALL: _cp_all_to_all,
+    Rule.CP_ATTENTION_VARIANT: _cp_attention_variant,
 }
 """Rules decided by the degrees alone, in the order `validate` reports them."""
 
@@ -165,6 +226,7 @@ TARGET_CHECKS: dict[Rule, tuple[tuple[LaunchTarget, ...], Callable[[Problem, Can
         tuple(t for t in LaunchTarget if t is not LaunchTarget.TORCHRUN),
         lambda p, c: c.dp_comm == 1),
     Rule.TARGET_EXPERT_PARALLEL: ((LaunchTarget.TORCHRUN,), lambda p, c: c.ep > 1),
+    Rule.TARGET_CONTEXT_PARALLEL: ((LaunchTarget.TORCHRUN,), lambda p, c: c.cp > 1),
     # DeepSpeed MoE experts are whole unless enable_expert_tensor_parallelism shards them like
     # the model's TP (deepspeed/moe/layer.py); MindSpore's experts follow model_parallel.
     Rule.TARGET_EXPERT_TP: ((LaunchTarget.DEEPSPEED, LaunchTarget.MINDSPORE),
@@ -204,13 +266,15 @@ def memory_violations(peak_bytes, capacity_bytes: float, *, conservative: bool =
 
 def _explain_gpu_count(problem: Problem, s: Strategy) -> tuple[str, str]:
     n = problem.num_gpus
-    product = s.dp * s.tp * s.pp
-    message = (f"dp * tp * pp ({s.dp} * {s.tp} * {s.pp} = {product}) must equal the number of "
-               f"GPUs ({n})")
-    if n % (s.tp * s.pp) == 0:
-        fix = f"use dp {n // (s.tp * s.pp)}"
+    model_parallel = s.tp * s.cp * s.pp
+    names, values = (("tp * cp * pp", f"{s.tp} * {s.cp} * {s.pp}") if s.cp > 1
+                     else ("tp * pp", f"{s.tp} * {s.pp}"))
+    message = (f"dp * {names} ({s.dp} * {values} = {s.dp * model_parallel}) must equal the "
+               f"number of GPUs ({n})")
+    if n % model_parallel == 0:
+        fix = f"use dp {n // model_parallel}"
     else:
-        fix = f"choose tp * pp that divides {n}, then dp = {n} / (tp * pp)"
+        fix = f"choose {names} that divides {n}, then dp = {n} / ({names})"
     return message, fix
 
 
@@ -346,8 +410,10 @@ def _explain_ep_divides_experts(problem: Problem, s: Strategy) -> tuple[str, str
 
 def _explain_expert_folding(problem: Problem, s: Strategy) -> tuple[str, str]:
     etp = s.expert_tp
-    folded = s.tp * s.dp
-    message = (f"etp * ep ({etp} * {s.ep} = {etp * s.ep}) must divide tp * dp ({s.tp} * {s.dp} "
+    folded = s.tp * s.cp * s.dp
+    names, values = (("tp * cp * dp", f"{s.tp} * {s.cp} * {s.dp}") if s.cp > 1
+                     else ("tp * dp", f"{s.tp} * {s.dp}"))
+    message = (f"etp * ep ({etp} * {s.ep} = {etp * s.ep}) must divide {names} ({values} "
                f"= {folded}): the expert layers use etp x ep x edp of the same GPUs")
     if folded % etp:
         return message, f"use etp {math.gcd(folded, etp)}"
@@ -359,6 +425,60 @@ def _explain_moe_sequence_parallel(problem: Problem, s: Strategy) -> tuple[str, 
     return (f"sequence_parallel false with tp {s.tp} on an MoE model: Megatron-Core's token "
             f"dispatcher routes each TP rank's sequence shard and refuses to train without "
             f"sequence parallelism", "use sequence_parallel true")
+
+
+def _explain_cp_sequence(problem: Problem, s: Strategy) -> tuple[str, str]:
+    seq = problem.training.seq_len
+    if seq % (2 * s.cp):
+        message = (f"seq_len ({seq}) must be divisible by 2 * cp ({2 * s.cp}): causal context "
+                   f"parallelism deals each rank two of 2 * cp equal chunks")
+    else:
+        message = (f"each CP rank's {seq // s.cp} tokens must split over tp ({s.tp}) with "
+                   f"sequence parallelism")
+    good = [c for c in range(s.cp, 0, -1)
+            if seq % (2 * c) == 0 and (not s.sequence_parallel or (seq // c) % s.tp == 0)]
+    fix = f"use cp {good[0]}" if good and good[0] > 1 else "use cp 1"
+    step = math.lcm(2 * s.cp, s.cp * s.tp if s.sequence_parallel else 1)
+    return message, fix + f", or a seq_len that is a multiple of {step}"
+
+
+def _explain_cp_fused_attention(problem: Problem, s: Strategy) -> tuple[str, str]:
+    if any(b.kind == "evoformer" for b in problem.model.blocks):
+        return (f"cp {s.cp} on a model with Evoformer blocks: their pair attention has no "
+                f"context parallelism", "use cp 1")
+    return (f"cp {s.cp} with unfused attention: context parallelism runs inside fused "
+            f"attention kernels (Megatron-LM: TEDotProductAttention only)",
+            "set attention: flash on the model's layers, or use cp 1")
+
+
+def _explain_cp_all_to_all(problem: Problem, s: Strategy) -> tuple[str, str]:
+    if s.cp_comm is CpComm.A2A_P2P and not (1 < s.context_a2a < s.cp
+                                            and s.cp % s.context_a2a == 0):
+        return (f"cp_a2a ({s.context_a2a}) must divide cp ({s.cp}) and lie strictly between 1 "
+                f"and cp: a2a+p2p runs an all-to-all inside groups of cp_a2a and a ring across "
+                f"them", "use cp_comm p2p or a2a" if s.cp < 4 else f"use cp_a2a {s.cp // 2}")
+    a2a = s.cp if s.cp_comm is CpComm.A2A else s.context_a2a
+    heads = problem.model.context_parallel_heads
+    per_rank = [h // s.tp for h in heads]
+    bad = [h for h in per_rank if h % a2a]
+    message = (f"the all-to-all over {a2a} CP ranks splits each TP rank's attention heads "
+               f"({', '.join(str(h) for h in per_rank)} with tp {s.tp}), and {bad[0]} is not "
+               f"divisible by {a2a}")
+    return message, "use cp_comm p2p (ring attention has no head bound), or a smaller cp"
+
+
+def _explain_cp_attention_variant(problem: Problem, s: Strategy) -> tuple[str, str]:
+    layers = list(problem.model.attention_layers())
+    if any(layer.attention_sinks for layer in layers) and s.cp_comm is not CpComm.A2A:
+        return (f"cp_comm {s.cp_comm.value} with attention sinks: Transformer Engine's context "
+                f"parallelism supports a softmax with sinks only with a2a", "use cp_comm a2a")
+    return (f"cp_comm {s.cp_comm.value} with sliding-window layers: Transformer Engine's ring "
+            f"attention has no sliding window", "use cp_comm all_gather or a2a")
+
+
+def _explain_target_context_parallel(problem: Problem, s: Strategy) -> tuple[str, str]:
+    return (f"cp {s.cp}: a torchrun script (plain PyTorch DDP/FSDP) has no context parallelism",
+            "use cp 1, or emit for megatron, torchtitan or deepspeed")
 
 
 def _explain_target_expert_parallel(problem: Problem, s: Strategy) -> tuple[str, str]:
@@ -375,6 +495,11 @@ EXPLAIN.update({
     Rule.EP_DIVIDES_EXPERTS: _explain_ep_divides_experts,
     Rule.EXPERT_FOLDING: _explain_expert_folding,
     Rule.MOE_SEQUENCE_PARALLEL: _explain_moe_sequence_parallel,
+    Rule.CP_SEQUENCE: _explain_cp_sequence,
+    Rule.CP_FUSED_ATTENTION: _explain_cp_fused_attention,
+    Rule.CP_ALL_TO_ALL: _explain_cp_all_to_all,
+    Rule.TARGET_CONTEXT_PARALLEL: _explain_target_context_parallel,
+    Rule.CP_ATTENTION_VARIANT: _explain_cp_attention_variant,
     Rule.TARGET_EXPERT_PARALLEL: _explain_target_expert_parallel,
     Rule.TARGET_EXPERT_TP: _explain_target_expert_tp,
 })

@@ -13,6 +13,8 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
+from cost_models.enums import CpComm
+
 
 class Rule(str, Enum):
     GPU_COUNT = "gpu_count"
@@ -27,11 +29,16 @@ class Rule(str, Enum):
     EP_DIVIDES_EXPERTS = "ep_divides_experts"
     EXPERT_FOLDING = "expert_folding"
     MOE_SEQUENCE_PARALLEL = "moe_sequence_parallel"
+    CP_SEQUENCE = "cp_sequence"
+    CP_FUSED_ATTENTION = "cp_fused_attention"
+    CP_ALL_TO_ALL = "cp_all_to_all"
+    CP_ATTENTION_VARIANT = "cp_attention_variant"
     MEMORY_FITS = "memory_fits"
     # Rules of one launch target: what that framework cannot run or refuses.
     TARGET_PARAMETER_SERVER = "target_parameter_server"
     TARGET_EXPERT_PARALLEL = "target_expert_parallel"
     TARGET_EXPERT_TP = "target_expert_tp"
+    TARGET_CONTEXT_PARALLEL = "target_context_parallel"
     MEGATRON_MOE_BIAS_ETP = "megatron_moe_bias_etp"
     DEEPSPEED_PIPELINE_ZERO = "deepspeed_pipeline_zero"
     DEEPSPEED_TP_ZERO3 = "deepspeed_tp_zero3"
@@ -53,6 +60,9 @@ class Rule(str, Enum):
     MINDSPORE_ZERO = "mindspore_zero"
     MINDSPORE_HSDP = "mindspore_hsdp"
     MINDSPORE_EXPERT_PARALLEL = "mindspore_expert_parallel"
+    TORCHTITAN_CONTEXT_PARALLEL = "torchtitan_context_parallel"
+    DEEPSPEED_CONTEXT_PARALLEL = "deepspeed_context_parallel"
+    MINDSPORE_CONTEXT_PARALLEL = "mindspore_context_parallel"
 
 
 class TargetRule(NamedTuple):
@@ -81,3 +91,19 @@ def everywhere(c, flag: bool) -> np.ndarray:
 
 def largest_divisor_at_most(n: int, limit: int) -> int:
     return max(d for d in range(1, max(1, min(n, limit)) + 1) if n % d == 0)
+
+
+def context_parallel_rule(name: str, supported: tuple[CpComm, ...]) -> TargetRule:
+    """A framework's rule that cp > 1 uses one of the K/V exchanges it implements (its
+    profile's `context_parallel`)."""
+    allowed = [list(CpComm).index(k) for k in supported]
+    ways = " or ".join(k.value for k in supported)
+
+    def explain(problem, s):
+        if not supported:
+            return (f"cp {s.cp}: {name} has no context parallelism", "use cp 1")
+        return (f"cp_comm {s.cp_comm.value}: {name} runs context parallelism only as {ways}",
+                f"use cp_comm {supported[0].value}")
+
+    return TargetRule(f"{name} runs context parallelism only as {ways}",
+                      lambda p, c: (c.cp > 1) & ~np.isin(c.cp_comm, allowed), explain)

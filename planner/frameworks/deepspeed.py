@@ -19,12 +19,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from cost_models.enums import Optimizer, Precision, Recompute
+from cost_models.enums import CpComm, Optimizer, Precision, Recompute
 from planner.frameworks.base import LaunchPlan, ParsedConfig, closest, did_you_mean, header_lines
 from planner.errors import InputError
 from planner.frameworks import profiles
 from planner.schemas.framework import FrameworkProfile
-from planner.feasibility.target_rule import Rule, TargetRule
+from planner.feasibility.target_rule import Rule, TargetRule, context_parallel_rule
 from planner.inputs.loader import Problem
 from planner.schemas.strategy import LaunchTarget
 
@@ -157,6 +157,10 @@ class DeepSpeedConfig(BaseModel):
     tensor_parallel: TensorParallelSection | None = None
     pipeline: PipelineSection | None = None
     optimizer: OptimizerSection
+    sequence_parallel_size: int | None = None
+    """DeepSpeed-Ulysses degree; with data_parallel_size it builds the (data_parallel,
+    sequence_parallel) mesh (deepspeed/__init__.py initialize)."""
+    data_parallel_size: int | None = None
     wall_clock_breakdown: bool = False
 
 
@@ -172,6 +176,10 @@ def emit(plan: LaunchPlan) -> dict[str, str]:
     s, training = plan.strategy, plan.problem.training
     full = s.recompute is Recompute.FULL
     comment = header_lines(plan, "DeepSpeed", CHECKED_AGAINST)
+    if s.cp > 1:
+        comment += [f"Sequence parallelism (Ulysses, cp {s.cp}): wrap the attention in "
+                    f"deepspeed.sequence.layer.DistributedAttention over the sequence-parallel "
+                    f"group; each rank feeds seq_len / {s.cp} tokens."]
     if plan.problem.model.is_moe:
         # DeepSpeed MoE takes its expert-parallel size in model code (deepspeed/moe/layer.py).
         comment += [f"Experts: pass ep_size={s.ep} to deepspeed.moe.layer.MoE in the model "
@@ -190,7 +198,9 @@ def emit(plan: LaunchPlan) -> dict[str, str]:
         tensor_parallel=TensorParallelSection(autotp_size=s.tp) if s.tp > 1 else None,
         pipeline=(PipelineSection(stages=s.pp, activation_checkpoint_interval=int(full))
                   if s.pp > 1 else None),
-        optimizer=_optimizer(training.optimizer))
+        optimizer=_optimizer(training.optimizer),
+        sequence_parallel_size=s.cp if s.cp > 1 else None,
+        data_parallel_size=s.dp if s.cp > 1 else None)
     text = json.dumps(config.model_dump(by_alias=True, exclude_none=True), indent=2) + "\n"
     return {"ds_config.json": text}
 
@@ -348,7 +358,12 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
     mics = zero.get("mics_shard_size", -1) if isinstance(zero, dict) else -1
     if isinstance(mics, int) and not isinstance(mics, bool) and mics > 0:
         parsed.strategy["dp_shard"] = mics     # MiCS: ZeRO-3 within groups of mics_shard_size
-    model_parallel = tp * pp
+    # DeepSpeed-Ulysses (deepspeed/sequence/layer.py): sequence_parallel_size ranks share each
+    # sequence and exchange heads by all-to-all.
+    cp = _int(data, "sequence_parallel_size", file) or 1
+    if cp > 1:
+        parsed.strategy.update(cp=cp, cp_comm=CpComm.A2A)
+    model_parallel = tp * pp * cp
     if num_gpus is None:
         # No GPU count given: the three batch keys imply DeepSpeed's data-parallel world size.
         train = _int(data, "train_batch_size", file)
@@ -383,6 +398,8 @@ def _explain_pipeline_zero(problem, s):
 
 
 RULES: dict[Rule, TargetRule] = {
+    Rule.DEEPSPEED_CONTEXT_PARALLEL: context_parallel_rule("DeepSpeed",
+        profile().context_parallel),
     # deepspeed/runtime/pipe/engine.py: "ZeRO-2 and ZeRO-3 are incompatible with pipeline
     # parallelism".
     Rule.DEEPSPEED_PIPELINE_ZERO: TargetRule(

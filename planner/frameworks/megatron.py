@@ -9,7 +9,7 @@ allow_abbrev=False: an unknown or misspelled flag stops it ("unrecognized argume
 
 from __future__ import annotations
 
-from cost_models.enums import AttentionKind, LoadBalancing, MlpKind, NormKind, Optimizer, \
+from cost_models.enums import AttentionKind, CpComm, LoadBalancing, MlpKind, NormKind, Optimizer, \
     PositionKind, Precision, Recompute, ZeroStage
 from planner.frameworks import torchrun
 from planner.frameworks.base import LaunchPlan, ParsedConfig, closest, header_lines, transformer_shape
@@ -54,6 +54,7 @@ KNOWN_FLAGS = frozenset({
     "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
     "--microbatch-group-size-per-virtual-pipeline-stage", "--sequence-parallel",
     "--context-parallel-size", "--expert-model-parallel-size", "--expert-tensor-parallel-size",
+    "--cp-comm-type", "--hierarchical-context-parallel-sizes",
     "--micro-batch-size", "--global-batch-size", "--rampup-batch-size",
     "--recompute-granularity", "--recompute-method", "--recompute-num-layers",
     "--recompute-modules", "--recompute-activations", "--use-distributed-optimizer",
@@ -269,6 +270,13 @@ def _parallel_args(plan: LaunchPlan) -> list[str]:
     s = plan.strategy
     args = [f"--tensor-model-parallel-size {s.tp}", f"--pipeline-model-parallel-size {s.pp}",
             *_layout_args(s)]
+    if s.cp > 1:
+        args.append(f"--context-parallel-size {s.cp}")
+        if s.cp_comm is not CpComm.P2P:       # the default; Transformer Engine's spelling
+            args.append(f"--cp-comm-type {s.cp_comm.value}")
+        if s.cp_comm is CpComm.A2A_P2P:
+            args.append(f"--hierarchical-context-parallel-sizes {s.context_a2a} "
+                        f"{s.cp // s.context_a2a}")
     if plan.problem.model.is_moe:
         args += [f"--expert-model-parallel-size {s.ep}",
                  f"--expert-tensor-parallel-size {s.expert_tp}"]
@@ -501,6 +509,45 @@ def _layers_per_chunk(num_layers: int, pp: int, vpp: int, first: int | None,
     return [stages[k % pp] // vpp for k in range(pp * vpp)]
 
 
+def _context_parallel(parsed: ParsedConfig, flags, cp: int, file: str) -> dict:
+    """cp_comm and cp_a2a from --cp-comm-type and --hierarchical-context-parallel-sizes.
+
+    Ref: megatron/core/extensions/transformer_engine.py passes --cp-comm-type to Transformer
+    Engine verbatim, which takes p2p, all_gather, a2a or a2a+p2p (its help text's "allgather"
+    is refused); arguments.py: a2a+p2p needs --hierarchical-context-parallel-sizes, whose
+    product must be cp (the first size is the all-to-all group)."""
+    out: dict = {}
+    kind = flags.get("--cp-comm-type")
+    if kind is not None and kind.value is not None:
+        value = kind.value
+        if value == "allgather":
+            parsed.finding("megatron_flag", "Transformer Engine stops: cp_comm_type 'allgather' "
+                           "is not one it knows (p2p, all_gather, a2a, a2a+p2p)",
+                           "use --cp-comm-type all_gather")
+            value = "all_gather"
+        if value not in [k.value for k in CpComm]:
+            raise InputError(f"{file}: --cp-comm-type: '{value}' is not one of "
+                             f"{', '.join(k.value for k in CpComm)}")
+        out["cp_comm"] = CpComm(value)
+    sizes = flags.get("--hierarchical-context-parallel-sizes")
+    if out.get("cp_comm") is CpComm.A2A_P2P:
+        if sizes is None or sizes.value is None:
+            parsed.finding("megatron_flag", "Megatron-LM stops: "
+                           "--hierarchical-context-parallel-sizes must be set when a2a+p2p is "
+                           "used in cp comm", f"add --hierarchical-context-parallel-sizes "
+                           f"{max(2, cp // 2)} {cp // max(2, cp // 2)}")
+        else:
+            inner = _int_value(sizes, file)
+            if inner < 1 or cp % inner:
+                parsed.finding("megatron_flag", f"Megatron-LM stops: context_parallel_size "
+                               f"({cp}) must equal the product of "
+                               f"--hierarchical-context-parallel-sizes",
+                               f"give sizes A B with A * B = {cp}")
+            else:
+                out["cp_a2a"] = inner
+    return out
+
+
 def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> ParsedConfig:
     """A Megatron-LM launch script or argument file -> its strategy and what Megatron-LM
     itself would refuse or silently change."""
@@ -544,6 +591,8 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
         zero = by_name.get(sharding.value if sharding else "no_shard", zero)
     s.update(ep=number("--expert-model-parallel-size", 1),
              etp=number("--expert-tensor-parallel-size", tp))      # None -> tp (arguments.py)
+    cp = number("--context-parallel-size", 1)
+    s.update(cp=cp, **_context_parallel(parsed, flags, cp, file))
     s.update(tp=tp, pp=pp, vpp=vpp, micro_batch=number("--micro-batch-size", 1),
              sequence_parallel="--sequence-parallel" in flags, zero_stage=zero,
              overlap_grad_reduce="--overlap-grad-reduce" in flags,
@@ -553,7 +602,7 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
     if instances > 1:
         # HSDP: each instance shards over dp / instances ranks (Megatron-LM
         # megatron/core/parallel_state.py, intra/inter distributed-optimizer groups).
-        dp = (num_gpus or parsed.world_size or problem.num_gpus) // max(1, tp * pp)
+        dp = (num_gpus or parsed.world_size or problem.num_gpus) // max(1, tp * cp * pp)
         if dp % instances:
             parsed.finding("megatron_flag", f"Megatron-LM stops: the data-parallel size ({dp}) "
                            f"must be divisible by --num-distributed-optimizer-instances "

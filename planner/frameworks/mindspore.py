@@ -15,14 +15,15 @@ import ast
 import math
 from typing import Any
 
-from cost_models.enums import Recompute, ZeroStage
+from cost_models.enums import CpComm, Recompute, ZeroStage
 from planner.frameworks.base import (LaunchPlan, ParsedConfig, did_you_mean, header_lines,
                                parse_python)
 from planner.errors import InputError
 from planner.frameworks import profiles
 from planner.schemas.framework import FrameworkProfile
-from planner.feasibility.target_rule import (Rule, TargetRule, everywhere, largest_divisor_at_most,
-                                             is_power_of_two, num_micro_batches)
+from planner.feasibility.target_rule import (Rule, TargetRule, context_parallel_rule, everywhere,
+                                             is_power_of_two, largest_divisor_at_most,
+                                             num_micro_batches)
 from planner.inputs.loader import Problem
 from planner.schemas.strategy import LaunchTarget
 
@@ -65,6 +66,12 @@ def _call(head: str, fields: dict[str, Any]) -> list[str]:
     return [f"{head}(", *(f"    {k}={v!r}," for k, v in fields.items()), ")"]
 
 
+CP_ALGORITHMS = {CpComm.ALL_GATHER: "colossalai_cp", CpComm.A2A: "ulysses_cp",
+                 CpComm.A2A_P2P: "hybrid_cp", CpComm.P2P: "colossalai_cp"}
+"""MindFormers context_parallel_algo per K/V exchange (hybrid_cp and a ring have no mcore
+mapping in MindFormers; its rule refuses them)."""
+
+
 def emit(plan: LaunchPlan) -> dict[str, str]:
     s, p = plan.strategy, plan.problem
     m = plan.num_micro_batches
@@ -80,6 +87,11 @@ def emit(plan: LaunchPlan) -> dict[str, str]:
                 "micro_batch_num": m if s.pp > 1 else 1, "use_seq_parallel": s.sequence_parallel,
                 # Megatron-style vocabulary-parallel embedding, as the planner's memory assumes.
                 "vocab_emb_dp": False}
+    if s.cp > 1:
+        # MindFormers TransformerOpParallelConfig: colossalai_cp gathers K/V, ulysses_cp
+        # exchanges heads by all-to-all (parallel_core/transformer_config_utils.py).
+        parallel["context_parallel"] = s.cp
+        parallel["context_parallel_algo"] = CP_ALGORITHMS[s.cp_comm]
     if p.model.is_moe:
         parallel["expert_parallel"] = s.ep     # experts over data-parallel ranks (moe_config)
     runner = {"batch_size": s.micro_batch, "gradient_accumulation_steps": 1 if s.pp > 1 else m}
@@ -217,6 +229,17 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
             parsed.strategy["layers_per_stage"] = tuple(layers // pp + o for o in offset)
     ep = _int(parallel, "expert_parallel", 1, file)
     parsed.strategy.update(ep=ep, etp=1 if ep > 1 else tp)   # experts follow model_parallel
+    cp = _int(parallel, "context_parallel", 1, file)
+    if cp > 1:
+        algo = parallel.get("context_parallel_algo", "colossalai_cp")
+        kinds = {"colossalai_cp": CpComm.ALL_GATHER, "ulysses_cp": CpComm.A2A,
+                 "hybrid_cp": CpComm.A2A_P2P}
+        if algo not in kinds:
+            raise InputError(f"{file}: context_parallel_algo: '{algo}' is not one of "
+                             f"{', '.join(kinds)}")
+        parsed.strategy.update(cp=cp, cp_comm=kinds[algo])
+        if kinds[algo] is CpComm.A2A_P2P:
+            parsed.strategy["cp_a2a"] = _int(parallel, "ulysses_degree_in_cp", 1, file)
     parsed.strategy.update(
         dp=dp, tp=tp, pp=pp, micro_batch=micro, global_batch=micro * dp * m,
         sequence_parallel=bool(parallel.get("use_seq_parallel", False)), recompute=rc,
@@ -235,6 +258,8 @@ def profile() -> FrameworkProfile:
 # --------------------------------------------------------------------------- rules
 
 RULES: dict[Rule, TargetRule] = {
+    Rule.MINDSPORE_CONTEXT_PARALLEL: context_parallel_rule("MindSpore",
+        profile().context_parallel),
     # MindSpore operator_info.cc: shard strategy values must be powers of two ("Invalid
     # Strategy value it is not the power of 2"; newer releases check only on power-of-two
     # device counts). The planner's own rule for tp and pp, as the user asked.

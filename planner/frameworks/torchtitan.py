@@ -16,13 +16,15 @@ import ast
 import math
 from typing import Any
 
-from cost_models.enums import Precision, Recompute, ZeroStage
+import numpy as np
+
+from cost_models.enums import CpComm, Precision, Recompute, ZeroStage
 from planner.frameworks.base import (LaunchPlan, ParsedConfig, did_you_mean, header_lines,
                                parse_python)
 from planner.errors import InputError
 from planner.frameworks import profiles
 from planner.schemas.framework import FrameworkProfile
-from planner.feasibility.target_rule import (Rule, TargetRule, everywhere,
+from planner.feasibility.target_rule import (Rule, TargetRule, context_parallel_rule, everywhere,
                                              largest_divisor_at_most, num_micro_batches)
 from planner.inputs.loader import Problem
 from planner.schemas.strategy import LaunchTarget
@@ -74,7 +76,7 @@ def _parallelism(plan: LaunchPlan) -> dict[str, Any]:
         else "never" if sharded else "default",
         "tensor_parallel_degree": s.tp,
         "pipeline_parallel_degree": s.pp,
-        "context_parallel_degree": 1,
+        "context_parallel_degree": s.cp,
     }
     if plan.problem.model.is_moe:
         # Experts over ep ranks borrowed from FSDP and TP (parallel_dims.py); without EP they
@@ -379,6 +381,13 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
     # with EP and split like the dense MLP without.
     etp = _int(par, "expert_tensor_parallel_degree", 1 if ep > 1 else tp, file)
     parsed.strategy.update(ep=ep, etp=etp)
+    if cp > 1:
+        # HEAD runs CP through FlexAttention with K/V all-gathered (models/common/
+        # decoder_sharding.py); before 8e5554449 context_parallel_rotate_method chose it:
+        # "allgather", or "alltoall" passing K/V shards around a ring.
+        rotate = par.get("context_parallel_rotate_method", "allgather")
+        parsed.strategy.update(cp=cp, cp_comm=CpComm.P2P if rotate == "alltoall"
+                               else CpComm.ALL_GATHER)
     parsed.strategy.update(dp=dp, tp=tp, pp=pp, vpp=vpp, micro_batch=micro,
                            global_batch=global_batch, sequence_parallel=sp,
                            recompute=recompute, zero_stage=zero,
@@ -420,6 +429,17 @@ def _explain_expert_parallel(problem, s) -> tuple[str, str]:
             f"use etp {s.tp}")
 
 
+def _explain_seq_len(p: Problem, s) -> tuple[str, str]:
+    seq = p.training.seq_len
+    if s.cp > 1:
+        step = s.tp * 2 * s.cp
+        return (f"seq_len ({seq}) must be divisible by tp * 2 * cp ({s.tp} * 2 * {s.cp} = "
+                f"{step}) for torchtitan's context parallelism",
+                f"use a seq_len that is a multiple of {step}, or a smaller cp")
+    return (f"seq_len ({seq}) must be divisible by tp ({s.tp}) for torchtitan's sequence "
+            f"parallelism", f"use tp {largest_divisor_at_most(seq, s.tp)}")
+
+
 RULES: dict[Rule, TargetRule] = {
     Rule.TORCHTITAN_ZERO1: TargetRule(
         "torchtitan shards with FSDP2: ZeRO stage 0, 2 or 3, not 1",
@@ -437,12 +457,14 @@ RULES: dict[Rule, TargetRule] = {
         lambda p, s: (f"sequence_parallel false with tp {s.tp}: torchtitan always shards "
                       "activations along the sequence with tensor parallelism",
                       "use sequence_parallel true")),
+    # torchtitan/distributed/parallel_dims.py (@b5bcd76c) seq_len_divisor: tp * (cp * 2) with
+    # context parallelism (head-tail load balancing), tp for sequence parallelism alone.
     Rule.TORCHTITAN_SEQ_LEN: TargetRule(
-        "torchtitan's sequence parallelism needs seq_len divisible by tp",
-        lambda p, c: p.training.seq_len % c.tp != 0,
-        lambda p, s: (f"seq_len ({p.training.seq_len}) must be divisible by tp ({s.tp}) for "
-                      "torchtitan's sequence parallelism",
-                      f"use tp {largest_divisor_at_most(p.training.seq_len, s.tp)}")),
+        "torchtitan needs seq_len divisible by tp (by tp * 2 * cp with context parallelism)",
+        lambda p, c: p.training.seq_len % (c.tp * np.where(c.cp > 1, 2 * c.cp, 1)) != 0,
+        _explain_seq_len),
+    Rule.TORCHTITAN_CONTEXT_PARALLEL: context_parallel_rule("torchtitan",
+                                                            profile().context_parallel),
     # torch.distributed.pipelining PipelineScheduleSingle: "Number of microbatches (m) must be
     # greater than or equal to the number of stages (p)".
     Rule.TORCHTITAN_MICRO_BATCHES: TargetRule(

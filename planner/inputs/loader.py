@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 import model_zoo
+from cost_models.enums import CpComm
 from planner.inputs import presets
 from planner.errors import InputError
 from planner.inputs.hf_config import shorthand_from_hf
@@ -25,7 +26,7 @@ from planner.schemas.cluster import ClusterSpec
 from planner.schemas.framework import FrameworkProfile
 from planner.schemas.model import ModelSpec, TrainingSpec
 from planner.schemas.model_file import LayersFile, TransformerShorthand
-from planner.schemas.strategy import Strategy
+from planner.schemas.strategy import Strategy, default_cp_a2a
 
 
 def load_framework(name: str) -> FrameworkProfile:
@@ -334,15 +335,19 @@ def load_strategy(ref: str) -> Strategy:
 
 
 def resolve_strategy(strategy: Strategy, problem: Problem, *, file: str = "strategy") -> Strategy:
-    """Fill in dp (the GPUs left over) and global_batch (the model's) where they are left out."""
+    """Fill in dp (the GPUs left over), global_batch (the model's) and the hierarchical CP
+    all-to-all group where they are left out."""
     update: dict[str, Any] = {}
     if strategy.global_batch is None:
         update["global_batch"] = problem.training.global_batch
     if strategy.dp is None:
-        model_parallel = strategy.tp * strategy.pp
+        model_parallel = strategy.tp * strategy.cp * strategy.pp
+        named = "tp * cp * pp" if strategy.cp > 1 else "tp * pp"
         if problem.num_gpus % model_parallel:
             raise InputError(
-                f"{file}: dp: cannot derive dp: tp * pp ({model_parallel}) does not divide the "
+                f"{file}: dp: cannot derive dp: {named} ({model_parallel}) does not divide the "
                 f"{problem.num_gpus} GPUs; give dp or change tp and pp")
         update["dp"] = problem.num_gpus // model_parallel
+    if strategy.cp_comm is CpComm.A2A_P2P and strategy.cp_a2a is None:
+        update["cp_a2a"] = default_cp_a2a(strategy.cp, strategy.tp, problem.cluster.gpus_per_node)
     return strategy.model_copy(update=update) if update else strategy

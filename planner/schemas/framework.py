@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveInt
 
+from cost_models.enums import CpComm
+
 _FROZEN = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
@@ -89,6 +91,8 @@ class FrameworkProfile(BaseModel):
     """Can split each routed expert's matrices over its own tensor-parallel group."""
     ep_comm_overlap_fraction: float = Field(default=0.0, ge=0, le=1)
     """Share of the expert-parallel all-to-all hidden behind compute by default."""
+    context_parallel: tuple[CpComm, ...] = ()
+    """The ways it exchanges keys and values across context-parallel ranks (empty: no CP)."""
     zero3: Zero3Profile
     buffers: BufferProfile
     defaults: OverlapDefaults

@@ -391,6 +391,30 @@ class ModelSpec(BaseModel):
     def num_layers(self) -> int:
         return len(self.layer_indices)
 
+    def attention_layers(self):
+        """The transformer layers of the chain, those inside multi-token-prediction modules too."""
+        for b in self.blocks:
+            layer = b.layer if isinstance(b, MtpBlock) else b
+            if isinstance(layer, TransformerBlock):
+                yield layer
+
+    @property
+    def context_parallel_heads(self) -> tuple[int, ...]:
+        """Head counts an all-to-all context parallelism splits: query heads and the key/value
+        heads core attention sees (MLA expands keys and values per query head)."""
+        counts: set[int] = set()
+        for layer in self.attention_layers():
+            counts.update((layer.num_heads,) if layer.mla else (layer.num_heads, layer.kv_heads))
+        return tuple(sorted(counts))
+
+    @property
+    def fused_attention_only(self) -> bool:
+        """Every attention layer runs a fused kernel and there is no Evoformer block: what
+        context parallelism needs (Megatron-LM: "Context parallelism is only supported by
+        TEDotProductAttention")."""
+        return (all(layer.attention is AttentionKind.FLASH for layer in self.attention_layers())
+                and not any(b.kind == "evoformer" for b in self.blocks))
+
     @property
     def tp_head_counts(self) -> tuple[int, ...]:
         """Every head count tensor parallelism must divide, over all blocks."""

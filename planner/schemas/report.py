@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, computed_field
 
-from cost_models.enums import Recompute, ZeroStage
+from cost_models.enums import CpComm, Recompute, ZeroStage
 from planner.schemas.strategy import DpComm
 
 _OUT = ConfigDict(frozen=True, use_attribute_docstrings=True)
@@ -24,6 +24,12 @@ class StrategyOut(BaseModel):
     """Expert-parallel ranks (1 for a dense model)."""
     etp: int = 1
     """Expert tensor-parallel ranks."""
+    cp: int = 1
+    """Context-parallel ranks sharing each sequence."""
+    cp_comm: CpComm = CpComm.P2P
+    """How CP ranks exchange keys and values (meaningful with cp > 1)."""
+    cp_a2a: int | None = None
+    """The all-to-all group of hierarchical CP (cp_comm a2a+p2p)."""
     micro_batch: int
     global_batch: int
     sequence_parallel: bool
@@ -90,12 +96,14 @@ class StageTime(BaseModel):
     """Data-parallel traffic per micro-batch not hidden by compute (ZeRO-2/3)."""
     ep_comm_s: float = 0.0
     """Expert-parallel token dispatch and combine not hidden by compute."""
+    cp_comm_s: float = 0.0
+    """Context-parallel K/V exchange not hidden by attention."""
 
     @computed_field
     @property
     def total_s(self) -> float:
-        return (self.compute_s + self.tp_comm_s + self.ep_comm_s + self.pp_comm_s
-                + self.dp_comm_s)
+        return (self.compute_s + self.tp_comm_s + self.ep_comm_s + self.cp_comm_s
+                + self.pp_comm_s + self.dp_comm_s)
 
 
 class TimeReport(BaseModel):
@@ -110,6 +118,9 @@ class TimeReport(BaseModel):
     """Data-parallel communication not hidden behind compute."""
     ep_comm_s: float = 0.0
     """Expert-parallel all-to-all (and expert-TP gathers) not hidden behind compute."""
+    cp_comm_s: float = 0.0
+    """Context-parallel K/V exchange (ring steps, all-gathers, all-to-alls) not hidden behind
+    the attention kernels."""
     bubble_s: float
     optimizer_s: float
     overhead_s: float
@@ -122,8 +133,9 @@ class TimeReport(BaseModel):
     @computed_field
     @property
     def step_s(self) -> float:
-        return (self.compute_s + self.tp_comm_s + self.ep_comm_s + self.pp_comm_s
-                + self.dp_comm_s + self.bubble_s + self.optimizer_s + self.overhead_s)
+        return (self.compute_s + self.tp_comm_s + self.ep_comm_s + self.cp_comm_s
+                + self.pp_comm_s + self.dp_comm_s + self.bubble_s + self.optimizer_s
+                + self.overhead_s)
 
 
 class ThroughputReport(BaseModel):
@@ -155,7 +167,7 @@ class PlanReport(BaseModel):
     @property
     def dominant_cost(self) -> str:
         parts = {"compute": self.time.compute_s, "tp_comm": self.time.tp_comm_s,
-                 "ep_comm": self.time.ep_comm_s, "pp_comm": self.time.pp_comm_s, "dp_comm": self.time.dp_comm_s,
+                 "ep_comm": self.time.ep_comm_s, "cp_comm": self.time.cp_comm_s, "pp_comm": self.time.pp_comm_s, "dp_comm": self.time.dp_comm_s,
                  "bubble": self.time.bubble_s, "optimizer": self.time.optimizer_s}
         return max(parts, key=parts.get)
 

@@ -6,7 +6,7 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, PositiveInt
 
-from cost_models.enums import Recompute, ZeroStage
+from cost_models.enums import CpComm, Recompute, ZeroStage
 
 
 class DpComm(str, Enum):
@@ -37,7 +37,7 @@ class Strategy(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     dp: PositiveInt | None = None
-    """None: the GPUs left over, num_gpus / (tp * pp)."""
+    """None: the GPUs left over, num_gpus / (tp * cp * pp)."""
     tp: PositiveInt = 1
     pp: PositiveInt = 1
     vpp: PositiveInt = 1
@@ -48,6 +48,16 @@ class Strategy(BaseModel):
     etp: PositiveInt | None = None
     """Expert tensor-parallel ranks: each routed expert's matrices split etp ways. None: tp
     (Megatron-LM's default for --expert-tensor-parallel-size)."""
+    cp: PositiveInt = 1
+    """Context-parallel ranks: each sequence is split over cp ranks, which exchange keys and
+    values for attention (Megatron-LM --context-parallel-size; rank order tp-cp-ep-dp-pp)."""
+    cp_comm: CpComm = CpComm.P2P
+    """How CP ranks exchange keys and values: p2p (ring), all_gather, a2a (Ulysses) or a2a+p2p
+    (Megatron-LM --cp-comm-type)."""
+    cp_a2a: PositiveInt | None = None
+    """With cp_comm a2a+p2p, the ranks of the inner all-to-all (Megatron-LM
+    --hierarchical-context-parallel-sizes A B with A * B = cp); None: as many CP ranks as
+    share a node, at most cp / 2."""
     micro_batch: PositiveInt = 1
     global_batch: PositiveInt | None = None
     """None: the model's training.global_batch."""
@@ -89,9 +99,17 @@ class Strategy(BaseModel):
 
     @property
     def edp(self) -> int:
-        """Expert data-parallel ranks: tp x dp / (etp x ep) (fractional breaks a rule)."""
+        """Expert data-parallel ranks: tp x cp x dp / (etp x ep) (fractional breaks a rule)."""
         assert self.dp is not None, "resolve() first"
-        return self.tp * self.dp // (self.expert_tp * self.ep)
+        return self.tp * self.cp * self.dp // (self.expert_tp * self.ep)
+
+    @property
+    def context_a2a(self) -> int:
+        """The inner all-to-all group of hierarchical CP, 1 for the other kinds."""
+        if self.cp_comm is not CpComm.A2A_P2P:
+            return 1
+        assert self.cp_a2a is not None, "resolve() first"
+        return self.cp_a2a
 
     @property
     def expert_tp(self) -> int:
@@ -101,11 +119,24 @@ class Strategy(BaseModel):
         return degrees_label(self)
 
 
+def default_cp_a2a(cp: int, tp: int, gpus_per_node: int) -> int:
+    """The inner all-to-all group of hierarchical CP when none is given: the CP ranks one node
+    holds (gpus_per_node / tp, CP ranks sit tp apart), at least 2 and at most cp / 2, so that
+    the all-to-all stays on NVLink and the ring crosses nodes (the split Megatron-LM's
+    --hierarchical-context-parallel-sizes is for)."""
+    inner = 2
+    while inner * 2 <= max(2, gpus_per_node // tp) and cp % (inner * 2) == 0 and inner * 2 < cp:
+        inner *= 2
+    return inner if cp % inner == 0 and inner < cp else 1
+
+
 def degrees_label(s) -> str:
     """'dp 8, tp 8, pp 2, vpp 3, mb 1' for a Strategy or a plan's StrategyOut."""
     parts = [f"dp {s.dp}", f"tp {s.tp}", f"pp {s.pp}"]
     if s.vpp > 1:
         parts.append(f"vpp {s.vpp}")
+    if s.cp > 1:
+        parts.append(f"cp {s.cp}" + ("" if s.cp_comm is CpComm.P2P else f" {s.cp_comm.value}"))
     if s.ep > 1:
         parts.append(f"ep {s.ep}")
     etp = s.etp or s.tp

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cost_models.enums import Recompute, ZeroStage
-from planner.costing.evaluate import DP_COMM_ORDER, RECOMPUTE_ORDER, Candidates
+from cost_models.enums import CpComm, Recompute, ZeroStage
+from planner.costing.evaluate import CP_COMM_ORDER, DP_COMM_ORDER, RECOMPUTE_ORDER, Candidates
 from planner.inputs.loader import Problem
 from planner.schemas.framework import OverlapDefaults
-from planner.schemas.strategy import DpComm, LaunchTarget
+from planner.schemas.strategy import DpComm, LaunchTarget, default_cp_a2a
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,16 @@ class SearchSpace:
     ep: int | None = None
     etp: int | None = None
     max_ep: int | None = None
+    cp: int | None = None
+    max_cp: int | None = None
+    cp_comm: tuple[CpComm, ...] | None = None
+    """K/V exchanges to try with cp > 1; None: every one the framework implements."""
+    min_cp_tokens: int = 4096
+    """Fewest tokens per sequence a CP rank gets in the searched space (cp 2 from 8K tokens,
+    where NVIDIA's recipes start to use it: Llama 3.1 405B CP2 at 8192, Megatron-Bridge
+    performance tables): shorter shares leave a rank's attention too short to hide a ring step
+    and its GEMMs thin, and keep the space of short-sequence models as it was; --cp evaluates
+    any degree."""
     zero_stages: tuple[ZeroStage, ...] = tuple(ZeroStage)
     recompute: tuple[Recompute, ...] = RECOMPUTE_ORDER
     sequence_parallel: tuple[bool, ...] = (False, True)
@@ -70,11 +80,11 @@ class SearchSpace:
     def pins(self) -> list[Pin]:
         """The user's pins and bounds, one per flag, for messages and infeasibility cores."""
         found = []
-        for name in ("tp", "pp", "dp", "vpp", "micro_batch", "dp_shard", "ep", "etp"):
+        for name in ("tp", "pp", "dp", "vpp", "micro_batch", "dp_shard", "ep", "etp", "cp"):
             value = getattr(self, name)
             if value is not None:
                 found.append(Pin(f"--{name.replace('_', '-')} {value}", name, value, exact=True))
-        for name in ("tp", "pp", "micro_batch", "ep"):
+        for name in ("tp", "pp", "micro_batch", "ep", "cp"):
             value = getattr(self, f"max_{name}")
             if value is not None:
                 found.append(Pin(f"--max-{name.replace('_', '-')} {value}", name, value,
@@ -87,6 +97,9 @@ class SearchSpace:
                     "--recompute " + ",".join(r.value for r in self.recompute))
             found.append(Pin(text, "recompute",
                              tuple(RECOMPUTE_ORDER.index(r) for r in self.recompute)))
+        if self.cp_comm is not None:
+            found.append(Pin("--cp-comm " + ",".join(k.value for k in self.cp_comm), "cp_comm",
+                             tuple(CP_COMM_ORDER.index(k) for k in self.cp_comm)))
         if set(self.sequence_parallel) != {False, True}:
             found.append(Pin("--sp" if self.sequence_parallel == (True,) else "--no-sp", "sp",
                              self.sequence_parallel))
@@ -194,17 +207,63 @@ def _expert_values(problem: Problem, space: SearchSpace, tp: int,
             if (tp * dp) % (e * t) == 0 or e == space.ep or t == space.etp]
 
 
-def degree_tuples(problem: Problem, space: SearchSpace) -> list[tuple[int, int, int, int, int]]:
-    """Every (tp, pp, dp, vpp, micro_batch) the search considers."""
+def _cp_values(problem: Problem, space: SearchSpace, tp: int) -> list[int]:
+    """Context-parallel degrees: powers of two that split the sequence into 2 cp chunks of at
+    least `min_cp_tokens` / 2 tokens and divide the GPUs left by tp, where the framework has
+    context parallelism and every layer runs fused attention; and the pin."""
+    values = [1]
+    if problem.framework.context_parallel and problem.model.fused_attention_only:
+        seq, rest = problem.training.seq_len, problem.num_gpus // tp
+        values = [c for c in powers_of_two(rest) if rest % c == 0 and seq % (2 * c) == 0
+                  and seq // c >= space.min_cp_tokens] or [1]
+    if space.max_cp is not None:
+        values = [c for c in values if c <= space.max_cp] or [1]
+    return _with_pin(values, space.cp)
+
+
+def _cp_kinds(problem: Problem, space: SearchSpace, tp: int, cp: int) -> list[tuple[int, int]]:
+    """(cp_comm index, all-to-all group) pairs for a cp degree: the framework's K/V exchanges
+    (or the pinned ones) that can run this model at this tp and cp; p2p alone for cp 1."""
+    if cp == 1:
+        return [(0, 1)]
+    kinds = space.cp_comm or problem.framework.context_parallel or (CpComm.P2P,)
+    if space.cp_comm is None and CpComm.P2P in kinds and CpComm.ALL_GATHER in kinds:
+        # The all-gather moves the ring's bytes with nothing to hide behind and holds the same
+        # K/V: where the ring can run, it is never faster (kept if the ring cannot: windows).
+        kinds = tuple(k for k in kinds if k is not CpComm.ALL_GATHER) if not any(
+            layer.sliding_window is not None
+            for layer in problem.model.attention_layers()) else kinds
+    layers = list(problem.model.attention_layers())
+    window = any(layer.sliding_window is not None for layer in layers)
+    sinks = any(layer.attention_sinks for layer in layers)
+    heads = problem.model.context_parallel_heads
+    out = []
+    for kind in kinds:
+        a2a = {CpComm.A2A: cp,
+               CpComm.A2A_P2P: default_cp_a2a(cp, tp, problem.cluster.gpus_per_node)}.get(kind, 1)
+        fits = (all(h % tp == 0 and (h // tp) % a2a == 0 for h in heads)
+                and not (kind is CpComm.A2A_P2P and a2a in (1, cp))
+                and not (window and kind in (CpComm.P2P, CpComm.A2A_P2P))
+                and not (sinks and kind is not CpComm.A2A))
+        if fits or space.cp_comm is not None:     # pinned kinds stay, to be named if they fail
+            out.append((CP_COMM_ORDER.index(kind), a2a))
+    return out or [(CP_COMM_ORDER.index(kinds[0]), 1)]
+
+
+def degree_tuples(problem: Problem,
+                  space: SearchSpace) -> list[tuple[int, int, int, int, int, int]]:
+    """Every (tp, cp, pp, dp, vpp, micro_batch) the search considers."""
     gb = problem.training.global_batch
     out = []
     for tp in _tp_values(problem, space):
-        for pp in _pp_values(problem, space, tp):
-            if problem.num_gpus % (tp * pp):
-                continue
-            dp = problem.num_gpus // (tp * pp)
-            for vpp in _vpp_values(problem, space, pp):
-                out += [(tp, pp, dp, vpp, mb) for mb in _micro_batch_values(space, gb, dp)]
+        for cp in _cp_values(problem, space, tp):
+            for pp in _pp_values(problem, space, tp * cp):
+                if problem.num_gpus % (tp * cp * pp):
+                    continue
+                dp = problem.num_gpus // (tp * cp * pp)
+                for vpp in _vpp_values(problem, space, pp):
+                    out += [(tp, cp, pp, dp, vpp, mb)
+                            for mb in _micro_batch_values(space, gb, dp)]
     return out
 
 
@@ -225,12 +284,13 @@ def generate(problem: Problem, space: SearchSpace) -> list[CandidateGroup]:
     option_table = np.array(options, dtype=np.int64).reshape(-1, 4)
     # Degrees sharing (tp, pp, dp) share their options, shards and expert pairs: build each
     # such family's cross product in one go.
-    families: dict[tuple[int, int, int], list[tuple[int, int]]] = {}
-    for tp, pp, dp, vpp, mb in degree_tuples(problem, space):
-        families.setdefault((tp, pp, dp), []).append((vpp, mb))
+    families: dict[tuple[int, int, int, int], list[tuple[int, int]]] = {}
+    for tp, cp, pp, dp, vpp, mb in degree_tuples(problem, space):
+        families.setdefault((tp, cp, pp, dp), []).append((vpp, mb))
     rows: dict[tuple[int, int], list] = {}
-    for (tp, pp, dp), chunks in families.items():
-        pairs = np.array(_expert_values(problem, space, tp, dp), dtype=np.int64)
+    for (tp, cp, pp, dp), chunks in families.items():
+        pairs = np.array(_expert_values(problem, space, tp, cp * dp), dtype=np.int64)
+        kinds = np.array(_cp_kinds(problem, space, tp, cp), dtype=np.int64)
         chunk_mb = np.array(chunks, dtype=np.int64)
         opts = option_table
         if tp == 1:
@@ -241,16 +301,18 @@ def generate(problem: Problem, space: SearchSpace) -> list[CandidateGroup]:
         for zero in np.unique(opts[:, 2]):
             zopts = opts[opts[:, 2] == zero]
             shards = np.array(_shard_values(problem, space, tp, dp, int(zero)), dtype=np.int64)
-            # Every (vpp and micro-batch, option, shard, expert pair) combination.
-            d, i, j, k = (x.ravel() for x in np.meshgrid(
+            # Every (vpp and micro-batch, option, shard, expert pair, CP kind) combination.
+            d, i, j, k, q = (x.ravel() for x in np.meshgrid(
                 np.arange(len(chunk_mb)), np.arange(len(zopts)), np.arange(len(shards)),
-                np.arange(len(pairs)), indexing="ij"))
-            block = np.empty((len(i), 12), dtype=np.int64)
+                np.arange(len(pairs)), np.arange(len(kinds)), indexing="ij"))
+            block = np.empty((len(i), 15), dtype=np.int64)
             block[:, 0], block[:, 1], block[:, 3] = tp, pp, dp
             block[:, 2], block[:, 4] = chunk_mb[d, 0], chunk_mb[d, 1]
             block[:, 5:9] = zopts[i]
             block[:, 9] = shards[j]
             block[:, 10:12] = pairs[k]
+            block[:, 12] = cp
+            block[:, 13:15] = kinds[q]
             blocks.append(block)
         family = np.concatenate(blocks)
         for vpp in np.unique(family[:, 2]):
@@ -265,6 +327,6 @@ def generate(problem: Problem, space: SearchSpace) -> list[CandidateGroup]:
             tp_overlap=np.full(len(a), overlap.tp_comm_overlap),
             dp_comm=a[:, 8], num_servers=a[:, 3].copy(),
             global_batch=np.full(len(a), problem.training.global_batch), ep=a[:, 10],
-            etp=a[:, 11])
+            etp=a[:, 11], cp=a[:, 12], cp_comm=a[:, 13], cp_a2a=a[:, 14])
         groups.append(CandidateGroup(pp=pp, vpp=vpp, cands=cands))
     return groups

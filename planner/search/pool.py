@@ -48,8 +48,9 @@ class Batch:
 def _columns(batch: Batch, index: int) -> tuple:
     c, ev = batch.cands, batch.ev
     return (np.full(len(c), index), np.arange(len(c)), ev.step_s, ev.peak_bytes,
-            np.stack([c.dp, c.tp, c.pp, c.vpp, c.mb, c.ep, c.etp], axis=1),
-            np.stack([c.sp.astype(np.int64), c.recompute, c.zero, c.dp_comm], axis=1))
+            np.stack([c.dp, c.tp, c.pp, c.vpp, c.mb, c.ep, c.etp, c.cp], axis=1),
+            np.stack([c.sp.astype(np.int64), c.recompute, c.zero, c.dp_comm, c.cp_comm,
+                      c.cp_a2a], axis=1))
 
 
 @dataclass
@@ -62,9 +63,9 @@ class Pool:
     step_s: np.ndarray
     peak_bytes: np.ndarray
     degrees: np.ndarray
-    """(N, 7): dp, tp, pp, vpp, micro-batch, ep, etp."""
+    """(N, 8): dp, tp, pp, vpp, micro-batch, ep, etp, cp."""
     options: np.ndarray
-    """(N, 4): sequence parallel, recompute, zero, dp_comm."""
+    """(N, 6): sequence parallel, recompute, zero, dp_comm, cp_comm, cp_a2a."""
 
     @classmethod
     def of(cls, batches: list[Batch]) -> Pool:
