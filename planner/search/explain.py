@@ -159,9 +159,9 @@ def explain_infeasible(problem: Problem, space: SearchSpace, groups: list[Candid
         if name in {r.value for r in Rule}:
             details.append(f"{name}: {SUMMARY[Rule(name)]}")
         elif not conflicts.satisfying([name]).any():
-            details.append(f"{name}: no strategy in the search space has it (tp * pp must "
-                           f"divide the {problem.num_gpus} GPUs, and pp * vpp stay within the "
-                           f"{problem.model.num_layers} layers)")
+            details.append(f"{name}: no strategy in the search space has it (tp * cp * pp "
+                           f"must divide the {problem.num_gpus} GPUs, and pp * vpp stay within "
+                           f"the {problem.model.num_layers} layers)")
         else:
             details.append(f"{name}: your pin")
     memory = Rule.MEMORY_FITS.value

@@ -98,8 +98,8 @@ def test_a_pin_no_strategy_has(cli):
     assert code == 1
     assert err.splitlines()[:2] == [
         "Error: no strategy for llama2-7b on 8 x H100-SXM5-80GB (79.65 GiB) satisfies --tp 3",
-        "  --tp 3: no strategy in the search space has it (tp * pp must divide the 8 GPUs, and "
-        "pp * vpp stay within the 32 layers)"]
+        "  --tp 3: no strategy in the search space has it (tp * cp * pp must divide the 8 GPUs, "
+        "and pp * vpp stay within the 32 layers)"]
 
 
 def test_cross_node_tp_when_allowed(cli):
