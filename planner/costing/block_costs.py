@@ -109,15 +109,8 @@ class ContextParallel:
         self.kind = kind
         self.a2a = np.asarray(a2a, dtype=float) + 0 * self.size
 
-    def _kv_shapes(self, block: TransformerBlock):
-        """(key/value heads, d_k, d_v) of the core attention: MLA expands K/V per head."""
-        mla = block.mla
-        if mla is not None:
-            return block.num_heads, block.dim_per_head + mla.qk_rope_head_dim, mla.v_head_dim
-        return block.kv_heads, block.dim_per_head, block.dim_per_head
-
     def _kv_bytes(self, block, *, mb, tp, k: _Kernels):
-        heads, d_k, d_v = self._kv_shapes(block)
+        heads, d_k, d_v = block.attention_core_shape
         return kv_chunk_bytes(seq_len=self.seq_len, micro_batch=mb, num_kv_heads=heads,
                               k_head_dim=d_k, v_head_dim=d_v, tp=tp, cp=self.size,
                               bytes_per_value=k.value_bytes)
@@ -128,7 +121,7 @@ class ContextParallel:
         ring steps hide behind the attention kernels, slowing them by the overlap interference."""
         node, net = cluster.gpus_per_node, cluster.network
         kv = self._kv_bytes(block, mb=mb, tp=tp, k=k)
-        heads, d_k, d_v = self._kv_shapes(block)
+        heads, d_k, d_v = block.attention_core_shape
         qkvo = ulysses_bytes(seq_len=self.seq_len, micro_batch=mb, num_heads=block.num_heads,
                              num_kv_heads=heads, k_head_dim=d_k, v_head_dim=d_v, tp=tp,
                              cp=self.size, bytes_per_value=k.value_bytes)
@@ -183,8 +176,7 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
         traffic = traffic + moe_elementwise_bytes(
             pairs=pairs, hidden=block.hidden, expert_ffn_hidden=moe.expert_ffn_hidden / etp,
             mlp=block.mlp, bytes_per_value=k.value_bytes)
-    qk_dim = block.dim_per_head + (mla.qk_rope_head_dim if mla else 0)
-    v_dim = mla.v_head_dim if mla else block.dim_per_head
+    _, qk_dim, v_dim = block.attention_core_shape
     if flash:
         # Load-balanced chunks give each CP rank 1 / cp of the whole sequence's attention.
         attn = dict(seq_len=cp.seq_len, micro_batch=mb, num_heads=block.num_heads,

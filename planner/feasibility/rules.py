@@ -168,36 +168,46 @@ def _cp_fused_attention(problem: Problem, c: Candidates, options: RuleOptions) -
     return (c.cp > 1) & (not problem.model.fused_attention_only)
 
 
-def _cp_all_to_all(problem: Problem, c: Candidates, options: RuleOptions) -> np.ndarray:
-    # Transformer Engine context_parallel.py (AttnFuncWithCPAndQKVOA2A): "The number of
-    # attention heads needs to be divisible by CP size!", for the query and the key/value
-    # heads of each TP rank; the hierarchical form's inner group likewise, and it must split cp
-    # into two real levels (Megatron-LM: cp == prod(--hierarchical-context-parallel-sizes)).
-    from planner.costing.evaluate import CP_COMM_ORDER
+def cp_all_to_all_breaks(model, *, tp, cp, cp_comm, cp_a2a) -> np.ndarray:
+    """Where the all-to-all of a2a / a2a+p2p context parallelism cannot split the heads.
 
-    a2a_only = c.cp_comm == CP_COMM_ORDER.index(CpComm.A2A)
-    hierarchical = c.cp_comm == CP_COMM_ORDER.index(CpComm.A2A_P2P)
-    a2a = np.where(a2a_only, c.cp, np.where(hierarchical, c.cp_a2a, 1))
-    bad = np.zeros(len(c), dtype=bool)
-    for heads in problem.model.context_parallel_heads:
-        bad |= (heads % c.tp != 0) | ((heads // np.maximum(c.tp, 1)) % a2a != 0)
-    bad |= hierarchical & ((c.cp_a2a < 2) | (c.cp_a2a >= c.cp) | (c.cp % c.cp_a2a != 0))
-    return (c.cp > 1) & bad
+    Transformer Engine context_parallel.py (AttnFuncWithCPAndQKVOA2A): "The number of attention
+    heads needs to be divisible by CP size!", for the query and the key/value heads of each TP
+    rank; the hierarchical form's inner group likewise, and it must split cp into two real
+    levels (Megatron-LM: cp == prod(--hierarchical-context-parallel-sizes)). Arrays over
+    candidates; `cp_comm` indexes CP_COMM_ORDER (tuple(CpComm))."""
+    order = list(CpComm)
+    a2a_only = cp_comm == order.index(CpComm.A2A)
+    hierarchical = cp_comm == order.index(CpComm.A2A_P2P)
+    a2a = np.where(a2a_only, cp, np.where(hierarchical, cp_a2a, 1))
+    bad = np.zeros(np.shape(cp_comm), dtype=bool)
+    for heads in model.context_parallel_heads:
+        bad |= (heads % tp != 0) | ((heads // np.maximum(tp, 1)) % a2a != 0)
+    bad |= hierarchical & ((cp_a2a < 2) | (cp_a2a >= cp) | (cp % np.maximum(cp_a2a, 1) != 0))
+    return (cp > 1) & bad
+
+
+def cp_attention_variant_breaks(model, *, cp, cp_comm) -> np.ndarray:
+    """Where the K/V exchange cannot run the model's attention: Transformer Engine
+    context_parallel.py (attn_forward_func_with_cp) runs sliding-window attention only with
+    "a2a" or "all_gather", and a softmax other than the vanilla one (attention sinks, learnable
+    offsets) only with "a2a"."""
+    order = list(CpComm)
+    layers = list(model.attention_layers())
+    window = any(layer.sliding_window is not None for layer in layers)
+    sinks = any(layer.attention_sinks for layer in layers)
+    ring = (cp_comm == order.index(CpComm.P2P)) | (cp_comm == order.index(CpComm.A2A_P2P))
+    return (cp > 1) & ((window & ring) | (sinks & (cp_comm != order.index(CpComm.A2A))))
+
+
+def _cp_all_to_all(problem: Problem, c: Candidates, options: RuleOptions) -> np.ndarray:
+    return cp_all_to_all_breaks(problem.model, tp=c.tp, cp=c.cp, cp_comm=c.cp_comm,
+                                cp_a2a=c.cp_a2a)
 
 
 def _cp_attention_variant(problem: Problem, c: Candidates,
                           options: RuleOptions) -> np.ndarray:
-    # Transformer Engine context_parallel.py (attn_forward_func_with_cp): sliding-window
-    # attention only with cp_comm_type "a2a" or "all_gather"; a softmax other than the vanilla
-    # one (attention sinks, learnable offsets) only with "a2a".
-    from planner.costing.evaluate import CP_COMM_ORDER
-
-    layers = list(problem.model.attention_layers())
-    window = any(layer.sliding_window is not None for layer in layers)
-    sinks = any(layer.attention_sinks for layer in layers)
-    index = CP_COMM_ORDER.index
-    ring = (c.cp_comm == index(CpComm.P2P)) | (c.cp_comm == index(CpComm.A2A_P2P))
-    return (c.cp > 1) & ((window & ring) | (sinks & (c.cp_comm != index(CpComm.A2A))))
+    return cp_attention_variant_breaks(problem.model, cp=c.cp, cp_comm=c.cp_comm)
 
 
 DEGREE_CHECKS: dict[Rule, Callable[[Problem, Candidates, RuleOptions], np.ndarray]] = {
@@ -264,11 +274,16 @@ def memory_violations(peak_bytes, capacity_bytes: float, *, conservative: bool =
 # --------------------------------------------------------------------------- explanations
 
 
+def _with_cp(s: Strategy, outer: str) -> tuple[str, str, int]:
+    """('tp * cp * pp', '8 * 4 * 2', 64) for tp, cp and an `outer` degree; cp left out at 1."""
+    names = ("tp", "cp", outer) if s.cp > 1 else ("tp", outer)
+    values = [getattr(s, n) for n in names]
+    return " * ".join(names), " * ".join(str(v) for v in values), math.prod(values)
+
+
 def _explain_gpu_count(problem: Problem, s: Strategy) -> tuple[str, str]:
     n = problem.num_gpus
-    model_parallel = s.tp * s.cp * s.pp
-    names, values = (("tp * cp * pp", f"{s.tp} * {s.cp} * {s.pp}") if s.cp > 1
-                     else ("tp * pp", f"{s.tp} * {s.pp}"))
+    names, values, model_parallel = _with_cp(s, "pp")
     message = (f"dp * {names} ({s.dp} * {values} = {s.dp * model_parallel}) must equal the "
                f"number of GPUs ({n})")
     if n % model_parallel == 0:
@@ -410,9 +425,7 @@ def _explain_ep_divides_experts(problem: Problem, s: Strategy) -> tuple[str, str
 
 def _explain_expert_folding(problem: Problem, s: Strategy) -> tuple[str, str]:
     etp = s.expert_tp
-    folded = s.tp * s.cp * s.dp
-    names, values = (("tp * cp * dp", f"{s.tp} * {s.cp} * {s.dp}") if s.cp > 1
-                     else ("tp * dp", f"{s.tp} * {s.dp}"))
+    names, values, folded = _with_cp(s, "dp")
     message = (f"etp * ep ({etp} * {s.ep} = {etp * s.ep}) must divide {names} ({values} "
                f"= {folded}): the expert layers use etp x ep x edp of the same GPUs")
     if folded % etp:

@@ -168,6 +168,15 @@ class TransformerBlock(BaseModel):
         """Head counts tensor parallelism must divide (MLA has no separate key-value heads)."""
         return (self.num_heads,) if self.mla else (self.num_heads, self.kv_heads)
 
+    @property
+    def attention_core_shape(self) -> tuple[int, int, int]:
+        """(key/value heads, query-key dim, value dim) of the attention core: MLA expands keys
+        and values per query head, with d_nope + d_rope and d_v (DeepSeek-V2, Sec. 2.1.2)."""
+        mla = self.mla
+        if mla is None:
+            return self.kv_heads, self.dim_per_head, self.dim_per_head
+        return self.num_heads, self.dim_per_head + mla.qk_rope_head_dim, mla.v_head_dim
+
     def params(self) -> ParamCount:
         mla = self.mla
         if mla is None:
@@ -404,7 +413,7 @@ class ModelSpec(BaseModel):
         heads core attention sees (MLA expands keys and values per query head)."""
         counts: set[int] = set()
         for layer in self.attention_layers():
-            counts.update((layer.num_heads,) if layer.mla else (layer.num_heads, layer.kv_heads))
+            counts.update((layer.num_heads, layer.attention_core_shape[0]))
         return tuple(sorted(counts))
 
     @property

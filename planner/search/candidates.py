@@ -21,6 +21,7 @@ import numpy as np
 
 from cost_models.enums import CpComm, Recompute, ZeroStage
 from planner.costing.evaluate import CP_COMM_ORDER, DP_COMM_ORDER, RECOMPUTE_ORDER, Candidates
+from planner.feasibility.rules import cp_all_to_all_breaks, cp_attention_variant_breaks
 from planner.inputs.loader import Problem
 from planner.schemas.framework import OverlapDefaults
 from planner.schemas.strategy import DpComm, LaunchTarget, default_cp_a2a
@@ -227,27 +228,22 @@ def _cp_kinds(problem: Problem, space: SearchSpace, tp: int, cp: int) -> list[tu
     if cp == 1:
         return [(0, 1)]
     kinds = space.cp_comm or problem.framework.context_parallel or (CpComm.P2P,)
-    if space.cp_comm is None and CpComm.P2P in kinds and CpComm.ALL_GATHER in kinds:
+    window = any(layer.sliding_window is not None for layer in problem.model.attention_layers())
+    if space.cp_comm is None and CpComm.P2P in kinds and not window:
         # The all-gather moves the ring's bytes with nothing to hide behind and holds the same
         # K/V: where the ring can run, it is never faster (kept if the ring cannot: windows).
-        kinds = tuple(k for k in kinds if k is not CpComm.ALL_GATHER) if not any(
-            layer.sliding_window is not None
-            for layer in problem.model.attention_layers()) else kinds
-    layers = list(problem.model.attention_layers())
-    window = any(layer.sliding_window is not None for layer in layers)
-    sinks = any(layer.attention_sinks for layer in layers)
-    heads = problem.model.context_parallel_heads
-    out = []
-    for kind in kinds:
-        a2a = {CpComm.A2A: cp,
-               CpComm.A2A_P2P: default_cp_a2a(cp, tp, problem.cluster.gpus_per_node)}.get(kind, 1)
-        fits = (all(h % tp == 0 and (h // tp) % a2a == 0 for h in heads)
-                and not (kind is CpComm.A2A_P2P and a2a in (1, cp))
-                and not (window and kind in (CpComm.P2P, CpComm.A2A_P2P))
-                and not (sinks and kind is not CpComm.A2A))
-        if fits or space.cp_comm is not None:     # pinned kinds stay, to be named if they fail
-            out.append((CP_COMM_ORDER.index(kind), a2a))
-    return out or [(CP_COMM_ORDER.index(kinds[0]), 1)]
+        kinds = tuple(k for k in kinds if k is not CpComm.ALL_GATHER)
+    node = problem.cluster.gpus_per_node
+    index = np.array([CP_COMM_ORDER.index(k) for k in kinds])
+    a2a = np.array([{CpComm.A2A: cp, CpComm.A2A_P2P: default_cp_a2a(cp, tp, node)}.get(k, 1)
+                    for k in kinds])
+    # The CP rules themselves, so that the search does not carry kinds that cannot run; pinned
+    # kinds stay, for the rules to name if they fail.
+    bad = (cp_all_to_all_breaks(problem.model, tp=tp, cp=cp, cp_comm=index, cp_a2a=a2a)
+           | cp_attention_variant_breaks(problem.model, cp=cp, cp_comm=index))
+    keep = ~bad | (space.cp_comm is not None)
+    out = [(int(i), int(a)) for i, a, ok in zip(index, a2a, keep) if ok]
+    return out or [(int(index[0]), 1)]
 
 
 def degree_tuples(problem: Problem,
