@@ -13,6 +13,29 @@ class Precision(str, Enum):
     """fp16 mixed precision with dynamic loss scaling (fp32 master weights)."""
     BF16 = "bf16"
     """bf16 mixed precision (fp32 master weights, fp32 gradient accumulation in Megatron-LM)."""
+    FP8 = "fp8"
+    """bf16 mixed precision whose linear layers multiply in FP8 (Transformer Engine
+    fp8_autocast, torchao float8): QKV, attention output, MLP and expert GEMMs, forward and
+    backward; attention, embedding, output layer, router and norms stay bf16. The scaling
+    recipe is `Fp8Recipe`."""
+
+
+class Fp8Recipe(str, Enum):
+    """How FP8 tensors are scaled (Transformer Engine transformer_engine/common/recipe;
+    Megatron-LM --fp8-recipe; torchao float8 recipe names)."""
+
+    DELAYED = "delayed"
+    """One scale per tensor from an amax history of earlier steps (TE DelayedScaling)."""
+    TENSORWISE = "tensorwise"
+    """One scale per tensor from its current amax: an extra pass over it (TE
+    Float8CurrentScaling, Megatron-Bridge "FP8-CS", torchao tensorwise)."""
+    BLOCKWISE = "blockwise"
+    """fp32 scales per 1x128 activation tile and 128x128 weight tile (TE Float8BlockScaling,
+    DeepSeek-V3's recipe)."""
+    MXFP8 = "mxfp8"
+    """OCP microscaling: one E8M0 scale per 32 values (TE MXFP8BlockScaling; Blackwell)."""
+    ROWWISE = "rowwise"
+    """One scale per row, from its current amax (torchao float8 rowwise)."""
 
 
 class Optimizer(str, Enum):

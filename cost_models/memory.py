@@ -75,6 +75,7 @@ def transformer_layer_activation_bytes(
     ffn_hidden: int, mlp: MlpKind, attention: AttentionKind, dropout: bool,
     norms_per_layer: int = 2, tp, sequence_parallel: bool, recompute: Recompute,
     bytes_per_value: int = BYTES_16BIT, mla: MlaDims | None = None,
+    linear_input_bytes: float | None = None,
 ):
     """Bytes of activations one transformer layer keeps for its backward pass, per micro-batch.
 
@@ -97,19 +98,24 @@ def transformer_layer_activation_bytes(
     attention output with d_v, and on every TP rank the latents: the query latent and the
     key-value latent, each as its norm's input and the up projection's input, and the rotary
     key. `bytes_per_value` is 2 for the paper's 16-bit activations and 4 for fp32 training;
-    masks stay one byte.
+    masks stay one byte. `linear_input_bytes` (default: `bytes_per_value`) is what an input
+    of a linear layer (QKV, attention output, the second MLP matrix, MLA's up projections)
+    takes: FP8 training with Transformer Engine saves them quantized ("Stores linear layer
+    inputs in FP8 instead of BF16", Megatron-LM megatron/core/transformer/moe/README.md),
+    `fp8.fp8_value_bytes`.
     """
     s, b, h, a, t = seq_len, micro_batch, hidden, num_heads, tp
     sbh = s * b * h
     v = bytes_per_value
+    li = v if linear_input_bytes is None else linear_input_bytes
     if recompute is Recompute.FULL:
         layer_input = v * sbh                                     # checkpointed layer input
         return layer_input / t if sequence_parallel else layer_input
     # Tensors every TP rank holds in full unless sequence parallelism shards them too.
     replicated = (
         norms_per_layer * v * sbh                       # norm inputs: 4sbh
-        + v * sbh                                       # QKV matmul input: 2sbh
-        + v * sbh                                       # MLP (or router) input: 2sbh
+        + li * sbh                                      # QKV matmul input: 2sbh
+        + li * sbh                                      # MLP (or router) input: 2sbh
         + (2 * BYTES_MASK * sbh if dropout else 0)                # attention and MLP dropout masks: 2sbh
     )
     # Tensors split over TP ranks (heads, ffn columns).
@@ -118,15 +124,17 @@ def transformer_layer_activation_bytes(
         attention_core = (
             v * s * b * q_dim                           # Q: 2sbh
             + 2 * v * s * b * kv_dim                    # K and V: 4sbh
-            + v * s * b * q_dim                         # attention output (Wo input): 2sbh
+            + li * s * b * q_dim                        # attention output (Wo input): 2sbh
         )
     else:
         qk = num_heads * (head_dim + mla.qk_rope_head_dim)
-        attention_core = v * s * b * (2 * qk + 2 * num_heads * mla.v_head_dim)
-        replicated = replicated + v * s * b * (2 * mla.q_lora_rank + 2 * mla.kv_lora_rank
-                                               + mla.qk_rope_head_dim)
+        attention_core = (v * s * b * (2 * qk + num_heads * mla.v_head_dim)
+                          + li * s * b * num_heads * mla.v_head_dim)   # output: Wo's input
+        latents = mla.q_lora_rank + mla.kv_lora_rank
+        replicated = replicated + s * b * ((v + li) * latents + v * mla.qk_rope_head_dim)
     num_mlp_inputs = 3 if mlp is MlpKind.SWIGLU else 2              # GeLU: its input and output
-    mlp_internal = num_mlp_inputs * v * s * b * ffn_hidden  # GeLU: 16sbh for f = 4h
+    # GeLU: 16sbh for f = 4h; the last (the second matrix's input) is a linear input.
+    mlp_internal = ((num_mlp_inputs - 1) * v + li) * s * b * ffn_hidden
     sharded = attention_core + mlp_internal
 
     if recompute is Recompute.SELECTIVE:
@@ -145,7 +153,8 @@ def transformer_layer_activation_bytes(
 
 
 def moe_activation_bytes(*, pairs, tokens_per_rank, hidden: int, expert_ffn_hidden,
-                         num_experts: int, mlp: MlpKind, bytes_per_value: int = BYTES_16BIT):
+                         num_experts: int, mlp: MlpKind, bytes_per_value: int = BYTES_16BIT,
+                         linear_input_bytes: float | None = None):
     """Bytes an MoE layer's router and routed experts keep per micro-batch on one rank.
 
     Ref: Megatron-Core (moe/router.py, moe/token_dispatcher.py, moe/experts.py GroupedMLP) with
@@ -153,12 +162,14 @@ def moe_activation_bytes(*, pairs, tokens_per_rank, hidden: int, expert_ffn_hidd
     (T x E); every token-expert pair this rank handles (`pairs`) keeps the permuted expert input
     (the first GEMM's input), the MLP internals on f / etp columns (SwiGLU: gate, up and their
     product; GeLU: its input and output), and the expert output the combine weights by the
-    routing probabilities.
+    routing probabilities. The expert GEMMs' inputs (the permuted input, the second matrix's
+    input) take `linear_input_bytes` (FP8 with Transformer Engine; default `bytes_per_value`).
     """
     v = bytes_per_value
+    li = v if linear_input_bytes is None else linear_input_bytes
     router = BYTES_FP32 * tokens_per_rank * num_experts
-    internals = (3 if mlp is MlpKind.SWIGLU else 2) * v * pairs * expert_ffn_hidden
-    return router + 2 * v * pairs * hidden + internals
+    internals = ((2 if mlp is MlpKind.SWIGLU else 1) * v + li) * pairs * expert_ffn_hidden
+    return router + (v + li) * pairs * hidden + internals
 
 
 def embedding_activation_bytes(*, seq_len, micro_batch, hidden: int, dropout: bool, tp,

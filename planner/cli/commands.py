@@ -12,6 +12,7 @@ import sys
 
 import click
 
+from cost_models.enums import Fp8Recipe
 from planner.errors import ExitCode, InfeasibleError, InputError
 
 INTERNAL_ERROR = 3
@@ -30,8 +31,11 @@ def problem_options(function):
         click.option("--global-batch", type=int, help="Override training.global_batch."),
         click.option("--global-batch-tokens", type=_Count(),
                      help="The global batch in tokens (e.g. 4M): whole sequences of seq_len."),
-        click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]),
-                     help="Override training.precision."),
+        click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16", "fp8", "mxfp8"]),
+                     help="Override training.precision (fp8: linear layers in FP8; mxfp8: FP8 "
+                          "with the MXFP8 recipe, Blackwell)."),
+        click.option("--fp8-recipe", type=click.Choice([r.value for r in Fp8Recipe]),
+                     help="FP8 scaling recipe (default: the framework's that the GPU runs)."),
         click.option("--optimizer", type=click.Choice(["adam", "sgd", "sgd_momentum"]),
                      help="Override training.optimizer."),
     ]
@@ -186,7 +190,7 @@ def _search_space(pins: dict, targets: tuple = ()):
 
 
 def _load_problem(model, cluster, *, gpus, nodes, seq_len, global_batch, global_batch_tokens,
-                  precision, optimizer, framework="megatron"):
+                  precision, optimizer, framework="megatron", fp8_recipe=None):
     from planner.inputs.loader import make_problem
 
     for flag, value in (("--seq-len", seq_len), ("--global-batch", global_batch),
@@ -195,7 +199,8 @@ def _load_problem(model, cluster, *, gpus, nodes, seq_len, global_batch, global_
             raise InputError(f"{flag}: must be at least 1 (got {value})")
     problem = make_problem(model, cluster, gpus=gpus, nodes=nodes, seq_len=seq_len,
                            global_batch=global_batch, global_batch_tokens=global_batch_tokens,
-                           precision=precision, optimizer=optimizer, framework=framework)
+                           precision=precision, optimizer=optimizer, framework=framework,
+                           fp8_recipe=fp8_recipe)
     for note in problem.notes:
         click.echo(f"note: {note}", err=True)
     return problem
@@ -263,7 +268,8 @@ def memory(model, cluster, strategy, framework, as_json, **overrides):
 @framework_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, as_json, gpus,
-         nodes, seq_len, global_batch, global_batch_tokens, precision, optimizer, **pins):
+         nodes, seq_len, global_batch, global_batch_tokens, precision, optimizer, fp8_recipe,
+         **pins):
     """The fastest strategies that fit MODEL on CLUSTER, ranked."""
     from planner.inputs.loader import framework_name
     from planner.schemas.strategy import LaunchTarget
@@ -272,7 +278,8 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
     framework = framework_name(framework, targets)
     problem = _load_problem(model, cluster, gpus=gpus, nodes=nodes, seq_len=seq_len,
                             global_batch=global_batch, global_batch_tokens=global_batch_tokens,
-                            precision=precision, optimizer=optimizer, framework=framework)
+                            precision=precision, optimizer=optimizer, framework=framework,
+                           fp8_recipe=fp8_recipe)
     # The plans must run on the framework that prices them: its rules apply too.
     rules_of = tuple(dict.fromkeys(targets + (LaunchTarget(framework),)))
     space, settings = _search_space(pins, rules_of)
@@ -295,7 +302,7 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
     t = problem.training
     heading = (f"{problem.model.name} ({render.params_label(problem.model)}) on "
                f"{problem.num_gpus} x {problem.cluster.gpu.name}: batch {t.global_batch} x "
-               f"{t.seq_len} tokens, {t.precision.value}, {problem.framework.name}")
+               f"{t.seq_len} tokens, {t.precision_label}, {problem.framework.name}")
     render.print_renderable(render.plan_view(heading=heading, plans=result.plans,
                                              search=result.search))
 
@@ -307,7 +314,11 @@ def _json_head(problem) -> dict:
                        "active": problem.model.num_active_params},
             "cluster": problem.cluster.name, "num_gpus": problem.num_gpus,
             "framework": problem.framework.name, "global_batch": problem.training.global_batch,
-            "seq_len": problem.training.seq_len, "notes": list(problem.notes)}
+            "seq_len": problem.training.seq_len,
+            "precision": problem.training.precision.value,
+            "fp8_recipe": (problem.training.fp8_recipe.value
+                           if problem.training.fp8_recipe is not None else None),
+            "notes": list(problem.notes)}
 
 
 def _emit(problem, report, targets, out_dir, force, tokens) -> list:

@@ -327,7 +327,7 @@ def review_view(review) -> Group:
     heading = (f"{review.file}{what}: {p.model.name} ({params_label(p.model)}) on "
                f"{p.num_gpus} x {p.cluster.gpu.name}, "
                f"global batch {review.strategy.global_batch} x {p.training.seq_len} tokens, "
-               f"{p.training.precision.value}: {strategy_phrase(review.strategy)}")
+               f"{p.training.precision_label}: {strategy_phrase(review.strategy)}")
     parts = [Text(heading, style="bold"), violations_text(review.violations)]
     parts += [Text(f"note: {note}", style="dim") for note in review.notes]
     parts.append(Text(""))

@@ -22,10 +22,11 @@ from cost_models.compute import (BACKWARD_ELEMENTWISE_RATIO, BACKWARD_FLOPS_RATI
                                  transformer_layer_forward_flops, transformer_layer_gemms)
 from cost_models.context_parallel import (cp_attention_comm, cp_working_bytes, kv_chunk_bytes,
                                           ulysses_bytes)
-from cost_models.enums import AttentionKind, Collective, CpComm, Recompute
+from cost_models.enums import AttentionKind, Collective, CpComm, Precision, Recompute
 from cost_models.evoformer import (evoformer_block_activation_bytes,
                                    evoformer_block_elementwise_bytes, evoformer_block_gemms,
                                    evoformer_block_tp_allreduce_elements)
+from cost_models.fp8 import BYTES_FP8, fp8_value_bytes, quantize_bytes
 from cost_models.memory import (embedding_activation_bytes, moe_activation_bytes,
                                 output_activation_bytes, transformer_layer_activation_bytes)
 from cost_models.units import bytes_per_value
@@ -90,9 +91,55 @@ class _Kernels:
                          hbm_fraction=eff.hbm_fraction)
         self.flash_fraction = eff.flash_attention_fraction
         self.framework = framework
+        # FP8: the linear layers' GEMMs at the FP8 peak, times the recipe's efficiency on this
+        # GPU relative to bf16 (cluster data), reading 1-byte operands; the bf16 peak for the rest.
+        self.fp8 = training.fp8_recipe if training.precision is Precision.FP8 else None
+        self._linear = self._gemm
+        if self.fp8 is not None:
+            relative = eff.fp8_gemm_efficiency.get(self.fp8, 0.0) or 1.0   # unsupported: a rule
+            self.peak = cluster.gpu.peak_flops(Precision.BF16)
+            self._gemm = dict(self._gemm, peak_flops=self.peak)
+            self._linear = dict(self._gemm, peak_flops=cluster.gpu.peak_flops(Precision.FP8),
+                                peak_fraction=eff.gemm_peak_fraction * relative,
+                                bytes_per_value=BYTES_FP8)
+            self.transpose_free = cluster.gpu.fp8_transpose_free
+            fp8 = framework.fp8
+            self.fp8_caches_weights = fp8 is not None and fp8.caches_weights
+            self.fp8_saves_inputs = fp8 is not None and fp8.saves_fp8_inputs
 
     def gemms_s(self, gemms) -> object:
         return sum(gemm_time_s(g, **self._gemm) for g in gemms if g is not None)
+
+    def linear_s(self, gemms) -> object:
+        """Forward seconds of weight GEMMs that run in FP8 under precision fp8 (bf16 else)."""
+        return sum(gemm_time_s(g, **self._linear) for g in gemms if g is not None)
+
+    def quantize_s(self, gemms, *, backward: bool) -> object:
+        """Seconds of quantizing the FP8 GEMMs' bf16 operands in one pass (0 without FP8):
+        forward, each input; backward, each output gradient, and each input again where the
+        framework saved it in bf16; both passes, each weight where the framework does not keep
+        its FP8 copies across micro-batches (torchao casts in every pass)."""
+        if self.fp8 is None:
+            return 0.0
+        elements = 0.0
+        for g in gemms:
+            if g is None:
+                continue
+            inputs, grads, weights = g.m * g.k * g.batch, g.m * g.n * g.batch, g.k * g.n * g.batch
+            elements = elements + (grads if backward else inputs)
+            if backward and not self.fp8_saves_inputs:
+                elements = elements + inputs
+            if not self.fp8_caches_weights:
+                elements = elements + weights
+        return self.traffic_s(quantize_bytes(elements, self.fp8,
+                                             transpose_free=self.transpose_free))
+
+    @property
+    def linear_input_bytes(self) -> float:
+        """Bytes per value of the linear layers' inputs kept for the backward pass."""
+        if self.fp8 is not None and self.fp8_saves_inputs:
+            return fp8_value_bytes(self.fp8)
+        return self.value_bytes
 
     def traffic_s(self, traffic_bytes) -> object:
         return memory_bound_time_s(traffic_bytes, **self._hbm)
@@ -162,7 +209,9 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
                                 tokens_per_rank=tokens_per_rank, ep=ep, etp=etp,
                                 imbalance=imbalance)
     flash = block.attention is AttentionKind.FLASH
-    weights = g.dense() + g.experts        # every GEMM with a weight matrix
+    # The weight GEMMs: the linear layers (FP8 under precision fp8) and the router (bf16).
+    linears = g.projections + g.mlp + g.experts
+    weights_s = k.linear_s(linears) + k.gemms_s((g.router,))
     elementwise = dict(**shape, position=block.position, dropout=block.dropout,
                        norms_per_layer=block.norms_per_layer, tp=tp, sequence_parallel=sp)
     traffic = transformer_layer_elementwise_bytes(**elementwise, attention=block.attention)
@@ -191,8 +240,9 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
         core_bwd = cp.size * (BACKWARD_FLOPS_RATIO * k.gemms_s((g.scores, g.attend))
                               + BACKWARD_ELEMENTWISE_RATIO * k.traffic_s(core_traffic))
     rest_traffic = traffic - core_traffic
-    forward = k.gemms_s(weights) + k.traffic_s(rest_traffic) + core_fwd
-    backward = (BACKWARD_FLOPS_RATIO * k.gemms_s(weights)
+    forward = (weights_s + k.quantize_s(linears, backward=False) + k.traffic_s(rest_traffic)
+               + core_fwd)
+    backward = (BACKWARD_FLOPS_RATIO * weights_s + k.quantize_s(linears, backward=True)
                 + BACKWARD_ELEMENTWISE_RATIO * k.traffic_s(rest_traffic) + core_bwd)
     # Megatron TP (Narayanan et al. 2021, Sec. 2.3): an all-reduce of s*b*h values after
     # attention and one after the MLP in the forward pass, the same in the backward. An MoE
@@ -214,7 +264,7 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
         # Megatron-LM re-runs the attention core; torchtitan's per-op policy saves attention
         # and re-runs every other matmul (the framework profile says which).
         recompute = (core_fwd * k.selective_attention
-                     + k.selective_gemm_share * k.gemms_s(weights))
+                     + k.selective_gemm_share * weights_s)
         comm_passes = 2
     else:
         recompute, comm_passes = 0 * forward, 2
@@ -233,12 +283,14 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
         kept = transformer_layer_activation_bytes(
             **shape, attention=block.attention, dropout=block.dropout,
             norms_per_layer=block.norms_per_layer, tp=tp, sequence_parallel=sp,
-            recompute=recompute, bytes_per_value=k.value_bytes, mla=mla)
+            recompute=recompute, bytes_per_value=k.value_bytes, mla=mla,
+            linear_input_bytes=k.linear_input_bytes)
         if moe is not None and recompute is not Recompute.FULL:
             kept = kept + moe_activation_bytes(
                 pairs=mean_pairs, tokens_per_rank=tokens_per_rank, hidden=block.hidden,
                 expert_ffn_hidden=moe.expert_ffn_hidden / etp, num_experts=moe.num_experts,
-                mlp=block.mlp, bytes_per_value=k.value_bytes)
+                mlp=block.mlp, bytes_per_value=k.value_bytes,
+                linear_input_bytes=k.linear_input_bytes)
         return kept
 
     activations = stored(rc)

@@ -17,16 +17,17 @@ from cost_models.communication import ALL_REDUCE_ALGORITHMS, Group
 from cost_models.compute import attended_keys, gemm_flops, optimizer_step_bytes_per_param
 from cost_models.enums import (AttentionKind, Collective, CpComm, Precision, Recompute,
                                ZeroStage)
+from cost_models.fp8 import fp8_value_bytes, fp8_weight_bytes_per_param
 from cost_models.memory import (StateBytes, model_state_bytes, reserve_bytes, state_bytes_per_param,
                                 zero3_gather_buffer_bytes)
 from cost_models.pipeline import in_flight_per_chunk, pipeline_time_s
-from cost_models.units import GiB, TFLOPS, bytes_per_value
+from cost_models.units import BYTES_16BIT, GiB, TFLOPS, bytes_per_value
 from planner.costing.block_costs import (BlockCost, block_cost, block_model_flops,
                                          layer_gemms, pipeline_send_bytes)
 from planner.costing.placement import strided_placement, tp_placement
 from planner.costing.layout import ChainTypes, Layout, layout_from_layer_counts, uniform_layout
-from planner.inputs.loader import Problem
-from planner.schemas.model import EmbeddingBlock, OutputBlock
+from planner.inputs.loader import Problem, fp8_param_gather_allowed
+from planner.schemas.model import EmbeddingBlock, OutputBlock, TransformerBlock
 from planner.schemas.framework import OverlapDefaults
 from planner.schemas.report import (MemoryReport, PlanReport, StageMemory, StageTime,
                                     StrategyOut, ThroughputReport, TimeReport)
@@ -72,6 +73,9 @@ class Candidates:
     """Index into CP_COMM_ORDER (None: p2p)."""
     cp_a2a: np.ndarray = None  # type: ignore[assignment]
     """The all-to-all group of hierarchical CP (a2a+p2p); 1 otherwise (None: 1)."""
+    fp8_gather: np.ndarray = None  # type: ignore[assignment]
+    """FP8 parameters gathered in FP8 (as asked; precision, recipe, ZeRO and the framework
+    gate it). None: False."""
 
     def __post_init__(self) -> None:
         n = len(self.tp)
@@ -85,6 +89,8 @@ class Candidates:
             self.cp_comm = np.zeros(n, dtype=int)
         if self.cp_a2a is None:
             self.cp_a2a = np.ones(n, dtype=int)
+        if self.fp8_gather is None:
+            self.fp8_gather = np.zeros(n, dtype=bool)
 
     @property
     def edp(self) -> np.ndarray:
@@ -143,7 +149,8 @@ class Candidates:
                    dp_comm=one(DP_COMM_ORDER.index(s.dp_comm)),
                    num_servers=one(s.num_servers or s.dp), ep=one(s.ep), etp=one(s.expert_tp),
                    cp=one(s.cp), cp_comm=one(CP_COMM_ORDER.index(s.cp_comm)),
-                   cp_a2a=one(s.context_a2a))
+                   cp_a2a=one(s.context_a2a),
+                   fp8_gather=one(overlap("fp8_param_gather")))
 
     def strategy(self, i: int, layers_per_stage: tuple[int, ...] | None = None) -> Strategy:
         return Strategy(
@@ -161,6 +168,7 @@ class Candidates:
             cp_comm=CP_COMM_ORDER[self.cp_comm[i]],
             cp_a2a=int(self.cp_a2a[i]) if CP_COMM_ORDER[self.cp_comm[i]] is CpComm.A2A_P2P
             else None,
+            fp8_param_gather=bool(self.fp8_gather[i]),
             layers_per_stage=layers_per_stage)
 
 
@@ -227,6 +235,38 @@ def type_params(model) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
                  for name in ("sharded", "replicated", "expert"))
 
 
+@lru_cache(maxsize=32)
+def type_fp8_params(model) -> np.ndarray:
+    """Per block type: the TP-sharded parameters of linear layers that run in FP8 under
+    precision fp8 (a transformer layer's QKV, output and MLP matrices; its routed experts are
+    all FP8 too). Embedding, output layer, norms, router and Evoformer blocks stay bf16."""
+    sharded, _, _ = type_params(model)
+    return np.array([isinstance(b, TransformerBlock) for b in chain_types(model).unique_blocks],
+                    dtype=float) * sharded
+
+
+def fp8_params_gathered(problem: Problem, cands: Candidates) -> np.ndarray:
+    """(N,) bool: the candidate keeps and gathers FP8 parameters (asked and allowed)."""
+    return cands.fp8_gather & fp8_param_gather_allowed(problem, cands.zero)
+
+
+def fp8_weight_extra_bytes(problem: Problem, cands: Candidates) -> np.ndarray:
+    """(N,) bytes per FP8 linear parameter a rank keeps beyond the bf16 weight
+    `state_bytes_per_param` counts (`fp8.fp8_weight_bytes_per_param` less 2; negative where
+    FP8 parameters replace the bf16 weight). ZeRO-3 keeps no persistent copies: each block's
+    weights are gathered, quantized and freed."""
+    t = problem.training
+    if t.precision is not Precision.FP8 or t.fp8_recipe is None:
+        return np.zeros(len(cands))
+    fp8 = problem.framework.fp8
+    kw = dict(transpose_free=problem.cluster.gpu.fp8_transpose_free,
+              caches=fp8 is not None and fp8.caches_weights)
+    extra = np.where(fp8_params_gathered(problem, cands),
+                     fp8_weight_bytes_per_param(t.fp8_recipe, fp8_params=True, **kw),
+                     fp8_weight_bytes_per_param(t.fp8_recipe, fp8_params=False, **kw))
+    return np.where(cands.zero >= ZeroStage.PARAMETERS, 0.0, extra - BYTES_16BIT)
+
+
 def state_floor_bytes(problem: Problem, cands: Candidates) -> np.ndarray:
     """(N,) the model states of the average pipeline stage: a floor under the fullest stage of
     any layout (the states of all blocks, after TP, EP and ZeRO sharding, over pp stages)."""
@@ -235,13 +275,16 @@ def state_floor_bytes(problem: Problem, cands: Candidates) -> np.ndarray:
     sharded, replicated, expert = (x @ counts for x in type_params(problem.model))
     dense = (sharded / cands.tp + replicated) / cands.pp
     experts = expert / (cands.ep * cands.etp) / cands.pp
-    return rank_states(problem, cands, dense, experts).total
+    fp8 = (type_fp8_params(problem.model) @ counts / cands.tp) / cands.pp + experts
+    return rank_states(problem, cands, dense, experts, fp8).total
 
 
-def rank_states(problem: Problem, cands: Candidates, dense, experts) -> StateBytes:
+def rank_states(problem: Problem, cands: Candidates, dense, experts, fp8=0.0) -> StateBytes:
     """Model states a rank holds for `dense` parameters (ZeRO over its shard group) and
     routed-expert ones (ZeRO over the expert data-parallel shard group, Megatron-Core's
-    distributed optimizer over the expert-DP group); (N,) or (N, p) arrays of parameters."""
+    distributed optimizer over the expert-DP group); (N,) or (N, p) arrays of parameters.
+    `fp8`: of those, the FP8 linear-layer parameters, whose weights take
+    `fp8_weight_extra_bytes` more each."""
     per = state_bytes_per_param(problem.training.precision, problem.training.optimizer)
     column = (slice(None),) + (None,) * (np.ndim(dense) - 1)
     zero = cands.zero[column]
@@ -249,7 +292,8 @@ def rank_states(problem: Problem, cands: Candidates, dense, experts) -> StateByt
                           zero_stage=zero, per_param=per)
     b = model_state_bytes(num_params=experts, dp=cands.expert_shard.astype(float)[column],
                           zero_stage=zero, per_param=per)
-    return StateBytes(a.weights + b.weights, a.gradients + b.gradients,
+    extra = fp8 * fp8_weight_extra_bytes(problem, cands)[column]
+    return StateBytes(a.weights + b.weights + extra, a.gradients + b.gradients,
                       a.optimizer + b.optimizer)
 
 
@@ -362,10 +406,11 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
     # Routed experts: split over ep x etp.
     expert_params = per_stage(expert)[None, :] / (cands.ep * cands.etp)[:, None]
     params = dense_params + expert_params                                   # (N, p)
+    fp8_dense = per_stage(type_fp8_params(model))[None, :] / tp[:, None]
     per_param = state_bytes_per_param(training.precision, training.optimizer)
     shard = cands.grad_shard.astype(float)
     expert_shard = cands.expert_shard.astype(float)
-    states = rank_states(problem, cands, dense_params, expert_params)
+    states = rank_states(problem, cands, dense_params, expert_params, fp8_dense + expert_params)
 
     # ---- activations: in-flight micro-batches per (stage, chunk) times chunk activations
     chunk_act = _by_stage(costs.activation_bytes @ counts.T, p, v)            # (N, p, v)
@@ -405,13 +450,22 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
     stage_blocks = counts.sum(1).reshape(v, p).sum(0)                     # (p,)
     # Dense gradients are reduced over the dp x cp ranks holding the same weights (CP ranks
     # sit tp apart, DP ranks tp x cp apart: the group is every rank tp apart).
+    # FP8 parameters are gathered in FP8 (Megatron-LM --fp8-param-gather: "50% parameter
+    # all-gather", megatron/core/transformer/moe/README.md; MXFP8 with its scales).
+    gathered_fp8 = fp8_params_gathered(problem, cands)[:, None]
+    saved = (per_param.weights - (fp8_value_bytes(training.fp8_recipe)
+                                  if training.fp8_recipe else per_param.weights))
+    dense_gather = dense_params * per_param.weights - np.where(gathered_fp8, fp8_dense * saved, 0.0)
     dp_per_mb, dp_end, dp_algorithm = _data_parallel(
         problem, cands, dense_params, per_param, fwd, bwd, stage_blocks,
-        dp=cands.dp * cands.cp, shard=cands.grad_shard, stride=cands.tp)
+        dp=cands.dp * cands.cp, shard=cands.grad_shard, stride=cands.tp,
+        gather_bytes=dense_gather)
     if model.is_moe:   # expert gradients and weights travel over the expert data-parallel group
+        expert_gather = expert_params * np.where(gathered_fp8, per_param.weights - saved,
+                                                 per_param.weights)
         moe_per_mb, moe_end, _ = _data_parallel(
             problem, cands, expert_params, per_param, fwd, bwd, stage_blocks, dp=cands.edp,
-            shard=cands.expert_shard, stride=cands.etp * cands.ep)
+            shard=cands.expert_shard, stride=cands.etp * cands.ep, gather_bytes=expert_gather)
         has_experts = expert_params > 0
         dp_per_mb = dp_per_mb + np.where(has_experts, moe_per_mb, 0.0)
         dp_end = dp_end + np.where(has_experts, moe_end, 0.0)
@@ -592,10 +646,10 @@ def _pipeline_comm(problem: Problem, layout: Layout, cands: Candidates, costs: B
 
 
 def _dp_collectives(problem: Problem, params: np.ndarray, per_param, stage_blocks, *, dp,
-                    shard, stride, num_servers) -> tuple[np.ndarray, ...]:
+                    shard, stride, num_servers, gather_bytes) -> tuple[np.ndarray, ...]:
     """The data-parallel collectives of `_data_parallel`, (N, p) seconds each: all-reduce and
     its algorithm, the HSDP replica all-reduce, parameter server, ZeRO reduce-scatter and
-    all-gather, ZeRO-3's per-block reduce-scatters and all-gathers."""
+    all-gather (of `gather_bytes`), ZeRO-3's per-block reduce-scatters and all-gathers."""
     cluster = problem.cluster
     net = cluster.network
     dp_col = dp.astype(float)[:, None]
@@ -612,7 +666,7 @@ def _dp_collectives(problem: Problem, params: np.ndarray, per_param, stage_block
                           ranks_per_node=across.ranks_per_node[:, None],
                           num_nodes=across.num_nodes[:, None])
     grads = params * per_param.gradients
-    weights = params * per_param.weights
+    weights = gather_bytes
 
     def collective(kind, size_bytes):
         return comm.collective_time_s(kind, size_bytes, shard_group, net)
@@ -644,7 +698,7 @@ def _dp_collectives(problem: Problem, params: np.ndarray, per_param, stage_block
 
 def _data_parallel(problem: Problem, cands: Candidates, params: np.ndarray, per_param,
                    fwd: np.ndarray, bwd: np.ndarray, stage_blocks: np.ndarray, *,
-                   dp=None, shard=None, stride=None):
+                   dp=None, shard=None, stride=None, gather_bytes=None):
     """Data-parallel communication: (exposed per micro-batch, exposed at step end, algorithm).
 
     Ref: Rajbhandari et al. 2020, Sec. 7: an all-reduce of the gradients (ZeRO-0); a
@@ -673,14 +727,17 @@ def _data_parallel(problem: Problem, cands: Candidates, params: np.ndarray, per_
     # The collectives depend on the groups and the parameters a rank holds (set by tp, ep and
     # etp in this layout), not on the micro-batch or recompute: time each distinct row once.
     code = np.zeros(len(cands), dtype=np.int64)
-    for column in (dp, shard, stride, cands.num_servers, cands.tp, cands.ep, cands.etp):
+    for column in (dp, shard, stride, cands.num_servers, cands.tp, cands.ep, cands.etp,
+                   cands.fp8_gather & (cands.zero > 0)):
         values, index = np.unique(column, return_inverse=True)
         code = code * len(values) + index.reshape(-1)
     _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
     inverse = inverse.reshape(-1)
+    gather_bytes = params * per_param.weights if gather_bytes is None else gather_bytes
     times = _dp_collectives(problem, params[first], per_param, stage_blocks, dp=dp[first],
                             shard=shard[first], stride=stride[first],
-                            num_servers=cands.num_servers[first])
+                            num_servers=cands.num_servers[first],
+                            gather_bytes=gather_bytes[first])
     (allreduce, algorithm, replica_allreduce, server, reduce_scatter, all_gather,
      block_reduce_scatter, block_all_gather) = (t[inverse] for t in times)
     zero = cands.zero[:, None]
@@ -743,6 +800,7 @@ def report(problem: Problem, layout: Layout, cands: Candidates, ev: Evaluation, 
                                  and (p == 1 or fw.overlap_grad_reduce_with_pipeline)),
         overlap_param_gather=bool(cands.param_gather[i] and fw.overlap_param_gather),
         tp_comm_overlap=bool(cands.tp_overlap[i] and cands.sp[i] and fw.tp_comm_overlap),
+        fp8_param_gather=bool(fp8_params_gathered(problem, cands)[i]),
         dp_comm=DP_COMM_ORDER[cands.dp_comm[i]],
         layers_per_stage=layers)
     stages = [StageMemory(stage=r, weights_bytes=float(ev.stage_weights[i, r]),

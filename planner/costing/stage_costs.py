@@ -22,8 +22,9 @@ from cost_models.pipeline import in_flight_per_chunk
 from cost_models.units import GiB
 from planner.search.balance import ChainCosts
 from planner.costing.evaluate import (BlockCosts, Candidates, Evaluation, chain_types,
-                                      ep_exposed_s, framework_buffer_bytes,
-                                      grad_copy_bytes_per_param, tp_exposed_s, type_params)
+                                      ep_exposed_s, fp8_weight_extra_bytes, framework_buffer_bytes,
+                                      grad_copy_bytes_per_param, tp_exposed_s, type_fp8_params,
+                                      type_params)
 from planner.costing.layout import Layout
 from planner.inputs.loader import Problem
 from planner.schemas.model import OutputBlock
@@ -55,7 +56,9 @@ def chain_costs(problem: Problem, cands: Candidates, costs: BlockCosts, ev: Eval
     copy = float(grad_copy_bytes_per_param(problem, cands)[i])
     per_param = float(state_bytes_per_stored_param(problem, cands, i)) + copy
     per_expert_param = float(state_bytes_per_stored_param(problem, cands, i, experts=True)) + copy
-    block_state = dense * per_param + experts * per_expert_param
+    fp8 = type_fp8_params(model) / tp + experts          # FP8 linear weights' extra copies
+    block_state = (dense * per_param + experts * per_expert_param
+                   + fp8 * float(fp8_weight_extra_bytes(problem, cands)[i]))
     time = (costs.forward_s[i] + costs.backward_s[i] + costs.recompute_s[i]
             + tp_exposed_s(problem, cands, costs)[i] + ep_exposed_s(problem, costs)[i])
     m = float(cands.num_micro_batches[i])

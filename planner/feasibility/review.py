@@ -13,6 +13,7 @@ from planner.search.candidates import SearchSpace
 from planner.frameworks import ParsedConfig, read_config
 from planner.errors import InfeasibleError, InputError
 from planner.inputs.loader import (Problem, framework_name, load_framework, resolve_strategy,
+                                   resolve_training,
                                    validate_file)
 from planner.search.rebalance import layout_advice
 from planner.feasibility.rules import RuleOptions
@@ -65,8 +66,11 @@ def _configured(problem: Problem, parsed: ParsedConfig, *, file: str,
                          f"{cluster.num_gpus}; pass --nodes to describe a larger cluster")
     training = problem.training
     if parsed.training:
-        training = validate_file(TrainingSpec, {**training.model_dump(), **parsed.training},
-                                 file)
+        values = {**training.model_dump(), **parsed.training}
+        if "precision" in parsed.training and "fp8_recipe" not in parsed.training:
+            values["fp8_recipe"] = None        # the file's precision, with its own recipe
+        training = resolve_training(validate_file(TrainingSpec, values, file), problem.cluster,
+                                    problem.framework, file=file)
     return replace(problem, num_gpus=num_gpus, training=training)
 
 

@@ -20,9 +20,9 @@ import numpy as np
 from planner.costing.evaluate import Candidates
 from planner.feasibility.target_rule import Rule, TargetRule, largest_divisor_at_most
 from planner.frameworks import deepspeed, megatron, mindspore, torchtitan
-from planner.inputs.loader import Problem
+from planner.inputs.loader import Problem, fp8_param_gather_allowed
 from planner.schemas.report import Violation
-from cost_models.enums import CpComm
+from cost_models.enums import CpComm, Precision, ZeroStage
 from planner.schemas.strategy import DpComm, LaunchTarget, Strategy
 
 
@@ -55,11 +55,15 @@ SUMMARY: dict[Rule, str] = {
     Rule.CP_ALL_TO_ALL: "all-to-all context parallelism must divide the heads each TP rank holds",
     Rule.CP_ATTENTION_VARIANT: "sliding windows need cp_comm all_gather or a2a, attention sinks "
                                "a2a",
+    Rule.FP8_HARDWARE: "precision fp8 needs a GPU that runs the FP8 recipe",
+    Rule.FP8_PARAM_GATHER: "FP8 parameters need sharded states (distributed optimizer, ZeRO, "
+                           "FSDP) and a recipe the framework gathers in FP8",
     Rule.MEMORY_FITS: "the peak stage must fit in GPU memory",
     Rule.TARGET_PARAMETER_SERVER: "no launch target implements a parameter server",
     Rule.TARGET_EXPERT_PARALLEL: "torchrun (plain PyTorch) has no expert parallelism",
     Rule.TARGET_EXPERT_TP: "etp must be 1 or tp on this launch target",
     Rule.TARGET_CONTEXT_PARALLEL: "torchrun (plain PyTorch) has no context parallelism",
+    Rule.TARGET_FP8: "torchrun (plain PyTorch) has no FP8 setting",
 }
 SUMMARY.update({rule: r.summary for rules in FRAMEWORK_RULES.values() for rule, r in rules.items()})
 """One line per rule, for messages that name rules without a particular strategy."""
@@ -210,6 +214,24 @@ def _cp_attention_variant(problem: Problem, c: Candidates,
     return cp_attention_variant_breaks(problem.model, cp=c.cp, cp_comm=c.cp_comm)
 
 
+def fp8_hardware_breaks(problem: Problem) -> bool:
+    """Precision fp8 with a recipe this GPU has no kernels for (its preset's
+    efficiency.fp8_gemm_efficiency lists the recipes it runs; none without FP8 tensor cores)."""
+    t, gpu = problem.training, problem.cluster.gpu
+    return t.precision is Precision.FP8 and (
+        gpu.peak_tflops.fp8 is None
+        or t.fp8_recipe not in problem.cluster.efficiency.fp8_gemm_efficiency)
+
+
+def _fp8_hardware(problem: Problem, c: Candidates, options: RuleOptions) -> np.ndarray:
+    return np.full(len(c), fp8_hardware_breaks(problem))
+
+
+def _fp8_param_gather(problem: Problem, c: Candidates, options: RuleOptions) -> np.ndarray:
+    fp8 = problem.training.precision is Precision.FP8
+    return fp8 & c.fp8_gather & ~fp8_param_gather_allowed(problem, c.zero)
+
+
 DEGREE_CHECKS: dict[Rule, Callable[[Problem, Candidates, RuleOptions], np.ndarray]] = {
     Rule.GPU_COUNT: _gpu_count,
     Rule.TP_DIVIDES_HEADS: _tp_divides_heads,
@@ -226,6 +248,8 @@ DEGREE_CHECKS: dict[Rule, Callable[[Problem, Candidates, RuleOptions], np.ndarra
     Rule.CP_FUSED_ATTENTION: _cp_fused_attention,
     Rule.CP_ALL_TO_ALL: _cp_all_to_all,
     Rule.CP_ATTENTION_VARIANT: _cp_attention_variant,
+    Rule.FP8_HARDWARE: _fp8_hardware,
+    Rule.FP8_PARAM_GATHER: _fp8_param_gather,
 }
 """Rules decided by the degrees alone, in the order `validate` reports them."""
 
@@ -237,6 +261,8 @@ TARGET_CHECKS: dict[Rule, tuple[tuple[LaunchTarget, ...], Callable[[Problem, Can
         lambda p, c: c.dp_comm == 1),
     Rule.TARGET_EXPERT_PARALLEL: ((LaunchTarget.TORCHRUN,), lambda p, c: c.ep > 1),
     Rule.TARGET_CONTEXT_PARALLEL: ((LaunchTarget.TORCHRUN,), lambda p, c: c.cp > 1),
+    Rule.TARGET_FP8: ((LaunchTarget.TORCHRUN,),
+                      lambda p, c: np.full(len(c), p.training.precision is Precision.FP8)),
     # DeepSpeed MoE experts are whole unless enable_expert_tensor_parallelism shards them like
     # the model's TP (deepspeed/moe/layer.py); MindSpore's experts follow model_parallel.
     Rule.TARGET_EXPERT_TP: ((LaunchTarget.DEEPSPEED, LaunchTarget.MINDSPORE),
@@ -494,6 +520,33 @@ def _explain_target_context_parallel(problem: Problem, s: Strategy) -> tuple[str
             "use cp 1, or emit for megatron, torchtitan or deepspeed")
 
 
+def _explain_fp8_hardware(problem: Problem, s: Strategy) -> tuple[str, str]:
+    gpu, t = problem.cluster.gpu, problem.training
+    runs = tuple(problem.cluster.efficiency.fp8_gemm_efficiency)
+    if gpu.peak_tflops.fp8 is None or not runs:
+        return (f"precision fp8: {gpu.name} has no FP8 tensor cores", "use precision bf16")
+    return (f"fp8_recipe {t.fp8_recipe.value}: {gpu.name} does not run it (it runs "
+            f"{', '.join(r.value for r in runs)})", f"use fp8_recipe {runs[0].value}")
+
+
+def _explain_fp8_param_gather(problem: Problem, s: Strategy) -> tuple[str, str]:
+    fp8 = problem.framework.fp8
+    recipes = fp8.param_gather_recipes if fp8 is not None else ()
+    if s.zero_stage < ZeroStage.OPTIMIZER_STATES:
+        return ("fp8_param_gather with zero_stage 0: FP8 parameters are gathered from sharded "
+                "states (Megatron-LM: --fp8-param-gather needs --use-distributed-optimizer)",
+                "use zero_stage 1 or more, or fp8_param_gather false")
+    recipe = problem.training.fp8_recipe
+    return (f"fp8_param_gather with fp8_recipe {recipe.value}: {problem.framework.name} gathers "
+            f"FP8 parameters only with {', '.join(r.value for r in recipes) or 'no recipe'}",
+            "use fp8_param_gather false")
+
+
+def _explain_target_fp8(problem: Problem, s: Strategy) -> tuple[str, str]:
+    return ("precision fp8: a torchrun script (plain PyTorch) has no FP8 setting",
+            "use precision bf16, or emit for megatron or torchtitan")
+
+
 def _explain_target_expert_parallel(problem: Problem, s: Strategy) -> tuple[str, str]:
     return (f"ep {s.ep}: a torchrun script (plain PyTorch DDP/FSDP) has no expert parallelism",
             "use ep 1, or emit for megatron or torchtitan")
@@ -515,6 +568,9 @@ EXPLAIN.update({
     Rule.CP_ATTENTION_VARIANT: _explain_cp_attention_variant,
     Rule.TARGET_EXPERT_PARALLEL: _explain_target_expert_parallel,
     Rule.TARGET_EXPERT_TP: _explain_target_expert_tp,
+    Rule.FP8_HARDWARE: _explain_fp8_hardware,
+    Rule.FP8_PARAM_GATHER: _explain_fp8_param_gather,
+    Rule.TARGET_FP8: _explain_target_fp8,
 })
 EXPLAIN.update({rule: r.explain for rules in FRAMEWORK_RULES.values()
                 for rule, r in rules.items()})

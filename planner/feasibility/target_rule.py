@@ -13,7 +13,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from cost_models.enums import CpComm
+from cost_models.enums import CpComm, Precision
 
 
 class Rule(str, Enum):
@@ -33,12 +33,19 @@ class Rule(str, Enum):
     CP_FUSED_ATTENTION = "cp_fused_attention"
     CP_ALL_TO_ALL = "cp_all_to_all"
     CP_ATTENTION_VARIANT = "cp_attention_variant"
+    FP8_HARDWARE = "fp8_hardware"
+    FP8_PARAM_GATHER = "fp8_param_gather"
     MEMORY_FITS = "memory_fits"
     # Rules of one launch target: what that framework cannot run or refuses.
     TARGET_PARAMETER_SERVER = "target_parameter_server"
     TARGET_EXPERT_PARALLEL = "target_expert_parallel"
     TARGET_EXPERT_TP = "target_expert_tp"
     TARGET_CONTEXT_PARALLEL = "target_context_parallel"
+    TARGET_FP8 = "target_fp8"
+    MEGATRON_FP8 = "megatron_fp8"
+    DEEPSPEED_FP8 = "deepspeed_fp8"
+    TORCHTITAN_FP8 = "torchtitan_fp8"
+    MINDSPORE_FP8 = "mindspore_fp8"
     MEGATRON_MOE_BIAS_ETP = "megatron_moe_bias_etp"
     DEEPSPEED_PIPELINE_ZERO = "deepspeed_pipeline_zero"
     DEEPSPEED_TP_ZERO3 = "deepspeed_tp_zero3"
@@ -107,3 +114,23 @@ def context_parallel_rule(name: str, supported: tuple[CpComm, ...]) -> TargetRul
 
     return TargetRule(f"{name} runs context parallelism only as {ways}",
                       lambda p, c: (c.cp > 1) & ~np.isin(c.cp_comm, allowed), explain)
+
+
+def fp8_rule(name: str, fp8, why: str = "") -> TargetRule:
+    """A framework's rule that FP8 training uses a scaling recipe it configures (its profile's
+    `fp8`; None: no FP8 setting at all, `why` says so)."""
+    recipes = fp8.recipes if fp8 is not None else ()
+
+    def breaks(problem) -> bool:
+        t = problem.training
+        return t.precision is Precision.FP8 and t.fp8_recipe not in recipes
+
+    def explain(problem, s):
+        if not recipes:
+            return (f"precision fp8: {name} has no FP8 setting{why}", "use precision bf16")
+        return (f"fp8_recipe {problem.training.fp8_recipe.value}: {name} configures only "
+                f"{', '.join(r.value for r in recipes)}", f"use fp8_recipe {recipes[0].value}")
+
+    summary = (f"{name} trains in FP8 with {', '.join(r.value for r in recipes)} scaling"
+               if recipes else f"{name} has no FP8 setting")
+    return TargetRule(summary, lambda p, c: everywhere(c, breaks(p)), explain)

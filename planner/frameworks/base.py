@@ -106,7 +106,7 @@ def header_lines(plan: LaunchPlan, target: str, checked_against: str) -> list[st
     p, s, r = plan.problem, plan.strategy, plan.report
     options = (f"sequence_parallel {str(s.sequence_parallel).lower()}, recompute "
                f"{s.recompute.value}, zero_stage {int(s.zero_stage)}, "
-               f"{p.training.precision.value}")
+               f"{p.training.precision_label}")
     paragraphs = [
         f"{target} launch config written by planner {__version__}.",
         f"Model {p.model.name} on {p.num_gpus} x {p.cluster.gpu.name} ({p.cluster.name}).",

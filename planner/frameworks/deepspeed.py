@@ -24,7 +24,8 @@ from planner.frameworks.base import LaunchPlan, ParsedConfig, closest, did_you_m
 from planner.errors import InputError
 from planner.frameworks import profiles
 from planner.schemas.framework import FrameworkProfile
-from planner.feasibility.target_rule import Rule, TargetRule, context_parallel_rule
+from planner.feasibility.target_rule import (Rule, TargetRule, context_parallel_rule,
+                                             fp8_rule)
 from planner.inputs.loader import Problem
 from planner.schemas.strategy import LaunchTarget
 
@@ -398,6 +399,9 @@ def _explain_pipeline_zero(problem, s):
 
 
 RULES: dict[Rule, TargetRule] = {
+    # ds_config has no fp8 key (docs/_pages/config-json.md); FP8 is TE modules in model code.
+    Rule.DEEPSPEED_FP8: fp8_rule("DeepSpeed", profile().fp8, " in ds_config (FP8 comes from "
+                                 "Transformer Engine layers in the model code)"),
     Rule.DEEPSPEED_CONTEXT_PARALLEL: context_parallel_rule("DeepSpeed",
         profile().context_parallel),
     # deepspeed/runtime/pipe/engine.py: "ZeRO-2 and ZeRO-3 are incompatible with pipeline

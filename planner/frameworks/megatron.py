@@ -17,7 +17,7 @@ from planner.frameworks.shell import Flag, ShellScript
 from planner.errors import InputError
 from planner.frameworks import profiles
 from planner.schemas.framework import FrameworkProfile
-from planner.feasibility.target_rule import Rule, TargetRule
+from planner.feasibility.target_rule import Rule, TargetRule, fp8_rule
 from planner.inputs.loader import Problem
 from planner.schemas.strategy import LaunchTarget
 
@@ -702,6 +702,7 @@ def _moe_with_bias(problem: Problem) -> bool:
 
 
 RULES: dict[Rule, TargetRule] = {
+    Rule.MEGATRON_FP8: fp8_rule("Megatron-LM", profile().fp8),
     # transformer_config.py __post_init__: "Bias in Moe is only supported when ETP==1".
     Rule.MEGATRON_MOE_BIAS_ETP: TargetRule(
         "Megatron-Core supports biased experts only with etp 1",

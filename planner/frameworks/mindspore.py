@@ -22,7 +22,7 @@ from planner.errors import InputError
 from planner.frameworks import profiles
 from planner.schemas.framework import FrameworkProfile
 from planner.feasibility.target_rule import (Rule, TargetRule, context_parallel_rule, everywhere,
-                                             is_power_of_two, largest_divisor_at_most,
+                                             fp8_rule, is_power_of_two, largest_divisor_at_most,
                                              num_micro_batches)
 from planner.inputs.loader import Problem
 from planner.schemas.strategy import LaunchTarget
@@ -258,6 +258,9 @@ def profile() -> FrameworkProfile:
 # --------------------------------------------------------------------------- rules
 
 RULES: dict[Rule, TargetRule] = {
+    # mindformers multi_token_prediction.py: "Not Support FP8 Training."
+    Rule.MINDSPORE_FP8: fp8_rule("MindSpore", profile().fp8,
+                                 " (MindFormers does not train in FP8)"),
     Rule.MINDSPORE_CONTEXT_PARALLEL: context_parallel_rule("MindSpore",
         profile().context_parallel),
     # MindSpore operator_info.cc: shard strategy values must be powers of two ("Invalid

@@ -25,7 +25,7 @@ from planner.errors import InputError
 from planner.frameworks import profiles
 from planner.schemas.framework import FrameworkProfile
 from planner.feasibility.target_rule import (Rule, TargetRule, context_parallel_rule, everywhere,
-                                             largest_divisor_at_most, num_micro_batches)
+                                             fp8_rule, largest_divisor_at_most, num_micro_batches)
 from planner.inputs.loader import Problem
 from planner.schemas.strategy import LaunchTarget
 
@@ -441,6 +441,7 @@ def _explain_seq_len(p: Problem, s) -> tuple[str, str]:
 
 
 RULES: dict[Rule, TargetRule] = {
+    Rule.TORCHTITAN_FP8: fp8_rule("torchtitan", profile().fp8),
     Rule.TORCHTITAN_ZERO1: TargetRule(
         "torchtitan shards with FSDP2: ZeRO stage 0, 2 or 3, not 1",
         lambda p, c: c.zero == 1,

@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 from pydantic import BaseModel, ValidationError
 
 import model_zoo
-from cost_models.enums import CpComm
+from cost_models.enums import CpComm, Fp8Recipe, Precision, ZeroStage
 from planner.inputs import presets
 from planner.errors import InputError
 from planner.inputs.hf_config import shorthand_from_hf
@@ -289,14 +290,19 @@ def make_problem(model_ref: str, cluster_ref: str, *, gpus: int | None = None,
                  nodes: int | None = None, seq_len: int | None = None,
                  global_batch: int | None = None, global_batch_tokens: float | None = None,
                  precision: str | None = None, optimizer: str | None = None,
-                 framework: str = "megatron") -> Problem:
+                 framework: str = "megatron", fp8_recipe: str | None = None) -> Problem:
     """Load a model and a cluster, apply CLI overrides, and check the GPU count."""
     model, training = load_model(model_ref)
     cluster = load_cluster(cluster_ref, nodes=nodes)
     if global_batch is not None and global_batch_tokens is not None:
         raise InputError("--global-batch-tokens: give it or --global-batch, not both")
+    if precision == MXFP8:      # --precision mxfp8: FP8 with the MXFP8 recipe
+        if fp8_recipe not in (None, MXFP8):
+            raise InputError(f"--fp8-recipe {fp8_recipe}: --precision mxfp8 is the mxfp8 recipe")
+        precision, fp8_recipe = Precision.FP8.value, MXFP8
     overrides = {k: v for k, v in (("seq_len", seq_len), ("global_batch", global_batch),
-                                   ("precision", precision), ("optimizer", optimizer))
+                                   ("precision", precision), ("optimizer", optimizer),
+                                   ("fp8_recipe", fp8_recipe))
                  if v is not None}
     if overrides:   # validated like the file's own training section, enums included
         training = validate_file(TrainingSpec, {**training.model_dump(), **overrides},
@@ -323,8 +329,41 @@ def make_problem(model_ref: str, cluster_ref: str, *, gpus: int | None = None,
         raise InputError(f"--gpus: {num_gpus} exceeds the {cluster.num_gpus} GPUs of "
                          f"{cluster.name} ({cluster.num_nodes} nodes x {cluster.gpus_per_node}); "
                          f"pass --nodes to describe a larger cluster")
+    profile = load_framework(framework)
+    training = resolve_training(training, cluster, profile,
+                                file="command line" if overrides else model_ref)
     return Problem(model=model, training=training, cluster=cluster, num_gpus=num_gpus,
-                   framework=load_framework(framework), notes=tuple(notes))
+                   framework=profile, notes=tuple(notes))
+
+
+def fp8_param_gather_allowed(problem: Problem, zero) -> np.ndarray:
+    """Where the linear weights can be FP8 parameters gathered in FP8: precision fp8 with a
+    recipe the framework gathers so (its profile), and sharded states to gather from
+    (Megatron-LM asserts --fp8-param-gather needs the distributed optimizer or FSDP)."""
+    t, fp8 = problem.training, problem.framework.fp8
+    ok = (t.precision is Precision.FP8 and fp8 is not None
+          and t.fp8_recipe in fp8.param_gather_recipes)
+    return ok & (np.asarray(zero) >= ZeroStage.OPTIMIZER_STATES)
+
+
+MXFP8 = Fp8Recipe.MXFP8.value
+"""`--precision mxfp8` names FP8 training with the MXFP8 recipe (Blackwell)."""
+
+
+def resolve_training(training: TrainingSpec, cluster: ClusterSpec, framework: FrameworkProfile,
+                     *, file: str) -> TrainingSpec:
+    """The FP8 recipe where precision fp8 leaves it out: the framework's first (its default)
+    that this GPU runs, else its first (a rule then says the GPU cannot)."""
+    if training.precision is not Precision.FP8:
+        if training.fp8_recipe is not None:
+            raise InputError(f"{file}: fp8_recipe: only with precision fp8 (precision is "
+                             f"{training.precision.value})")
+        return training
+    if training.fp8_recipe is not None:
+        return training
+    offered = framework.fp8.recipes if framework.fp8 is not None else tuple(Fp8Recipe)
+    runs = [r for r in offered if r in cluster.efficiency.fp8_gemm_efficiency]
+    return training.model_copy(update={"fp8_recipe": (runs or list(offered))[0]})
 
 
 # --------------------------------------------------------------------------- strategies
@@ -348,6 +387,9 @@ def resolve_strategy(strategy: Strategy, problem: Problem, *, file: str = "strat
                 f"{file}: dp: cannot derive dp: {named} ({model_parallel}) does not divide the "
                 f"{problem.num_gpus} GPUs; give dp or change tp and pp")
         update["dp"] = problem.num_gpus // model_parallel
+    if strategy.fp8_param_gather is None:
+        update["fp8_param_gather"] = bool(problem.framework.defaults.fp8_param_gather
+                                          and fp8_param_gather_allowed(problem, strategy.zero_stage))
     if strategy.cp_comm is CpComm.A2A_P2P and strategy.cp_a2a is None:
         update["cp_a2a"] = default_cp_a2a(strategy.cp, strategy.tp, problem.cluster.gpus_per_node)
     return strategy.model_copy(update=update) if update else strategy

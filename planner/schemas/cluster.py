@@ -7,7 +7,7 @@ from enum import Enum
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 
 from cost_models.communication import Network
-from cost_models.enums import Precision
+from cost_models.enums import Fp8Recipe, Precision
 from cost_models.units import GB, GiB, TFLOPS, US
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
@@ -48,10 +48,17 @@ class GpuSpec(BaseModel):
     peak_tflops: PeakTflops
     hbm_gb_per_s: PositiveFloat
     """Datasheet HBM bandwidth, GB/s (1e9 bytes)."""
+    fp8_transpose_free: bool = False
+    """Its FP8 tensor cores read an operand in either layout, so per-tensor-scaled FP8 needs
+    no transposed copy (Blackwell); Hopper and Ada do (Transformer Engine
+    performance_considerations.rst, Table 2)."""
 
     def peak_flops(self, precision: Precision) -> float:
-        """Dense peak FLOP/s for matrix multiplies at a training precision."""
-        return getattr(self.peak_tflops, precision.value) * TFLOPS
+        """Dense peak FLOP/s for matrix multiplies at a training precision (FP8: of the FP8
+        tensor cores, which MXFP8 runs on too; a GPU without them is priced at its bf16 peak,
+        and the fp8_hardware rule refuses the request)."""
+        peak = getattr(self.peak_tflops, precision.value)
+        return (self.peak_tflops.bf16 if peak is None else peak) * TFLOPS
 
 
 class LinkSpec(BaseModel):
@@ -96,6 +103,10 @@ class EfficiencySpec(BaseModel):
     nvls_bus_fraction: float | None = Field(default=None, gt=0, le=2)
     """NCCL all-reduce bus bandwidth with NVLS (NVSwitch in-switch reduction) / per-direction
     NVLink bandwidth; it can exceed 1 because the switch reduces. None: no NVLS (before Hopper)."""
+    fp8_gemm_efficiency: dict[Fp8Recipe, float] = Field(default_factory=dict)
+    """Per FP8 scaling recipe this GPU runs: the share of the FP8 peak its GEMMs reach
+    relative to the share bf16 GEMMs reach of theirs (`gemm_peak_fraction`); quantization is
+    priced apart. Recipes absent do not run on this GPU (none: no FP8 training)."""
     overlap_interference: float = Field(ge=0, le=1)
     """Share of a collective's time hidden behind compute that still slows that compute."""
     step_overhead_s: float = Field(ge=0)

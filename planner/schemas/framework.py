@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveInt
 
-from cost_models.enums import CpComm
+from cost_models.enums import CpComm, Fp8Recipe
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
@@ -45,6 +45,24 @@ class BufferProfile(BaseModel):
     keeps each bf16 .grad)."""
 
 
+class Fp8Profile(BaseModel):
+    """How a framework trains in FP8."""
+
+    model_config = _FROZEN
+    recipes: tuple[Fp8Recipe, ...]
+    """Scaling recipes it configures, its default first."""
+    caches_weights: bool
+    """Keeps each linear weight's FP8 copies across micro-batches (Transformer Engine's weight
+    workspaces) rather than quantizing the weight in every pass (torchao)."""
+    saves_fp8_inputs: bool
+    """Saves each linear layer's input quantized for the backward pass (Transformer Engine)
+    rather than in bf16 (torchao Float8Linear saves the high-precision input)."""
+    param_gather_recipes: tuple[Fp8Recipe, ...] = ()
+    """Recipes with which it can keep the linear weights as FP8 parameters and all-gather them
+    in FP8 across data-parallel ranks (Megatron-LM --fp8-param-gather, torchtitan
+    enable_fsdp_float8_all_gather)."""
+
+
 class OverlapDefaults(BaseModel):
     """What the framework does when the user does not say (its flags' defaults)."""
 
@@ -52,6 +70,8 @@ class OverlapDefaults(BaseModel):
     overlap_grad_reduce: bool
     overlap_param_gather: bool
     tp_comm_overlap: bool
+    fp8_param_gather: bool = False
+    """FP8 parameters gathered in FP8, where the recipe and ZeRO allow (`Fp8Profile`)."""
 
 
 class FrameworkProfile(BaseModel):
@@ -93,6 +113,8 @@ class FrameworkProfile(BaseModel):
     """Share of the expert-parallel all-to-all hidden behind compute by default."""
     context_parallel: tuple[CpComm, ...] = ()
     """The ways it exchanges keys and values across context-parallel ranks (empty: no CP)."""
+    fp8: Fp8Profile | None = None
+    """FP8 training (None: the framework has no FP8 setting)."""
     zero3: Zero3Profile
     buffers: BufferProfile
     defaults: OverlapDefaults

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from cost_models.compute import MlaDims, MoeDims
 from cost_models.enums import (AttentionKind, LoadBalancing, MlpKind, NormKind, Optimizer,
-                               PositionKind, Precision)
+                               PositionKind, Precision, Fp8Recipe)
 from cost_models.evoformer import EvoformerShape, evoformer_block_params
 from cost_models.parameters import (ParamCount, attention_params, embedding_params, mla_params,
                                     mlp_params, moe_params, norm_params, output_head_params)
@@ -330,7 +330,17 @@ class TrainingSpec(BaseModel):
     """Sequences per optimizer step; None: about 4M tokens (`loader.DEFAULT_TOKENS_PER_BATCH`)
     at whatever seq_len the run uses."""
     precision: Precision = Precision.BF16
+    fp8_recipe: Fp8Recipe | None = None
+    """How FP8 tensors are scaled, with precision fp8; None: the framework's default recipe
+    that the GPU runs."""
     optimizer: Optimizer = Optimizer.ADAM
+
+    @property
+    def precision_label(self) -> str:
+        """'bf16', or 'fp8 (tensorwise)' with the FP8 recipe."""
+        if self.precision is Precision.FP8 and self.fp8_recipe is not None:
+            return f"{self.precision.value} ({self.fp8_recipe.value})"
+        return self.precision.value
 
 
 class Source(BaseModel):

@@ -42,6 +42,8 @@ class StrategyOut(BaseModel):
     overlap_param_gather: bool
     tp_comm_overlap: bool
     """The overlaps as run: on only where the strategy asks and the framework has them."""
+    fp8_param_gather: bool = False
+    """FP8 parameters gathered in FP8, as run (precision fp8 only)."""
     dp_comm: DpComm
     layers_per_stage: list[int]
     """Repeated layers on each pipeline chunk (pp * vpp entries, pipeline order)."""

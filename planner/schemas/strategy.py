@@ -75,6 +75,11 @@ class Strategy(BaseModel):
     """Overlap tensor-parallel collectives with the GEMMs (Megatron-LM --tp-comm-overlap,
     torchtitan async TP), where the framework can; needs sequence parallelism. None: the
     framework's default."""
+    fp8_param_gather: bool | None = None
+    """With precision fp8, keep the linear weights as FP8 parameters and all-gather them in FP8
+    (Megatron-LM --fp8-param-gather, needs the distributed optimizer; torchtitan
+    enable_fsdp_float8_all_gather), where the framework can with this recipe. None: the
+    framework's default."""
     dp_shard: PositiveInt | None = None
     """ZeRO/FSDP shard group: model states are sharded over dp_shard data-parallel ranks and
     replicated over dp / dp_shard groups (HSDP: FSDP HYBRID_SHARD, torchtitan

@@ -22,7 +22,7 @@ import numpy as np
 from cost_models.enums import CpComm, Recompute, ZeroStage
 from planner.costing.evaluate import CP_COMM_ORDER, DP_COMM_ORDER, RECOMPUTE_ORDER, Candidates
 from planner.feasibility.rules import cp_all_to_all_breaks, cp_attention_variant_breaks
-from planner.inputs.loader import Problem
+from planner.inputs.loader import Problem, fp8_param_gather_allowed
 from planner.schemas.framework import OverlapDefaults
 from planner.schemas.strategy import DpComm, LaunchTarget, default_cp_a2a
 
@@ -69,6 +69,7 @@ class SearchSpace:
     overlap_grad_reduce: bool | None = None
     overlap_param_gather: bool | None = None
     tp_comm_overlap: bool | None = None
+    fp8_param_gather: bool | None = None
     """Overlap pins (None: the framework's default), e.g. what an older framework version did."""
 
     def overlaps(self, problem: Problem) -> OverlapDefaults:
@@ -321,6 +322,7 @@ def generate(problem: Problem, space: SearchSpace) -> list[CandidateGroup]:
             recompute=a[:, 6], zero=a[:, 7], shard=a[:, 9], overlap=np.full(len(a), overlap.overlap_grad_reduce),
             param_gather=np.full(len(a), overlap.overlap_param_gather),
             tp_overlap=np.full(len(a), overlap.tp_comm_overlap),
+            fp8_gather=overlap.fp8_param_gather & fp8_param_gather_allowed(problem, a[:, 7]),
             dp_comm=a[:, 8], num_servers=a[:, 3].copy(),
             global_batch=np.full(len(a), problem.training.global_batch), ep=a[:, 10],
             etp=a[:, 11], cp=a[:, 12], cp_comm=a[:, 13], cp_a2a=a[:, 14])

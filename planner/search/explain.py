@@ -22,7 +22,7 @@ from planner.errors import InfeasibleError
 from planner.inputs.loader import Problem
 from planner.search.pool import Pool, evaluate_groups, passes
 from planner.schemas.strategy import strategy_label
-from planner.feasibility.rules import (SUMMARY, TARGET_CHECKS, Rule, RuleOptions, degree_violations,
+from planner.feasibility.rules import (EXPLAIN, SUMMARY, TARGET_CHECKS, Rule, RuleOptions, degree_violations,
                            memory_violations)
 
 MAX_GPU_FACTOR = 64
@@ -156,7 +156,14 @@ def explain_infeasible(problem: Problem, space: SearchSpace, groups: list[Candid
                 f"({gpu.memory_gib:g} GiB) satisfies {' and '.join(core)}")
     details = []
     for name in core:
-        if name in {r.value for r in Rule}:
+        if name in {r.value for r in Rule} and len(conflicts.pool) and conflicts.broken[name].all() \
+                and Rule(name) in EXPLAIN:
+            # Broken by every strategy (the precision, the GPU): say why and what to do.
+            pool = conflicts.pool
+            message, fix = EXPLAIN[Rule(name)](
+                problem, pool.batches[pool.batch[0]].cands.strategy(int(pool.row[0])))
+            details.append(f"{name}: {message}; {fix}")
+        elif name in {r.value for r in Rule}:
             details.append(f"{name}: {SUMMARY[Rule(name)]}")
         elif not conflicts.satisfying([name]).any():
             details.append(f"{name}: no strategy in the search space has it (tp * cp * pp "

@@ -1,0 +1,89 @@
+"""FP8 training: the bytes an FP8 value, an FP8 weight and a quantization pass cost.
+
+Linear layers multiply in FP8 and keep everything else in bf16 (`Precision.FP8`). A tensor a
+GEMM reads in FP8 is quantized from bf16 first; each GEMM operand is needed in two layouts
+(the weight row-wise for the forward, column-wise for the data gradient; an input row-wise
+for the forward, column-wise for the weight gradient), and the recipe (`Fp8Recipe`) decides
+how many copies that takes and how often the bf16 tensor is read.
+
+Sources (NVIDIA/TransformerEngine docs/features/low_precision_training/ @d0067d0d):
+performance_considerations.rst ("Handling transposes", Table 2: Hopper's FP8 tensor cores read
+only the row-wise layout, so a transposed copy is made; Blackwell reads both from one copy for
+per-tensor scaling), fp8_current_scaling.rst (current scaling reads the tensor twice: amax,
+then the cast), fp8_delayed_scaling.rst (one read: the scale comes from earlier steps),
+mxfp8/mxfp8.rst (one E8M0 scale per 32 values; row-wise and column-wise blocks differ, so both
+copies are quantized from the source), fp8_blockwise_scaling.rst (fp32 scales per 1x128
+activation tile and per 128x128 weight tile, both directions kept).
+"""
+
+from __future__ import annotations
+
+from cost_models.enums import Fp8Recipe
+from cost_models.units import BYTES_16BIT, BYTES_FP32
+
+BYTES_FP8 = 1
+MX_BLOCK = 32
+"""Values sharing one 1-byte E8M0 scale in MXFP8 (OCP Microscaling Formats spec v1.0)."""
+ACTIVATION_TILE = 128
+"""Values of a 1x128 activation tile sharing one fp32 scale in block scaling."""
+WEIGHT_TILE = 128 * 128
+"""Values of a 128x128 weight tile sharing one fp32 scale in block scaling."""
+
+_AMAX_PASS = {Fp8Recipe.TENSORWISE: True, Fp8Recipe.ROWWISE: True}
+"""Recipes that read a tensor once for its amax before the pass that casts it (current
+scaling; per-block recipes find each block's amax inside the cast kernel, delayed scaling
+takes it from the history)."""
+
+
+def fp8_value_bytes(recipe: Fp8Recipe) -> float:
+    """Bytes of one FP8 activation value with its share of the scales: 1 for per-tensor and
+    per-row scaling (one fp32 per tensor or per row of thousands), 1 + 1/32 for MXFP8, 1 +
+    4/128 for block scaling's 1x128 tiles (TE mxfp8.rst, fp8_blockwise_scaling.rst)."""
+    if recipe is Fp8Recipe.MXFP8:
+        return BYTES_FP8 + 1 / MX_BLOCK
+    if recipe is Fp8Recipe.BLOCKWISE:
+        return BYTES_FP8 + BYTES_FP32 / ACTIVATION_TILE
+    return float(BYTES_FP8)
+
+
+def fp8_copies_bytes(recipe: Fp8Recipe, *, transpose_free: bool, weight: bool = False) -> float:
+    """Bytes per value of the FP8 copies one tensor needs for both of its GEMM layouts.
+
+    Per-tensor scaling (delayed, tensorwise): one copy where the tensor cores read either
+    layout (Blackwell), a row-wise and a transposed copy otherwise (Hopper, Ada): TE
+    performance_considerations.rst, Table 2. MXFP8, block and row-wise scaling scale along
+    the layout, so the two copies differ and both are kept: 2 x (1 + 1/32) for MXFP8 ("MXFP8
+    requires 2 bytes/param", TE issue #1880), 2 x (1 + 4/128) for block-scaled activations and
+    2 x (1 + 4/128^2) for block-scaled weights.
+    """
+    if recipe in (Fp8Recipe.DELAYED, Fp8Recipe.TENSORWISE):
+        return float(BYTES_FP8 if transpose_free else 2 * BYTES_FP8)
+    if recipe is Fp8Recipe.BLOCKWISE and weight:
+        return 2 * (BYTES_FP8 + BYTES_FP32 / WEIGHT_TILE)
+    return 2 * fp8_value_bytes(recipe)
+
+
+def quantize_bytes(elements, recipe: Fp8Recipe, *, transpose_free: bool):
+    """HBM bytes of quantizing `elements` bf16 values into the FP8 copies of both layouts:
+    each read of the bf16 tensor (two with current scaling's amax pass, one otherwise; TE
+    fp8_current_scaling.rst "Performance analysis") plus the copies written
+    (`fp8_copies_bytes`). A memory-bound kernel: time is these bytes at HBM bandwidth."""
+    reads = 2 if _AMAX_PASS.get(recipe, False) else 1
+    return elements * (reads * BYTES_16BIT + fp8_copies_bytes(recipe, transpose_free=transpose_free))
+
+
+def fp8_weight_bytes_per_param(recipe: Fp8Recipe, *, transpose_free: bool, caches: bool,
+                               fp8_params: bool) -> float:
+    """Bytes per linear-layer weight a rank keeps for its FP8 GEMMs, besides the fp32 master
+    copy and the gradients (Megatron-LM + Transformer Engine):
+    - the bf16 weight (2), unless the parameters themselves are FP8 (Megatron-LM
+      --fp8-param-gather: "Casts FP32 master weights directly to FP8, eliminating BF16
+      intermediate copy", megatron/core/transformer/moe/README.md; the FP8 parameter is then
+      the first of the copies);
+    - the quantized copies of both layouts (`fp8_copies_bytes`) where the framework keeps them
+      across micro-batches (TE's weight workspaces, transformer_engine/pytorch/module/linear.py
+      with is_first_microbatch); a framework that quantizes in every pass (torchao) keeps none.
+    Hopper, per-tensor scaling: 2 + 2 = 4 bytes, or 2 with FP8 parameters.
+    """
+    kept = fp8_copies_bytes(recipe, transpose_free=transpose_free, weight=True) if caches else 0.0
+    return (0.0 if fp8_params else BYTES_16BIT) + kept
