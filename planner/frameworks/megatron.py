@@ -9,8 +9,8 @@ allow_abbrev=False: an unknown or misspelled flag stops it ("unrecognized argume
 
 from __future__ import annotations
 
-from cost_models.enums import AttentionKind, CpComm, LoadBalancing, MlpKind, NormKind, Optimizer, \
-    PositionKind, Precision, Recompute, ZeroStage
+from cost_models.enums import AttentionKind, CpComm, Fp8Recipe, LoadBalancing, MlpKind, NormKind, \
+    Optimizer, PositionKind, Precision, Recompute, ZeroStage
 from planner.frameworks import torchrun
 from planner.frameworks.base import LaunchPlan, ParsedConfig, closest, header_lines, transformer_shape
 from planner.frameworks.shell import Flag, ShellScript
@@ -45,8 +45,17 @@ CHOICES = {
     "--moe-router-score-function": ("softmax", "sigmoid", "sqrtsoftplus"),
     "--softmax-type": ("vanilla", "off-by-one", "learnable"),
     "--data-parallel-sharding-strategy": tuple(FSDP_STRATEGIES.values()),
+    "--fp8-format": ("e4m3", "hybrid"),
+    "--fp8-recipe": ("tensorwise", "delayed", "mxfp8", "blockwise", "custom"),
+    "--fp8-amax-compute-algo": ("most_recent", "max"),
 }
 """argparse choices: any other value stops Megatron-LM."""
+
+FP8_FORMAT = {Fp8Recipe.DELAYED: "hybrid", Fp8Recipe.TENSORWISE: "hybrid",
+              Fp8Recipe.BLOCKWISE: "e4m3", Fp8Recipe.MXFP8: "e4m3"}
+"""--fp8-format per recipe: E4M3 forward, E5M2 gradients with per-tensor scales (NVIDIA's
+examples/llama/train_llama3_8b_h100_fp8.sh); E4M3 throughout for the block-scaled recipes
+(megatron/core/transformer/moe/README.md: --fp8-format e4m3 --fp8-recipe blockwise; MXFP8)."""
 
 KNOWN_FLAGS = frozenset({
     "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--tp-comm-overlap",
@@ -54,6 +63,12 @@ KNOWN_FLAGS = frozenset({
     "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
     "--microbatch-group-size-per-virtual-pipeline-stage", "--sequence-parallel",
     "--context-parallel-size", "--expert-model-parallel-size", "--expert-tensor-parallel-size",
+    # FP8 (TransformerConfig fields since Megatron-LM 639c08ab, arguments.py --fp8-param-gather)
+    "--fp8-format", "--fp8-recipe", "--fp8-margin", "--fp8-interval", "--fp8-amax-history-len",
+    "--fp8-amax-compute-algo", "--no-fp8-wgrad", "--disable-fp8-wgrad", "--fp8-param-gather",
+    "--fp8-output-proj", "--fp8-quantizer-factory", "--first-last-layers-bf16",
+    "--num-layers-at-start-in-bf16", "--num-layers-at-end-in-bf16",
+    "--reuse-grad-buf-for-mxfp8-param-ag", "--keep-fp8-transpose-cache",
     "--cp-comm-type", "--hierarchical-context-parallel-sizes",
     "--micro-batch-size", "--global-batch-size", "--rampup-batch-size",
     "--recompute-granularity", "--recompute-method", "--recompute-num-layers",
@@ -307,9 +322,19 @@ def _parallel_args(plan: LaunchPlan) -> list[str]:
 
 
 def _training_args(plan: LaunchPlan) -> list[str]:
-    training = plan.problem.training
+    training, s = plan.problem.training, plan.strategy
     if training.precision is Precision.BF16:
         args = ["--bf16"]
+    elif training.precision is Precision.FP8:       # bf16 params, linear layers in FP8 (TE)
+        recipe = training.fp8_recipe or Fp8Recipe.DELAYED
+        args = ["--bf16", f"--fp8-format {FP8_FORMAT.get(recipe, 'hybrid')}",
+                f"--fp8-recipe {recipe.value}"]
+        if recipe is Fp8Recipe.DELAYED:       # NVIDIA's H100 FP8 example: TE's own history
+            args += ["--fp8-amax-history-len 1024", "--fp8-amax-compute-algo max"]
+        if s.fp8_param_gather and s.zero_stage >= ZeroStage.OPTIMIZER_STATES:
+            args.append("--fp8-param-gather")
+            if recipe is Fp8Recipe.MXFP8:     # MXFP8 params gather through the grad buffer
+                args.append("--reuse-grad-buf-for-mxfp8-param-ag")
     elif training.precision is Precision.FP16:     # dynamic loss scaling (Megatron defaults)
         args = ["--fp16", "--initial-loss-scale 4294967296", "--min-loss-scale 1.0",
                 "--loss-scale-window 1000", "--hysteresis 2"]
@@ -670,7 +695,9 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
         parsed.finding("megatron_environment", "Megatron-LM stops on pre-Blackwell GPUs: tensor "
                        "parallelism needs CUDA_DEVICE_MAX_CONNECTIONS=1 in the environment",
                        "add export CUDA_DEVICE_MAX_CONNECTIONS=1")
-    if "--bf16" in flags:
+    if "--fp8-format" in flags:
+        _fp8(parsed, flags, fsdp)
+    elif "--bf16" in flags:
         parsed.training["precision"] = Precision.BF16
     elif "--fp16" in flags:
         parsed.training["precision"] = Precision.FP16
@@ -689,6 +716,35 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
 
 
 # --------------------------------------------------------------------------- profile
+
+def _fp8(parsed: ParsedConfig, flags: dict, fsdp: bool) -> None:
+    """FP8 as Megatron-LM runs it: --fp8-format turns it on, --fp8-recipe (default delayed)
+    picks the scaling, --fp8-param-gather keeps FP8 parameters (needs the distributed
+    optimizer or FSDP, arguments.py); first/last bf16 layers refuse delayed scaling
+    (transformer_config.py)."""
+    parsed.training["precision"] = Precision.FP8
+    named = flags.get("--fp8-recipe")
+    recipe = named.value if named is not None and named.value else "delayed"
+    if recipe == "custom":
+        parsed.finding("megatron_fp8", "--fp8-recipe custom: a quantizer factory the planner "
+                       "cannot read; priced as tensorwise", "use a named --fp8-recipe")
+        recipe = "tensorwise"
+    if recipe in {r.value for r in Fp8Recipe}:
+        parsed.training["fp8_recipe"] = Fp8Recipe(recipe)
+    gather = "--fp8-param-gather" in flags
+    parsed.strategy["fp8_param_gather"] = gather
+    if gather and not ("--use-distributed-optimizer" in flags or fsdp):
+        parsed.finding("megatron_flag", "Megatron-LM stops: --fp8-param-gather needs "
+                       "--use-distributed-optimizer (or Megatron-FSDP)",
+                       "add --use-distributed-optimizer")
+    if "--first-last-layers-bf16" in flags and recipe == "delayed":
+        parsed.finding("megatron_flag", "Megatron-LM stops: --first-last-layers-bf16 is not "
+                       "supported with delayed scaling", "use --fp8-recipe tensorwise")
+    if "--bf16" not in flags:
+        parsed.finding("megatron_fp8", "--fp8-format without --bf16: the weights and the "
+                       "layers outside FP8 run in fp32; priced as bf16 with FP8 linears",
+                       "add --bf16")
+
 
 def profile() -> FrameworkProfile:
     """Features, overlaps and constants of Megatron-LM (profiles/megatron.yaml, with sources)."""

@@ -21,12 +21,14 @@ class Case:
     gpus: int
     strategy: dict
     precision: str | None = None
+    fp8_recipe: str | None = None
 
     def plan(self) -> LaunchPlan:
         # Priced by the target's own framework profile, as `validate` prices the file.
         framework = "megatron" if self.target is T.TORCHRUN else self.target.value
         problem = make_problem(self.model, self.cluster, gpus=self.gpus,
-                               precision=self.precision, framework=framework)
+                               precision=self.precision, framework=framework,
+                               fp8_recipe=self.fp8_recipe)
         strategy = Strategy(global_batch=problem.training.global_batch, **self.strategy)
         return LaunchPlan(problem, strategy, evaluate_strategy(problem, strategy))
 
@@ -47,6 +49,17 @@ CASES = [
     Case("llama3-8b-cp-hierarchical", T.MEGATRON, "llama3-8b", "dgx-h100", 64,
          dict(dp=2, tp=2, pp=1, cp=16, cp_comm="a2a+p2p", cp_a2a=4, micro_batch=1,
               sequence_parallel=True, recompute="selective", zero_stage=1)),
+    # FP8 as Megatron-LM runs it: current scaling with FP8 parameters on Hopper, MXFP8 on
+    # Blackwell (--reuse-grad-buf-for-mxfp8-param-ag), delayed scaling without FP8 params.
+    Case("llama3-8b-fp8", T.MEGATRON, "llama3-8b", "dgx-h100", 8,
+         dict(dp=8, tp=1, pp=1, micro_batch=1, recompute="full", zero_stage=1,
+              fp8_param_gather=True), precision="fp8"),
+    Case("llama3-8b-mxfp8", T.MEGATRON, "llama3-8b", "dgx-b200", 8,
+         dict(dp=4, tp=2, pp=1, micro_batch=1, sequence_parallel=True, recompute="selective",
+              zero_stage=1, fp8_param_gather=True), precision="mxfp8"),
+    Case("llama3-8b-fp8-delayed", T.MEGATRON, "llama3-8b", "dgx-h100", 16,
+         dict(dp=4, tp=4, pp=1, micro_batch=1, sequence_parallel=True, recompute="full",
+              zero_stage=0, fp8_param_gather=False), precision="fp8", fp8_recipe="delayed"),
     Case("llama3-8b-cp", T.TORCHTITAN, "llama3-8b", "dgx-h100", 16,
          dict(dp=4, tp=2, pp=1, cp=2, cp_comm="all_gather", micro_batch=1,
               sequence_parallel=True, recompute="selective", zero_stage=3)),

@@ -150,3 +150,29 @@ training: {seq_len: 2048, global_batch: 64}
     assert code == 2 and err.splitlines() == [
         "Error: --emit megatron: stack has no embedding; megatron launch configs describe a "
         "language model with an embedding and an output layer"]
+
+
+@pytest.mark.parametrize(("flags", "finding"), [
+    # arguments.py: --fp8-param-gather needs the distributed optimizer (or FSDP).
+    ("--fp8-format hybrid --fp8-recipe tensorwise --fp8-param-gather",
+     "Megatron-LM stops: --fp8-param-gather needs --use-distributed-optimizer (or "
+     "Megatron-FSDP)"),
+    # transformer_config.py: first/last bf16 layers are refused with delayed scaling.
+    ("--fp8-format hybrid --first-last-layers-bf16",
+     "Megatron-LM stops: --first-last-layers-bf16 is not supported with delayed scaling"),
+])
+def test_megatron_fp8_settings_it_refuses(cli, write, flags, finding):
+    text = (f"--num-layers 32 --tensor-model-parallel-size 4 --pipeline-model-parallel-size 2 "
+            f"--micro-batch-size 1 --global-batch-size 64 --bf16 {flags}\n")
+    code, result, err, _ = _validate(cli, write, "args.txt", text, "--gpus", "8")
+    assert code == 1, err
+    assert finding in _megatron_findings(result)
+
+
+def test_megatron_fp8_flags_set_the_precision_and_recipe(cli, write):
+    text = ("--num-layers 32 --tensor-model-parallel-size 4 --pipeline-model-parallel-size 2 "
+            "--micro-batch-size 1 --global-batch-size 64 --bf16 --fp8-format e4m3 "
+            "--fp8-recipe blockwise --use-distributed-optimizer --fp8-param-gather\n")
+    code, result, err, _ = _validate(cli, write, "args.txt", text, "--gpus", "8")
+    assert result["precision"] == "fp8" and result["fp8_recipe"] == "blockwise", err
+    assert result["strategy"]["fp8_param_gather"] is True
