@@ -24,6 +24,7 @@ import yaml
 
 from cost_models.enums import Recompute
 from planner.costing.evaluate import evaluate_strategy
+from planner.errors import InputError
 from planner.inputs.loader import Problem, make_problem, validate_file
 from planner.schemas.cluster import ClusterSpec
 from planner.schemas.model_file import TransformerShorthand
@@ -106,7 +107,7 @@ def _model_file(model: dict | str, run_name: str, tmp: Path) -> str:
 
 
 def _skip_reason(run: dict) -> str | None:
-    if run["precision"] not in ("bf16", "fp16"):
+    if run["precision"] not in ("bf16", "fp16", "fp8"):
         return f"{run['precision']} training"
     return None
 
@@ -131,6 +132,8 @@ def _strategy(run: dict, problem: Problem, framework: str) -> Strategy:
     for key in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap"):
         if isinstance(s.get(key), bool):
             fields[key] = s[key]
+    if isinstance(run.get("fp8_param_gather"), bool):
+        fields["fp8_param_gather"] = run["fp8_param_gather"]
     recompute = s.get("recompute")
     recomputes = [Recompute(recompute)] if recompute else list(Recompute)
     layers_per_stage = problem.model.num_layers // pp
@@ -165,10 +168,16 @@ def load_runs(tmp: Path, cluster: ClusterSpec | None = None) -> tuple[list[Run],
                 continue
             preset = run.get("cluster") or PRESET_OF_GPU[run["gpu"]]
             framework = FRAMEWORKS[run["framework"]]
-            problem = make_problem(_model_file(run["model"], run["name"], tmp), preset,
-                                   gpus=run["num_gpus"], nodes=max(1, run["num_gpus"] // 8),
-                                   seq_len=run["seq_len"], global_batch=run["global_batch"],
-                                   precision=run["precision"], framework=framework)
+            try:
+                problem = make_problem(_model_file(run["model"], run["name"], tmp), preset,
+                                       gpus=run["num_gpus"], nodes=max(1, run["num_gpus"] // 8),
+                                       seq_len=run["seq_len"], global_batch=run["global_batch"],
+                                       precision=run["precision"], framework=framework,
+                                       fp8_recipe=run.get("fp8_recipe"))
+            except InputError as e:   # a model the planner cannot describe (e.g. squared-ReLU MLP)
+                reason = str(e).split(': ', 2)[-1]
+                skipped[reason] = skipped.get(reason, 0) + 1
+                continue
             if run.get("cluster_overrides"):
                 merged = _merge(problem.cluster.model_dump(), run["cluster_overrides"])
                 problem = replace(problem, cluster=validate_file(ClusterSpec, merged, file.name))

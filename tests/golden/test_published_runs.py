@@ -12,15 +12,32 @@ from pathlib import Path
 import pytest
 
 from bench.published import load_runs, predict, spearman, speed
+from cost_models.enums import Precision
 
 
 @pytest.fixture(scope="module")
-def by_source(tmp_path_factory):
+def predictions(tmp_path_factory):
     runs, _ = load_runs(Path(tmp_path_factory.mktemp("runs")))
+    return predict(runs)
+
+
+def _group(predictions, fp8: bool):
     out = {}
-    for p in predict(runs):
-        out.setdefault(p.run.source, []).append(p)
+    for p in predictions:
+        if (p.run.problem.training.precision is Precision.FP8) == fp8:
+            out.setdefault(p.run.source, []).append(p)
     return out
+
+
+@pytest.fixture(scope="module")
+def by_source(predictions):
+    """bf16 and fp16 runs per source."""
+    return _group(predictions, fp8=False)
+
+
+@pytest.fixture(scope="module")
+def fp8_by_source(predictions):
+    return _group(predictions, fp8=True)
 
 
 def mape(predictions):
@@ -44,6 +61,29 @@ def mape(predictions):
 ])
 def test_error_per_source_stays_at_what_was_recorded(by_source, source, recorded_mape, worst):
     predictions = by_source[source]
+    assert mape(predictions) <= recorded_mape + 0.005, source
+    assert max(abs(p.error) for p in predictions) <= worst, source
+
+
+@pytest.mark.parametrize(("source", "recorded_mape", "worst"), [
+    # FP8 runs, priced since issue 14 with the TE-derived FP8 GEMM efficiency per GPU (nothing
+    # fitted on them but torchao's rowwise constant). Dense Megatron-Core FP8 (current scaling
+    # on H100, MXFP8 / FP8-CS on B200; delayed in NeMo 24.07):
+    ("megatron_bridge_perf_summary", 0.060, 0.18),   # 14 Llama 3 runs, 8-1024 GPUs
+    ("nemo_perf_summary_2407", 0.078, 0.16),         # 9 GPT-3 / Llama runs, 64-512 H100
+    ("torchtitan_perf_2024_a100_h100", 0.057, 0.07),  # 405B tensorwise on 128 H100
+    ("torchtitan_llama31_8b_h200_trainy_202506", 0.081, 0.09),
+    # Recorded, not good: MoE (the bf16 MoE rows are as far off), Meta's 500 W H100s, and
+    # long-context rows whose error grows with the sequence (attention at 32K-256K tokens
+    # through torchtitan's all-gather CP / NeMo's ring: the next thing to calibrate).
+    ("megatron_bridge_moe", 0.373, 2.44),
+    ("nemo_long_context_cp", 0.330, 0.49),
+    ("torchtitan_asynctp_h100_202506", 0.280, 0.66),
+    ("torchtitan_llama31_h100_202412", 0.575, 1.51),
+])
+def test_fp8_error_per_source_stays_at_what_was_recorded(fp8_by_source, source, recorded_mape,
+                                                         worst):
+    predictions = fp8_by_source[source]
     assert mape(predictions) <= recorded_mape + 0.005, source
     assert max(abs(p.error) for p in predictions) <= worst, source
 
