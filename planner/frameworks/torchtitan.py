@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from cost_models.enums import CpComm, Precision, Recompute, ZeroStage
+from cost_models.enums import CpComm, Fp8Recipe, Precision, Recompute, ZeroStage
 from planner.frameworks.base import (LaunchPlan, ParsedConfig, did_you_mean, header_lines,
                                parse_python)
 from planner.errors import InputError
@@ -61,7 +61,27 @@ LLAMA3_FLAVORS = {"llama3-8b": ("8B", "llama3_8b"), "llama3-70b": ("70B", "llama
                   "llama3-405b": ("405B", "llama3_405b")}
 """Zoo models torchtitan ships: TOML flavor and recipe function (models/llama3)."""
 
-PRECISIONS = {Precision.BF16: "bfloat16", Precision.FP32: "float32"}
+PRECISIONS = {Precision.BF16: "bfloat16", Precision.FP32: "float32", Precision.FP8: "bfloat16"}
+
+FLOAT8 = "quantize.linear.float8"
+MX = "quantize.linear.mx"
+"""torchtitan 0.2.x model converters (config/job_config.py @238fa995: [model] converters; the
+older names were "float8" and "mx"): torchao Float8Linear (recipe_name tensorwise, rowwise) and
+MXLinear, leaving the output layer in bf16 (filter_fqns)."""
+
+
+def _float8_sections(plan: LaunchPlan) -> tuple[list[str], dict[str, dict[str, Any]]]:
+    """([model] converters, their sections) of an FP8 plan; nothing otherwise."""
+    training, s = plan.problem.training, plan.strategy
+    if training.precision is not Precision.FP8:
+        return [], {}
+    if training.fp8_recipe is Fp8Recipe.MXFP8:
+        return [MX], {MX: {"recipe_name": "mxfp8_cublas", "filter_fqns": ["output"]}}
+    gather = bool(s.fp8_param_gather) and s.zero_stage >= ZeroStage.OPTIMIZER_STATES
+    recipe = training.fp8_recipe.value if training.fp8_recipe else "tensorwise"
+    return [FLOAT8], {FLOAT8: {"recipe_name": recipe, "filter_fqns": ["output"],
+                               "enable_fsdp_float8_all_gather": gather,
+                               "precompute_float8_dynamic_scale_for_fsdp": gather}}
 
 
 def _parallelism(plan: LaunchPlan) -> dict[str, Any]:
@@ -152,8 +172,12 @@ def _toml(plan: LaunchPlan) -> str:
     else:
         lines += [f"# torchtitan ships no {name}: register it as a model and name it here",
                   f'name = "{name}"']
+    converters, quantize = _float8_sections(plan)
+    if converters:
+        lines.append(f"converters = {_toml_value(converters)}")
     sections = {"training": _training(plan), "parallelism": _parallelism(plan),
-                "activation_checkpoint": {"mode": _checkpoint_mode(plan.strategy.recompute)}}
+                "activation_checkpoint": {"mode": _checkpoint_mode(plan.strategy.recompute)},
+                **quantize}
     if plan.strategy.recompute is Recompute.SELECTIVE:
         sections["activation_checkpoint"]["selective_ac_option"] = "op"
     for section, fields in sections.items():
@@ -202,6 +226,11 @@ def _recipe(plan: LaunchPlan) -> str:
 
 
 def emit(plan: LaunchPlan) -> dict[str, str]:
+    """The recipe module and the 0.2.x TOML; FP8 plans get the TOML alone: current torchtitan
+    sets float8 on its model registry, not in the trainer config a recipe returns, and dropped
+    the tensorwise recipe and FP8 all-gather (6348d93, 2026-04) that 0.2.x runs."""
+    if plan.problem.training.precision is Precision.FP8:
+        return {"torchtitan.toml": _toml(plan)}
     return {"torchtitan_recipe.py": _recipe(plan), "torchtitan.toml": _toml(plan)}
 
 
@@ -319,6 +348,24 @@ def _default_split(parsed: ParsedConfig, par: dict, layers: int, pp: int, file: 
     return stages // pp
 
 
+def _read_float8(parsed: ParsedConfig, sections: dict[str, Any]) -> None:
+    """FP8 from the 0.2.x [model] converters and their [quantize.linear.*] sections."""
+    model = sections.get("model", {})
+    converters = model.get("converters", []) if isinstance(model, dict) else []
+    linear = sections.get("quantize", {}).get("linear", {}) \
+        if isinstance(sections.get("quantize"), dict) else {}
+    if not isinstance(converters, list):
+        return
+    if MX in converters or "mx" in converters:
+        parsed.training.update(precision=Precision.FP8, fp8_recipe=Fp8Recipe.MXFP8)
+    elif FLOAT8 in converters or "float8" in converters:
+        options = linear.get("float8", {}) if isinstance(linear, dict) else {}
+        name = options.get("recipe_name") or "tensorwise"
+        recipe = Fp8Recipe.ROWWISE if str(name).startswith("rowwise") else Fp8Recipe.TENSORWISE
+        parsed.training.update(precision=Precision.FP8, fp8_recipe=recipe)
+        parsed.strategy["fp8_param_gather"] = bool(options.get("enable_fsdp_float8_all_gather"))
+
+
 def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> ParsedConfig:
     """A torchtitan TOML (0.2.x) or recipe module -> its strategy and what torchtitan refuses."""
     sections = (_read_toml(text, file) if file.endswith(".toml")
@@ -395,6 +442,7 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
                            and tp > 1)
     precision = train.get("mixed_precision_param", "bfloat16")
     parsed.training["precision"] = Precision.FP32 if precision == "float32" else Precision.BF16
+    _read_float8(parsed, sections)
     if "seq_len" in train:
         parsed.training["seq_len"] = _int(train, "seq_len", 2048, file)
     return parsed
