@@ -453,16 +453,15 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
     # FP8 parameters are gathered in FP8 (Megatron-LM --fp8-param-gather: "50% parameter
     # all-gather", megatron/core/transformer/moe/README.md; MXFP8 with its scales).
     gathered_fp8 = fp8_params_gathered(problem, cands)[:, None]
-    saved = (per_param.weights - (fp8_value_bytes(training.fp8_recipe)
-                                  if training.fp8_recipe else per_param.weights))
-    dense_gather = dense_params * per_param.weights - np.where(gathered_fp8, fp8_dense * saved, 0.0)
+    wire = fp8_value_bytes(training.fp8_recipe) if training.fp8_recipe else per_param.weights
+    saved = np.where(gathered_fp8, per_param.weights - wire, 0.0)      # per FP8 parameter
+    dense_gather = dense_params * per_param.weights - fp8_dense * saved
     dp_per_mb, dp_end, dp_algorithm = _data_parallel(
         problem, cands, dense_params, per_param, fwd, bwd, stage_blocks,
         dp=cands.dp * cands.cp, shard=cands.grad_shard, stride=cands.tp,
         gather_bytes=dense_gather)
     if model.is_moe:   # expert gradients and weights travel over the expert data-parallel group
-        expert_gather = expert_params * np.where(gathered_fp8, per_param.weights - saved,
-                                                 per_param.weights)
+        expert_gather = expert_params * (per_param.weights - saved)
         moe_per_mb, moe_end, _ = _data_parallel(
             problem, cands, expert_params, per_param, fwd, bwd, stage_blocks, dp=cands.edp,
             shard=cands.expert_shard, stride=cands.etp * cands.ep, gather_bytes=expert_gather)

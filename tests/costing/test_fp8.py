@@ -6,11 +6,10 @@ import numpy as np
 import pytest
 
 from cost_models.compute import Gemm, gemm_time_s
-from cost_models.enums import Fp8Recipe, Precision, Recompute, ZeroStage
+from cost_models.enums import AttentionKind, Fp8Recipe, MlpKind, Precision, Recompute, ZeroStage
 from cost_models.fp8 import (fp8_copies_bytes, fp8_value_bytes, fp8_weight_bytes_per_param,
                              quantize_bytes)
 from cost_models.memory import transformer_layer_activation_bytes
-from cost_models.enums import AttentionKind, MlpKind
 from planner.costing.evaluate import Candidates, evaluate_strategy
 from planner.errors import InputError
 from planner.feasibility.rules import RuleOptions, degree_violations
