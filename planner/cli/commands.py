@@ -149,6 +149,10 @@ def search_options(function):
         click.option("--tp-comm-overlap/--no-tp-comm-overlap", default=None,
                      help="Pin overlapping TP collectives with GEMMs (Megatron-LM "
                           "--tp-comm-overlap, torchtitan async TP; needs --sp)."),
+        click.option("--offload", type=click.Choice(["optimizer", "params", "activations"]),
+                     multiple=True,
+                     help="Let the search keep these in host memory too, priced on the "
+                          "cluster's host link (repeat; default: nothing offloaded)."),
         click.option("--top", "top_k", type=positive, default=5, show_default=True,
                      help="How many plans to rank."),
         click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=10.0,
@@ -179,13 +183,15 @@ def _search_space(pins: dict, targets: tuple = ()):
     sp = pins.pop("sequence_parallel")
     cp_comm = tuple(CpComm(k) for k in pins.pop("cp_comm")) or None
     dp_comm = pins.pop("dp_comm")
+    offload = tuple(dict.fromkeys(pins.pop("offload")))
     comms = (tuple(DpComm) if dp_comm == "both" else (DpComm(dp_comm),))
     settings = SolverSettings(top_k=pins.pop("top_k"), time_limit_s=pins.pop("time_limit"),
                               num_workers=pins.pop("workers"), random_seed=pins.pop("seed"),
                               export_path=pins.pop("export_model"))
     space = SearchSpace(zero_stages=zero, recompute=recompute,
                         sequence_parallel=(False, True) if sp is None else (sp,),
-                        dp_comm=comms, targets=targets, cp_comm=cp_comm, **pins)
+                        dp_comm=comms, targets=targets, cp_comm=cp_comm, offload=offload,
+                        **pins)
     return space, settings
 
 

@@ -86,6 +86,10 @@ def fit_line(memory: MemoryReport) -> Text:
                 f"{gib(memory.capacity_bytes)}: {verdict}, ")
     text.append(f"headroom {gib(headroom)}" if memory.fits else f"over by {gib(-headroom)}",
                 style="green" if memory.fits else "bold red")
+    if memory.host_bytes:
+        room = ("" if memory.host_capacity_bytes is None
+                else f" of the {gib(memory.host_capacity_bytes)} per GPU its node has")
+        text.append(f"\nhost memory (CPU offload): {gib(memory.host_bytes)} per GPU{room}")
     return text
 
 
@@ -107,11 +111,12 @@ TIME_ROWS = (
     ("context-parallel comm. (exposed)", "cp_comm_s"),
     ("pipeline bubble", "bubble_s"),
     ("optimizer step", "optimizer_s"),
+    ("CPU offload (exposed)", "offload_s"),
     ("fixed overhead", "overhead_s"),
 )
 
 
-OPTIONAL_TIME_ROWS = ("ep_comm_s", "cp_comm_s")
+OPTIONAL_TIME_ROWS = ("ep_comm_s", "cp_comm_s", "offload_s")
 """Rows shown only where the plan has them (an MoE model's experts, a split sequence)."""
 
 
@@ -162,6 +167,12 @@ def compact_strategy(plan: PlanReport) -> tuple[str, str]:
         options.append("ps")
     if len(set(s.layers_per_stage)) > 1:
         options.append("bal")
+    if s.optimizer_offload:
+        options.append("oo" if s.optimizer_offload == 1 else f"oo{s.optimizer_offload:.0%}")
+    if s.param_offload:
+        options.append("op")
+    if s.activation_offload_layers:
+        options.append(f"oa{s.activation_offload_layers}")
     return degrees, " ".join(options) or "-"
 
 
@@ -170,7 +181,8 @@ PLANS_LEGEND = ("strategy: dp x tp x pp, interleaved chunks (vpp), context paral
                 "parallel (ep; experts whole unless etp), micro-batch (mb); options: "
                 "sp sequence parallel, sel/full recompute, zN ZeRO stage, hN ZeRO sharded over N "
                 "ranks and replicated (HSDP), ps parameter server, "
-                "bal balanced uneven layout; "
+                "bal balanced uneven layout, oo/op/oaN optimizer, parameters, N layers' "
+                "activations offloaded to host memory; "
                 "peak and free memory per GPU in GiB")
 
 

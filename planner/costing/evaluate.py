@@ -18,6 +18,7 @@ from cost_models.compute import attended_keys, gemm_flops, optimizer_step_bytes_
 from cost_models.enums import (AttentionKind, Collective, CpComm, Precision, Recompute,
                                ZeroStage)
 from cost_models.fp8 import fp8_value_bytes, fp8_weight_bytes_per_param
+from cost_models.offload import cpu_optimizer_s, exposed_copy_s, host_copy_s, offloaded_step_s
 from cost_models.memory import (StateBytes, model_state_bytes, reserve_bytes, state_bytes_per_param,
                                 zero3_gather_buffer_bytes)
 from cost_models.pipeline import in_flight_per_chunk, pipeline_time_s
@@ -76,6 +77,12 @@ class Candidates:
     fp8_gather: np.ndarray = None  # type: ignore[assignment]
     """FP8 parameters gathered in FP8 (as asked; precision, recipe, ZeRO and the framework
     gate it). None: False."""
+    opt_offload: np.ndarray = None  # type: ignore[assignment]
+    """Share of the optimizer states in host memory (None: 0)."""
+    param_offload: np.ndarray = None  # type: ignore[assignment]
+    """ZeRO-3 weight and gradient shards in host memory (None: False)."""
+    act_offload: np.ndarray = None  # type: ignore[assignment]
+    """Layers per stage whose saved activations wait in host memory (None: 0)."""
 
     def __post_init__(self) -> None:
         n = len(self.tp)
@@ -91,6 +98,12 @@ class Candidates:
             self.cp_a2a = np.ones(n, dtype=int)
         if self.fp8_gather is None:
             self.fp8_gather = np.zeros(n, dtype=bool)
+        if self.opt_offload is None:
+            self.opt_offload = np.zeros(n)
+        if self.param_offload is None:
+            self.param_offload = np.zeros(n, dtype=bool)
+        if self.act_offload is None:
+            self.act_offload = np.zeros(n, dtype=int)
 
     @property
     def edp(self) -> np.ndarray:
@@ -150,7 +163,10 @@ class Candidates:
                    num_servers=one(s.num_servers or s.dp), ep=one(s.ep), etp=one(s.expert_tp),
                    cp=one(s.cp), cp_comm=one(CP_COMM_ORDER.index(s.cp_comm)),
                    cp_a2a=one(s.context_a2a),
-                   fp8_gather=one(overlap("fp8_param_gather")))
+                   fp8_gather=one(overlap("fp8_param_gather")),
+                   opt_offload=one(float(s.optimizer_offload)),
+                   param_offload=one(s.param_offload),
+                   act_offload=one(s.activation_offload_layers))
 
     def strategy(self, i: int, layers_per_stage: tuple[int, ...] | None = None) -> Strategy:
         return Strategy(
@@ -169,6 +185,8 @@ class Candidates:
             cp_a2a=int(self.cp_a2a[i]) if CP_COMM_ORDER[self.cp_comm[i]] is CpComm.A2A_P2P
             else None,
             fp8_param_gather=bool(self.fp8_gather[i]),
+            optimizer_offload=float(self.opt_offload[i]), param_offload=bool(self.param_offload[i]),
+            activation_offload_layers=int(self.act_offload[i]),
             layers_per_stage=layers_per_stage)
 
 
@@ -276,7 +294,22 @@ def state_floor_bytes(problem: Problem, cands: Candidates) -> np.ndarray:
     dense = (sharded / cands.tp + replicated) / cands.pp
     experts = expert / (cands.ep * cands.etp) / cands.pp
     fp8 = (type_fp8_params(problem.model) @ counts / cands.tp) / cands.pp + experts
-    return rank_states(problem, cands, dense, experts, fp8).total
+    return gpu_states(rank_states(problem, cands, dense, experts, fp8), cands).total
+
+
+def shards_to_host(cands: Candidates) -> np.ndarray:
+    """(N,) ZeRO-3 weight and gradient shards kept in host memory (param_offload)."""
+    return cands.param_offload & (cands.zero == ZeroStage.PARAMETERS)
+
+
+def gpu_states(states: StateBytes, cands: Candidates) -> StateBytes:
+    """The model states left on the GPU under CPU offload: the optimizer states but the
+    offloaded share, no weight or gradient shards where ZeRO-3 keeps them on the host."""
+    column = (slice(None),) + (None,) * (np.ndim(states.weights) - 1)
+    on_host = shards_to_host(cands)[column]
+    return StateBytes(np.where(on_host, 0.0, states.weights),
+                      np.where(on_host, 0.0, states.gradients),
+                      states.optimizer * (1 - cands.opt_offload[column]))
 
 
 def rank_states(problem: Problem, cands: Candidates, dense, experts, fp8=0.0) -> StateBytes:
@@ -351,6 +384,12 @@ class Evaluation:
     stage_cp_s: np.ndarray
     stage_pp_s: np.ndarray
     stage_dp_s: np.ndarray
+    stage_offload_s: np.ndarray
+    """Host copies per micro-batch not hidden by compute (activation and ZeRO-3 offload)."""
+    offload_s: np.ndarray
+    """Host copies and the CPU optimizer step left on the critical path, per step."""
+    host_bytes: np.ndarray
+    """Host memory one GPU's offloaded states and activations take (its fullest stage)."""
     peak_bytes: np.ndarray
     peak_stage: np.ndarray
     compute_s: np.ndarray
@@ -411,6 +450,18 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
     shard = cands.grad_shard.astype(float)
     expert_shard = cands.expert_shard.astype(float)
     states = rank_states(problem, cands, dense_params, expert_params, fp8_dense + expert_params)
+    # ---- CPU offload (cost_models/offload.py): the optimizer's share of each rank's states,
+    # with a pinned copy of their gradients to update from (hybrid_optimizer.py
+    # cpu_copy_map_grad); under ZeRO-3 with param_offload the weight and gradient shards too.
+    sharded_optimizer = (cands.zero >= ZeroStage.OPTIMIZER_STATES)[:, None]
+    updated = (dense_params / np.where(sharded_optimizer, shard[:, None], 1)
+               + expert_params / np.where(sharded_optimizer, expert_shard[:, None], 1))
+    offloaded = updated * cands.opt_offload[:, None]
+    on_host = shards_to_host(cands)[:, None]
+    host = (offloaded * (per_param.optimizer + per_param.gradients)
+            + np.where(on_host, states.weights + states.gradients, 0.0))
+    states = gpu_states(states, cands)
+    link_bytes_per_s, host_memory_bytes_per_s = _host_rates(problem)
 
     # ---- activations: in-flight micro-batches per (stage, chunk) times chunk activations
     chunk_act = _by_stage(costs.activation_bytes @ counts.T, p, v)            # (N, p, v)
@@ -418,8 +469,18 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
                                     num_micro_batches=m[:, None, None],
                                     chunk=np.arange(v)[None, None, :])
     pipe_buffers = _pipeline_output_bytes(problem, layout, costs, types, in_flight)
-    activations = ((chunk_act * in_flight).sum(2) + _recompute_working_bytes(costs, counts, p, v)
-                   + pipe_buffers)
+    # Activation offload: the saved tensors of `act_offload` repeated layers per stage wait in
+    # host memory; per layer, the stage's average.
+    is_layer = np.array([b.kind in ("transformer", "evoformer") for b in types.unique_blocks],
+                        dtype=float)
+    stage_layers = np.array(layout.layers_per_chunk(model)).reshape(v, p).sum(0)      # (p,)
+    per_layer = 1.0 / np.maximum(stage_layers, 1)[None, :]
+    moved_layers = np.minimum(cands.act_offload[:, None], stage_layers[None, :])
+    layer_act = _by_stage((costs.activation_bytes * is_layer) @ counts.T, p, v)      # (N, p, v)
+    act_to_host = moved_layers * (layer_act * in_flight).sum(2) * per_layer
+    host = host + act_to_host
+    activations = ((chunk_act * in_flight).sum(2) - act_to_host
+                   + _recompute_working_bytes(costs, counts, p, v) + pipe_buffers)
 
     largest_block = (sharded[None, :] / tp[:, None] + replicated[None, :]
                      + expert[None, :] / (cands.ep * cands.etp)[:, None]).max(1)
@@ -448,6 +509,19 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
     cp_comm = stage_sum(costs.cp_comm_s)
     pp_comm = _pipeline_comm(problem, layout, cands, costs, types)
     stage_blocks = counts.sum(1).reshape(v, p).sum(0)                     # (p,)
+    # Host copies per micro-batch: each offloaded layer's saved tensors go down while the
+    # next layer runs forward and come back while the one after it runs backward; ZeRO-3
+    # shards come up before each of the two gathers and their gradients go down, behind the
+    # stage's compute like the gathers they feed.
+    layer_copy = host_copy_s(layer_act.sum(2) * per_layer, link_bytes_per_s=link_bytes_per_s)
+    act_copy = moved_layers * (
+        exposed_copy_s(layer_copy, stage_sum(costs.forward_s * is_layer) * per_layer)
+        + exposed_copy_s(layer_copy, stage_sum((costs.backward_s + costs.recompute_s) * is_layer)
+                         * per_layer))
+    shard_params = (dense_params / shard[:, None] + expert_params / expert_shard[:, None])
+    shard_copy = host_copy_s(shard_params * (2 * per_param.weights + per_param.gradients),
+                             link_bytes_per_s=link_bytes_per_s)
+    offload = act_copy + np.where(on_host, exposed_copy_s(shard_copy, compute), 0.0)
     # Dense gradients are reduced over the dp x cp ranks holding the same weights (CP ranks
     # sit tp apart, DP ranks tp x cp apart: the group is every rank tp apart).
     # FP8 parameters are gathered in FP8 (Megatron-LM --fp8-param-gather: "50% parameter
@@ -468,20 +542,28 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
         has_experts = expert_params > 0
         dp_per_mb = dp_per_mb + np.where(has_experts, moe_per_mb, 0.0)
         dp_end = dp_end + np.where(has_experts, moe_end, 0.0)
-    tau = compute + tp_comm + ep_comm + cp_comm + pp_comm + dp_per_mb
+    tau = compute + tp_comm + ep_comm + cp_comm + pp_comm + dp_per_mb + offload
     slowest = tau.argmax(1)
     pipeline = pipeline_time_s(max_stage_s=tau.max(1), sum_stage_s=tau.sum(1),
                                num_micro_batches=m, vpp=v)
 
-    sharded_optimizer = (cands.zero >= ZeroStage.OPTIMIZER_STATES)[:, None]
-    updated = (dense_params / np.where(sharded_optimizer, shard[:, None], 1)
-               + expert_params / np.where(sharded_optimizer, expert_shard[:, None], 1))
-    optimizer = updated \
+    optimizer = (updated - offloaded) \
         * optimizer_step_bytes_per_param(weight_bytes=per_param.weights,
                                          gradient_bytes=per_param.gradients,
                                          optimizer_bytes=per_param.optimizer) \
         / (cluster.gpu.hbm_gb_per_s * 1e9 * cluster.efficiency.hbm_fraction)
-    end = dp_end + optimizer
+    # The offloaded share: gradients down, CPU Adam, weights up; the GPU updates the rest
+    # meanwhile (HybridDeviceOptimizer.step launches the GPU optimizer, then steps the CPU ones).
+    offload_profile = problem.framework.offload
+    cpu_step = offloaded_step_s(
+        host_copy_s(offloaded * per_param.gradients, link_bytes_per_s=link_bytes_per_s),
+        cpu_optimizer_s(offloaded, gradient_bytes=per_param.gradients,
+                        optimizer_bytes=per_param.optimizer,
+                        host_memory_bytes_per_s=host_memory_bytes_per_s),
+        host_copy_s(offloaded * per_param.weights, link_bytes_per_s=link_bytes_per_s),
+        pipelined=offload_profile is not None and offload_profile.pipelined_step)
+    offload_end = np.maximum(cpu_step - optimizer, 0.0)
+    end = dp_end + optimizer + offload_end
     last = end.argmax(1)
 
     model_flops, full_extra, selective_extra = step_flops_per_sequence(model, training.seq_len)
@@ -500,12 +582,23 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
         ep_comm_s=m * ep_comm[rows, slowest], cp_comm_s=m * cp_comm[rows, slowest],
         pp_comm_s=m * pp_comm[rows, slowest],
         dp_comm_s=m * dp_per_mb[rows, slowest] + dp_end[rows, last],
+        stage_offload_s=offload, offload_s=m * offload[rows, slowest] + offload_end[rows, last],
+        host_bytes=host.max(1),
         bubble_s=pipeline - m * tau[rows, slowest], optimizer_s=optimizer[rows, last],
         overhead_s=cluster.efficiency.step_overhead_s,
         step_s=pipeline + end[rows, last] + cluster.efficiency.step_overhead_s,
         slowest_stage=slowest, imbalance=tau.max(1) / tau.mean(1), dp_algorithm=dp_algorithm[rows, last],
         model_flops=model_flops * batch, hardware_flops=(model_flops + extra) * batch,
         mfu_flops=mfu_flops_per_sequence(model, training.seq_len) * batch)
+
+
+def _host_rates(problem: Problem) -> tuple[float, float]:
+    """(host link bytes/s per GPU, host memory bytes/s per GPU); infinite without a host
+    block, where the offload rule refuses every offload."""
+    cluster = problem.cluster
+    if cluster.host is None:
+        return np.inf, np.inf
+    return cluster.host_link_bytes_per_s, cluster.host_memory_bytes_per_s_per_gpu
 
 
 def _pipeline_output_bytes(problem: Problem, layout: Layout, costs: BlockCosts,
@@ -800,6 +893,8 @@ def report(problem: Problem, layout: Layout, cands: Candidates, ev: Evaluation, 
         overlap_param_gather=bool(cands.param_gather[i] and fw.overlap_param_gather),
         tp_comm_overlap=bool(cands.tp_overlap[i] and cands.sp[i] and fw.tp_comm_overlap),
         fp8_param_gather=bool(fp8_params_gathered(problem, cands)[i]),
+        optimizer_offload=float(cands.opt_offload[i]), param_offload=bool(cands.param_offload[i]),
+        activation_offload_layers=int(cands.act_offload[i]),
         dp_comm=DP_COMM_ORDER[cands.dp_comm[i]],
         layers_per_stage=layers)
     stages = [StageMemory(stage=r, weights_bytes=float(ev.stage_weights[i, r]),
@@ -812,20 +907,25 @@ def report(problem: Problem, layout: Layout, cands: Candidates, ev: Evaluation, 
               for r in range(p)]
     capacity = float(problem.cluster.capacity_bytes)
     peak = float(ev.peak_bytes[i])
+    host = problem.cluster.host
     memory = MemoryReport(stages=stages, peak_bytes=peak, peak_stage=int(ev.peak_stage[i]),
-                          capacity_bytes=capacity, fits=peak <= capacity)
+                          capacity_bytes=capacity, fits=peak <= capacity,
+                          host_bytes=float(ev.host_bytes[i]),
+                          host_capacity_bytes=None if host is None
+                          else host.memory_gib * GiB / problem.cluster.gpus_per_node)
     stage_times = [StageTime(stage=r, compute_s=float(ev.stage_compute_s[i, r]),
                              tp_comm_s=float(ev.stage_tp_s[i, r]),
                              ep_comm_s=float(ev.stage_ep_s[i, r]),
                              cp_comm_s=float(ev.stage_cp_s[i, r]),
                              pp_comm_s=float(ev.stage_pp_s[i, r]),
-                             dp_comm_s=float(ev.stage_dp_s[i, r])) for r in range(p)]
+                             dp_comm_s=float(ev.stage_dp_s[i, r]),
+                             offload_s=float(ev.stage_offload_s[i, r])) for r in range(p)]
     time = TimeReport(
         compute_s=float(ev.compute_s[i]), tp_comm_s=float(ev.tp_comm_s[i]),
         ep_comm_s=float(ev.ep_comm_s[i]), cp_comm_s=float(ev.cp_comm_s[i]),
         pp_comm_s=float(ev.pp_comm_s[i]), dp_comm_s=float(ev.dp_comm_s[i]),
         bubble_s=float(ev.bubble_s[i]), optimizer_s=float(ev.optimizer_s[i]),
-        overhead_s=float(ev.overhead_s), stages=stage_times, slowest_stage=int(ev.slowest_stage[i]),
+        offload_s=float(ev.offload_s[i]), overhead_s=float(ev.overhead_s), stages=stage_times, slowest_stage=int(ev.slowest_stage[i]),
         imbalance=float(ev.imbalance[i]),
         dp_algorithm=ALL_REDUCE_ALGORITHMS[int(ev.dp_algorithm[i])].value)
     step = float(ev.step_s[i])

@@ -18,11 +18,12 @@ from typing import Callable
 import numpy as np
 
 from planner.costing.evaluate import Candidates
-from planner.feasibility.target_rule import Rule, TargetRule, largest_divisor_at_most
+from planner.feasibility.target_rule import Rule, TargetRule, any_offload, largest_divisor_at_most
 from planner.frameworks import deepspeed, megatron, mindspore, torchtitan
 from planner.inputs.loader import Problem, fp8_param_gather_allowed
 from planner.schemas.report import Violation
 from cost_models.enums import CpComm, Precision, ZeroStage
+from cost_models.units import GiB
 from planner.schemas.strategy import DpComm, LaunchTarget, Strategy
 
 
@@ -58,7 +59,11 @@ SUMMARY: dict[Rule, str] = {
     Rule.FP8_HARDWARE: "precision fp8 needs a GPU that runs the FP8 recipe",
     Rule.FP8_PARAM_GATHER: "FP8 parameters need sharded states (distributed optimizer, ZeRO, "
                            "FSDP) and a recipe the framework gathers in FP8",
+    Rule.OFFLOAD_HOST: "CPU offload needs the cluster's host block (host link and memory)",
+    Rule.OFFLOAD_FRAMEWORK: "offload only what the framework keeps in host memory",
+    Rule.PARAM_OFFLOAD_ZERO3: "param_offload needs zero_stage 3",
     Rule.MEMORY_FITS: "the peak stage must fit in GPU memory",
+    Rule.HOST_MEMORY_FITS: "what a node's GPUs offload must fit in its host memory",
     Rule.TARGET_PARAMETER_SERVER: "no launch target implements a parameter server",
     Rule.TARGET_EXPERT_PARALLEL: "torchrun (plain PyTorch) has no expert parallelism",
     Rule.TARGET_EXPERT_TP: "etp must be 1 or tp on this launch target",
@@ -232,6 +237,49 @@ def _fp8_param_gather(problem: Problem, c: Candidates, options: RuleOptions) -> 
     return fp8 & c.fp8_gather & ~fp8_param_gather_allowed(problem, c.zero)
 
 
+def _offload_host(problem: Problem, c: Candidates, options: RuleOptions) -> np.ndarray:
+    return any_offload(c) & (problem.cluster.host is None)
+
+
+def _stage_layers(problem: Problem, c: Candidates) -> tuple[np.ndarray, np.ndarray]:
+    """(fewest, most) repeated layers a pipeline stage holds in an even split."""
+    layers = problem.model.num_layers
+    return layers // c.pp, -(-layers // c.pp)
+
+
+def _offload_framework(problem: Problem, c: Candidates, options: RuleOptions) -> np.ndarray:
+    # What the framework profile's `offload` block says it can keep on the host.
+    o = problem.framework.offload
+    if o is None:
+        return any_offload(c)
+    optimizer = c.opt_offload > 0
+    bad = optimizer & ((not o.optimizer) | (c.zero < o.optimizer_min_zero))
+    bad |= optimizer & (c.opt_offload < 1) & (not o.optimizer_fraction)
+    bad |= c.param_offload & (not o.params)
+    fewest, most = _stage_layers(problem, c)
+    act = c.act_offload > 0
+    if o.activations is None:
+        bad |= act
+    elif o.activations == "partial":     # at least one layer stays (Megatron-LM: N < num_layers)
+        bad |= act & (c.act_offload >= fewest)
+    else:                                # every checkpoint, so full recompute
+        bad |= act & ((c.act_offload < most) | (c.recompute != 2))
+    return bad
+
+
+def _param_offload_zero3(problem: Problem, c: Candidates, options: RuleOptions) -> np.ndarray:
+    return c.param_offload & (c.zero != 3)
+
+
+def host_memory_violations(host_bytes, problem: Problem) -> np.ndarray:
+    """Where the GPUs of a node offload more than its host memory (each GPU's fullest stage;
+    `Evaluation.host_bytes`)."""
+    host = problem.cluster.host
+    if host is None:
+        return np.zeros(np.shape(host_bytes), dtype=bool)
+    return np.asarray(host_bytes) * problem.cluster.gpus_per_node > host.memory_gib * GiB
+
+
 DEGREE_CHECKS: dict[Rule, Callable[[Problem, Candidates, RuleOptions], np.ndarray]] = {
     Rule.GPU_COUNT: _gpu_count,
     Rule.TP_DIVIDES_HEADS: _tp_divides_heads,
@@ -250,6 +298,9 @@ DEGREE_CHECKS: dict[Rule, Callable[[Problem, Candidates, RuleOptions], np.ndarra
     Rule.CP_ATTENTION_VARIANT: _cp_attention_variant,
     Rule.FP8_HARDWARE: _fp8_hardware,
     Rule.FP8_PARAM_GATHER: _fp8_param_gather,
+    Rule.OFFLOAD_HOST: _offload_host,
+    Rule.OFFLOAD_FRAMEWORK: _offload_framework,
+    Rule.PARAM_OFFLOAD_ZERO3: _param_offload_zero3,
 }
 """Rules decided by the degrees alone, in the order `validate` reports them."""
 
@@ -557,7 +608,58 @@ def _explain_target_expert_tp(problem: Problem, s: Strategy) -> tuple[str, str]:
             f"not at all or like the dense layers", f"use etp 1 or etp {s.tp}")
 
 
+def _explain_offload_host(problem: Problem, s: Strategy) -> tuple[str, str]:
+    return (f"CPU offload on {problem.cluster.name}: its cluster file has no host block (host "
+            f"link and memory), so host copies cannot be priced",
+            "add host: {link, link_gb_per_s, link_fraction, memory_gib, memory_gb_per_s, "
+            "memory_fraction} to the cluster file (see `planner clusters`), or offload nothing")
+
+
+def _explain_offload_framework(problem: Problem, s: Strategy) -> tuple[str, str]:
+    fw = problem.framework
+    o = fw.offload
+    if o is None:
+        return (f"CPU offload: {fw.description} keeps everything on the GPU",
+                "offload nothing, or use a framework that offloads (megatron, deepspeed, "
+                "torchtitan)")
+    if s.optimizer_offload and not o.optimizer:
+        return (f"optimizer_offload: {fw.description} has no optimizer offload",
+                "use optimizer_offload 0")
+    if s.optimizer_offload and s.zero_stage < o.optimizer_min_zero:
+        return (f"optimizer_offload with zero_stage {int(s.zero_stage)}: {fw.description} "
+                f"offloads the optimizer from ZeRO stage {o.optimizer_min_zero} up",
+                f"use zero_stage {o.optimizer_min_zero} or more")
+    if 0 < s.optimizer_offload < 1 and not o.optimizer_fraction:
+        return (f"optimizer_offload {s.optimizer_offload:g}: {fw.description} offloads all of "
+                f"the optimizer states or none", "use optimizer_offload 1")
+    if s.param_offload and not o.params:
+        return (f"param_offload: {fw.description} keeps the parameters on the GPU",
+                "use param_offload false")
+    layers = problem.model.num_layers
+    n = s.activation_offload_layers
+    if o.activations is None:
+        return (f"activation_offload_layers {n}: {fw.description} has no activation offload",
+                "use activation_offload_layers 0")
+    if o.activations == "partial":
+        keep = layers // s.pp - 1
+        return (f"activation_offload_layers {n}: {fw.description} keeps at least one of a "
+                f"stage's {layers // s.pp} layers on the GPU",
+                f"use activation_offload_layers {keep}" if keep > 0 else
+                "use activation_offload_layers 0")
+    return (f"activation_offload_layers {n}: {fw.description} offloads the checkpoint of "
+            f"every layer, with recompute full", f"use recompute full and "
+            f"activation_offload_layers {-(-layers // s.pp)}")
+
+
+def _explain_param_offload_zero3(problem: Problem, s: Strategy) -> tuple[str, str]:
+    return (f"param_offload with zero_stage {int(s.zero_stage)}: only ZeRO-3 / FSDP shards the "
+            f"parameters it would keep in host memory", "use zero_stage 3")
+
+
 EXPLAIN.update({
+    Rule.OFFLOAD_HOST: _explain_offload_host,
+    Rule.OFFLOAD_FRAMEWORK: _explain_offload_framework,
+    Rule.PARAM_OFFLOAD_ZERO3: _explain_param_offload_zero3,
     Rule.EP_DIVIDES_EXPERTS: _explain_ep_divides_experts,
     Rule.EXPERT_FOLDING: _explain_expert_folding,
     Rule.MOE_SEQUENCE_PARALLEL: _explain_moe_sequence_parallel,

@@ -35,7 +35,11 @@ class Rule(str, Enum):
     CP_ATTENTION_VARIANT = "cp_attention_variant"
     FP8_HARDWARE = "fp8_hardware"
     FP8_PARAM_GATHER = "fp8_param_gather"
+    OFFLOAD_HOST = "offload_host"
+    OFFLOAD_FRAMEWORK = "offload_framework"
+    PARAM_OFFLOAD_ZERO3 = "param_offload_zero3"
     MEMORY_FITS = "memory_fits"
+    HOST_MEMORY_FITS = "host_memory_fits"
     # Rules of one launch target: what that framework cannot run or refuses.
     TARGET_PARAMETER_SERVER = "target_parameter_server"
     TARGET_EXPERT_PARALLEL = "target_expert_parallel"
@@ -47,6 +51,9 @@ class Rule(str, Enum):
     TORCHTITAN_FP8 = "torchtitan_fp8"
     MINDSPORE_FP8 = "mindspore_fp8"
     MEGATRON_MOE_BIAS_ETP = "megatron_moe_bias_etp"
+    MEGATRON_OFFLOAD = "megatron_offload"
+    DEEPSPEED_OFFLOAD = "deepspeed_offload"
+    TORCHTITAN_OFFLOAD = "torchtitan_offload"
     DEEPSPEED_PIPELINE_ZERO = "deepspeed_pipeline_zero"
     DEEPSPEED_TP_ZERO3 = "deepspeed_tp_zero3"
     DEEPSPEED_INTERLEAVED = "deepspeed_interleaved"
@@ -134,3 +141,8 @@ def fp8_rule(name: str, fp8, why: str = "") -> TargetRule:
     summary = (f"{name} trains in FP8 with {', '.join(r.value for r in recipes)} scaling"
                if recipes else f"{name} has no FP8 setting")
     return TargetRule(summary, lambda p, c: everywhere(c, breaks(p)), explain)
+
+
+def any_offload(c) -> np.ndarray:
+    """Where a candidate keeps anything in host memory."""
+    return (c.opt_offload > 0) | c.param_offload | (c.act_offload > 0)

@@ -12,7 +12,8 @@ from cost_models.enums import Recompute, ZeroStage
 from cost_models.units import GiB
 from planner.costing.evaluate import Candidates, evaluate_strategy
 from planner.inputs.loader import Problem
-from planner.feasibility.rules import (Rule, RuleOptions, degree_violations, memory_violations,
+from planner.feasibility.rules import (Rule, RuleOptions, degree_violations, host_memory_violations,
+                                       memory_violations,
                            stage_layout_violation, violation)
 from planner.schemas.report import PlanReport, Violation
 from planner.schemas.strategy import LaunchTarget, Strategy
@@ -52,6 +53,8 @@ def validate(problem: Problem, strategy: Strategy, *, options: RuleOptions = Rul
     report = evaluate_strategy(problem, strategy, num_tokens=num_tokens)
     if bool(memory_violations(report.memory.peak_bytes, report.memory.capacity_bytes)):
         found.append(memory_violation(problem, strategy, report))
+    if bool(host_memory_violations(report.memory.host_bytes, problem)):
+        found.append(host_memory_violation(problem, report))
     return Validation(strategy, found, report)
 
 
@@ -71,6 +74,17 @@ def memory_violation(problem: Problem, strategy: Strategy, report: PlanReport) -
                              fix=f"use {change} (peak {_gib(peak)})")
     return Violation(rule=Rule.MEMORY_FITS.value, message=message,
                      fix="no single change fits: use more GPUs, or run `planner plan` to search")
+
+
+def host_memory_violation(problem: Problem, report: PlanReport) -> Violation:
+    """The host-memory rule: a node's GPUs offload more than its host memory holds."""
+    node = problem.cluster.gpus_per_node
+    message = (f"CPU offload puts {_gib(report.memory.host_bytes)} per GPU in host memory, "
+               f"{_gib(report.memory.host_bytes * node)} per node of {node} GPUs, over the "
+               f"{_gib(problem.cluster.host.memory_gib * GiB)} a node has")
+    return Violation(rule=Rule.HOST_MEMORY_FITS.value, message=message,
+                     fix="offload a smaller share (optimizer_offload), fewer layers, or shard "
+                         "more (zero_stage, dp)")
 
 
 def _memory_variants(problem: Problem, s: Strategy):

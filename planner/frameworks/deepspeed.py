@@ -398,7 +398,19 @@ def _explain_pipeline_zero(problem, s):
             "use zero_stage 1, or pp 1 with more data parallelism")
 
 
+def _explain_offload(problem, s):
+    return (f"optimizer_offload {s.optimizer_offload:g} with zero_stage {int(s.zero_stage)}: "
+            "DeepSpeed's offload_optimizer ratio is \"Only valid with ZeRO Stage 3\"",
+            "use optimizer_offload 1, or zero_stage 3")
+
+
 RULES: dict[Rule, TargetRule] = {
+    # runtime/zero/config.py @38327e07: "Partial offloading only supported for ZeRO Stage 3"
+    # (offload_optimizer.ratio; ZeRO 1-3 at all: the profile's optimizer_min_zero).
+    Rule.DEEPSPEED_OFFLOAD: TargetRule(
+        "DeepSpeed offloads a share of the optimizer states only with ZeRO-3",
+        lambda p, c: (c.opt_offload > 0) & (c.opt_offload < 1) & (c.zero != 3),
+        _explain_offload),
     # ds_config has no fp8 key (docs/_pages/config-json.md); FP8 is TE modules in model code.
     Rule.DEEPSPEED_FP8: fp8_rule("DeepSpeed", profile().fp8, " in ds_config (FP8 comes from "
                                  "Transformer Engine layers in the model code)"),

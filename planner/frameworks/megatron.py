@@ -757,8 +757,35 @@ def _moe_with_bias(problem: Problem) -> bool:
     return any(getattr(b, "is_moe", False) and b.bias for b in problem.model.blocks)
 
 
+def _offload_breaks(p, c):
+    # core/transformer/transformer_config.py @d98e8a64: "Currently there is no support for
+    # Pipeline parallelism with CPU offloading", "CPU offloading does not work when activation
+    # recomputation is enabled"; training/arguments.py: with --fp8-param-gather, optimizer CPU
+    # offload "must be used in conjunction with `--fp8-recipe delayed`".
+    act = (c.act_offload > 0) & ((c.pp > 1) | (c.recompute != 0))
+    t = p.training
+    fp8_gather = (t.precision is Precision.FP8) & c.fp8_gather & (c.zero > 0)
+    return act | ((c.opt_offload > 0) & fp8_gather & (t.fp8_recipe is not Fp8Recipe.DELAYED))
+
+
+def _explain_offload(p, s):
+    if s.activation_offload_layers and s.pp > 1:
+        return (f"activation_offload_layers with pp {s.pp}: Megatron-LM has \"no support for "
+                "Pipeline parallelism with CPU offloading\"", "use pp 1, or offload no activations")
+    if s.activation_offload_layers:
+        return (f"activation_offload_layers with recompute {s.recompute.value}: Megatron-LM's "
+                "\"CPU offloading does not work when activation recomputation is enabled\"",
+                "use recompute none, or offload no activations")
+    return (f"optimizer_offload with --fp8-param-gather and fp8_recipe "
+            f"{p.training.fp8_recipe.value}: Megatron-LM allows it only with --fp8-recipe delayed",
+            "use fp8_param_gather false, or fp8_recipe delayed")
+
+
 RULES: dict[Rule, TargetRule] = {
     Rule.MEGATRON_FP8: fp8_rule("Megatron-LM", profile().fp8),
+    Rule.MEGATRON_OFFLOAD: TargetRule(
+        "Megatron-LM offloads activations only with pp 1 and no recompute, and the optimizer "
+        "with FP8 parameters only under delayed scaling", _offload_breaks, _explain_offload),
     # transformer_config.py __post_init__: "Bias in Moe is only supported when ETP==1".
     Rule.MEGATRON_MOE_BIAS_ETP: TargetRule(
         "Megatron-Core supports biased experts only with etp 1",

@@ -24,7 +24,7 @@ from planner.frameworks.base import (LaunchPlan, ParsedConfig, did_you_mean, hea
 from planner.errors import InputError
 from planner.frameworks import profiles
 from planner.schemas.framework import FrameworkProfile
-from planner.feasibility.target_rule import (Rule, TargetRule, context_parallel_rule, everywhere,
+from planner.feasibility.target_rule import (Rule, TargetRule, any_offload, context_parallel_rule, everywhere,
                                              fp8_rule, largest_divisor_at_most, num_micro_batches)
 from planner.inputs.loader import Problem
 from planner.schemas.strategy import LaunchTarget
@@ -490,6 +490,16 @@ def _explain_seq_len(p: Problem, s) -> tuple[str, str]:
 
 RULES: dict[Rule, TargetRule] = {
     Rule.TORCHTITAN_FP8: fp8_rule("torchtitan", profile().fp8),
+    # training.enable_cpu_offload (config/configs.py @b5bcd76c): FSDP2's CPUOffloadPolicy puts
+    # "parameters, gradients, and optimizer states" on the host together.
+    Rule.TORCHTITAN_OFFLOAD: TargetRule(
+        "torchtitan offloads with FSDP only, parameters and optimizer together "
+        "(training.enable_cpu_offload)",
+        lambda p, c: any_offload(c) & ~((c.opt_offload == 1) & c.param_offload & (c.zero == 3)),
+        lambda p, s: ("CPU offload in torchtitan is training.enable_cpu_offload: FSDP keeps the "
+                      "parameters, gradients and optimizer states on the host, all of them",
+                      "use zero_stage 3 with optimizer_offload 1 and param_offload true, or "
+                      "offload nothing")),
     Rule.TORCHTITAN_ZERO1: TargetRule(
         "torchtitan shards with FSDP2: ZeRO stage 0, 2 or 3, not 1",
         lambda p, c: c.zero == 1,

@@ -17,6 +17,7 @@ class LinkKind(str, Enum):
     NVLINK = "nvlink"
     HCCS = "hccs"
     PCIE = "pcie"
+    NVLINK_C2C = "nvlink_c2c"
     INFINIBAND = "infiniband"
     ROCE = "roce"
     ETHERNET = "ethernet"
@@ -69,6 +70,27 @@ class LinkSpec(BaseModel):
     latency_us: float = Field(gt=0)
     """Per-step latency of NCCL's Simple protocol over this link, microseconds (NCCL's own
     tuning.cc: 3.4 on NVLink, 14 on the network); LL and LL128 use NCCL's values."""
+
+
+class HostSpec(BaseModel):
+    """The host side of a node: the link from each GPU to host memory, and that memory. CPU
+    offload (optimizer states, activations) is priced with these numbers."""
+
+    model_config = _FROZEN
+    link: LinkKind
+    """pcie (x86 hosts) or nvlink_c2c (Grace Hopper / Grace Blackwell superchips)."""
+    link_gb_per_s: PositiveFloat
+    """Datasheet bandwidth between one GPU and host memory, per direction, GB/s."""
+    link_fraction: float = Field(gt=0, le=1)
+    """Share of `link_gb_per_s` pinned-memory copies reach with every GPU of the node copying
+    at once (nvbandwidth, cudaMemcpyAsync)."""
+    memory_gib: PositiveFloat
+    """Host memory of one node, GiB."""
+    memory_gb_per_s: PositiveFloat
+    """Datasheet bandwidth of a node's host memory (all CPU sockets), GB/s."""
+    memory_fraction: float = Field(gt=0, le=1)
+    """Share of `memory_gb_per_s` a CPU optimizer step (a streaming read-modify-write) reaches
+    with every GPU's process stepping at once."""
 
 
 class ReserveSpec(BaseModel):
@@ -133,6 +155,8 @@ class ClusterSpec(BaseModel):
     collectives: CollectiveLibrary = CollectiveLibrary.NCCL
     reserve: ReserveSpec
     efficiency: EfficiencySpec
+    host: HostSpec | None = None
+    """Host link and memory (None: not described; CPU offload is refused)."""
     source: ClusterSource | None = None
 
     @property
@@ -161,6 +185,18 @@ class ClusterSpec(BaseModel):
             intra_hop_s=self.intra_latency_s, inter_hop_s=self.inter_latency_s,
             nvls_bus_bytes_per_s=None if nvls is None
             else self.intra_node.bandwidth_gb_per_s * GB * nvls)
+
+    @property
+    def host_link_bytes_per_s(self) -> float:
+        """Achieved bytes per second between one GPU and host memory, per direction."""
+        assert self.host is not None, "no host block"
+        return self.host.link_gb_per_s * GB * self.host.link_fraction
+
+    @property
+    def host_memory_bytes_per_s_per_gpu(self) -> float:
+        """Achieved host memory bandwidth one GPU's CPU optimizer gets while all step."""
+        assert self.host is not None, "no host block"
+        return self.host.memory_gb_per_s * GB * self.host.memory_fraction / self.gpus_per_node
 
     @property
     def intra_latency_s(self) -> float:

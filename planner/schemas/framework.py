@@ -63,6 +63,29 @@ class Fp8Profile(BaseModel):
     enable_fsdp_float8_all_gather)."""
 
 
+class OffloadProfile(BaseModel):
+    """What a framework can keep in host memory, and how it moves it."""
+
+    model_config = _FROZEN
+    optimizer: bool
+    """Keeps optimizer states in host memory and steps them on the CPU."""
+    optimizer_min_zero: int = Field(default=0, ge=0, le=3)
+    """The lowest ZeRO stage it offloads the optimizer from (Megatron-LM: the distributed
+    optimizer; DeepSpeed: ZeRO-1; torchtitan: FSDP)."""
+    optimizer_fraction: bool = False
+    """Offloads any share of them (Megatron-LM --optimizer-offload-fraction), not all or none."""
+    pipelined_step: bool = False
+    """Pipelines the gradient copies, the CPU step and the weight copies per parameter."""
+    params: bool = False
+    """With ZeRO-3 / FSDP, keeps the weight and gradient shards in host memory too."""
+    activations: str | None = Field(default=None, pattern="^(partial|all)$")
+    """Activation offload: 'partial' offloads a chosen number of a stage's layers (at most all
+    but one), 'all' every layer's checkpoint (with full recompute); None: none."""
+    activation_copies_overlap: bool = False
+    """Copies saved activations on a side stream while neighbouring layers compute, rather
+    than blocking."""
+
+
 class OverlapDefaults(BaseModel):
     """What the framework does when the user does not say (its flags' defaults)."""
 
@@ -115,6 +138,8 @@ class FrameworkProfile(BaseModel):
     """The ways it exchanges keys and values across context-parallel ranks (empty: no CP)."""
     fp8: Fp8Profile | None = None
     """FP8 training (None: the framework has no FP8 setting)."""
+    offload: OffloadProfile | None = None
+    """CPU offload (None: the framework keeps everything on the GPU)."""
     zero3: Zero3Profile
     buffers: BufferProfile
     defaults: OverlapDefaults

@@ -44,6 +44,12 @@ class StrategyOut(BaseModel):
     """The overlaps as run: on only where the strategy asks and the framework has them."""
     fp8_param_gather: bool = False
     """FP8 parameters gathered in FP8, as run (precision fp8 only)."""
+    optimizer_offload: float = 0.0
+    """Share of the optimizer states in host memory, updated by the CPU."""
+    param_offload: bool = False
+    """ZeRO-3 weight and gradient shards in host memory."""
+    activation_offload_layers: int = 0
+    """Layers per stage whose saved activations wait in host memory."""
     dp_comm: DpComm
     layers_per_stage: list[int]
     """Repeated layers on each pipeline chunk (pp * vpp entries, pipeline order)."""
@@ -79,6 +85,10 @@ class MemoryReport(BaseModel):
     peak_stage: int
     capacity_bytes: float
     fits: bool
+    host_bytes: float = 0.0
+    """Host memory one GPU's offloaded states and activations take (CPU offload)."""
+    host_capacity_bytes: float | None = None
+    """Host memory per GPU: the node's host memory over its GPUs (None: not described)."""
 
     @computed_field
     @property
@@ -100,12 +110,14 @@ class StageTime(BaseModel):
     """Expert-parallel token dispatch and combine not hidden by compute."""
     cp_comm_s: float = 0.0
     """Context-parallel K/V exchange not hidden by attention."""
+    offload_s: float = 0.0
+    """Host copies (offloaded activations, ZeRO-3 shards) not hidden by compute."""
 
     @computed_field
     @property
     def total_s(self) -> float:
         return (self.compute_s + self.tp_comm_s + self.ep_comm_s + self.cp_comm_s
-                + self.pp_comm_s + self.dp_comm_s)
+                + self.pp_comm_s + self.dp_comm_s + self.offload_s)
 
 
 class TimeReport(BaseModel):
@@ -125,6 +137,10 @@ class TimeReport(BaseModel):
     the attention kernels."""
     bubble_s: float
     optimizer_s: float
+    """The optimizer step on the GPU (of the states it keeps)."""
+    offload_s: float = 0.0
+    """CPU offload left on the critical path: host copies of activations and ZeRO-3 shards,
+    and the offloaded optimizer step (gradients down, CPU Adam, weights up) beyond the GPU's."""
     overhead_s: float
     stages: list[StageTime]
     slowest_stage: int
@@ -137,7 +153,7 @@ class TimeReport(BaseModel):
     def step_s(self) -> float:
         return (self.compute_s + self.tp_comm_s + self.ep_comm_s + self.cp_comm_s
                 + self.pp_comm_s + self.dp_comm_s + self.bubble_s + self.optimizer_s
-                + self.overhead_s)
+                + self.offload_s + self.overhead_s)
 
 
 class ThroughputReport(BaseModel):
@@ -170,7 +186,8 @@ class PlanReport(BaseModel):
     def dominant_cost(self) -> str:
         parts = {"compute": self.time.compute_s, "tp_comm": self.time.tp_comm_s,
                  "ep_comm": self.time.ep_comm_s, "cp_comm": self.time.cp_comm_s, "pp_comm": self.time.pp_comm_s, "dp_comm": self.time.dp_comm_s,
-                 "bubble": self.time.bubble_s, "optimizer": self.time.optimizer_s}
+                 "bubble": self.time.bubble_s, "optimizer": self.time.optimizer_s,
+                 "offload": self.time.offload_s}
         return max(parts, key=parts.get)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from pydantic import BaseModel, ConfigDict, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
 
 from cost_models.enums import CpComm, Recompute, ZeroStage
 
@@ -80,6 +80,19 @@ class Strategy(BaseModel):
     (Megatron-LM --fp8-param-gather, needs the distributed optimizer; torchtitan
     enable_fsdp_float8_all_gather), where the framework can with this recipe. None: the
     framework's default."""
+    optimizer_offload: float = Field(default=0.0, ge=0, le=1)
+    """Share of each rank's optimizer states (fp32 master weights, Adam moments) kept in host
+    memory and updated by the CPU (Megatron-LM --optimizer-cpu-offload
+    --optimizer-offload-fraction, DeepSpeed zero_optimization.offload_optimizer, torchtitan
+    training.enable_cpu_offload); 0: none."""
+    param_offload: bool = False
+    """With zero_stage 3, keep the sharded weights and gradients in host memory too: each
+    gather copies its shard to the GPU first (DeepSpeed offload_param, torchtitan
+    enable_cpu_offload with FSDP2's CPUOffloadPolicy)."""
+    activation_offload_layers: NonNegativeInt = 0
+    """Layers per pipeline stage whose saved activations go to host memory between their
+    forward and backward passes (Megatron-LM --cpu-offloading-num-layers; DeepSpeed
+    cpu_checkpointing, with full recompute, offloads every layer's checkpoint)."""
     dp_shard: PositiveInt | None = None
     """ZeRO/FSDP shard group: model states are sharded over dp_shard data-parallel ranks and
     replicated over dp / dp_shard groups (HSDP: FSDP HYBRID_SHARD, torchtitan
@@ -166,4 +179,19 @@ def strategy_label(s) -> str:
                          f"dp_shard {shard}")
     if s.dp_comm is DpComm.PARAMETER_SERVER:
         parts.append("parameter server")
+    parts.extend(offload_labels(s))
     return ", ".join(parts)
+
+
+def offload_labels(s) -> list[str]:
+    """'offload optimizer 50%', 'offload params', 'offload activations 4 layers' as set."""
+    parts = []
+    if s.optimizer_offload:
+        share = "" if s.optimizer_offload == 1 else f" {s.optimizer_offload:.0%}"
+        parts.append(f"offload optimizer{share}")
+    if s.param_offload:
+        parts.append("offload params")
+    if s.activation_offload_layers:
+        n = s.activation_offload_layers
+        parts.append(f"offload activations {n} layer{'s' if n > 1 else ''}")
+    return parts

@@ -69,6 +69,9 @@ class SearchSpace:
     overlap_grad_reduce: bool | None = None
     overlap_param_gather: bool | None = None
     tp_comm_overlap: bool | None = None
+    offload: tuple[str, ...] = ()
+    """What the search may keep in host memory: 'optimizer', 'params', 'activations'. Each
+    strategy is tried with and without each (`offload_variants`)."""
     fp8_param_gather: bool | None = None
     """Overlap pins (None: the framework's default), e.g. what an older framework version did."""
 
@@ -247,6 +250,23 @@ def _cp_kinds(problem: Problem, space: SearchSpace, tp: int, cp: int) -> list[tu
     return out or [(int(index[0]), 1)]
 
 
+def offload_variants(problem: Problem, space: SearchSpace,
+                     pp: int) -> list[tuple[float, bool, int]]:
+    """(optimizer share, param offload, offloaded layers per stage) combinations to try: every
+    subset of `space.offload`, none first. Activations offload all of a stage's layers but one
+    where the framework picks a count, all of them where it offloads every checkpoint (its
+    profile's `offload.activations`); all or none of the optimizer states."""
+    o = problem.framework.offload
+    layers = problem.model.num_layers
+    act = 0
+    if "activations" in space.offload and o is not None and o.activations is not None:
+        act = -(-layers // pp) if o.activations == "all" else max(layers // pp - 1, 0)
+    shares = (0.0, 1.0) if "optimizer" in space.offload else (0.0,)
+    params = (False, True) if "params" in space.offload else (False,)
+    acts = (0, act) if act else (0,)
+    return list(itertools.product(shares, params, acts))
+
+
 def degree_tuples(problem: Problem,
                   space: SearchSpace) -> list[tuple[int, int, int, int, int, int]]:
     """Every (tp, cp, pp, dp, vpp, micro_batch) the search considers."""
@@ -317,6 +337,10 @@ def generate(problem: Problem, space: SearchSpace) -> list[CandidateGroup]:
     groups = []
     for (pp, vpp), blocks in sorted(rows.items()):
         a = np.concatenate(blocks)
+        variants = offload_variants(problem, space, pp)
+        if len(variants) > 1:   # every row with each variant
+            a = np.repeat(a, len(variants), axis=0)
+        offload = np.array(variants * (len(a) // len(variants)), dtype=object).reshape(-1, 3)
         cands = Candidates(
             tp=a[:, 0], pp=a[:, 1], vpp=a[:, 2], dp=a[:, 3], mb=a[:, 4], sp=a[:, 5].astype(bool),
             recompute=a[:, 6], zero=a[:, 7], shard=a[:, 9], overlap=np.full(len(a), overlap.overlap_grad_reduce),
@@ -325,6 +349,8 @@ def generate(problem: Problem, space: SearchSpace) -> list[CandidateGroup]:
             fp8_gather=overlap.fp8_param_gather & fp8_param_gather_allowed(problem, a[:, 7]),
             dp_comm=a[:, 8], num_servers=a[:, 3].copy(),
             global_batch=np.full(len(a), problem.training.global_batch), ep=a[:, 10],
-            etp=a[:, 11], cp=a[:, 12], cp_comm=a[:, 13], cp_a2a=a[:, 14])
+            etp=a[:, 11], cp=a[:, 12], cp_comm=a[:, 13], cp_a2a=a[:, 14],
+            opt_offload=offload[:, 0].astype(float), param_offload=offload[:, 1].astype(bool),
+            act_offload=offload[:, 2].astype(int))
         groups.append(CandidateGroup(pp=pp, vpp=vpp, cands=cands))
     return groups

@@ -16,7 +16,7 @@ from planner.costing.evaluate import (BlockCosts, Candidates, Evaluation, block_
                                       state_floor_bytes)
 from planner.costing.layout import Layout, uniform_layout
 from planner.inputs.loader import Problem
-from planner.feasibility.rules import RuleOptions, degree_violations
+from planner.feasibility.rules import RuleOptions, degree_violations, host_memory_violations
 from planner.schemas.strategy import Strategy
 
 
@@ -122,7 +122,15 @@ def evaluate_groups(problem: Problem, groups: list[tuple[CandidateGroup, np.ndar
         costs = all_costs.take(slice(start, start + len(cands)))
         start += len(cands)
         layout = uniform_layout(problem.model, group.pp, group.vpp)
-        batches.append(Batch(layout, cands, costs, evaluate(problem, layout, cands, costs)))
+        ev = evaluate(problem, layout, cands, costs)
+        over_host = host_memory_violations(ev.host_bytes, problem)
+        if over_host.any():     # offloading more than the host holds (only with --offload)
+            keep = np.flatnonzero(~over_host)
+            cands, costs = cands.take(keep), costs.take(keep)
+            if not len(cands):
+                continue
+            ev = evaluate(problem, layout, cands, costs)
+        batches.append(Batch(layout, cands, costs, ev))
     return Pool.of(batches)
 
 

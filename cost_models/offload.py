@@ -1,0 +1,65 @@
+"""CPU offload: model states and activations kept in host memory, moved over the host link.
+
+Optimizer offload (Megatron-LM --optimizer-cpu-offload, HybridDeviceOptimizer; DeepSpeed
+ZeRO-Offload, Ren et al. 2021, arXiv:2101.06840): a share of each rank's optimizer states (fp32
+master weights and Adam's moments) lives in host memory and the CPU updates it. Every step the
+gradients of that share go to the host (device to host, D2H), the CPU runs Adam over them in
+host memory, and the updated weights come back (H2D). Activation offload (Megatron-LM
+--cpu-offloading-num-layers through Transformer Engine's CPU offload; DeepSpeed
+activation_checkpointing.cpu_checkpointing): the tensors a layer saves for its backward pass go
+to the host during the forward pass and come back before the layer's backward pass, each copy
+overlapped with the compute of neighbouring layers.
+
+Bandwidths are achieved bytes per second: the host link per GPU (PCIe or NVLink-C2C) and the
+host memory bandwidth each GPU's CPU optimizer gets (the node's DRAM bandwidth shared by its
+GPUs' processes, which step at the same time).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cost_models.compute import optimizer_step_bytes_per_param
+
+
+def host_copy_s(num_bytes, *, link_bytes_per_s):
+    """Seconds to copy `num_bytes` between one GPU and host memory in one direction (pinned
+    host memory, a DMA engine per direction, so D2H and H2D run at once)."""
+    return np.asarray(num_bytes, dtype=float) / link_bytes_per_s
+
+
+def cpu_optimizer_s(num_params, *, gradient_bytes: float, optimizer_bytes: float,
+                    host_memory_bytes_per_s):
+    """Seconds the CPU takes to update `num_params` parameters in host memory.
+
+    Adam over fp32 states is memory-bound on a CPU as on a GPU (a few FLOPs per 28 bytes):
+    read the gradient, read and write every optimizer state, as `optimizer_step_bytes_per_param`
+    with no working weights written (the H2D copy writes those). DeepSpeed's CPU-Adam
+    (csrc/adam/cpu_adam_impl.cpp, AVX-512 over the fp32 param, grad, exp_avg, exp_avg_sq) and
+    torch.optim.AdamW(fused=True) on CPU, which Megatron-LM's HybridDeviceOptimizer uses, do
+    this in one pass.
+    """
+    per_param = optimizer_step_bytes_per_param(weight_bytes=0.0, gradient_bytes=gradient_bytes,
+                                               optimizer_bytes=optimizer_bytes)
+    return np.asarray(num_params, dtype=float) * per_param / host_memory_bytes_per_s
+
+
+def offloaded_step_s(d2h_s, cpu_s, h2d_s, *, pipelined: bool):
+    """Seconds of the offloaded optimizer step: gradients down, CPU update, weights up.
+
+    Pipelined (Megatron-LM --overlap-cpu-optimizer-d2h-h2d: one CPU optimizer per parameter,
+    each starting when its own gradients have arrived, weights copied back on a separate
+    stream; megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py) the three stages run
+    at once over many parameters and the slowest one sets the time; otherwise they add up.
+    """
+    if pipelined:
+        return np.maximum(np.maximum(d2h_s, cpu_s), h2d_s)
+    return d2h_s + cpu_s + h2d_s
+
+
+def exposed_copy_s(copy_s, compute_s):
+    """Seconds of a host copy left on the critical path when it overlaps `compute_s` of
+    compute on another stream (Transformer Engine's CPU offload copies a layer's saved tensors
+    while the next layer runs forward, and brings them back while the layer after it runs
+    backward): what the compute does not cover."""
+    return np.maximum(np.asarray(copy_s, dtype=float) - compute_s, 0.0)
