@@ -17,7 +17,7 @@ from planner import __version__
 from planner.inputs.loader import Problem
 from planner.schemas.model import EmbeddingBlock, ModelSpec, OutputBlock, TransformerBlock
 from planner.schemas.report import PlanReport, Violation
-from planner.schemas.strategy import LaunchTarget, Strategy
+from planner.schemas.strategy import LaunchTarget, Strategy, offload_labels
 
 
 @dataclass(frozen=True)
@@ -107,6 +107,7 @@ def header_lines(plan: LaunchPlan, target: str, checked_against: str) -> list[st
     options = (f"sequence_parallel {str(s.sequence_parallel).lower()}, recompute "
                f"{s.recompute.value}, zero_stage {int(s.zero_stage)}, "
                f"{p.training.precision_label}")
+    options += "".join(f", {label}" for label in offload_labels(s))
     paragraphs = [
         f"{target} launch config written by planner {__version__}.",
         f"Model {p.model.name} on {p.num_gpus} x {p.cluster.gpu.name} ({p.cluster.name}).",

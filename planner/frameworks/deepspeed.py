@@ -90,6 +90,17 @@ SECTION_KEYS = {
 _JSON = ConfigDict(extra="forbid", populate_by_name=True)
 
 
+class OffloadSection(BaseModel):
+    """DeepSpeedZeroOffloadOptimizerConfig / ...ParamConfig (runtime/zero/offload_config.py)."""
+
+    model_config = _JSON
+    device: str = "cpu"
+    pin_memory: bool = True
+    """Page-locked host memory: DMA copies at the link's rate."""
+    ratio: float | None = None
+    """The share of the optimizer states offloaded (ZeRO-3 only)."""
+
+
 class ZeroSection(BaseModel):
     model_config = _JSON
     stage: int
@@ -98,6 +109,8 @@ class ZeroSection(BaseModel):
     """MiCS (ZeRO-3 sharded within groups of this many ranks, replicated across): HSDP."""
     contiguous_gradients: bool = True
     reduce_scatter: bool = True
+    offload_optimizer: OffloadSection | None = None
+    offload_param: OffloadSection | None = None
 
 
 class Fp16Section(BaseModel):
@@ -192,10 +205,15 @@ def emit(plan: LaunchPlan) -> dict[str, str]:
         gradient_accumulation_steps=plan.num_micro_batches,
         zero_optimization=ZeroSection(
             stage=int(s.zero_stage), overlap_comm=s.overlap_grad_reduce,
-            mics_shard_size=s.dp_shard if s.dp_shard not in (None, s.dp) else None),
+            mics_shard_size=s.dp_shard if s.dp_shard not in (None, s.dp) else None,
+            offload_optimizer=OffloadSection(ratio=None if s.optimizer_offload == 1
+                                             else s.optimizer_offload)
+            if s.optimizer_offload else None,
+            offload_param=OffloadSection() if s.param_offload else None),
         fp16=Fp16Section() if training.precision is Precision.FP16 else None,
         bf16=Bf16Section() if training.precision is Precision.BF16 else None,
-        activation_checkpointing=CheckpointingSection() if full else None,
+        activation_checkpointing=CheckpointingSection(
+            cpu_checkpointing=s.activation_offload_layers > 0) if full else None,
         tensor_parallel=TensorParallelSection(autotp_size=s.tp) if s.tp > 1 else None,
         pipeline=(PipelineSection(stages=s.pp, activation_checkpoint_interval=int(full))
                   if s.pp > 1 else None),
@@ -356,6 +374,8 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
                            recompute=Recompute.FULL if full else Recompute.NONE,
                            overlap_grad_reduce=bool(isinstance(zero, dict)
                                                     and zero.get("overlap_comm", stage == 3)))
+    _offload(parsed, zero if isinstance(zero, dict) else {}, section("activation_checkpointing"),
+             file, layers_per_stage=-(-problem.model.num_layers // pp))
     mics = zero.get("mics_shard_size", -1) if isinstance(zero, dict) else -1
     if isinstance(mics, int) and not isinstance(mics, bool) and mics > 0:
         parsed.strategy["dp_shard"] = mics     # MiCS: ZeRO-3 within groups of mics_shard_size
@@ -381,6 +401,39 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
         parsed.notes.append("ep_size is set in model code (deepspeed.moe.layer.MoE), not in "
                             "this file: priced with ep 1")
     return parsed
+
+
+def _offload(parsed: ParsedConfig, zero: dict, checkpointing: dict, file: str, *,
+             layers_per_stage: int) -> None:
+    """zero_optimization.offload_optimizer / offload_param ({device: cpu|nvme|none}, ratio) and
+    the legacy cpu_offload / cpu_offload_param flags (zero/config.py), and
+    activation_checkpointing.cpu_checkpointing (every checkpointed layer's input on the host)."""
+    def device(key: str, legacy: str) -> str | None:
+        block = zero.get(key)
+        if isinstance(block, dict):
+            value = block.get("device", "none")
+            if value not in ("none", "cpu", "nvme"):
+                raise InputError(f"{file}: zero_optimization.{key}.device: must be none, cpu or "
+                                 f"nvme (got {value!r})")
+            return None if value == "none" else value
+        return "cpu" if zero.get(legacy) is True else None
+
+    optimizer, param = device("offload_optimizer", "cpu_offload"), \
+        device("offload_param", "cpu_offload_param")
+    if optimizer:
+        block = zero.get("offload_optimizer")
+        ratio = block.get("ratio", 1.0) if isinstance(block, dict) else 1.0
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 <= ratio <= 1:
+            raise InputError(f"{file}: zero_optimization.offload_optimizer.ratio: must be a "
+                             f"number from 0 to 1 (got {ratio!r})")
+        parsed.strategy["optimizer_offload"] = float(ratio)
+    if param:
+        parsed.strategy["param_offload"] = True
+    if "nvme" in (optimizer, param):
+        parsed.finding("deepspeed_offload", "offload to NVMe (ZeRO-Infinity): priced as host "
+                       "memory, so faster than the drives allow", "use device cpu to compare")
+    if checkpointing.get("cpu_checkpointing") is True:
+        parsed.strategy["activation_offload_layers"] = layers_per_stage
 
 
 # --------------------------------------------------------------------------- profile

@@ -111,6 +111,12 @@ KNOWN_FLAGS = frozenset({
     "--multi-latent-attention", "--q-lora-rank", "--kv-lora-rank", "--qk-head-dim",
     "--qk-pos-emb-head-dim", "--v-head-dim", "--qk-layernorm", "--window-size",
     "--window-attn-skip-freq", "--softmax-type", "--mtp-num-layers",
+    # CPU offload (arguments.py _add_training_args and TransformerConfig, @d98e8a64).
+    "--optimizer-cpu-offload", "--optimizer-offload-fraction", "--use-precision-aware-optimizer",
+    "--overlap-cpu-optimizer-d2h-h2d", "--use-torch-optimizer-for-cpu-offload",
+    "--no-pin-cpu-grads", "--no-pin-cpu-params", "--main-grads-dtype", "--main-params-dtype",
+    "--exp-avg-dtype", "--exp-avg-sq-dtype", "--cpu-offloading-num-layers",
+    "--fine-grained-activation-offloading", "--offload-modules", "--activation-offload-fraction",
 })
 """Flags this module reads or writes, and other common ones (for "did you mean")."""
 
@@ -312,6 +318,11 @@ def _parallel_args(plan: LaunchPlan) -> list[str]:
             args.append("--overlap-param-gather")
     if plan.overlap("tp_comm_overlap") and s.sequence_parallel:     # Transformer Engine userbuffers need SP
         args.append("--tp-comm-overlap")
+    if s.optimizer_offload:      # HybridDeviceOptimizer (docs/.../optimizer_cpu_offload.md)
+        args += ["--optimizer-cpu-offload", f"--optimizer-offload-fraction {s.optimizer_offload:g}",
+                 "--use-precision-aware-optimizer", "--overlap-cpu-optimizer-d2h-h2d"]
+    if s.activation_offload_layers:
+        args.append(f"--cpu-offloading-num-layers {s.activation_offload_layers}")
     args += [f"--micro-batch-size {s.micro_batch}", f"--global-batch-size {s.global_batch}"]
     if s.recompute is Recompute.SELECTIVE:
         args.append("--recompute-granularity selective")
@@ -695,6 +706,7 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
         parsed.finding("megatron_environment", "Megatron-LM stops on pre-Blackwell GPUs: tensor "
                        "parallelism needs CUDA_DEVICE_MAX_CONNECTIONS=1 in the environment",
                        "add export CUDA_DEVICE_MAX_CONNECTIONS=1")
+    _offload(parsed, flags, file)
     if "--fp8-format" in flags:
         _fp8(parsed, flags, fsdp)
     elif "--bf16" in flags:
@@ -716,6 +728,40 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
 
 
 # --------------------------------------------------------------------------- profile
+
+def _offload(parsed: ParsedConfig, flags: dict, file: str) -> None:
+    """CPU offload as Megatron-LM reads it: --optimizer-cpu-offload with
+    --optimizer-offload-fraction (default 1.0) needs --use-precision-aware-optimizer
+    (arguments.py); --cpu-offloading-num-layers N > 0 turns activation offload on."""
+    if "--optimizer-cpu-offload" in flags:
+        fraction = flags.get("--optimizer-offload-fraction")
+        try:
+            share = float(fraction.value) if fraction is not None and fraction.value else 1.0
+        except ValueError:
+            raise InputError(f"{file}: --optimizer-offload-fraction {fraction.value}: not a "
+                             f"number") from None
+        if not 0 <= share <= 1:
+            raise InputError(f"{file}: --optimizer-offload-fraction {share:g}: must be between "
+                             f"0 and 1")
+        parsed.strategy["optimizer_offload"] = share
+        if "--use-precision-aware-optimizer" not in flags:
+            parsed.finding("megatron_flag", "Megatron-LM stops: the optimizer cpu offload must "
+                           "be used in conjunction with --use-precision-aware-optimizer",
+                           "add --use-precision-aware-optimizer")
+        if "--overlap-cpu-optimizer-d2h-h2d" not in flags:
+            parsed.finding("megatron_offload", "without --overlap-cpu-optimizer-d2h-h2d the "
+                           "gradient copies, the CPU step and the weight copies run one after "
+                           "another; priced overlapped", "add --overlap-cpu-optimizer-d2h-h2d")
+    if "--cpu-offloading-num-layers" in flags:
+        layers = _int_value(flags["--cpu-offloading-num-layers"], file) or 0
+        if layers < 0:
+            raise InputError(f"{file}: --cpu-offloading-num-layers {layers}: must be 0 or more")
+        parsed.strategy["activation_offload_layers"] = layers
+    if "--fine-grained-activation-offloading" in flags:
+        parsed.finding("megatron_offload", "--fine-grained-activation-offloading offloads the "
+                       "inputs of chosen modules; not priced (the planner prices whole layers, "
+                       "--cpu-offloading-num-layers)", "price it with --cpu-offloading-num-layers")
+
 
 def _fp8(parsed: ParsedConfig, flags: dict, fsdp: bool) -> None:
     """FP8 as Megatron-LM runs it: --fp8-format turns it on, --fp8-recipe (default delayed)

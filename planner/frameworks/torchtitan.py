@@ -140,10 +140,13 @@ def _training(plan: LaunchPlan) -> dict[str, Any]:
     # local_batch_size is the micro-batch and torchtitan accumulates gradients up to the
     # global batch.
     local = s.global_batch // s.dp if s.pp > 1 else s.micro_batch
-    return {"local_batch_size": local, "global_batch_size": s.global_batch,
-            "seq_len": training.seq_len,
-            "mixed_precision_param": PRECISIONS.get(training.precision, "bfloat16"),
-            "mixed_precision_reduce": "float32", "steps": plan.train_iters or 10000}
+    out = {"local_batch_size": local, "global_batch_size": s.global_batch,
+           "seq_len": training.seq_len,
+           "mixed_precision_param": PRECISIONS.get(training.precision, "bfloat16"),
+           "mixed_precision_reduce": "float32", "steps": plan.train_iters or 10000}
+    if s.optimizer_offload or s.param_offload:   # FSDP2 CPUOffloadPolicy: all of it, together
+        out["enable_cpu_offload"] = True
+    return out
 
 
 def _checkpoint_mode(recompute: Recompute) -> str:
@@ -440,6 +443,9 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
                            recompute=recompute, zero_stage=zero,
                            tp_comm_overlap=bool(par.get("enable_async_tensor_parallel", False))
                            and tp > 1)
+    if train.get("enable_cpu_offload") is True:
+        # FSDP2's CPUOffloadPolicy: parameters, gradients and optimizer states on the host.
+        parsed.strategy.update(optimizer_offload=1.0, param_offload=True)
     precision = train.get("mixed_precision_param", "bfloat16")
     parsed.training["precision"] = Precision.FP32 if precision == "float32" else Precision.BF16
     _read_float8(parsed, sections)
