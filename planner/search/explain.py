@@ -147,6 +147,33 @@ def _more_gpus(problem: Problem, space: SearchSpace, options: RuleOptions) -> st
     return None
 
 
+def _with_offload(problem: Problem, space: SearchSpace, options: RuleOptions) -> str | None:
+    """The flags that let the search offload what the framework can, and the fastest plan that
+    then fits (None: none does, or nothing more can be offloaded)."""
+    o = problem.framework.offload
+    if o is None or problem.cluster.host is None:
+        return None
+    kinds = [k for k, able in (("optimizer", o.optimizer), ("params", o.params),
+                               ("activations", o.activations is not None)) if able]
+    if set(kinds) <= set(space.offload):
+        return None
+    wider = replace(space, offload=tuple(kinds))
+    pins = wider.pins()
+    pool = evaluate_groups(problem, [(g, passes(problem, g.cands, pins, options))
+                                     for g in generate(problem, wider)])
+    fits = ~memory_violations(pool.peak_bytes, float(problem.cluster.capacity_bytes),
+                              conservative=True)
+    if not fits.any():
+        return None
+    idx = np.flatnonzero(fits)
+    i = int(idx[np.argmin(pool.step_s[idx])])
+    s = pool.batches[pool.batch[i]].cands.strategy(int(pool.row[i]))
+    used = [k for k, on in (("optimizer", s.optimizer_offload > 0), ("params", s.param_offload),
+                            ("activations", s.activation_offload_layers > 0)) if on]
+    flags = " ".join(f"--offload {k}" for k in used)
+    return f"CPU offload, {flags}: {strategy_label(s)} fits"
+
+
 def explain_infeasible(problem: Problem, space: SearchSpace, groups: list[CandidateGroup],
                        options: RuleOptions) -> InfeasibleError:
     conflicts = _conflicts(problem, space, groups, options)
@@ -208,6 +235,9 @@ def explain_infeasible(problem: Problem, space: SearchSpace, groups: list[Candid
         more = _more_gpus(problem, space, options)
         if more:
             ways.append(f"more GPUs: {more}")
+        offload = _with_offload(problem, space, options)
+        if offload:
+            ways.append(offload)
     if ways:
         details += ["would fit:"] + [f"  - {way}" for way in ways]
     elif memory in core:

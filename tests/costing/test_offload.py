@@ -185,3 +185,11 @@ def test_search_offloads_only_when_asked_and_when_it_helps():
     small = make_problem("llama3-8b", "dgx-h100", gpus=8, global_batch=64)
     plan = search(small, SearchSpace(offload=("optimizer", "activations")), settings).plans[0]
     assert plan.strategy.optimizer_offload == 0 and plan.strategy.activation_offload_layers == 0
+
+
+def test_nothing_fits_says_that_offloading_would():
+    problem = make_problem("llama3-70b", "dgx-h100", gpus=8, global_batch=64)
+    with pytest.raises(InfeasibleError) as error:
+        search(problem, SearchSpace(), SolverSettings(top_k=1, time_limit_s=10))
+    assert any(line.strip().startswith("- CPU offload, --offload optimizer: ")
+               for line in error.value.details)
