@@ -476,9 +476,13 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
     stage_layers = np.array(layout.layers_per_chunk(model)).reshape(v, p).sum(0)      # (p,)
     per_layer = 1.0 / np.maximum(stage_layers, 1)[None, :]
     moved_layers = np.minimum(cands.act_offload[:, None], stage_layers[None, :])
-    layer_act = _by_stage((costs.activation_bytes * is_layer) @ counts.T, p, v)      # (N, p, v)
-    act_to_host = moved_layers * (layer_act * in_flight).sum(2) * per_layer
-    host = host + act_to_host
+    moves_activations = bool(cands.act_offload.any())     # the search without --offload: none
+    if moves_activations:
+        layer_act = _by_stage((costs.activation_bytes * is_layer) @ counts.T, p, v)  # (N, p, v)
+        act_to_host = moved_layers * (layer_act * in_flight).sum(2) * per_layer
+        host = host + act_to_host
+    else:
+        act_to_host = 0.0
     activations = ((chunk_act * in_flight).sum(2) - act_to_host
                    + _recompute_working_bytes(costs, counts, p, v) + pipe_buffers)
 
@@ -513,15 +517,18 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
     # next layer runs forward and come back while the one after it runs backward; ZeRO-3
     # shards come up before each of the two gathers and their gradients go down, behind the
     # stage's compute like the gathers they feed.
-    layer_copy = host_copy_s(layer_act.sum(2) * per_layer, link_bytes_per_s=link_bytes_per_s)
-    act_copy = moved_layers * (
-        exposed_copy_s(layer_copy, stage_sum(costs.forward_s * is_layer) * per_layer)
-        + exposed_copy_s(layer_copy, stage_sum((costs.backward_s + costs.recompute_s) * is_layer)
-                         * per_layer))
-    shard_params = (dense_params / shard[:, None] + expert_params / expert_shard[:, None])
-    shard_copy = host_copy_s(shard_params * (2 * per_param.weights + per_param.gradients),
-                             link_bytes_per_s=link_bytes_per_s)
-    offload = act_copy + np.where(on_host, exposed_copy_s(shard_copy, compute), 0.0)
+    offload = np.zeros_like(compute)
+    if moves_activations:
+        layer_copy = host_copy_s(layer_act.sum(2) * per_layer, link_bytes_per_s=link_bytes_per_s)
+        offload = offload + moved_layers * (
+            exposed_copy_s(layer_copy, stage_sum(costs.forward_s * is_layer) * per_layer)
+            + exposed_copy_s(layer_copy, stage_sum((costs.backward_s + costs.recompute_s)
+                                                   * is_layer) * per_layer))
+    if on_host.any():
+        shard_params = (dense_params / shard[:, None] + expert_params / expert_shard[:, None])
+        shard_copy = host_copy_s(shard_params * (2 * per_param.weights + per_param.gradients),
+                                 link_bytes_per_s=link_bytes_per_s)
+        offload = offload + np.where(on_host, exposed_copy_s(shard_copy, compute), 0.0)
     # Dense gradients are reduced over the dp x cp ranks holding the same weights (CP ranks
     # sit tp apart, DP ranks tp x cp apart: the group is every rank tp apart).
     # FP8 parameters are gathered in FP8 (Megatron-LM --fp8-param-gather: "50% parameter
@@ -555,7 +562,7 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
     # The offloaded share: gradients down, CPU Adam, weights up; the GPU updates the rest
     # meanwhile (HybridDeviceOptimizer.step launches the GPU optimizer, then steps the CPU ones).
     offload_profile = problem.framework.offload
-    cpu_step = offloaded_step_s(
+    cpu_step = 0.0 if not offloaded.any() else offloaded_step_s(
         host_copy_s(offloaded * per_param.gradients, link_bytes_per_s=link_bytes_per_s),
         cpu_optimizer_s(offloaded, gradient_bytes=per_param.gradients,
                         optimizer_bytes=per_param.optimizer,
