@@ -914,12 +914,10 @@ def report(problem: Problem, layout: Layout, cands: Candidates, ev: Evaluation, 
               for r in range(p)]
     capacity = float(problem.cluster.capacity_bytes)
     peak = float(ev.peak_bytes[i])
-    host = problem.cluster.host
     memory = MemoryReport(stages=stages, peak_bytes=peak, peak_stage=int(ev.peak_stage[i]),
                           capacity_bytes=capacity, fits=peak <= capacity,
                           host_bytes=float(ev.host_bytes[i]),
-                          host_capacity_bytes=None if host is None
-                          else host.memory_gib * GiB / problem.cluster.gpus_per_node)
+                          host_capacity_bytes=problem.cluster.host_bytes_per_gpu)
     stage_times = [StageTime(stage=r, compute_s=float(ev.stage_compute_s[i, r]),
                              tp_comm_s=float(ev.stage_tp_s[i, r]),
                              ep_comm_s=float(ev.stage_ep_s[i, r]),

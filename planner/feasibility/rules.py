@@ -23,7 +23,6 @@ from planner.frameworks import deepspeed, megatron, mindspore, torchtitan
 from planner.inputs.loader import Problem, fp8_param_gather_allowed
 from planner.schemas.report import Violation
 from cost_models.enums import CpComm, Precision, ZeroStage
-from cost_models.units import GiB
 from planner.schemas.strategy import DpComm, LaunchTarget, Strategy
 
 
@@ -273,11 +272,11 @@ def _param_offload_zero3(problem: Problem, c: Candidates, options: RuleOptions) 
 
 def host_memory_violations(host_bytes, problem: Problem) -> np.ndarray:
     """Where the GPUs of a node offload more than its host memory (each GPU's fullest stage;
-    `Evaluation.host_bytes`)."""
-    host = problem.cluster.host
-    if host is None:
+    `Evaluation.host_bytes`, against an equal share of the node's host memory)."""
+    capacity = problem.cluster.host_bytes_per_gpu
+    if capacity is None:
         return np.zeros(np.shape(host_bytes), dtype=bool)
-    return np.asarray(host_bytes) * problem.cluster.gpus_per_node > host.memory_gib * GiB
+    return np.asarray(host_bytes) > capacity
 
 
 DEGREE_CHECKS: dict[Rule, Callable[[Problem, Candidates, RuleOptions], np.ndarray]] = {

@@ -187,6 +187,11 @@ class ClusterSpec(BaseModel):
             else self.intra_node.bandwidth_gb_per_s * GB * nvls)
 
     @property
+    def host_bytes_per_gpu(self) -> float | None:
+        """Host memory per GPU: the node's over its GPUs (None: no host block)."""
+        return None if self.host is None else self.host.memory_gib * GiB / self.gpus_per_node
+
+    @property
     def host_link_bytes_per_s(self) -> float:
         """Achieved bytes per second between one GPU and host memory, per direction."""
         assert self.host is not None, "no host block"

@@ -340,7 +340,7 @@ def generate(problem: Problem, space: SearchSpace) -> list[CandidateGroup]:
         variants = offload_variants(problem, space, pp)
         if len(variants) > 1:   # every row with each variant
             a = np.repeat(a, len(variants), axis=0)
-        offload = np.array(variants * (len(a) // len(variants)), dtype=object).reshape(-1, 3)
+        offload = np.tile(np.array(variants, dtype=float), (len(a) // len(variants), 1))
         cands = Candidates(
             tp=a[:, 0], pp=a[:, 1], vpp=a[:, 2], dp=a[:, 3], mb=a[:, 4], sp=a[:, 5].astype(bool),
             recompute=a[:, 6], zero=a[:, 7], shard=a[:, 9], overlap=np.full(len(a), overlap.overlap_grad_reduce),
@@ -350,7 +350,7 @@ def generate(problem: Problem, space: SearchSpace) -> list[CandidateGroup]:
             dp_comm=a[:, 8], num_servers=a[:, 3].copy(),
             global_batch=np.full(len(a), problem.training.global_batch), ep=a[:, 10],
             etp=a[:, 11], cp=a[:, 12], cp_comm=a[:, 13], cp_a2a=a[:, 14],
-            opt_offload=offload[:, 0].astype(float), param_offload=offload[:, 1].astype(bool),
+            opt_offload=offload[:, 0], param_offload=offload[:, 1].astype(bool),
             act_offload=offload[:, 2].astype(int))
         groups.append(CandidateGroup(pp=pp, vpp=vpp, cands=cands))
     return groups
