@@ -293,6 +293,7 @@ def plan_view(*, heading: str, plans: list[PlanReport], search: SearchReport) ->
     best = plans[0]
     parts = [
         Text(heading, style="bold"),     # a line of its own: a table title wraps at its width
+        *([Text(f"note: {search.note}", style="bold")] if search.note else []),
         plans_table(plans),
         Text(""),
         memory_table(best.memory, title=f"best plan, memory: {strategy_label(best)}"),

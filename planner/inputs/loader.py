@@ -264,13 +264,20 @@ def load_model(ref: str) -> tuple[ModelSpec, TrainingSpec]:
 
 # --------------------------------------------------------------------------- clusters
 
+def is_preset(ref: str) -> bool:
+    """Whether `load_cluster` reads `ref` as a preset name rather than a file."""
+    path = Path(ref)
+    return not (path.is_file() or path.suffix in (".yaml", ".yml") or "/" in ref) \
+        and ref in presets.names()
+
+
 def load_cluster(ref: str, *, nodes: int | None = None) -> ClusterSpec:
     """A cluster from a cluster.yaml or a preset name; `nodes` overrides its node count."""
     path = Path(ref)
-    if path.is_file() or path.suffix in (".yaml", ".yml") or "/" in ref:
-        data, file = read_mapping(path), str(path)
-    elif ref in presets.names():
+    if is_preset(ref):
         data, file = read_mapping(presets.path(ref)), f"presets/{ref}.yaml"
+    elif path.is_file() or path.suffix in (".yaml", ".yml") or "/" in ref:
+        data, file = read_mapping(path), str(path)
     else:
         close = difflib.get_close_matches(ref, presets.names(), n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
@@ -325,6 +332,11 @@ def make_problem(model_ref: str, cluster_ref: str, *, gpus: int | None = None,
     num_gpus = cluster.num_gpus if gpus is None else gpus
     if num_gpus < 1:
         raise InputError(f"--gpus: must be at least 1 (got {num_gpus})")
+    if num_gpus > cluster.num_gpus and nodes is None and is_preset(cluster_ref):
+        # A preset is a node type: its node count is a default, not a cap.
+        cluster = load_cluster(cluster_ref, nodes=-(-num_gpus // cluster.gpus_per_node))
+        notes.append(f"{cluster.name}: {cluster.num_nodes} nodes of {cluster.gpus_per_node} "
+                     f"GPUs for --gpus {num_gpus} (the preset's node count is only a default)")
     if num_gpus > cluster.num_gpus:
         raise InputError(f"--gpus: {num_gpus} exceeds the {cluster.num_gpus} GPUs of "
                          f"{cluster.name} ({cluster.num_nodes} nodes x {cluster.gpus_per_node}); "

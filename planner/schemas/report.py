@@ -220,3 +220,5 @@ class SearchReport(BaseModel):
     heuristic_step_s: float | None = None
     """Step time of Megatron-LM's rule of thumb (tp = node, fewest stages that fit)."""
     heuristic_strategy: str | None = None
+    note: str | None = None
+    """What the search did beyond the asked-for space (pp widened past powers of two)."""

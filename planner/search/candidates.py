@@ -58,6 +58,11 @@ class SearchSpace:
     dp_comm: tuple[DpComm, ...] = (DpComm.ALL_REDUCE,)
     any_pp: bool = False
     """Also try every pp that divides the layer count, not only powers of two."""
+    wide_pp: bool = False
+    """Also try every pp that divides the GPUs left by tp and cp (up to the layer count), with
+    balanced uneven layouts where pp does not divide the layers: the pp that carries the odd
+    factor of 384 or 2,240 GPUs (BLOOM ran pp 12 on 384 GPUs, Megatron-Turing NLG 530B pp 35
+    on 2,240). The search turns it on by itself when the power-of-two space is empty."""
     cross_node_tp: bool = False
     """Allow tensor-parallel groups larger than a node (over the inter-node network)."""
     targets: tuple[LaunchTarget, ...] = ()
@@ -167,6 +172,8 @@ def _pp_values(problem: Problem, space: SearchSpace, tp: int) -> list[int]:
     values = set(powers_of_two(min(rest, num_layers))) if rest else set()
     if space.any_pp:
         values |= {d for d in divisors(num_layers) if d <= rest}
+    if space.wide_pp and rest:
+        values |= {d for d in divisors(rest) if d <= num_layers}
     return _with_pin(values, space.pp)
 
 

@@ -147,6 +147,69 @@ def _more_gpus(problem: Problem, space: SearchSpace, options: RuleOptions) -> st
     return None
 
 
+NEAREST_TRIED = 4
+"""GPU counts tried on each side of the request for a batch no strategy divides."""
+
+
+def _fastest_fit(problem: Problem, space: SearchSpace, options: RuleOptions) -> str | None:
+    """The degrees of the fastest strategy that passes every rule and fits, or None."""
+    pins = space.pins()
+    pool = evaluate_groups(problem, [(g, passes(problem, g.cands, pins, options))
+                                     for g in generate(problem, space)])
+    fits = ~memory_violations(pool.peak_bytes, float(problem.cluster.capacity_bytes),
+                              conservative=True)
+    if not fits.any():
+        return None
+    idx = np.flatnonzero(fits)
+    i = int(idx[np.argmin(pool.step_s[idx])])
+    return pool.batches[pool.batch[i]].cands.strategy(int(pool.row[i])).degrees_label()
+
+
+def _nearest_batches(problem: Problem, space: SearchSpace, options: RuleOptions,
+                     groups: list[CandidateGroup]) -> list[str]:
+    """The global batches nearest the request, below and above, that some strategy of the
+    space divides and fits with, as the flag to pass."""
+    gb = problem.training.global_batch
+    dps = sorted({int(d) for g in groups for d in np.unique(g.cands.dp)})
+    below = max(((gb // d) * d for d in dps if d <= gb), default=None)
+    above = min((-(-gb // d) * d for d in dps), default=None)
+    out = []
+    for batch in dict.fromkeys(b for b in (below, above) if b and b != gb):
+        other = replace(problem, training=problem.training.model_copy(
+            update={"global_batch": batch}))
+        label = _fastest_fit(other, space, options)
+        if label:
+            out.append(f"--global-batch {batch}: {label} fits")
+    return out
+
+
+def _nearest_gpu_counts(problem: Problem, space: SearchSpace,
+                        options: RuleOptions) -> list[str]:
+    """The GPU counts in whole nodes nearest the request, below and above, where some
+    strategy divides the batch and fits, as the flag to pass."""
+    from planner.search.candidates import degree_tuples
+
+    node, gb = problem.cluster.gpus_per_node, problem.training.global_batch
+    # What the search would try on that count: pp widened when the user left it free.
+    space = replace(space, wide_pp=space.wide_pp or space.pp is None)
+    start = problem.num_gpus // node * node
+    out = []
+    for side in (-1, 1):
+        tried = 0
+        count = start if side < 0 and start != problem.num_gpus else start + side * node
+        while 0 < count <= MAX_GPU_FACTOR * problem.num_gpus and tried < NEAREST_TRIED:
+            other = replace(problem, num_gpus=count, cluster=problem.cluster.model_copy(
+                update={"num_nodes": max(problem.cluster.num_nodes, -(-count // node))}))
+            if any(gb % d[3] == 0 for d in degree_tuples(other, space)):
+                tried += 1
+                label = _fastest_fit(other, space, options)
+                if label:
+                    out.append(f"--gpus {count}: {label} fits")
+                    break
+            count += side * node
+    return out
+
+
 def _with_offload(problem: Problem, space: SearchSpace, options: RuleOptions) -> str | None:
     """The flags that let the search offload what the framework can, and the fastest plan that
     then fits (None: none does, or nothing more can be offloaded)."""
@@ -231,6 +294,9 @@ def explain_infeasible(problem: Problem, space: SearchSpace, groups: list[Candid
             if i is not None:
                 ways.append(f"without {target}'s rules (emit it separately): "
                             f"{_describe(conflicts, i)} fits")
+    if Rule.BATCH_DIVISIBLE.value in core:
+        ways += _nearest_batches(problem, space, options, groups)
+        ways += _nearest_gpu_counts(problem, space, options)
     if memory in core:
         more = _more_gpus(problem, space, options)
         if more:

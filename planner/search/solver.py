@@ -19,7 +19,7 @@ rounded up (`rules.memory_violations(conservative=True)`).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from ortools.sat.python import cp_model
@@ -148,6 +148,48 @@ def search(problem: Problem, space: SearchSpace = SearchSpace(),
     it fit) when no candidate passes every rule.
     """
     start = time.perf_counter()
+    try:
+        return _search(problem, space, settings, num_tokens, start)
+    except InfeasibleError:
+        wider = widened(problem, space)
+        if wider is None:
+            raise
+    try:
+        result = _search(problem, wider, settings, num_tokens, start)
+    except InfeasibleError:
+        raise _search_error(problem, space, wider) from None
+    pps = sorted({p.strategy.pp for p in result.plans})
+    note = (f"no plan with pp a power of two on {problem.num_gpus} GPUs; pp widened to the "
+            f"divisors of the GPUs (pp {', '.join(map(str, pps))}), layers balanced over "
+            f"uneven stages")
+    return SearchResult(result.plans, result.search.model_copy(update={"note": note}))
+
+
+def widened(problem: Problem, space: SearchSpace) -> SearchSpace | None:
+    """The space with every pp that divides the GPUs (`SearchSpace.wide_pp`), when the user
+    left pp free and that adds a pp; None otherwise."""
+    if space.pp is not None or space.wide_pp:
+        return None
+    wider = replace(space, wide_pp=True)
+    from planner.search.candidates import degree_tuples
+
+    if {d[2] for d in degree_tuples(problem, wider)} == {d[2] for d in degree_tuples(problem, space)}:
+        return None
+    return wider
+
+
+def _search_error(problem: Problem, space: SearchSpace, wider: SearchSpace) -> InfeasibleError:
+    """Why the widened space has no plan either (its explanation covers the narrow one)."""
+    from planner.search.explain import explain_infeasible
+
+    uneven = LaunchTarget.DEEPSPEED not in wider.targets and not wider.even_layouts
+    options = RuleOptions(cross_node_tp=wider.cross_node_tp, targets=wider.targets,
+                          explicit_layouts=uneven)
+    return explain_infeasible(problem, wider, generate(problem, wider), options)
+
+
+def _search(problem: Problem, space: SearchSpace, settings: SolverSettings,
+            num_tokens: float | None, start: float) -> SearchResult:
     # Plans carry their own layouts, so pp * vpp need not divide the layers, except for
     # targets that cannot express an uneven split.
     uneven = LaunchTarget.DEEPSPEED not in space.targets and not space.even_layouts

@@ -82,8 +82,8 @@ def test_strategy_file_errors(cli, write, tiny_model, small_cluster, strategy_te
      "ascend-910b, dgx-a100-40gb, dgx-a100-80gb, dgx-b200, dgx-h100, dgx-h200, gb200-nvl72"),
     (("memory", "missing/model.yaml", "dgx-a100-80gb", "s.yaml"),
      "Error: missing/model.yaml: file not found"),
-    (("memory", "llama2-70b", "dgx-a100-80gb", "s.yaml", "--gpus", "99999"),
-     "Error: --gpus: 99999 exceeds the 4480 GPUs of dgx-a100-80gb (560 nodes x 8); pass --nodes "
+    (("memory", "llama2-70b", "dgx-a100-80gb", "s.yaml", "--gpus", "99999", "--nodes", "10"),
+     "Error: --gpus: 99999 exceeds the 80 GPUs of dgx-a100-80gb (10 nodes x 8); pass --nodes "
      "to describe a larger cluster"),
     (("memory", "llama2-70b", "dgx-a100-80gb", "s.yaml", "--gpus", "0"),
      "Error: --gpus: must be at least 1 (got 0)"),

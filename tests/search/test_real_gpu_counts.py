@@ -1,0 +1,88 @@
+"""Real cluster sizes (issue 12, point 1-2): GPU counts with an odd factor and a power-of-two
+batch, and presets as node types rather than caps."""
+
+import json
+
+import pytest
+
+from planner.inputs.loader import make_problem
+from planner.search.candidates import SearchSpace
+from planner.search.solver import SolverSettings, search
+
+
+@pytest.mark.parametrize(("gpus", "odd"), [(384, 3), (992, 31), (2240, 35), (3072, 3)])
+def test_odd_gpu_counts_plan_by_widening_pp(gpus, odd):
+    # 384 = 2^7 x 3 GPUs, batch 2048: with tp and pp powers of two dp carries the 3 and no
+    # micro-batch divides the batch. pp then carries it, as in BLOOM's 384-GPU run (tp 4,
+    # pp 12, dp 8; Le Scao et al. 2022, Sec. 3.4) and MT-NLG 530B on 2,240 GPUs (pp 35,
+    # Smith et al. 2022, Sec. 3.2).
+    problem = make_problem("bloom-176b", "dgx-a100-80gb", gpus=gpus, global_batch=2048)
+    result = search(problem, SearchSpace(), SolverSettings(top_k=2))
+    assert result.plans
+    for plan in result.plans:
+        s = plan.strategy
+        assert s.pp % odd == 0 and 2048 % (s.dp * s.micro_batch) == 0
+        assert s.dp * s.tp * s.pp * s.cp == gpus and plan.memory.fits
+    assert result.search.note.startswith(f"no plan with pp a power of two on {gpus} GPUs")
+
+
+def test_bloom_layout_on_384_gpus_is_among_the_plans():
+    # BLOOM's own degrees (dp 8, tp 4, pp 12) are in the widened space and fit.
+    problem = make_problem("bloom-176b", "dgx-a100-80gb", gpus=384, global_batch=2048)
+    result = search(problem, SearchSpace(), SolverSettings(top_k=5))
+    assert (8, 4, 12) in {(p.strategy.dp, p.strategy.tp, p.strategy.pp) for p in result.plans}
+
+
+def test_power_of_two_space_is_not_widened_when_it_has_a_plan():
+    problem = make_problem("bloom-176b", "dgx-a100-80gb", gpus=512, global_batch=2048)
+    result = search(problem, SearchSpace(), SolverSettings(top_k=3))
+    assert result.search.note is None
+    assert all(p.strategy.pp & (p.strategy.pp - 1) == 0 for p in result.plans)
+
+
+def test_pinned_pp_is_never_widened(cli):
+    code, _, err = cli("plan", "bloom-176b", "dgx-a100-80gb", "--gpus", "384",
+                       "--global-batch", "2048", "--pp", "8")
+    assert code == 1 and "batch_divisible" in err
+
+
+def test_plan_says_it_widened_pp_in_one_line(cli):
+    code, out, _ = cli("plan", "bloom-176b", "dgx-a100-80gb", "--gpus", "384",
+                       "--global-batch", "2048", "--top", "1")
+    assert code == 0
+    assert out.count("note: no plan with pp a power of two on 384 GPUs; pp widened") == 1
+
+
+def test_batch_no_strategy_divides_names_nearest_batches_and_gpu_counts(cli):
+    # 296 = 8 x 37 GPUs: 37 exceeds llama3-8b's 32 layers, so neither dp nor pp can carry it.
+    code, _, err = cli("plan", "llama3-8b", "dgx-h100", "--gpus", "296", "--global-batch", "1024")
+    assert code == 1
+    fixes = [line.strip() for line in err.splitlines() if line.strip().startswith("- --")]
+    batches = [f for f in fixes if f.startswith("- --global-batch ")]
+    counts = [f for f in fixes if f.startswith("- --gpus ")]
+    # 999 = 37 x 27 (dp 37) and 1036 = 148 x 7 (dp 148): the multiples of a dp in the space
+    # nearest to 1024; 288 = 9 x 32 and 304 = 19 x 16 GPUs: the node counts nearest 296
+    # where pp carries the odd factor.
+    assert [f.split(":")[0] for f in batches] == ["- --global-batch 999",
+                                                  "- --global-batch 1036"]
+    assert [f.split(":")[0] for f in counts] == ["- --gpus 288", "- --gpus 304"]
+    assert all(f.endswith("fits") for f in fixes)
+
+
+def test_preset_is_a_node_type_not_a_cap(cli):
+    # dgx-h100 describes 576 nodes; 16,384 GPUs (Llama 3 405B's run, Dubey et al. 2024,
+    # Table 4) is 2,048 such nodes.
+    code, out, err = cli("plan", "llama3-70b", "dgx-h100", "--gpus", "16384", "--json",
+                         "--top", "1")
+    assert code == 0
+    result = json.loads(out)
+    assert result["num_gpus"] == 16384 and result["plans"]
+    assert "dgx-h100: 2048 nodes of 8 GPUs for --gpus 16384" in err
+
+
+def test_a_cluster_file_is_a_cap(cli, write):
+    from tests.conftest import SMALL_CLUSTER
+
+    cluster = write("cluster.yaml", SMALL_CLUSTER)
+    code, _, err = cli("plan", "llama2-7b", cluster, "--gpus", "4096")
+    assert code == 2 and "exceeds the" in err and "pass --nodes" in err
