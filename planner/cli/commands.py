@@ -38,6 +38,9 @@ def problem_options(function):
                      help="FP8 scaling recipe (default: the framework's that the GPU runs)."),
         click.option("--optimizer", type=click.Choice(["adam", "sgd", "sgd_momentum"]),
                      help="Override training.optimizer."),
+        click.option("--min-free", "min_free", type=click.FloatRange(min=0), default=0.0,
+                     metavar="GIB", help="Keep this much memory free on every GPU (GiB): a "
+                     "safety margin under the predicted peak (default 0)."),
     ]
     for option in reversed(options):
         function = option(function)
@@ -196,7 +199,7 @@ def _search_space(pins: dict, targets: tuple = ()):
 
 
 def _load_problem(model, cluster, *, gpus, nodes, seq_len, global_batch, global_batch_tokens,
-                  precision, optimizer, framework="megatron", fp8_recipe=None):
+                  precision, optimizer, framework="megatron", fp8_recipe=None, min_free=0.0):
     from planner.inputs.loader import make_problem
 
     for flag, value in (("--seq-len", seq_len), ("--global-batch", global_batch),
@@ -206,7 +209,7 @@ def _load_problem(model, cluster, *, gpus, nodes, seq_len, global_batch, global_
     problem = make_problem(model, cluster, gpus=gpus, nodes=nodes, seq_len=seq_len,
                            global_batch=global_batch, global_batch_tokens=global_batch_tokens,
                            precision=precision, optimizer=optimizer, framework=framework,
-                           fp8_recipe=fp8_recipe)
+                           fp8_recipe=fp8_recipe, min_free_gib=min_free)
     for note in problem.notes:
         click.echo(f"note: {note}", err=True)
     return problem
@@ -233,7 +236,8 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @framework_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (bytes) instead of a table.")
 def memory(model, cluster, strategy, framework, as_json, **overrides):
-    """Per-GPU memory of STRATEGY (a strategy.yaml), stage by stage."""
+    """Per-GPU memory of STRATEGY (a strategy.yaml), stage by stage. Exit 1 when it does not
+    fit."""
     from planner.costing.evaluate import evaluate_strategy
     from planner.inputs.loader import load_strategy, resolve_strategy
 
@@ -242,17 +246,19 @@ def memory(model, cluster, strategy, framework, as_json, **overrides):
     problem = _load_problem(model, cluster, framework=framework_name(framework), **overrides)
     plan = resolve_strategy(load_strategy(strategy), problem, file=strategy)
     report = evaluate_strategy(problem, plan)
+    code = ExitCode.OK if report.memory.fits else ExitCode.NOT_FEASIBLE
     if as_json:
         out = {**_json_head(problem),
                "strategy": report.strategy.model_dump(mode="json"),
                **report.memory.model_dump(mode="json")}
         click.echo(json.dumps(out, indent=2))
-        return
+        return code
     from planner.cli import render
 
     heading = (f"{problem.model.name} ({render.params_label(problem.model)}) on "
                f"{problem.num_gpus} x {problem.cluster.gpu.name}: {render.strategy_label(report)}")
     render.print_renderable(render.memory_view(report, heading=heading))
+    return code
 
 
 @cli.command()
@@ -275,7 +281,7 @@ def memory(model, cluster, strategy, framework, as_json, **overrides):
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, as_json, gpus,
          nodes, seq_len, global_batch, global_batch_tokens, precision, optimizer, fp8_recipe,
-         **pins):
+         min_free, **pins):
     """The fastest strategies that fit MODEL on CLUSTER, ranked."""
     from planner.inputs.loader import framework_name
     from planner.schemas.strategy import LaunchTarget
@@ -285,7 +291,7 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
     problem = _load_problem(model, cluster, gpus=gpus, nodes=nodes, seq_len=seq_len,
                             global_batch=global_batch, global_batch_tokens=global_batch_tokens,
                             precision=precision, optimizer=optimizer, framework=framework,
-                           fp8_recipe=fp8_recipe)
+                            fp8_recipe=fp8_recipe, min_free=min_free)
     # The plans must run on the framework that prices them: its rules apply too.
     rules_of = tuple(dict.fromkeys(targets + (LaunchTarget(framework),)))
     space, settings = _search_space(pins, rules_of)

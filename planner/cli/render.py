@@ -66,7 +66,7 @@ def _stage_columns(memory: MemoryReport) -> list[tuple[str, StageMemory]]:
 def memory_table(memory: MemoryReport, *, title: str | None = None) -> Table:
     columns = _stage_columns(memory)
     table = Table(title=title, title_justify="left")
-    table.add_column("per GPU")
+    table.add_column("per GPU", no_wrap=True)
     for label, _ in columns:
         table.add_column(label, justify="right")
     for name, field in MEMORY_ROWS:
@@ -82,9 +82,12 @@ def memory_table(memory: MemoryReport, *, title: str | None = None) -> Table:
 def fit_line(memory: MemoryReport) -> Text:
     headroom = memory.capacity_bytes - memory.peak_bytes
     verdict = "fits" if memory.fits else "does NOT fit"
+    kept = (f" keeping {gib(memory.min_free_bytes)} free (--min-free)"
+            if memory.min_free_bytes else "")
     text = Text(f"peak {gib(memory.peak_bytes)} on stage {memory.peak_stage} of "
-                f"{gib(memory.capacity_bytes)}: {verdict}, ")
-    text.append(f"headroom {gib(headroom)}" if memory.fits else f"over by {gib(-headroom)}",
+                f"{gib(memory.capacity_bytes)}{kept}: {verdict}, ")
+    over = memory.peak_bytes + memory.min_free_bytes - memory.capacity_bytes
+    text.append(f"headroom {gib(headroom)}" if memory.fits else f"over by {gib(over)}",
                 style="green" if memory.fits else "bold red")
     if memory.host_bytes:
         room = ("" if memory.host_capacity_bytes is None
@@ -186,6 +189,24 @@ PLANS_LEGEND = ("strategy: dp x tp x pp, interleaved chunks (vpp), context paral
                 "peak and free memory per GPU in GiB")
 
 
+LOW_FREE_GIB = 2.0
+"""Plans that leave less free per GPU are flagged: the predicted peak has no room for what the
+model leaves out (allocator spikes, NCCL buffers that grow with the job), which real runs at
+this margin rarely survive."""
+
+
+def low_free_warning(plans: list[PlanReport]) -> Text | None:
+    """One line naming the plans with less than LOW_FREE_GIB free, and the flag that helps."""
+    tight = [str(rank) for rank, p in enumerate(plans, start=1)
+             if p.memory.headroom_bytes < LOW_FREE_GIB * GiB]
+    if not tight:
+        return None
+    which = f"plan {tight[0]} leaves" if len(tight) == 1 else \
+        f"plans {', '.join(tight)} leave"
+    return Text(f"warning: {which} under {LOW_FREE_GIB:g} GiB free per GPU (marked !); pass "
+                f"--min-free {LOW_FREE_GIB:g} to plan with a safety margin", style="yellow")
+
+
 def plans_table(plans: list[PlanReport]) -> Table:
     """One row per plan, narrow enough for 80 columns (the heading is printed above it)."""
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0),
@@ -197,8 +218,10 @@ def plans_table(plans: list[PlanReport]) -> Table:
     for rank, plan in enumerate(plans, start=1):
         m, t = plan.memory, plan.time
         degrees, options = compact_strategy(plan)
-        table.add_row(str(rank), degrees, options, f"{m.peak_bytes / GiB:.1f}",
-                      f"{(m.capacity_bytes - m.peak_bytes) / GiB:.1f}", seconds(t.step_s),
+        free = f"{m.headroom_bytes / GiB:.1f}" + ("!" if m.headroom_bytes < LOW_FREE_GIB * GiB
+                                                  else "")
+        table.add_row(str(rank), degrees, options, f"{m.peak_bytes / GiB:.1f}", free,
+                      seconds(t.step_s),
                       rate(plan.throughput.tokens_per_s), percent(plan.throughput.mfu),
                       plan.dominant_cost.replace("_", " "))
     return table
@@ -295,8 +318,11 @@ def plan_view(*, heading: str, plans: list[PlanReport], search: SearchReport) ->
         Text(heading, style="bold"),     # a line of its own: a table title wraps at its width
         *([Text(f"note: {search.note}", style="bold")] if search.note else []),
         plans_table(plans),
+        *([warning] if (warning := low_free_warning(plans)) else []),
         Text(""),
-        memory_table(best.memory, title=f"best plan, memory: {strategy_label(best)}"),
+        # The strategy on a line of its own: a table title wraps at the table's width.
+        Text(f"best plan, memory per GPU: {strategy_label(best)}", style="italic"),
+        memory_table(best.memory),
         fit_line(best.memory),
         Text(""),
         time_table(best.time, title="best plan, time per step"),
@@ -323,6 +349,9 @@ def comparison_text(review) -> Text:
     if review.report is None:
         return Text("")
     step = review.report.time.step_s
+    if review.best is None and review.best_note is None:
+        return Text(f"your strategy: {seconds(step)} per step (not compared with a search: "
+                    f"--no-compare)", style="dim")
     if review.best is None:
         return Text(f"your strategy: {seconds(step)} per step; no plan to compare with: "
                     f"{review.best_note}", style="dim")

@@ -89,4 +89,4 @@ def chain_costs(problem: Problem, cands: Candidates, costs: BlockCosts, ev: Eval
         stage_time_s=tuple(float(x) for x in ev.stage_pp_s[i] + ev.stage_dp_s[i]),
         stage_bytes=tuple(float(x) for x in stage_bytes),
         in_flight=tuple(tuple(int(x) for x in row) for row in in_flight),
-        capacity_bytes=float(cluster.capacity_bytes))
+        capacity_bytes=problem.usable_bytes)

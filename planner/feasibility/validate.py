@@ -51,7 +51,7 @@ def validate(problem: Problem, strategy: Strategy, *, options: RuleOptions = Rul
     if layout is not None or strategy.pp * strategy.vpp > problem.model.num_layers:
         return Validation(strategy, found, None)
     report = evaluate_strategy(problem, strategy, num_tokens=num_tokens)
-    if bool(memory_violations(report.memory.peak_bytes, report.memory.capacity_bytes)):
+    if bool(memory_violations(report.memory.peak_bytes, problem.usable_bytes)):
         found.append(memory_violation(problem, strategy, report))
     if bool(host_memory_violations(report.memory.host_bytes, problem)):
         found.append(host_memory_violation(problem, report))
@@ -65,11 +65,13 @@ def _gib(num_bytes: float) -> str:
 def memory_violation(problem: Problem, strategy: Strategy, report: PlanReport) -> Violation:
     """The memory rule for one strategy, with the smallest change that makes it fit."""
     memory = report.memory
+    kept = (f" less the {_gib(problem.min_free_bytes)} kept free (--min-free)"
+            if problem.min_free_bytes else "")
     message = (f"peak memory {_gib(memory.peak_bytes)} on stage {memory.peak_stage} exceeds the "
-               f"{_gib(memory.capacity_bytes)} of a {problem.cluster.gpu.name}")
+               f"{_gib(memory.capacity_bytes)} of a {problem.cluster.gpu.name}{kept}")
     for change, variant in _memory_variants(problem, strategy):
         peak = evaluate_strategy(problem, variant).memory.peak_bytes
-        if peak <= memory.capacity_bytes:
+        if peak <= problem.usable_bytes:
             return Violation(rule=Rule.MEMORY_FITS.value, message=message,
                              fix=f"use {change} (peak {_gib(peak)})")
     return Violation(rule=Rule.MEMORY_FITS.value, message=message,

@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 import model_zoo
+from cost_models.units import GiB
 from cost_models.enums import CpComm, Fp8Recipe, Precision, ZeroStage
 from planner.inputs import presets
 from planner.errors import InputError
@@ -64,6 +65,14 @@ class Problem:
     notes: tuple[str, ...] = ()
     """What the loader decided that the user should know (a batch rounded to whole sequences,
     a sequence longer than the model was built for)."""
+    min_free_bytes: float = 0.0
+    """Memory every GPU keeps free (--min-free): a safety margin under the allocator's peaks
+    that the model does not see (NCCL buffers grown at scale, fragmentation spikes)."""
+
+    @property
+    def usable_bytes(self) -> float:
+        """GPU memory a plan may fill: the capacity less the margin kept free."""
+        return float(self.cluster.capacity_bytes) - self.min_free_bytes
 
 
 # --------------------------------------------------------------------------- files and YAML
@@ -297,7 +306,8 @@ def make_problem(model_ref: str, cluster_ref: str, *, gpus: int | None = None,
                  nodes: int | None = None, seq_len: int | None = None,
                  global_batch: int | None = None, global_batch_tokens: float | None = None,
                  precision: str | None = None, optimizer: str | None = None,
-                 framework: str = "megatron", fp8_recipe: str | None = None) -> Problem:
+                 framework: str = "megatron", fp8_recipe: str | None = None,
+                 min_free_gib: float = 0.0) -> Problem:
     """Load a model and a cluster, apply CLI overrides, and check the GPU count."""
     model, training = load_model(model_ref)
     cluster = load_cluster(cluster_ref, nodes=nodes)
@@ -341,11 +351,14 @@ def make_problem(model_ref: str, cluster_ref: str, *, gpus: int | None = None,
         raise InputError(f"--gpus: {num_gpus} exceeds the {cluster.num_gpus} GPUs of "
                          f"{cluster.name} ({cluster.num_nodes} nodes x {cluster.gpus_per_node}); "
                          f"pass --nodes to describe a larger cluster")
+    if not 0 <= min_free_gib < cluster.gpu.memory_gib:
+        raise InputError(f"--min-free: {min_free_gib:g} GiB leaves nothing of the "
+                         f"{cluster.gpu.memory_gib:g} GiB of a {cluster.gpu.name}")
     profile = load_framework(framework)
     training = resolve_training(training, cluster, profile,
                                 file="command line" if overrides else model_ref)
     return Problem(model=model, training=training, cluster=cluster, num_gpus=num_gpus,
-                   framework=profile, notes=tuple(notes))
+                   framework=profile, notes=tuple(notes), min_free_bytes=min_free_gib * GiB)
 
 
 def fp8_param_gather_allowed(problem: Problem, zero) -> np.ndarray:

@@ -84,6 +84,8 @@ class MemoryReport(BaseModel):
     peak_bytes: float
     peak_stage: int
     capacity_bytes: float
+    min_free_bytes: float = 0.0
+    """Memory kept free on every GPU (--min-free): the plan fits when its peak leaves this."""
     fits: bool
     host_bytes: float = 0.0
     """Host memory one GPU's offloaded states and activations take (CPU offload)."""

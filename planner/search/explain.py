@@ -58,7 +58,7 @@ def _conflicts(problem: Problem, space: SearchSpace, groups: list[CandidateGroup
             broken.setdefault(pin.flag, []).append(~pin.allows(b.cands))
     merged = {name: np.concatenate(parts) for name, parts in broken.items()}
     merged[Rule.MEMORY_FITS.value] = memory_violations(
-        pool.peak_bytes, float(problem.cluster.capacity_bytes), conservative=True)
+        pool.peak_bytes, problem.usable_bytes, conservative=True)
     return _Conflicts(pool, merged)
 
 
@@ -133,7 +133,7 @@ def _more_gpus(problem: Problem, space: SearchSpace, options: RuleOptions) -> st
         bigger = replace(problem, num_gpus=num_gpus)
         pool = evaluate_groups(bigger, [(g, passes(bigger, g.cands, pins, options))
                                         for g in generate(bigger, space)])
-        fits = ~memory_violations(pool.peak_bytes, float(bigger.cluster.capacity_bytes),
+        fits = ~memory_violations(pool.peak_bytes, bigger.usable_bytes,
                                   conservative=True)
         if fits.any():
             idx = np.flatnonzero(fits)
@@ -156,7 +156,7 @@ def _fastest_fit(problem: Problem, space: SearchSpace, options: RuleOptions) -> 
     pins = space.pins()
     pool = evaluate_groups(problem, [(g, passes(problem, g.cands, pins, options))
                                      for g in generate(problem, space)])
-    fits = ~memory_violations(pool.peak_bytes, float(problem.cluster.capacity_bytes),
+    fits = ~memory_violations(pool.peak_bytes, problem.usable_bytes,
                               conservative=True)
     if not fits.any():
         return None
@@ -224,7 +224,7 @@ def _with_offload(problem: Problem, space: SearchSpace, options: RuleOptions) ->
     pins = wider.pins()
     pool = evaluate_groups(problem, [(g, passes(problem, g.cands, pins, options))
                                      for g in generate(problem, wider)])
-    fits = ~memory_violations(pool.peak_bytes, float(problem.cluster.capacity_bytes),
+    fits = ~memory_violations(pool.peak_bytes, problem.usable_bytes,
                               conservative=True)
     if not fits.any():
         return None
@@ -268,7 +268,7 @@ def explain_infeasible(problem: Problem, space: SearchSpace, groups: list[Candid
         if len(idx):
             i = int(idx[np.argmin(conflicts.pool.peak_bytes[idx])])
             peak = float(conflicts.pool.peak_bytes[i])
-            over = peak - problem.cluster.capacity_bytes
+            over = peak - problem.usable_bytes
             details.append(f"closest miss: peak {peak / GiB:.1f} GiB, {over / GiB:.1f} GiB over, "
                            f"with {_describe(conflicts, i)}")
     ways = []

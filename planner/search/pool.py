@@ -101,7 +101,7 @@ def evaluate_groups(problem: Problem, groups: list[tuple[CandidateGroup, np.ndar
     """Evaluate the rows of each group that `mask` keeps, in the group's even layout; with
     `drop_unfittable`, not those whose model states alone fill the average stage (no layout
     fits them)."""
-    capacity = float(problem.cluster.capacity_bytes)
+    capacity = problem.usable_bytes
     kept = []
     for group, mask in groups:
         if not mask.any():

@@ -160,7 +160,7 @@ def rebalance(problem: Problem, pool: Pool, *,
               budget_s: float = LAYOUT_BUDGET_S) -> tuple[Pool, LayoutStats]:
     """The pool with balanced layouts added for every candidate that could win."""
     start = time.perf_counter()
-    capacity = float(problem.cluster.capacity_bytes)
+    capacity = problem.usable_bytes
     fits = ~memory_violations(pool.peak_bytes, capacity, conservative=True)
     best = float(pool.step_s[fits].min()) if fits.any() else np.inf
     bounds, memory_bounds = lower_bounds(problem, pool)

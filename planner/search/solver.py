@@ -201,7 +201,7 @@ def _search(problem: Problem, space: SearchSpace, settings: SolverSettings,
     masks = [(g, passes(problem, g.cands, pins, options)) for g in groups]
     num_valid = int(sum(mask.sum() for _, mask in masks))
     pool = evaluate_groups(problem, masks, drop_unfittable=True)
-    capacity = float(problem.cluster.capacity_bytes)
+    capacity = problem.usable_bytes
     pool = pareto(pool)
     layouts = LayoutStats(0, 0, True)
     if uneven:

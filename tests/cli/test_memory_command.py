@@ -48,20 +48,52 @@ def test_memory_table_rows_sum_to_total(cli, write, tiny_model, small_cluster):
     assert "stage 0 (first)" in out and "stage 1 (last)" in out and "fits" in out
 
 
-def test_a_strategy_that_does_not_fit_is_reported_not_refused(cli, write):
+def test_a_strategy_that_does_not_fit_is_reported_and_exits_1(cli, write):
+    # Like validate: the numbers are printed, and the exit status says it does not fit.
     strategy = write("strategy.yaml", "tp: 1\npp: 1\n")
     code, out, _ = cli("memory", "llama2-70b", "dgx-a100-80gb", strategy, "--gpus", "8", "--json")
-    assert code == 0
+    assert code == 1
     result = json.loads(out)
     assert result["fits"] is False and result["peak_bytes"] > result["capacity_bytes"]
+    code, out, _ = cli("memory", "llama2-70b", "dgx-a100-80gb", strategy, "--gpus", "8")
+    assert code == 1 and "does NOT fit" in out
+
+
+def test_min_free_keeps_a_margin_in_memory_and_validate(cli, write):
+    # llama2-7b, tp 1 pp 1 ZeRO-1 on 8 GPUs fits with room; asking to keep all but 1 GiB of
+    # that room free turns it into "does not fit", in both commands, with the same numbers.
+    strategy = write("strategy.yaml", "tp: 1\npp: 1\nzero_stage: 1\nrecompute: full\n")
+    args = ("llama2-7b", "dgx-a100-80gb", strategy, "--gpus", "8")
+    code, out, _ = cli("memory", *args, "--json")
+    free = json.loads(out)["headroom_bytes"] / 2**30
+    assert code == 0 and free > 2
+    code, out, _ = cli("memory", *args, "--json", "--min-free", f"{free - 1:.3f}")
+    result = json.loads(out)
+    assert code == 0 and result["fits"] and result["min_free_bytes"] == pytest.approx(
+        (free - 1) * 2**30, rel=1e-3)
+    code, out, _ = cli("memory", *args, "--min-free", f"{free + 1:.3f}")
+    flat = " ".join(out.split())
+    assert code == 1 and f"keeping {free + 1:.2f} GiB free (--min-free): does NOT fit, over " \
+        f"by 1.00 GiB" in flat
+    code, out, _ = cli("validate", *args, "--no-compare", "--min-free", f"{free + 1:.3f}")
+    flat = " ".join(out.split())
+    assert code == 1 and "memory_fits" in flat and "kept free (--min-free)" in flat
+    assert "(not compared with a search: --no-compare)" in flat and "None" not in flat
+
+
+def test_min_free_larger_than_the_gpu_is_bad_input(cli, write):
+    strategy = write("strategy.yaml", "tp: 1\n")
+    code, _, err = cli("memory", "llama2-7b", "dgx-a100-80gb", strategy, "--min-free", "80")
+    assert code == 2 and err.strip() == ("Error: --min-free: 80 GiB leaves nothing of the 80 "
+                                         "GiB of a A100-SXM4-80GB")
 
 
 @pytest.mark.parametrize("name", model_zoo.names())
 def test_every_zoo_model(cli, write, name):
     strategy = write("strategy.yaml", "tp: 1\npp: 1\nrecompute: full\n")
     code, out, err = cli("memory", name, "dgx-h100", strategy, "--gpus", "8", "--json")
-    assert (code, err) == (0, "")
     result = json.loads(out)
+    assert (code, err) == (0 if result["fits"] else 1, "")
     assert result["peak_bytes"] > 0
     for stage in result["stages"]:
         parts = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes",
