@@ -91,7 +91,8 @@ def _local_global_period(k: _Keys, *, default: int) -> int | None:
     "full_attention" (Gemma2Config n = 2, Gemma3TextConfig n = sliding_window_pattern)."""
     types = k.get("layer_types")
     if not types:
-        return k.get("sliding_window_pattern", default=default)
+        period = k.get("sliding_window_pattern", default=default)
+        return None if period == 1 else period     # (i + 1) % 1 == 0: every layer is global
     if "sliding_attention" not in types:
         return None
     period = list(types).index("full_attention") + 1 if "full_attention" in types else 1
@@ -111,8 +112,8 @@ def _gemma(k: _Keys, *, period: int) -> dict[str, Any]:
     post_attention_layernorm, pre_feedforward_layernorm, post_feedforward_layernorm: four per
     layer), tied embeddings, and sliding-window layers between full-attention ones. Logit
     soft-capping and the embedding scale by sqrt(hidden) cost nothing we price."""
-    window = k.get("sliding_window")
-    pattern = _local_global_period(k, default=period) if window else None
+    window = k.get("sliding_window", default=4096)   # Gemma2Config's, Gemma3TextConfig's
+    pattern = _local_global_period(k, default=period)
     return dict(
         num_layers=k.need("num_hidden_layers"), hidden=k.need("hidden_size"),
         num_heads=k.need("num_attention_heads"), num_kv_heads=k.get("num_key_value_heads"),
@@ -138,8 +139,7 @@ def _gemma3_text(k: _Keys) -> dict[str, Any]:
 
 GEMMA3_TEXT_DEFAULTS: dict[str, Any] = {
     "vocab_size": 262_208, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
-    "max_position_embeddings": 131_072, "tie_word_embeddings": True, "sliding_window": 4096,
-    "sliding_window_pattern": 6}
+    "max_position_embeddings": 131_072, "tie_word_embeddings": True}
 """Gemma3TextConfig defaults (transformers configuration_gemma3.py) that Google's multimodal
 config.json files rely on: gemma-3-27b-it's text_config names no vocab_size."""
 

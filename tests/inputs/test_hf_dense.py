@@ -136,6 +136,16 @@ def test_gemma3_layer_types_list_gives_the_same_pattern(tmp_path):
                                                   for b in _layers(_load("gemma-3-1b-it"))]
 
 
+def test_gemma3_window_pattern_of_one_is_every_layer_global(tmp_path):
+    # Gemma3TextConfig: "sliding_attention" if (i + 1) % pattern else "full_attention", so a
+    # pattern of 1 makes no layer local (the model file's pattern 1 would make all local).
+    config = json.loads((CONFIGS / "gemma-3-1b-it.json").read_text())
+    config["sliding_window_pattern"] = 1
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert {b.sliding_window for b in _layers(load_model(str(path))[0])} == {None}
+
+
 def test_irregular_layer_types_are_refused_naming_the_key(tmp_path):
     config = json.loads((CONFIGS / "gemma-3-27b-it.json").read_text())
     config["text_config"]["layer_types"] = ["sliding_attention", "full_attention",
