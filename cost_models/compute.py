@@ -159,7 +159,7 @@ def transformer_layer_gemms(
     s, b, h, t = seq_len, micro_batch, hidden, tp
     tokens = s * b
     local_heads = num_heads / t
-    num_in = 2 if mlp is MlpKind.SWIGLU else 1
+    num_in = 2 if mlp.gated else 1
     if mla is None:
         q_dim, kv_dim = num_heads * head_dim, num_kv_heads * head_dim
         projections = (Gemm(tokens, (q_dim + 2 * kv_dim) / t, h), Gemm(tokens, h, q_dim / t))
@@ -210,7 +210,7 @@ def moe_elementwise_bytes(*, pairs, hidden: int, expert_ffn_hidden, mlp: MlpKind
     """
     v = bytes_per_value
     permute = 2 * 2 * v * pairs * hidden                 # permute + unpermute: read and write
-    act = (3 if mlp is MlpKind.SWIGLU else 2) * v * pairs * expert_ffn_hidden
+    act = (3 if mlp.gated else 2) * v * pairs * expert_ffn_hidden
     return permute + act
 
 
@@ -245,7 +245,7 @@ def transformer_layer_elementwise_bytes(
     rotary = 0
     if position is PositionKind.ROTARY:
         rotary = 2 * BYTES_16BIT * s * b * (num_heads + num_kv_heads) * head_dim
-    mlp_act = (3 if mlp is MlpKind.SWIGLU else 2) * BYTES_16BIT * s * b * ffn_hidden
+    mlp_act = (3 if mlp.gated else 2) * BYTES_16BIT * s * b * ffn_hidden
     if attention is AttentionKind.FLASH:
         softmax = 0 * s
     else:

@@ -74,6 +74,14 @@ class MlpKind(str, Enum):
     """Two matrices h->f->h with an elementwise activation (GeLU, ReLU)."""
     SWIGLU = "swiglu"
     """Three matrices: gate and up h->f, down f->h (Shazeer 2020, arXiv:2002.05202)."""
+    GEGLU = "geglu"
+    """SwiGLU's three matrices with a GeLU gate (Shazeer 2020; Gemma's gelu_pytorch_tanh):
+    the same parameters, FLOPs and stored tensors as SwiGLU."""
+
+    @property
+    def gated(self) -> bool:
+        """Gate and up projections (three matrices) rather than one fc1 (two)."""
+        return self in (MlpKind.SWIGLU, MlpKind.GEGLU)
 
 
 class NormKind(str, Enum):

@@ -132,7 +132,7 @@ def transformer_layer_activation_bytes(
                           + li * s * b * num_heads * mla.v_head_dim)   # output: Wo's input
         latents = mla.q_lora_rank + mla.kv_lora_rank
         replicated = replicated + s * b * ((v + li) * latents + v * mla.qk_rope_head_dim)
-    num_mlp_inputs = 3 if mlp is MlpKind.SWIGLU else 2              # GeLU: its input and output
+    num_mlp_inputs = 3 if mlp.gated else 2              # GeLU: its input and output
     # GeLU: 16sbh for f = 4h; the last (the second matrix's input) is a linear input.
     mlp_internal = ((num_mlp_inputs - 1) * v + li) * s * b * ffn_hidden
     sharded = attention_core + mlp_internal
@@ -168,7 +168,7 @@ def moe_activation_bytes(*, pairs, tokens_per_rank, hidden: int, expert_ffn_hidd
     v = bytes_per_value
     li = v if linear_input_bytes is None else linear_input_bytes
     router = BYTES_FP32 * tokens_per_rank * num_experts
-    internals = ((2 if mlp is MlpKind.SWIGLU else 1) * v + li) * pairs * expert_ffn_hidden
+    internals = ((2 if mlp.gated else 1) * v + li) * pairs * expert_ffn_hidden
     return router + (v + li) * pairs * hidden + internals
 
 

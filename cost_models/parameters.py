@@ -67,7 +67,7 @@ def mlp_params(*, hidden: int, ffn_hidden: int, mlp: MlpKind, bias: bool) -> Par
     SwiGLU (Shazeer 2020, arXiv:2002.05202) adds a third h x f gate matrix.
     """
     h, f = hidden, ffn_hidden
-    num_in = 2 if mlp is MlpKind.SWIGLU else 1       # gate and up projections, or one fc1
+    num_in = 2 if mlp.gated else 1       # gate and up projections, or one fc1
     weights = num_in * h * f + f * h                   # fc1 (column-parallel), fc2 (row-parallel)
     in_b = num_in * f if bias else 0                   # column-parallel bias: sharded
     out_b = h if bias else 0                           # row-parallel bias: replicated

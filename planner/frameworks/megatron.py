@@ -152,6 +152,13 @@ def _model_args(plan: LaunchPlan) -> list[str]:
         args += ["--group-query-attention", f"--num-query-groups {layer.kv_heads}"]
     if layer.qk_norm:
         args.append("--qk-layernorm")
+    if layer.mlp is MlpKind.GEGLU or layer.norms_per_layer == 4:
+        # Megatron-Bridge builds Gemma 2/3 from its own layer spec (gemma2_layer_spec: fast_gelu
+        # gated MLP, post-attention and post-MLP norms, Megatron-Bridge@067f987df); no
+        # pretrain_gpt.py flag asks for either.
+        raise InputError(f"--emit megatron: {plan.problem.model.name} has a GeGLU MLP or "
+                         f"post-sub-layer norms (Gemma 2/3); Megatron-LM's flags describe "
+                         f"neither (Megatron-Bridge builds it from its own layer spec)")
     if layer.mlp is MlpKind.SWIGLU:
         args.append("--swiglu")
     if layer.position not in POSITIONS:

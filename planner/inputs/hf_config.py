@@ -19,10 +19,15 @@ is trained at; without --seq-len we plan for at most this many tokens."""
 
 
 class _Keys:
-    """Reads keys of one config.json, naming the file and key in every error."""
+    """Reads keys of one config.json, naming the file and key in every error. `prefix` names
+    the nested config the keys come from ('text_config.')."""
 
-    def __init__(self, config: dict[str, Any], file: str) -> None:
-        self.config, self.file = config, file
+    def __init__(self, config: dict[str, Any], file: str, prefix: str = "") -> None:
+        self.config, self.file, self.prefix = config, file, prefix
+
+    def where(self, name: str) -> str:
+        """'file: key' for an error message."""
+        return f"{self.file}: {self.prefix}{name}"
 
     def get(self, *names: str, default: Any = None) -> Any:
         for name in names:
@@ -33,7 +38,7 @@ class _Keys:
     def need(self, *names: str) -> Any:
         value = self.get(*names)
         if value is None:
-            raise InputError(f"{self.file}: {names[0]}: required key is missing")
+            raise InputError(f"{self.where(names[0])}: required key is missing")
         return value
 
 
@@ -54,6 +59,105 @@ def _llama_like(k: _Keys) -> dict[str, Any]:
     return out
 
 
+def _every_layer_window(k: _Keys) -> int | None:
+    """`sliding_window` applied on every layer, or None when it is unset or no shorter than
+    max_position_embeddings (it never binds: Phi-3.5-mini's 262144 over 131072 positions)."""
+    window = k.get("sliding_window")
+    longest = k.get("max_position_embeddings")
+    return None if window is None or (longest and window >= longest) else window
+
+
+def _mistral(k: _Keys) -> dict[str, Any]:
+    """Mistral: Llama-like, every layer attends through `sliding_window` when it is set
+    (Mistral-7B-v0.1: 4096; v0.3: null). MistralAttention passes config.sliding_window to the
+    attention kernel on every layer (modeling_mistral.py)."""
+    return {**_llama_like(k), "sliding_window": _every_layer_window(k)}
+
+
+def _phi3(k: _Keys) -> dict[str, Any]:
+    """Phi-3 / Phi-3.5: Llama-like with fused qkv_proj and gate_up_proj weights (the same
+    parameters and FLOPs as separate ones), and `sliding_window` on every layer (Phi3Attention,
+    modular_phi3.py; Phi-3-mini-4k: 2047). partial_rotary_factor (Phi-4-mini) rotates part of
+    each head: it changes neither the parameters nor the matmuls, only a small elementwise
+    kernel that we price on the whole head."""
+    return {**_llama_like(k), "sliding_window": _every_layer_window(k)}
+
+
+def _local_global_period(k: _Keys, *, default: int) -> int | None:
+    """n where layers repeat as n - 1 sliding-window layers then one full-attention layer (the
+    `sliding_window_pattern` of the model file), from `layer_types` (transformers >= 4.53),
+    else `sliding_window_pattern`, else `default`; 1 when every layer is local, None when none
+    is. transformers builds layer_types as "sliding_attention" if (i + 1) % n else
+    "full_attention" (Gemma2Config n = 2, Gemma3TextConfig n = sliding_window_pattern)."""
+    types = k.get("layer_types")
+    if not types:
+        period = k.get("sliding_window_pattern", default=default)
+        return None if period == 1 else period     # (i + 1) % 1 == 0: every layer is global
+    if "sliding_attention" not in types:
+        return None
+    period = list(types).index("full_attention") + 1 if "full_attention" in types else 1
+    expected = ["sliding_attention" if period == 1 or (i + 1) % period else "full_attention"
+                for i in range(len(types))]
+    if list(types) != expected:
+        raise InputError(f"{k.where('layer_types')}: only a repeating run of sliding-window "
+                         f"layers closed by one full-attention layer is modelled; describe the "
+                         f"model with a `layers:` list")
+    return period
+
+
+def _gemma(k: _Keys, *, period: int) -> dict[str, Any]:
+    """Gemma 2 and 3 text models (modeling_gemma2.py, modeling_gemma3.py): GQA with a head_dim
+    of its own (gemma-2-9b: 16 heads of 256 on a 3584 residual), a GeLU-gated MLP (three
+    matrices), an RMSNorm before and after each sub-layer (input_layernorm,
+    post_attention_layernorm, pre_feedforward_layernorm, post_feedforward_layernorm: four per
+    layer), tied embeddings, and sliding-window layers between full-attention ones. Logit
+    soft-capping and the embedding scale by sqrt(hidden) cost nothing we price."""
+    window = k.get("sliding_window", default=4096)   # Gemma2Config's, Gemma3TextConfig's
+    pattern = _local_global_period(k, default=period)
+    return dict(
+        num_layers=k.need("num_hidden_layers"), hidden=k.need("hidden_size"),
+        num_heads=k.need("num_attention_heads"), num_kv_heads=k.get("num_key_value_heads"),
+        head_dim=k.need("head_dim"), ffn_hidden=k.need("intermediate_size"),
+        vocab_size=k.need("vocab_size"), mlp="geglu", norm="rmsnorm", norms_per_layer=4,
+        position="rotary", tie_embeddings=bool(k.get("tie_word_embeddings", default=True)),
+        bias=False, qkv_bias=bool(k.get("attention_bias", default=False)), dropout=False,
+        attention="flash", sliding_window=window if pattern else None,
+        sliding_window_pattern=pattern or 1)
+
+
+def _gemma2(k: _Keys) -> dict[str, Any]:
+    """Gemma 2: local and global layers alternate, the first one local (Gemma2Config.layer_types;
+    Gemma Team 2024, arXiv:2408.00118, Sec. 2: window 4096)."""
+    return _gemma(k, period=2)
+
+
+def _gemma3_text(k: _Keys) -> dict[str, Any]:
+    """Gemma 3: five local layers to one global (sliding_window_pattern 6; Gemma Team 2025,
+    arXiv:2503.19786, Sec. 2.2), and an RMSNorm on each head's queries and keys."""
+    return {**_gemma(k, period=6), "qk_norm": True}
+
+
+GEMMA3_TEXT_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 262_208, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+    "max_position_embeddings": 131_072, "tie_word_embeddings": True}
+"""Gemma3TextConfig defaults (transformers configuration_gemma3.py) that Google's multimodal
+config.json files rely on: gemma-3-27b-it's text_config names no vocab_size."""
+
+
+def _gemma3(k: _Keys) -> dict[str, Any]:
+    """Gemma 3 with vision (Gemma3ForConditionalGeneration): the language model of
+    `text_config` only; the SigLIP encoder (417M parameters for 4B-27B, Gemma 3 report
+    Table 1) and its projector are left out, and a note says so."""
+    text = k.get("text_config")
+    if not isinstance(text, dict):
+        raise InputError(f"{k.where('text_config')}: required mapping is missing (the "
+                         f"language model of a gemma3 config)")
+    keys = _Keys({**GEMMA3_TEXT_DEFAULTS, **text}, k.file, prefix="text_config.")
+    note = (f"{k.file}: only the gemma3 language model (text_config) is priced; the vision "
+            f"encoder (vision_config) and its projector are not")
+    return {**_gemma3_text(keys), **_context(keys), "notes": (note,)}
+
+
 def _qwen2(k: _Keys) -> dict[str, Any]:
     """Qwen2 hard-codes biases on Q, K and V (modeling_qwen2.py)."""
     return {**_llama_like(k), "qkv_bias": True}
@@ -64,7 +168,7 @@ def _moe_frequency(k: _Keys, *, step_key: str) -> dict[str, Any]:
     `(layer_idx + 1) % decoder_sparse_step == 0 and layer_idx not in mlp_only_layers`)."""
     only_dense = k.get("mlp_only_layers", default=[]) or []
     if only_dense:
-        raise InputError(f"{k.file}: mlp_only_layers: {only_dense}: per-layer dense overrides "
+        raise InputError(f"{k.where('mlp_only_layers')}: {only_dense}: per-layer dense overrides "
                          f"are not modelled; describe the model with a `layers:` list")
     return dict(moe_layer_freq=k.get(step_key, default=1))
 
@@ -96,7 +200,7 @@ def _deepseek(k: _Keys) -> dict[str, Any]:
     experts (modeling_deepseek_v3.py; arXiv:2405.04434, arXiv:2412.19437). V3's
     e_score_correction_bias is the auxiliary-loss-free balancing (topk_method noaux_tc)."""
     if k.get("moe_layer_freq", default=1) != 1:
-        raise InputError(f"{k.file}: moe_layer_freq: {k.get('moe_layer_freq')}: only every "
+        raise InputError(f"{k.where('moe_layer_freq')}: {k.get('moe_layer_freq')}: only every "
                          f"layer after first_k_dense_replace being MoE (1) is modelled")
     aux_free = k.get("topk_method", default="greedy") == "noaux_tc"
     moe_ffn = k.need("moe_intermediate_size")
@@ -120,14 +224,7 @@ def _deepseek(k: _Keys) -> dict[str, Any]:
 def _gpt_oss(k: _Keys) -> dict[str, Any]:
     """gpt-oss: GQA with biases and a learned sink per head, alternating sliding-window and
     full attention (layer_types), biased SwiGLU experts and router (modeling_gpt_oss.py)."""
-    types = k.get("layer_types")
-    pattern = 2                               # sliding, full, sliding, full, ... (the default)
-    if types:
-        expected = ["sliding_attention" if i % 2 == 0 else "full_attention"
-                    for i in range(len(types))]
-        if list(types) != expected:
-            raise InputError(f"{k.file}: layer_types: only alternating sliding/full attention "
-                             f"(starting with sliding) is modelled")
+    pattern = _local_global_period(k, default=2)   # sliding, full, sliding, ... (the default)
     return dict(
         num_layers=k.need("num_hidden_layers"), hidden=k.need("hidden_size"),
         num_heads=k.need("num_attention_heads"), num_kv_heads=k.get("num_key_value_heads"),
@@ -135,8 +232,8 @@ def _gpt_oss(k: _Keys) -> dict[str, Any]:
         vocab_size=k.need("vocab_size"), mlp="swiglu", norm="rmsnorm", position="rotary",
         tie_embeddings=bool(k.get("tie_word_embeddings", default=False)),
         bias=True, dropout=False, attention="flash", attention_sinks=True,
-        sliding_window=k.get("sliding_window"), sliding_window_pattern=pattern,
-        num_experts=k.need("num_local_experts"),
+        sliding_window=k.get("sliding_window") if pattern else None,
+        sliding_window_pattern=pattern or 1, num_experts=k.need("num_local_experts"),
         top_k=k.need("num_experts_per_tok", "experts_per_token"), router_bias=True)
 
 
@@ -172,7 +269,7 @@ def _opt(k: _Keys) -> dict[str, Any]:
     hidden = k.need("hidden_size")
     projection = k.get("word_embed_proj_dim", default=hidden)
     if projection != hidden:
-        raise InputError(f"{k.file}: word_embed_proj_dim: {projection} differs from hidden_size "
+        raise InputError(f"{k.where('word_embed_proj_dim')}: {projection} differs from hidden_size "
                          f"({hidden}); OPT's embedding projections are not modelled")
     return dict(
         num_layers=k.need("num_hidden_layers"), hidden=hidden,
@@ -220,7 +317,8 @@ def _bert(k: _Keys) -> dict[str, Any]:
 
 
 MAPPERS: dict[str, Callable[[_Keys], dict[str, Any]]] = {
-    "llama": _llama_like, "mistral": _llama_like, "mixtral": _llama_like, "qwen2": _qwen2,
+    "llama": _llama_like, "mistral": _mistral, "mixtral": _llama_like, "qwen2": _qwen2,
+    "phi3": _phi3, "gemma2": _gemma2, "gemma3_text": _gemma3_text, "gemma3": _gemma3,
     "qwen2_moe": _qwen2_moe, "qwen3": _qwen3, "qwen3_moe": _qwen3_moe,
     "deepseek_v2": _deepseek, "deepseek_v3": _deepseek, "gpt_oss": _gpt_oss,
     "gpt2": _gpt2, "gpt_neox": _gpt_neox, "bloom": _bloom, "opt": _opt, "falcon": _falcon,
@@ -239,10 +337,15 @@ def shorthand_from_hf(config: dict[str, Any], *, file: str, name: str) -> dict[s
         raise InputError(f"{file}: model_type: {model_type!r} is not supported{hint}; "
                          f"supported: {', '.join(sorted(MAPPERS))}")
     keys = _Keys(config, file)
-    fields = MAPPERS[model_type](keys)
-    max_positions = keys.get("max_position_embeddings", "n_positions", "max_seq_len")
-    seq_len = min(max_positions or DEFAULT_MAX_SEQ_LEN, DEFAULT_MAX_SEQ_LEN)
-    # No batch: the loader gives about 4M tokens at the seq_len the run ends up with.
-    context = {"max_context": max_positions} if max_positions else {}
+    # A mapper's own context (a multimodal config's text model) wins over the top level's.
     return {"name": name, "description": f"Hugging Face {model_type} config ({file})",
-            **fields, **context, "training": {"seq_len": seq_len}}
+            **_context(keys), **MAPPERS[model_type](keys)}
+
+
+def _context(k: _Keys) -> dict[str, Any]:
+    """The longest context the config gives, and the training seq_len we plan for without
+    --seq-len. No batch: the loader gives about 4M tokens at the seq_len the run ends up with."""
+    max_positions = k.get("max_position_embeddings", "n_positions", "max_seq_len")
+    seq_len = min(max_positions or DEFAULT_MAX_SEQ_LEN, DEFAULT_MAX_SEQ_LEN)
+    context = {"max_context": max_positions} if max_positions else {}
+    return {**context, "training": {"seq_len": seq_len}}

@@ -324,7 +324,7 @@ def make_problem(model_ref: str, cluster_ref: str, *, gpus: int | None = None,
     if overrides:   # validated like the file's own training section, enums included
         training = validate_file(TrainingSpec, {**training.model_dump(), **overrides},
                                  "command line")
-    notes = []
+    notes = list(model.notes)
     tokens = global_batch_tokens
     if tokens is None and training.global_batch is None:
         tokens = DEFAULT_TOKENS_PER_BATCH

@@ -54,8 +54,9 @@ class TransformerBlock(BaseModel):
     """MLP inner width; None means 4 * hidden."""
     mlp: MlpKind = MlpKind.GELU
     norm: NormKind = NormKind.LAYERNORM
-    norms_per_layer: Literal[1, 2] = 2
-    """Falcon-7B's parallel attention shares one norm."""
+    norms_per_layer: Literal[1, 2, 4] = 2
+    """Falcon-7B's parallel attention shares one norm; Gemma 2/3 normalise each sub-layer's
+    input and output (pre- and post-norm: 4), and every norm keeps its input for backward."""
     attention: AttentionKind = AttentionKind.STANDARD
     position: PositionKind = PositionKind.LEARNED
     """Rotary embeddings add a memory-bound kernel on Q and K."""
@@ -200,7 +201,7 @@ class TransformerBlock(BaseModel):
             mlp = mlp_params(hidden=self.hidden, ffn_hidden=self.ffn, mlp=self.mlp,
                              bias=self.bias)
         norms = self.norms_per_layer * norm_params(hidden=self.hidden, norm=self.norm).replicated
-        if self.qk_norm:   # Qwen3: one RMSNorm of head_dim for queries and one for keys
+        if self.qk_norm:   # Qwen3, Gemma 3: one RMSNorm of head_dim for queries, one for keys
             norms += 2 * self.dim_per_head
         sinks = self.num_heads if self.attention_sinks else 0      # sharded with the heads
         return attention + mlp + ParamCount(sinks, norms)
@@ -368,6 +369,9 @@ class ModelSpec(BaseModel):
     """The longest sequence the model was built for (Hugging Face max_position_embeddings);
     None where the file does not say."""
     source: Source | None = None
+    notes: tuple[str, ...] = ()
+    """What the model leaves out that its file describes (a Hugging Face config's vision
+    tower); the loader passes them on to the plan's notes."""
 
     @model_validator(mode="after")
     def _has_layers(self):

@@ -31,7 +31,7 @@ class TransformerShorthand(BaseModel):
     vocab_size: PositiveInt
     mlp: MlpKind = MlpKind.GELU
     norm: NormKind = NormKind.LAYERNORM
-    norms_per_layer: Literal[1, 2] = 2
+    norms_per_layer: Literal[1, 2, 4] = 2
     position: PositionKind = PositionKind.LEARNED
     max_positions: int = Field(0, ge=0)
     """Rows of the learned position table; 0 means the training sequence length."""
@@ -79,6 +79,8 @@ class TransformerShorthand(BaseModel):
     lm_head_bias: bool = False
     training: TrainingSpec = TrainingSpec()
     source: Source | None = None
+    notes: tuple[str, ...] = ()
+    """What the model leaves out that its source describes (passed on to the plan's notes)."""
 
     @model_validator(mode="after")
     def _layer_is_valid(self):
@@ -140,7 +142,7 @@ class TransformerShorthand(BaseModel):
                          max_context=self.max_context or (
                              self.max_positions if self.position is PositionKind.LEARNED
                              and self.max_positions else None),
-                         source=self.source)
+                         source=self.source, notes=self.notes)
 
 
 class LayersFile(BaseModel):

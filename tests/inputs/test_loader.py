@@ -26,7 +26,7 @@ def memory_args(model, cluster, strategy):
      "model.yaml: hidden: Input should be a valid integer, unable to parse string as an "
      "integer (got 'sixty-four')"),
     (TINY_MODEL.replace("mlp", "xx").replace("vocab_size: 512", "vocab_size: 512\nmlp: relu2"),
-     "model.yaml: mlp: Input should be 'gelu' or 'swiglu' (got 'relu2')"),
+     "model.yaml: mlp: Input should be 'gelu', 'swiglu' or 'geglu' (got 'relu2')"),
     (TINY_MODEL.replace("  precison", "").replace("precision: bf16", "precison: bf16"),
      "model.yaml: training.precison: unknown field (did you mean 'precision'?)"),
     (TINY_MODEL.replace("vocab_size: 512\n", ""),
@@ -123,8 +123,9 @@ def test_unknown_hf_model_type(cli, write, small_cluster):
     assert code == 2
     assert err.strip() == (f"Error: {config}: model_type: 'lama' is not supported (did you mean "
                            f"'llama'?); supported: RefinedWeb, RefinedWebModel, bert, bloom, "
-                           f"deepseek_v2, deepseek_v3, falcon, gpt2, gpt_neox, gpt_oss, llama, "
-                           f"mistral, mixtral, opt, qwen2, qwen2_moe, qwen3, qwen3_moe")
+                           f"deepseek_v2, deepseek_v3, falcon, gemma2, gemma3, gemma3_text, gpt2, "
+                           f"gpt_neox, gpt_oss, llama, mistral, mixtral, opt, phi3, qwen2, "
+                           f"qwen2_moe, qwen3, qwen3_moe")
 
 
 def test_hf_missing_key(cli, write, small_cluster):

@@ -1,0 +1,206 @@
+"""Hugging Face configs of dense families (Gemma 2/3, Phi-3, Qwen2/2.5/3, Mistral) load, with
+the parameter counts their authors publish.
+
+Where the fixtures' field values come from (the HF config.json of each model, as vendored):
+  gemma-2-2b-it, gemma-2-9b, gemma-2-27b, gemma-3-1b-it, phi-3.5-mini-instruct, qwen3-0.6b,
+  mistral-7b-v0.1: mlc-ai/mlc-llm python/mlc_llm/model/model_preset.py @79d603f (MODEL_PRESETS;
+  for Mistral without mlc-llm's own sliding_window_size / prefill_chunk_size /
+  attention_sink_size, with the HF file's "sliding_window": 4096);
+  phi-3-mini-4k-instruct: NVIDIA/TensorRT-LLM tests/unittest/_torch/modeling/test_modeling_phi3.py
+  (PHI3_MINI_4K_CONFIG);
+  phi-3-medium-4k-instruct: scaleapi/llm-engine model-engine/tests/unit/domain/test_llm_use_cases.py;
+  gemma-3-27b-it: NVIDIA/TensorRT-LLM tests/unittest/_torch/modeling/test_modeling_gemma3.py
+  (GEMMA3_27B_MINI_CONFIG with its two test edits undone: 62 layers, sliding_window 1024);
+  qwen2-7b, qwen2.5-7b, qwen3-8b: https://huggingface.co/Qwen/<model>/blob/main/config.json.
+Published figures are rounded: each test allows half the last printed digit, unless noted.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from planner.errors import InputError
+from planner.inputs.loader import load_model, make_problem
+
+CONFIGS = Path(__file__).parent / "hf_configs"
+
+# name: (published total, half its last printed digit, where it is published)
+PUBLISHED_TOTAL = {
+    "gemma-2-2b-it": (2.61e9, 0.005e9, "HF model page google/gemma-2-2b-it: 2.61B params"),
+    "gemma-2-9b": (9.24e9, 0.005e9, "HF model page google/gemma-2-9b: 9.24B params"),
+    "gemma-2-27b": (27.2e9, 0.05e9, "HF model page google/gemma-2-27b: 27.2B params"),
+    "gemma-3-1b-it": (999_885_952, 0, "HF safetensors count of google/gemma-3-1b-pt/-it"),
+    "phi-3-mini-4k-instruct": (3.82e9, 0.005e9, "HF model page: 3.82B params"),
+    "phi-3.5-mini-instruct": (3.82e9, 0.005e9, "HF model page: 3.82B params"),
+    "phi-3-medium-4k-instruct": (13.96e9, 0.005e9, "HF model page: 13.96B params (card: 14B)"),
+    "qwen2-7b": (7_615_616_512, 0, "HF num_parameters() of Qwen/Qwen2-7B"),
+    "qwen3-0.6b": (0.6e9, 0.05e9, "Qwen/Qwen3-0.6B model card: 0.6B"),
+    "qwen3-8b": (8.2e9, 0.05e9, "Qwen/Qwen3-8B model card: 8.2B"),
+    "mistral-7b-v0.1": (7_241_732_096, 0, "HF num_parameters() of mistralai/Mistral-7B-v0.1"),
+}
+
+# name: (published count without the embedding and output matrices, half its last digit)
+PUBLISHED_NON_EMBEDDING = {
+    # Gemma Team 2024, arXiv:2408.00118, Table 2 (exact; the final norm included).
+    "gemma-2-2b-it": (2_024_517_888, 0),
+    "gemma-2-9b": (8_324_201_984, 0),
+    "gemma-2-27b": (26_047_480_320, 0),
+    # Gemma Team 2025, arXiv:2503.19786, Table 1: 698M and 25,600M.
+    "gemma-3-1b-it": (698e6, 0.5e6),
+    "gemma-3-27b-it": (25_600e6, 0.5e6),
+    # Model cards ("Number of Parameters (Non-Embedding)").
+    "qwen2.5-7b": (6.53e9, 0.005e9),
+    "qwen3-0.6b": (0.44e9, 0.005e9),
+    "qwen3-8b": (6.95e9, 0.005e9),
+}
+
+
+def _load(name):
+    return load_model(str(CONFIGS / f"{name}.json"))[0]
+
+
+def _embedding_and_output(model) -> int:
+    return sum(b.params().total for b in model.blocks if b.kind in ("embedding", "output"))
+
+
+def _layers(model):
+    return [model.blocks[i] for i in model.layer_indices]
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_TOTAL))
+def test_dense_config_total_matches_published(name):
+    published, rounding, _ = PUBLISHED_TOTAL[name]
+    total = _load(name).num_params
+    assert abs(total - published) <= rounding, f"{total:,} vs {published:,.0f}"
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_NON_EMBEDDING))
+def test_dense_config_non_embedding_matches_published(name):
+    published, rounding = PUBLISHED_NON_EMBEDDING[name]
+    model = _load(name)
+    counted = model.num_params - _embedding_and_output(model)
+    assert abs(counted - published) <= rounding, f"{counted:,} vs {published:,.0f}"
+
+
+def test_qwen2_5_7b_total_as_the_card_truncates_it():
+    # The Qwen2.5-7B card prints 7.61B for the same shapes as Qwen2-7B's 7,615,616,512: the
+    # figure is truncated to two decimals, not rounded.
+    total = _load("qwen2.5-7b").num_params
+    assert 7.61e9 <= total < 7.62e9
+
+
+def test_gemma3_27b_embedding_row_counts_the_vision_projector():
+    # Gemma 3 report Table 1 gives 27B 1,416M embedding parameters: the 262,208 x 5376 word
+    # embedding (Gemma3TextConfig's default vocab_size, absent from the file) plus the image
+    # projector of the vision model (1152 x 5376 and an RMSNorm of 1152,
+    # Gemma3MultiModalProjector), which we leave out of the language model.
+    model = _load("gemma-3-27b-it")
+    projector = 1152 * 5376 + 1152
+    assert abs(model.blocks[0].params().total + projector - 1_416e6) <= 0.5e6
+
+
+def test_gemma2_layer_shape_and_alternating_windows():
+    model = _load("gemma-2-9b")
+    layers = _layers(model)
+    layer = layers[0]
+    # gemma-2-9b: 16 heads of 256 on a 3584 residual (head_dim is its own), 8 KV heads,
+    # GeGLU, four RMSNorms, tied embeddings (arXiv:2408.00118, Table 1).
+    assert (layer.hidden, layer.num_heads, layer.dim_per_head, layer.kv_heads) == (3584, 16, 256, 8)
+    assert (layer.mlp.value, layer.norms_per_layer, layer.qk_norm) == ("geglu", 4, False)
+    assert model.blocks[-1].tied
+    # Local (4096) and global layers alternate, the first local (Sec. 2).
+    windows = [b.sliding_window for b in layers]
+    assert windows[:4] == [4096, None, 4096, None] and windows.count(4096) == 21
+
+
+def test_gemma3_five_local_layers_to_one_global():
+    layers = _layers(_load("gemma-3-1b-it"))
+    windows = [b.sliding_window for b in layers]
+    # sliding_window_pattern 6: layers 6, 12, 18, 24 (counting from 1) attend globally.
+    assert [i for i, w in enumerate(windows) if w is None] == [5, 11, 17, 23]
+    assert set(windows) - {None} == {512}
+    assert layers[0].qk_norm and layers[0].norms_per_layer == 4
+
+
+def test_gemma3_layer_types_list_gives_the_same_pattern(tmp_path):
+    # transformers >= 4.53 writes layer_types instead of sliding_window_pattern.
+    config = json.loads((CONFIGS / "gemma-3-1b-it.json").read_text())
+    del config["sliding_window_pattern"]
+    config["layer_types"] = ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention"
+                             for i in range(26)]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    layers = _layers(load_model(str(path))[0])
+    assert [b.sliding_window for b in layers] == [b.sliding_window
+                                                  for b in _layers(_load("gemma-3-1b-it"))]
+
+
+def test_gemma3_window_pattern_of_one_is_every_layer_global(tmp_path):
+    # Gemma3TextConfig: "sliding_attention" if (i + 1) % pattern else "full_attention", so a
+    # pattern of 1 makes no layer local (the model file's pattern 1 would make all local).
+    config = json.loads((CONFIGS / "gemma-3-1b-it.json").read_text())
+    config["sliding_window_pattern"] = 1
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert {b.sliding_window for b in _layers(load_model(str(path))[0])} == {None}
+
+
+def test_irregular_layer_types_are_refused_naming_the_key(tmp_path):
+    config = json.loads((CONFIGS / "gemma-3-27b-it.json").read_text())
+    config["text_config"]["layer_types"] = ["sliding_attention", "full_attention",
+                                            "full_attention"] + ["sliding_attention"] * 59
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    with pytest.raises(InputError, match=r"config.json: text_config.layer_types: only a repeating"):
+        load_model(str(path))
+
+
+def test_gemma3_multimodal_prices_the_language_model_and_says_so():
+    path = str(CONFIGS / "gemma-3-27b-it.json")
+    model = _load("gemma-3-27b-it")
+    layers = _layers(model)
+    assert len(layers) == 62 and layers[0].dim_per_head == 128
+    # Defaults of Gemma3TextConfig fill what text_config leaves out: 131,072 positions.
+    assert model.max_context == 131_072
+    assert sum(b.sliding_window == 1024 for b in layers) == 52
+    problem = make_problem(path, "dgx-h100", gpus=8)
+    assert problem.notes[0] == (f"{path}: only the gemma3 language model (text_config) is "
+                                f"priced; the vision encoder (vision_config) and its projector "
+                                f"are not")
+
+
+def test_phi3_and_mistral_windows_on_every_layer():
+    # Phi3Attention and MistralAttention pass config.sliding_window to every layer.
+    assert {b.sliding_window for b in _layers(_load("phi-3-mini-4k-instruct"))} == {2047}
+    assert {b.sliding_window for b in _layers(_load("mistral-7b-v0.1"))} == {4096}
+    # Phi-3.5-mini's 262,144 is longer than its 131,072 positions: it never binds.
+    assert {b.sliding_window for b in _layers(_load("phi-3.5-mini-instruct"))} == {None}
+
+
+def test_gemma2_without_head_dim_is_one_line_exit_2(cli, write, small_cluster):
+    config = json.loads((CONFIGS / "gemma-2-9b.json").read_text())
+    del config["head_dim"]
+    path = write("config.json", json.dumps(config))
+    strategy = write("strategy.yaml", "tp: 1\npp: 1\nmicro_batch: 1\n")
+    code, _, err = cli("memory", path, small_cluster, strategy)
+    assert (code, err.strip()) == (2, f"Error: {path}: head_dim: required key is missing")
+
+
+def test_gemma3_without_text_config_names_it(tmp_path):
+    config = json.loads((CONFIGS / "gemma-3-27b-it.json").read_text())
+    del config["text_config"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    with pytest.raises(InputError, match=r"config.json: text_config: required mapping is missing"):
+        load_model(str(path))
+
+
+def test_megatron_refuses_gemma_it_cannot_describe(cli, tmp_path):
+    path = str(CONFIGS / "gemma-2-2b-it.json")
+    code, _, err = cli("plan", path, "dgx-h100", "--gpus", "8", "--emit", "megatron",
+                       "--out", str(tmp_path))
+    assert (code, err.strip().splitlines()[-1]) == (
+        2, "Error: --emit megatron: gemma-2-2b-it has a GeGLU MLP or post-sub-layer norms "
+           "(Gemma 2/3); Megatron-LM's flags describe neither (Megatron-Bridge builds it from "
+           "its own layer spec)")
