@@ -789,11 +789,12 @@ def _recompute_details(parsed: ParsedConfig, flags: dict, recompute: Recompute |
                            f"priced as one checkpoint per layer",
                            "compare with --recompute-num-layers 1")
     modules = flags.get("--recompute-modules")
-    if recompute is Recompute.SELECTIVE and modules is not None and modules.value is not None \
-            and modules.value != "core_attn":
-        parsed.finding("megatron_unpriced", f"--recompute-modules {modules.value}: the planner's "
-                       f"selective recompute is core attention only (the default); priced so, "
-                       f"so memory is overestimated", "compare with --recompute-modules core_attn")
+    names = (modules.value, *modules.more) if modules is not None and modules.value else ()
+    if recompute is Recompute.SELECTIVE and names and names != ("core_attn",):
+        parsed.finding("megatron_unpriced", f"--recompute-modules {' '.join(names)}: the "
+                       f"planner's selective recompute is core attention only (the "
+                       f"default); priced so, so memory is overestimated",
+                       "compare with --recompute-modules core_attn")
 
 
 def _training_schedule(parsed: ParsedConfig, flags: dict, s: dict, file: str) -> None:

@@ -44,6 +44,9 @@ class Flag:
     value: str | None
     """None for a switch (no value follows) or a value the script leaves unset."""
     has_value: bool
+    more: tuple[str, ...] = ()
+    """Further words up to the next flag, for an argparse nargs='+' flag
+    (--recompute-modules core_attn mlp)."""
     unresolved: str | None = None
     """The value as written, with `$NAME` for each variable the script never sets, when that
     left the value unset."""
@@ -68,10 +71,10 @@ def _is_value(token: str) -> bool:
                 or token.startswith("$"))
 
 
-def _flag(name: str, value: str) -> Flag:
+def _flag(name: str, value: str, more: tuple[str, ...] = ()) -> Flag:
     if _UNSET not in value:
-        return Flag(name, value, True)
-    return Flag(name, None, True, unresolved=_UNSET_NAME.sub(r"$\1", value))
+        return Flag(name, value, True, more)
+    return Flag(name, None, True, more, unresolved=_UNSET_NAME.sub(r"$\1", value))
 
 
 class ShellScript:
@@ -132,8 +135,12 @@ class ShellScript:
                     name, value = token.split("=", 1)
                     found.append(_flag(name, value))
                 elif i + 1 < len(tokens) and _is_value(tokens[i + 1]):
-                    found.append(_flag(token, tokens[i + 1]))
-                    i += 1
+                    more = []
+                    while i + 2 + len(more) < len(tokens) \
+                            and _is_value(tokens[i + 2 + len(more)]):
+                        more.append(tokens[i + 2 + len(more)])
+                    found.append(_flag(token, tokens[i + 1], tuple(more)))
+                    i += 1 + len(more)
                 else:
                     found.append(Flag(token, None, False))
             i += 1
