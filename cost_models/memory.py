@@ -29,7 +29,8 @@ class StateBytes(NamedTuple):
         return self.weights + self.gradients + self.optimizer
 
 
-def state_bytes_per_param(precision: Precision, optimizer: Optimizer) -> StateBytes:
+def state_bytes_per_param(precision: Precision, optimizer: Optimizer, *,
+                          gradients_16bit: bool = False) -> StateBytes:
     """Bytes per parameter of weights, gradients and optimizer state, without sharding.
 
     Ref: Megatron-LM docs/source/api-guide/dist_optimizer.md, the bytes-per-parameter table:
@@ -40,10 +41,15 @@ def state_bytes_per_param(precision: Precision, optimizer: Optimizer) -> StateBy
     (4), and Adam's two fp32 moments (8; Kingma & Ba 2015) or SGD's momentum (4).
     The ZeRO paper's mixed-precision Adam (2 + 2 + K with K = 12) is the same accounting
     without Megatron's fp32 gradient copy; `model_state_bytes` takes any of these.
+    `gradients_16bit`: mixed precision accumulates and reduces the gradients in the 16-bit
+    parameter dtype (Megatron-LM --grad-reduce-in-bf16 turns accumulate_allreduce_grads_in_fp32
+    off, arguments.py @d98e8a64; the grad buffer then takes the param dtype,
+    core/distributed/param_and_grad_buffer.py group_params_for_buffers): 2 bytes, not 4.
     """
     mixed = precision is not Precision.FP32
     weights = BYTES_16BIT if mixed else BYTES_FP32
-    gradients = BYTES_16BIT if precision is Precision.FP16 else BYTES_FP32
+    gradients = BYTES_16BIT if precision is Precision.FP16 or (mixed and gradients_16bit) \
+        else BYTES_FP32
     master = BYTES_FP32 if mixed else 0                          # fp32 copy of the weights
     main_grads = BYTES_FP32 if precision is Precision.FP16 else 0  # fp32 copy of fp16 grads
     moments = {Optimizer.ADAM: 2 * BYTES_FP32, Optimizer.SGD_MOMENTUM: BYTES_FP32,

@@ -19,7 +19,7 @@ from cost_models.enums import (AttentionKind, Collective, CpComm, Precision, Rec
                                ZeroStage)
 from cost_models.fp8 import fp8_value_bytes, fp8_weight_bytes_per_param
 from cost_models.offload import cpu_optimizer_s, exposed_copy_s, host_copy_s, offloaded_step_s
-from cost_models.memory import (StateBytes, model_state_bytes, reserve_bytes, state_bytes_per_param,
+from cost_models.memory import (StateBytes, model_state_bytes, reserve_bytes,
                                 zero3_gather_buffer_bytes)
 from cost_models.pipeline import in_flight_per_chunk, pipeline_time_s
 from cost_models.units import BYTES_16BIT, GiB, TFLOPS, bytes_per_value
@@ -318,7 +318,7 @@ def rank_states(problem: Problem, cands: Candidates, dense, experts, fp8=0.0) ->
     distributed optimizer over the expert-DP group); (N,) or (N, p) arrays of parameters.
     `fp8`: of those, the FP8 linear-layer parameters, whose weights take
     `fp8_weight_extra_bytes` more each."""
-    per = state_bytes_per_param(problem.training.precision, problem.training.optimizer)
+    per = problem.training.state_bytes
     column = (slice(None),) + (None,) * (np.ndim(dense) - 1)
     zero = cands.zero[column]
     a = model_state_bytes(num_params=dense, dp=cands.grad_shard.astype(float)[column],
@@ -446,7 +446,7 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
     expert_params = per_stage(expert)[None, :] / (cands.ep * cands.etp)[:, None]
     params = dense_params + expert_params                                   # (N, p)
     fp8_dense = per_stage(type_fp8_params(model))[None, :] / tp[:, None]
-    per_param = state_bytes_per_param(training.precision, training.optimizer)
+    per_param = training.state_bytes
     shard = cands.grad_shard.astype(float)
     expert_shard = cands.expert_shard.astype(float)
     states = rank_states(problem, cands, dense_params, expert_params, fp8_dense + expert_params)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from cost_models.enums import ZeroStage
-from cost_models.memory import (model_state_bytes, state_bytes_per_param,
+from cost_models.memory import (model_state_bytes,
                                 zero3_gather_buffer_bytes)
 from cost_models.pipeline import in_flight_per_chunk
 from cost_models.units import GiB
@@ -35,7 +35,7 @@ def state_bytes_per_stored_param(problem: Problem, cands: Candidates, rows, *,
     """Bytes of weights, gradients and optimizer state per parameter a rank stores, after
     ZeRO sharding over its shard group (all of dp, or less under HSDP; for routed experts the
     expert data-parallel group): `memory.model_state_bytes` of one parameter."""
-    per = state_bytes_per_param(problem.training.precision, problem.training.optimizer)
+    per = problem.training.state_bytes
     shard = cands.expert_shard if experts else cands.shard
     return model_state_bytes(num_params=1.0, dp=shard[rows].astype(float),
                              zero_stage=cands.zero[rows], per_param=per).total
@@ -64,8 +64,7 @@ def chain_costs(problem: Problem, cands: Candidates, costs: BlockCosts, ev: Eval
     m = float(cands.num_micro_batches[i])
     in_flight = in_flight_per_chunk(stage=np.arange(p)[:, None], pp=p, vpp=v,
                                     num_micro_batches=m, chunk=np.arange(v)[None, :])
-    weights = state_bytes_per_param(problem.training.precision,
-                                    problem.training.optimizer).weights
+    weights = problem.training.state_bytes.weights
     gathered = 0.0
     if int(cands.zero[i]) == ZeroStage.PARAMETERS:
         gathered = zero3_gather_buffer_bytes(

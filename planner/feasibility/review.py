@@ -71,7 +71,12 @@ def _configured(problem: Problem, parsed: ParsedConfig, *, file: str,
             values["fp8_recipe"] = None        # the file's precision, with its own recipe
         training = resolve_training(validate_file(TrainingSpec, values, file), problem.cluster,
                                     problem.framework, file=file)
-    return replace(problem, num_gpus=num_gpus, training=training)
+    model = problem.model
+    if parsed.model:
+        blocks = tuple(b.model_copy(update=parsed.model) if b.kind == "transformer" else b
+                       for b in model.blocks)
+        model = model.model_copy(update=dict(blocks=blocks))
+    return replace(problem, num_gpus=num_gpus, training=training, model=model)
 
 
 def _strategy(problem: Problem, parsed: ParsedConfig, file: str) -> Strategy:

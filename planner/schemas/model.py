@@ -10,6 +10,7 @@ from cost_models.compute import MlaDims, MoeDims
 from cost_models.enums import (AttentionKind, LoadBalancing, MlpKind, NormKind, Optimizer,
                                PositionKind, Precision, Fp8Recipe)
 from cost_models.evoformer import EvoformerShape, evoformer_block_params
+from cost_models.memory import StateBytes, state_bytes_per_param
 from cost_models.parameters import (ParamCount, attention_params, embedding_params, mla_params,
                                     mlp_params, moe_params, norm_params, output_head_params)
 
@@ -335,6 +336,15 @@ class TrainingSpec(BaseModel):
     """How FP8 tensors are scaled, with precision fp8; None: the framework's default recipe
     that the GPU runs."""
     optimizer: Optimizer = Optimizer.ADAM
+    bf16_gradients: bool = False
+    """Mixed precision: accumulate and reduce the gradients in bf16 (Megatron-LM
+    --grad-reduce-in-bf16); False: in fp32, Megatron-LM's default for bf16 and FP8."""
+
+    @property
+    def state_bytes(self) -> StateBytes:
+        """Bytes per parameter of weights, gradients and optimizer state, unsharded."""
+        return state_bytes_per_param(self.precision, self.optimizer,
+                                     gradients_16bit=self.bf16_gradients)
 
     @property
     def precision_label(self) -> str:

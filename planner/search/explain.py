@@ -16,7 +16,6 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from cost_models.units import GiB
-from cost_models.memory import state_bytes_per_param
 from planner.search.candidates import CandidateGroup, SearchSpace, divisors, generate, powers_of_two
 from planner.errors import InfeasibleError
 from planner.inputs.loader import Problem
@@ -118,8 +117,7 @@ def _gpu_counts(problem: Problem, space: SearchSpace) -> list[int]:
     layers, node = problem.model.num_layers, problem.cluster.gpus_per_node
     pps = set(powers_of_two(layers)) | (set(divisors(layers)) if space.any_pp else set())
     tps = powers_of_two(node if not space.cross_node_tp else max(problem.model.tp_head_counts))
-    states = problem.model.num_params * state_bytes_per_param(
-        problem.training.precision, problem.training.optimizer).total
+    states = problem.model.num_params * problem.training.state_bytes.total
     least = max(problem.num_gpus + 1, int(states // problem.cluster.capacity_bytes))
     counts = {t * p * d for t in tps for p in pps for d in divisors(problem.training.global_batch)}
     return sorted(c for c in counts

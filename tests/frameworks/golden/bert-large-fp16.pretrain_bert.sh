@@ -4,8 +4,8 @@
 # Strategy: dp 8, tp 1, pp 1, mb 4, global batch 256, seq_len 512, sequence_parallel false,
 #   recompute none, zero_stage 0, fp16.
 # Predicted: 0.269 s per step, peak 12.4 GiB per GPU (stage 0), MFU 42.1%.
-# Keys checked against NVIDIA/Megatron-LM megatron/training/arguments.py @000c4ac2,
-#   megatron/core/transformer/transformer_config.py @002526d8.
+# Keys checked against NVIDIA/Megatron-LM @d98e8a64 (megatron/training/arguments.py and the
+#   config dataclasses it turns into flags).
 # Run on every node: MASTER_ADDR=<first node> DATA_PATH=<prefix> VOCAB_FILE=<vocab.txt> bash pretrain_bert.sh
 set -euo pipefail
 
