@@ -333,19 +333,16 @@ def _emit(problem, report, targets, out_dir, force, tokens) -> list:
     from dataclasses import replace
 
     from planner.costing.evaluate import evaluate_strategy
-    from planner.costing.layout import explicit_counts
+    from planner.feasibility.review import strategy_of
     from planner.frameworks import LaunchPlan, emit_files, write_files
     from planner.inputs.loader import load_framework
-    from planner.schemas.strategy import Strategy
 
-    fields = report.strategy.model_dump(exclude={"num_micro_batches", "layers_per_stage"})
-    layers = explicit_counts(report.strategy.layers_per_stage)
-    strategy = Strategy(**fields, layers_per_stage=layers)
+    strategy = strategy_of(report)
     files = {}
     for target in targets:
         priced, own = problem, report
-        if target.value != problem.framework.name:
-            priced = replace(problem, framework=load_framework(target.value))
+        if target.framework != problem.framework.name:
+            priced = replace(problem, framework=load_framework(target.framework))
             own = evaluate_strategy(priced, strategy, num_tokens=tokens)
         files |= emit_files([target], LaunchPlan(priced, strategy, own, num_tokens=tokens))
     paths = write_files(files, out_dir, force=force)     # all or nothing

@@ -26,6 +26,10 @@ class LaunchTarget(str, Enum):
     TORCHRUN = "torchrun"
     TORCHTITAN = "torchtitan"
     MINDSPORE = "mindspore"
+    @property
+    def framework(self) -> str:
+        """The framework that runs this target's files (its profile's name)."""
+        return self.value
 
 
 class Strategy(BaseModel):
