@@ -264,8 +264,8 @@ def memory(model, cluster, strategy, framework, as_json, **overrides):
               "and GPU-hours.")
 @click.option("--emit", "targets", type=_Targets(), default=(),
               help="Write launch configs for the plan: megatron, deepspeed, torchrun, "
-                   "torchtitan, mindspore (comma-separated). The search then keeps to "
-                   "what those frameworks run.")
+                   "torchtitan, mindspore, mindformers (comma-separated). The search then "
+                   "keeps to what those frameworks run.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=".",
               show_default=True, help="Directory for --emit.")
 @click.option("--plan", "plan_rank", type=click.IntRange(min=1), default=1, show_default=True,
@@ -366,8 +366,8 @@ def _emit(problem, report, targets, out_dir, force, tokens) -> list:
 def validate(model, cluster, strategy, targets, cross_node_tp, no_compare, tokens, framework,
              as_json, gpus, **overrides):
     """Check STRATEGY: a strategy.yaml, DeepSpeed JSON, Megatron-LM script or argument file,
-    torchtitan recipe or TOML, or MindSpore setup. Exit 1 when a rule is broken or it does
-    not fit."""
+    torchtitan recipe or TOML, MindSpore setup or MindFormers run YAML. Exit 1 when a rule is
+    broken or it does not fit."""
     from planner.feasibility.review import review_config
     from planner.feasibility.rules import RuleOptions
 

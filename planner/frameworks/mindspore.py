@@ -194,7 +194,8 @@ def _calls(text: str, file: str) -> dict[str, Any]:
     return found
 
 
-def _int(fields: dict, key: str, default: int, file: str) -> int:
+def read_int(fields: dict, key: str, default: int, file: str) -> int:
+    """A positive integer setting (`default` when absent), or an InputError naming it."""
     value = fields.get(key, default)
     if isinstance(value, _RunTime):
         raise InputError(f"{file}: {key}: computed when the file runs ({value.source}); "
@@ -281,13 +282,13 @@ def _model_code(parsed: ParsedConfig, calls: dict, runner: dict, *, pp: int, wor
         parsed.notes.append(f"operator shard strategies (tp): {what}; the planner assumes "
                             f"tp 1, and dp is what the devices leave: dp = {world} / (pp {pp} "
                             f"x tp 1) = {max(1, world // pp)}")
-    micro = _int(runner, "batch_size", 1, file) if "batch_size" in runner else None
+    micro = read_int(runner, "batch_size", 1, file) if "batch_size" in runner else None
     if micro is not None:
         parsed.strategy["micro_batch"] = micro
     dp = None if tp is None else max(1, world // (pp * tp))
     if pp == 1:
         if micro is not None and dp is not None:
-            m = _int(runner, "gradient_accumulation_steps", 1, file)
+            m = read_int(runner, "gradient_accumulation_steps", 1, file)
             parsed.strategy["global_batch"] = micro * dp * m
         return
     size = next((s for s in sizes if s is not None), None)
@@ -297,7 +298,7 @@ def _model_code(parsed: ParsedConfig, calls: dict, runner: dict, *, pp: int, wor
                             f"prices the model's global batch ({problem.training.global_batch}"
                             f" samples) in micro-batches of {micro or 1} per data-parallel rank")
         return
-    micro_size = _int({"micro_size": size}, "micro_size", 1, file)
+    micro_size = read_int({"micro_size": size}, "micro_size", 1, file)
     if dp is None:                    # the search picks dp: the micro-batch count is the file's
         parsed.notes.append(f"PipelineCell micro_size {micro_size}")
         return
@@ -334,15 +335,15 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
                        "shard strategies: only data parallelism runs",
                        "use parallel_mode 'semi_auto_parallel'")
     if "device_num" in context:
-        parsed.world_size = _int(context, "device_num", 1, file)
+        parsed.world_size = read_int(context, "device_num", 1, file)
     world = num_gpus or parsed.world_size or problem.num_gpus
     key = "search_mode" if "search_mode" in context else "auto_parallel_search_mode"
     search = context.get(key)
     if search is None and context.get("sharding_propagation") is True:
         search = "sharding_propagation"       # the 1.x switch search_mode replaced
     searched = check_search_mode(parsed, mode, search, key=key, num_devices=world)
-    stages = _int(context, "pipeline_stages", 1, file)
-    pp = _int(parallel or {}, "pipeline_stage", stages, file)
+    stages = read_int(context, "pipeline_stages", 1, file)
+    pp = read_int(parallel or {}, "pipeline_stage", stages, file)
     if "pipeline_stages" in context and stages != pp:
         parsed.finding("mindspore_pipeline", f"pipeline_stages ({stages}) differs from "
                        f"pipeline_stage ({pp})", f"use {pp} in both")
@@ -369,14 +370,14 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
 def _parallel_config(parsed: ParsedConfig, parallel: dict, runner: dict, *, pp: int,
                      file: str) -> None:
     """The degrees of MindFormers' TransformerOpParallelConfig (every one given or 1)."""
-    dp = _int(parallel, "data_parallel", 1, file)
-    tp = _int(parallel, "model_parallel", 1, file)
-    micro = _int(runner, "batch_size", 1, file)
+    dp = read_int(parallel, "data_parallel", 1, file)
+    tp = read_int(parallel, "model_parallel", 1, file)
+    micro = read_int(runner, "batch_size", 1, file)
     if pp > 1:
-        m = _int(parallel, "micro_batch_num", 1, file)
+        m = read_int(parallel, "micro_batch_num", 1, file)
     else:
-        m = _int(runner, "gradient_accumulation_steps", 1, file)
-    ep = _int(parallel, "expert_parallel", 1, file)
+        m = read_int(runner, "gradient_accumulation_steps", 1, file)
+    ep = read_int(parallel, "expert_parallel", 1, file)
     parsed.strategy.update(ep=ep, etp=1 if ep > 1 else tp)   # experts follow model_parallel
     read_context_parallel(parsed, parallel, file)
     parsed.strategy.update(dp=dp, tp=tp, micro_batch=micro, global_batch=micro * dp * m,
@@ -385,7 +386,7 @@ def _parallel_config(parsed: ParsedConfig, parallel: dict, runner: dict, *, pp: 
 
 def read_context_parallel(parsed: ParsedConfig, parallel: dict, file: str) -> None:
     """context_parallel and its algorithm (MindFormers TransformerOpParallelConfig)."""
-    cp = _int(parallel, "context_parallel", 1, file)
+    cp = read_int(parallel, "context_parallel", 1, file)
     if cp == 1:
         return
     algo = parallel.get("context_parallel_algo", "colossalai_cp")
@@ -396,7 +397,7 @@ def read_context_parallel(parsed: ParsedConfig, parallel: dict, file: str) -> No
                          f"{', '.join(kinds)}")
     parsed.strategy.update(cp=cp, cp_comm=kinds[algo])
     if kinds[algo] is CpComm.A2A_P2P:
-        parsed.strategy["cp_a2a"] = _int(parallel, "ulysses_degree_in_cp", 1, file)
+        parsed.strategy["cp_a2a"] = read_int(parallel, "ulysses_degree_in_cp", 1, file)
 
 
 def read_offset(parsed: ParsedConfig, offset: list, *, pp: int, num_layers: int, where: str,
