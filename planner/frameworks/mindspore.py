@@ -7,6 +7,12 @@ sequence parallelism) with its `TransformerRecomputeConfig`. Names were checked 
 mindspore/python/mindspore/parallel/_auto_parallel_context.py (MindSpore 2.x) and
 mindformers/modules/transformer/transformer.py. MindSpore refuses a keyword it does not know
 ("Set context keyword %s is not recognized!"); the reader says so, and never runs the file.
+
+A plain MindSpore script is read as MindSpore runs it: SEMI_AUTO_PARALLEL has no data-parallel
+setting (dp is what the devices leave after pipeline stages and operator shards), AUTO_PARALLEL's
+search picks tp and dp when the graph compiles, and values that live in model code (operator
+shard strategies, PipelineCell's micro_size) are read when the file writes them as literals and
+otherwise named in the notes. MindFormers' run YAML is planner.frameworks.mindformers.
 """
 
 from __future__ import annotations
@@ -452,7 +458,8 @@ RULES: dict[Rule, TargetRule] = {
         lambda p, c: everywhere(c, p.num_gpus % 8 != 0 and p.num_gpus not in (1, 2, 4)),
         lambda p, s: (f"device_num ({p.num_gpus}) must be 1, 2, 4 or a multiple of 8 for "
                       f"MindSpore", f"use {max(8, p.num_gpus // 8 * 8)} devices")),
-    # MindFormers TransformerOpParallelConfig: micro_batch_num >= pipeline_stage.
+    # MindFormers TransformerOpParallelConfig: micro_batch_num >= pipeline_stage; MindSpore
+    # nn.PipelineCell: "micro_size must be greater or equal to pipeline stages".
     Rule.MINDSPORE_MICRO_BATCHES: TargetRule(
         "MindSpore needs at least as many micro-batches as stages",
         lambda p, c: (c.pp > 1) & (num_micro_batches(c) < c.pp),
