@@ -270,8 +270,8 @@ def memory(model, cluster, strategy, framework, as_json, **overrides):
               "and GPU-hours.")
 @click.option("--emit", "targets", type=_Targets(), default=(),
               help="Write launch configs for the plan: megatron, deepspeed, torchrun, "
-                   "torchtitan, mindspore (comma-separated). The search then keeps to "
-                   "what those frameworks run.")
+                   "torchtitan, mindspore, mindformers (comma-separated). The search then "
+                   "keeps to what those frameworks run.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=".",
               show_default=True, help="Directory for --emit.")
 @click.option("--plan", "plan_rank", type=click.IntRange(min=1), default=1, show_default=True,
@@ -339,19 +339,16 @@ def _emit(problem, report, targets, out_dir, force, tokens) -> list:
     from dataclasses import replace
 
     from planner.costing.evaluate import evaluate_strategy
-    from planner.costing.layout import explicit_counts
+    from planner.feasibility.review import strategy_of
     from planner.frameworks import LaunchPlan, emit_files, write_files
     from planner.inputs.loader import load_framework
-    from planner.schemas.strategy import Strategy
 
-    fields = report.strategy.model_dump(exclude={"num_micro_batches", "layers_per_stage"})
-    layers = explicit_counts(report.strategy.layers_per_stage)
-    strategy = Strategy(**fields, layers_per_stage=layers)
+    strategy = strategy_of(report)
     files = {}
     for target in targets:
         priced, own = problem, report
-        if target.value != problem.framework.name:
-            priced = replace(problem, framework=load_framework(target.value))
+        if target.framework != problem.framework.name:
+            priced = replace(problem, framework=load_framework(target.framework))
             own = evaluate_strategy(priced, strategy, num_tokens=tokens)
         files |= emit_files([target], LaunchPlan(priced, strategy, own, num_tokens=tokens))
     paths = write_files(files, out_dir, force=force)     # all or nothing
@@ -375,8 +372,8 @@ def _emit(problem, report, targets, out_dir, force, tokens) -> list:
 def validate(model, cluster, strategy, targets, cross_node_tp, no_compare, tokens, framework,
              as_json, gpus, **overrides):
     """Check STRATEGY: a strategy.yaml, DeepSpeed JSON, Megatron-LM script or argument file,
-    torchtitan recipe or TOML, or MindSpore setup. Exit 1 when a rule is broken or it does
-    not fit."""
+    torchtitan recipe or TOML, MindSpore setup or MindFormers run YAML. Exit 1 when a rule is
+    broken or it does not fit."""
     from planner.feasibility.review import review_config
     from planner.feasibility.rules import RuleOptions
 

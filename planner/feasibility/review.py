@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from cost_models.enums import ZeroStage
+from planner.costing.layout import explicit_counts
 from planner.search.candidates import SearchSpace
 from planner.frameworks import ParsedConfig, read_config
 from planner.errors import InfeasibleError, InputError
@@ -19,7 +21,7 @@ from planner.search.rebalance import layout_advice
 from planner.feasibility.rules import RuleOptions
 from planner.schemas.model import TrainingSpec
 from planner.schemas.report import PlanReport, Violation
-from planner.schemas.strategy import LaunchTarget, Strategy
+from planner.schemas.strategy import LaunchTarget, Strategy, strategy_label
 from planner.search.solver import SolverSettings, search
 from planner.feasibility.validate import validate
 
@@ -92,6 +94,36 @@ def _strategy(problem: Problem, parsed: ParsedConfig, file: str) -> Strategy:
     return resolve_strategy(validate_file(Strategy, fields, file), problem, file=file)
 
 
+def strategy_of(report: PlanReport) -> Strategy:
+    """The strategy of a ranked plan, its pipeline layout spelled out."""
+    fields = report.strategy.model_dump(exclude={"num_micro_batches", "layers_per_stage"})
+    return Strategy(**fields, layers_per_stage=explicit_counts(report.strategy.layers_per_stage))
+
+
+def _price_searched(problem: Problem, parsed: ParsedConfig, options: RuleOptions,
+                    settings: SolverSettings, num_tokens: float | None) -> None:
+    """Degrees the framework's own search picks at compile time are unknowable here: take the
+    planner's best plan under what the file fixes (pipeline stages, micro-batch size, the
+    parallel optimizer), and say so in the notes."""
+    fixed = parsed.strategy
+    pins = {k: fixed[k] for k in ("pp", "micro_batch") if k in fixed}
+    zero = (fixed["zero_stage"],) if "zero_stage" in fixed else tuple(ZeroStage)
+    space = SearchSpace(**pins, zero_stages=zero, cross_node_tp=options.cross_node_tp,
+                        targets=options.targets)
+    pinned = ", ".join([f"{k} {v}" for k, v in pins.items()]
+                       + ([f"zero {int(zero[0])}"] if len(zero) == 1 else []))
+    try:
+        best = search(problem, space, settings, num_tokens=num_tokens).plans[0]
+    except InfeasibleError:
+        parsed.notes.append(f"{parsed.searched_by}: no plan of the planner fits with what the "
+                            f"file fixes ({pinned}); priced with tp 1, dp = the devices left")
+        return
+    parsed.strategy = strategy_of(best).model_dump(exclude_defaults=True)
+    parsed.notes.append(f"priced as the planner's best plan with what the file fixes "
+                        f"({pinned}): {strategy_label(best.strategy)}; "
+                        f"{parsed.searched_by} may pick another")
+
+
 def review_config(problem: Problem, path: str, *, gpus_given: int | None,
                   options: RuleOptions = RuleOptions(), compare: bool = True,
                   num_tokens: float | None = None,
@@ -108,9 +140,11 @@ def review_config(problem: Problem, path: str, *, gpus_given: int | None,
     runs_on = framework_name(framework, (parsed.target,) if parsed.target else options.targets,
                              fallback=problem.framework.name)
     problem = replace(problem, framework=load_framework(runs_on))
-    strategy = _strategy(problem, parsed, path)
     targets = tuple(dict.fromkeys(options.targets + ((parsed.target,) if parsed.target else ())))
     options = replace(options, targets=targets)
+    if parsed.searched_by is not None:
+        _price_searched(problem, parsed, options, settings, num_tokens)
+    strategy = _strategy(problem, parsed, path)
     check = validate(problem, strategy, options=options, num_tokens=num_tokens)
     best = note = None
     if compare:

@@ -315,10 +315,12 @@ TARGET_CHECKS: dict[Rule, tuple[tuple[LaunchTarget, ...], Callable[[Problem, Can
                       lambda p, c: np.full(len(c), p.training.precision is Precision.FP8)),
     # DeepSpeed MoE experts are whole unless enable_expert_tensor_parallelism shards them like
     # the model's TP (deepspeed/moe/layer.py); MindSpore's experts follow model_parallel.
-    Rule.TARGET_EXPERT_TP: ((LaunchTarget.DEEPSPEED, LaunchTarget.MINDSPORE),
+    Rule.TARGET_EXPERT_TP: ((LaunchTarget.DEEPSPEED, LaunchTarget.MINDSPORE,
+                             LaunchTarget.MINDFORMERS),
                             lambda p, c: p.model.is_moe & (c.etp != 1) & (c.etp != c.tp)),
-    **{rule: ((target,), r.check) for target, rules in FRAMEWORK_RULES.items()
-       for rule, r in rules.items()},
+    # A framework's rules bind every target it runs (MindSpore runs MindFormers' YAML too).
+    **{rule: (tuple(t for t in LaunchTarget if t.framework == target.value), r.check)
+       for target, rules in FRAMEWORK_RULES.items() for rule, r in rules.items()},
 }
 """Rules of launch targets: (targets, where candidates break it)."""
 

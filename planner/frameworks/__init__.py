@@ -11,7 +11,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from planner.frameworks import deepspeed, megatron, mindspore, torchrun, torchtitan
+from planner.frameworks import (deepspeed, megatron, mindformers, mindspore, torchrun,
+                                torchtitan)
 from planner.frameworks.base import Emitter, LaunchPlan, ParsedConfig
 from planner.errors import InputError
 from planner.schemas.strategy import LaunchTarget
@@ -21,7 +22,7 @@ EMITTERS: dict[LaunchTarget, Emitter] = {
     for module_target, module in (
         (LaunchTarget.MEGATRON, megatron), (LaunchTarget.DEEPSPEED, deepspeed),
         (LaunchTarget.TORCHRUN, torchrun), (LaunchTarget.TORCHTITAN, torchtitan),
-        (LaunchTarget.MINDSPORE, mindspore))
+        (LaunchTarget.MINDSPORE, mindspore), (LaunchTarget.MINDFORMERS, mindformers))
 }
 
 
@@ -63,17 +64,20 @@ def write_files(files: dict[str, str], out_dir: str | Path, *, force: bool) -> l
 
 
 def read_config(path: str, problem, num_gpus: int | None = None) -> ParsedConfig:
-    """A strategy from any file `validate` accepts, by its kind: strategy.yaml, a DeepSpeed
-    JSON, a torchtitan TOML or recipe, a MindSpore module, a Megatron-LM script or argument
-    file (or a torchrun launcher, which carries only its world size)."""
+    """A strategy from any file `validate` accepts, by its kind: strategy.yaml, a MindFormers
+    run YAML (a top-level parallel_config), a DeepSpeed JSON, a torchtitan TOML or recipe, a
+    MindSpore module, a Megatron-LM script or argument file (or a torchrun launcher, which
+    carries only its world size)."""
     from planner.inputs.loader import _read_text, load_strategy
 
     file = Path(path)
+    text = _read_text(file)
     if file.suffix in (".yaml", ".yml"):
+        if mindformers.is_mindformers(text):
+            return mindformers.parse(text, file=path, problem=problem, num_gpus=num_gpus)
         strategy = load_strategy(path)
         fields = strategy.model_dump(exclude_unset=True)
         return ParsedConfig(strategy=fields, target=None)
-    text = _read_text(file)
     if file.suffix == ".json":
         module = deepspeed
     elif file.suffix == ".toml":

@@ -67,6 +67,10 @@ class ParsedConfig:
     """GPUs the file launches on, when it says (torchrun's nnodes x nproc_per_node)."""
     notes: list[str] = field(default_factory=list)
     """Settings that live elsewhere (model code), with what the planner assumed for them."""
+    searched_by: str | None = None
+    """Who picks the degrees the file leaves open when the job compiles (MindSpore
+    AUTO_PARALLEL's strategy search): validate then prices the planner's own best plan under
+    what the file does fix, and says so."""
 
     def finding(self, rule: str, message: str, fix: str) -> None:
         self.findings.append(Violation(rule=rule, message=message, fix=fix))

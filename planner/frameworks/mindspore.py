@@ -7,6 +7,12 @@ sequence parallelism) with its `TransformerRecomputeConfig`. Names were checked 
 mindspore/python/mindspore/parallel/_auto_parallel_context.py (MindSpore 2.x) and
 mindformers/modules/transformer/transformer.py. MindSpore refuses a keyword it does not know
 ("Set context keyword %s is not recognized!"); the reader says so, and never runs the file.
+
+A plain MindSpore script is read as MindSpore runs it: SEMI_AUTO_PARALLEL has no data-parallel
+setting (dp is what the devices leave after pipeline stages and operator shards), AUTO_PARALLEL's
+search picks tp and dp when the graph compiles, and values that live in model code (operator
+shard strategies, PipelineCell's micro_size) are read when the file writes them as literals and
+otherwise named in the notes. MindFormers' run YAML is planner.frameworks.mindformers.
 """
 
 from __future__ import annotations
@@ -16,8 +22,8 @@ import math
 from typing import Any
 
 from cost_models.enums import CpComm, Recompute, ZeroStage
-from planner.frameworks.base import (LaunchPlan, ParsedConfig, did_you_mean, header_lines,
-                               parse_python)
+from planner.frameworks.base import (LaunchPlan, ParsedConfig, closest, did_you_mean,
+                                     header_lines, parse_python)
 from planner.errors import InputError
 from planner.frameworks import profiles
 from planner.schemas.framework import FrameworkProfile
@@ -119,6 +125,20 @@ def emit(plan: LaunchPlan) -> dict[str, str]:
 
 # --------------------------------------------------------------------------- reading
 
+PARALLEL_MODES = ("stand_alone", "data_parallel", "hybrid_parallel", "semi_auto_parallel",
+                  "auto_parallel")
+"""parallel_mode values MindSpore accepts (ParallelContext::set_parallel_mode,
+mindspore/ccsrc/utils/parallel_context.cc)."""
+SEARCH_MODES = ("recursive_programming", "sharding_propagation", "dynamic_programming")
+"""AUTO_PARALLEL strategy searches (kStrategySearchModeList in parallel_context.cc); the
+set_auto_parallel_context docstring (mindspore/python/mindspore/context.py, 2.3+) makes
+recursive_programming the default and marks dynamic_programming "Not recommended"."""
+PIPELINE_CELLS = ("PipelineCell", "Pipeline")
+"""mindspore.nn.PipelineCell(network, micro_size) and mindspore.parallel.nn.Pipeline: they cut
+each step's batch into micro_size micro-batches ("micro_size must be greater or equal to
+pipeline stages", nn/wrap/cell_wrapper.py)."""
+
+
 class _RunTime:
     """A value the file computes when it runs (a name, an expression): unknown here."""
 
@@ -136,21 +156,36 @@ def _literal(node: ast.AST) -> Any:
         return _RunTime(node)
 
 
-def _calls(text: str, file: str) -> dict[str, dict[str, Any]]:
+def _argument(node: ast.Call, position: int, keyword: str) -> Any:
+    """A call's argument by position or keyword (None when absent)."""
+    for k in node.keywords:
+        if k.arg == keyword:
+            return _literal(k.value)
+    return _literal(node.args[position]) if len(node.args) > position else None
+
+
+def _calls(text: str, file: str) -> dict[str, Any]:
     tree = parse_python(text, file)
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, Any] = {"micro_size": [], "shard": []}
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
         func = node.func
         name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+        if name in PIPELINE_CELLS:
+            found["micro_size"].append(_argument(node, 1, "micro_size"))
+        elif name == "shard" and isinstance(func, ast.Attribute):
+            # primitive.shard(in_strategy): one tuple of splits per input, e.g. MatMul's
+            # ((dp, 1), (1, mp)) (mindspore/ops/primitive.py).
+            found["shard"].append(_argument(node, 0, "in_strategy"))
         section = CALLS.get(name, (None,))[0]
         if section is None:
             continue
+        found.setdefault(section, {})
         for keyword in node.keywords:
             if keyword.arg is None:
                 continue
-            found.setdefault(section, {})[keyword.arg] = _literal(keyword.value)
+            found[section][keyword.arg] = _literal(keyword.value)
     for node in ast.walk(tree):           # runner_config / model_config = dict(...) or {...}
         names = {t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name)}
         if not isinstance(node, ast.Assign) or not names & {"runner_config", "model_config"}:
@@ -165,7 +200,8 @@ def _calls(text: str, file: str) -> dict[str, dict[str, Any]]:
     return found
 
 
-def _int(fields: dict, key: str, default: int, file: str) -> int:
+def read_int(fields: dict, key: str, default: int, file: str) -> int:
+    """A positive integer setting (`default` when absent), or an InputError naming it."""
     value = fields.get(key, default)
     if isinstance(value, _RunTime):
         raise InputError(f"{file}: {key}: computed when the file runs ({value.source}); "
@@ -173,6 +209,112 @@ def _int(fields: dict, key: str, default: int, file: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InputError(f"{file}: {key}: expected a positive integer (got {value!r})")
     return value
+
+
+def _mode(value: Any) -> str:
+    """parallel_mode as MindSpore reads it: a string, or ParallelMode.SEMI_AUTO_PARALLEL."""
+    if isinstance(value, _RunTime) and "ParallelMode." in value.source:
+        return value.source.rsplit(".", 1)[1].lower()
+    return value if isinstance(value, str) else repr(value)
+
+
+def check_search_mode(parsed: ParsedConfig, mode: str, search_mode: Any, *, key: str,
+                      num_devices: int | None) -> str | None:
+    """The AUTO_PARALLEL search MindSpore runs (None outside auto_parallel), with the findings
+    MindSpore would stop on and the notes on what it ignores."""
+    if search_mode is not None and search_mode not in SEARCH_MODES:
+        # _auto_parallel_context.py set_strategy_search_mode: ValueError naming the valid ones.
+        close = closest(str(search_mode), SEARCH_MODES) or SEARCH_MODES[0]
+        parsed.finding("mindspore_search_mode", f"MindSpore stops: {key} '{search_mode}' is "
+                       f"not one of {', '.join(SEARCH_MODES)}", f"use {key} '{close}'")
+        return None
+    if mode != "auto_parallel":
+        if search_mode is not None:
+            parsed.notes.append(f"{key} '{search_mode}' only works in auto_parallel; "
+                                f"{mode} ignores it")
+        return None
+    search_mode = search_mode or SEARCH_MODES[0]
+    # step_auto_parallel.cc InferParallelStrategy: "The recursive auto parallel strategy
+    # searching mode requires the device num be the power of 2."
+    if search_mode == "recursive_programming" and num_devices is not None \
+            and num_devices & (num_devices - 1):
+        parsed.finding("mindspore_search_mode", f"MindSpore stops: search_mode "
+                       f"recursive_programming needs the device count to be a power of 2 "
+                       f"(got {num_devices})", "use sharding_propagation, or a power-of-2 "
+                       "device_num")
+    if search_mode == "dynamic_programming":
+        parsed.notes.append("search_mode dynamic_programming: MindSpore warns that it \"will "
+                            "soon not be used\" (step_auto_parallel.cc)")
+    return search_mode
+
+
+def _shard_tp(strategies: list[Any]) -> int | None:
+    """The largest split of a non-batch dimension in literal operator shard strategies (the
+    operator-level tensor parallelism), or None when any is computed at run time."""
+    splits = []
+    for strategy in strategies:
+        if not isinstance(strategy, tuple) or not all(
+                isinstance(dims, tuple) and all(isinstance(d, int) for d in dims)
+                for dims in strategy):
+            return None
+        splits += [d for dims in strategy for d in dims[1:]]
+    return max(splits, default=1)
+
+
+def _model_code(parsed: ParsedConfig, calls: dict, runner: dict, *, pp: int, world: int,
+                searched: str | None, problem: Problem, file: str) -> None:
+    """Degrees a plain MindSpore script leaves to model code: operator shard strategies (tp),
+    PipelineCell's micro_size, the dataset's batch. Data parallelism is what the devices leave
+    after pipeline stages and operator shards (SEMI_AUTO_PARALLEL has no dp setting)."""
+    shards, sizes = calls["shard"], calls["micro_size"]
+    tp = _shard_tp(shards) if shards else None
+    if searched is not None and not (searched == "sharding_propagation" and tp is not None):
+        parsed.searched_by = f"MindSpore's {searched} search"
+        parsed.notes.append(f"parallel_mode auto_parallel: MindSpore's {searched} search picks "
+                            "the operator shards (tp) and data parallelism when it compiles "
+                            "the graph; the planner cannot know them")
+        tp = None
+    elif tp is not None:
+        parsed.strategy["tp"] = tp
+        how = ("sharding_propagation spreads them to the other operators; "
+               if searched else "")
+        parsed.notes.append(f"tp {tp}: the largest split of a non-batch dimension in this "
+                            f"file's operator shard strategies; {how}dp = devices / (pp x tp)"
+                            f" = {world} / ({pp} x {tp}) = {max(1, world // (pp * tp))}")
+    else:
+        tp = 1
+        what = ("computed when the file runs" if shards else "set in model code, not in "
+                "this file")
+        parsed.notes.append(f"operator shard strategies (tp): {what}; the planner assumes "
+                            f"tp 1, and dp is what the devices leave: dp = {world} / (pp {pp} "
+                            f"x tp 1) = {max(1, world // pp)}")
+    micro = read_int(runner, "batch_size", 1, file) if "batch_size" in runner else None
+    if micro is not None:
+        parsed.strategy["micro_batch"] = micro
+    dp = None if tp is None else max(1, world // (pp * tp))
+    if pp == 1:
+        if micro is not None and dp is not None:
+            m = read_int(runner, "gradient_accumulation_steps", 1, file)
+            parsed.strategy["global_batch"] = micro * dp * m
+        return
+    size = next((s for s in sizes if s is not None), None)
+    if size is None or isinstance(size, _RunTime):
+        what = "computed when the file runs" if sizes else "set in model code, not in this file"
+        parsed.notes.append(f"micro-batches (PipelineCell micro_size): {what}; the planner "
+                            f"prices the model's global batch ({problem.training.global_batch}"
+                            f" samples) in micro-batches of {micro or 1} per data-parallel rank")
+        return
+    micro_size = read_int({"micro_size": size}, "micro_size", 1, file)
+    if dp is None:                    # the search picks dp: the micro-batch count is the file's
+        parsed.notes.append(f"PipelineCell micro_size {micro_size}")
+        return
+    if micro is None:
+        micro = max(1, problem.training.global_batch // (dp * micro_size))
+        parsed.notes.append(f"PipelineCell micro_size {micro_size}; the batch is the "
+                            f"dataset's (model code, not in this file): the planner splits the "
+                            f"model's global batch into {micro_size} micro-batches of {micro} "
+                            "per data-parallel rank")
+    parsed.strategy.update(micro_batch=micro, global_batch=micro * dp * micro_size)
 
 
 def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> ParsedConfig:
@@ -187,65 +329,103 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
                 parsed.finding("mindspore_unknown_key",
                                f"MindSpore stops: {call} does not know '{key}'"
                                f"{did_you_mean(key, keys)}", f"fix or remove {key}")
-    context, parallel = calls.get("context", {}), calls.get("parallel", {})
+    context, parallel = calls.get("context", {}), calls.get("parallel")
     recompute, runner = calls.get("recompute", {}), calls.get("runner", {})
-    mode = context.get("parallel_mode", "stand_alone")
-    if mode not in ("semi_auto_parallel", "auto_parallel", "hybrid_parallel"):
+    mode = _mode(context.get("parallel_mode", "stand_alone"))
+    if mode not in PARALLEL_MODES:
+        parsed.finding("mindspore_mode", f"MindSpore stops: parallel_mode '{mode}' is not one "
+                       f"of {', '.join(PARALLEL_MODES)}",
+                       f"use parallel_mode '{closest(mode, PARALLEL_MODES) or PARALLEL_MODES[3]}'")
+    elif mode not in ("semi_auto_parallel", "auto_parallel", "hybrid_parallel"):
         parsed.finding("mindspore_mode", f"parallel_mode '{mode}' ignores the model-parallel "
                        "shard strategies: only data parallelism runs",
                        "use parallel_mode 'semi_auto_parallel'")
     if "device_num" in context:
-        parsed.world_size = _int(context, "device_num", 1, file)
-    dp = _int(parallel, "data_parallel", 1, file)
-    tp = _int(parallel, "model_parallel", 1, file)
-    pp = _int(parallel, "pipeline_stage", _int(context, "pipeline_stages", 1, file), file)
-    if "pipeline_stages" in context and _int(context, "pipeline_stages", 1, file) != pp:
-        parsed.finding("mindspore_pipeline", f"pipeline_stages ({context['pipeline_stages']}) "
-                       f"differs from pipeline_stage ({pp})", f"use {pp} in both")
-    micro = _int(runner, "batch_size", 1, file)
-    if pp > 1:
-        m = _int(parallel, "micro_batch_num", 1, file)
+        parsed.world_size = read_int(context, "device_num", 1, file)
+    world = num_gpus or parsed.world_size or problem.num_gpus
+    key = "search_mode" if "search_mode" in context else "auto_parallel_search_mode"
+    search = context.get(key)
+    if search is None and context.get("sharding_propagation") is True:
+        search = "sharding_propagation"       # the 1.x switch search_mode replaced
+    searched = check_search_mode(parsed, mode, search, key=key, num_devices=world)
+    stages = read_int(context, "pipeline_stages", 1, file)
+    pp = read_int(parallel or {}, "pipeline_stage", stages, file)
+    if "pipeline_stages" in context and stages != pp:
+        parsed.finding("mindspore_pipeline", f"pipeline_stages ({stages}) differs from "
+                       f"pipeline_stage ({pp})", f"use {pp} in both")
+    parsed.strategy["pp"] = pp
+    if parallel is None:
+        _model_code(parsed, calls, runner, pp=pp, world=world, searched=searched,
+                    problem=problem, file=file)
     else:
-        m = _int(runner, "gradient_accumulation_steps", 1, file)
+        _parallel_config(parsed, parallel, runner, pp=pp, file=file)
     rc = (Recompute.FULL if recompute.get("recompute") is True else
           Recompute.SELECTIVE if recompute.get("select_recompute") else Recompute.NONE)
     offset = calls.get("model", {}).get("offset")
     if isinstance(offset, list) and pp > 1:
-        layers = problem.model.num_layers
-        if len(offset) != pp or not all(isinstance(o, int) and not isinstance(o, bool)
-                                        for o in offset):
-            raise InputError(f"{file}: model_config.offset: expected {pp} integers, one per "
-                             f"pipeline stage (got {offset!r})")
-        if min(layers // pp + o for o in offset) < 1:
-            parsed.finding("mindspore_offset", f"offset {offset} leaves a pipeline stage "
-                           f"without layers ({layers} layers on {pp} stages)",
-                           "give every stage at least one layer")
-        elif sum(offset) != layers % pp:
-            parsed.finding("mindspore_offset", f"MindFormers stops: the sum of offset "
-                           f"({sum(offset)}) should equal the remainder of num_layers "
-                           f"({layers}) by pipeline_stage ({pp}), {layers % pp}",
-                           "make the offsets add up to that remainder")
-        else:
-            parsed.strategy["layers_per_stage"] = tuple(layers // pp + o for o in offset)
-    ep = _int(parallel, "expert_parallel", 1, file)
-    parsed.strategy.update(ep=ep, etp=1 if ep > 1 else tp)   # experts follow model_parallel
-    cp = _int(parallel, "context_parallel", 1, file)
-    if cp > 1:
-        algo = parallel.get("context_parallel_algo", "colossalai_cp")
-        kinds = {"colossalai_cp": CpComm.ALL_GATHER, "ulysses_cp": CpComm.A2A,
-                 "hybrid_cp": CpComm.A2A_P2P}
-        if algo not in kinds:
-            raise InputError(f"{file}: context_parallel_algo: '{algo}' is not one of "
-                             f"{', '.join(kinds)}")
-        parsed.strategy.update(cp=cp, cp_comm=kinds[algo])
-        if kinds[algo] is CpComm.A2A_P2P:
-            parsed.strategy["cp_a2a"] = _int(parallel, "ulysses_degree_in_cp", 1, file)
+        layers = read_offset(parsed, offset, pp=pp, num_layers=problem.model.num_layers,
+                             where="model_config.offset", file=file)
+        if layers is not None:
+            parsed.strategy["layers_per_stage"] = layers
     parsed.strategy.update(
-        dp=dp, tp=tp, pp=pp, micro_batch=micro, global_batch=micro * dp * m,
-        sequence_parallel=bool(parallel.get("use_seq_parallel", False)), recompute=rc,
-        zero_stage=ZeroStage.OPTIMIZER_STATES if context.get("enable_parallel_optimizer")
-        else ZeroStage.NONE)
+        recompute=rc, zero_stage=ZeroStage.OPTIMIZER_STATES
+        if context.get("enable_parallel_optimizer") else ZeroStage.NONE)
     return parsed
+
+
+def _parallel_config(parsed: ParsedConfig, parallel: dict, runner: dict, *, pp: int,
+                     file: str) -> None:
+    """The degrees of MindFormers' TransformerOpParallelConfig (every one given or 1)."""
+    dp = read_int(parallel, "data_parallel", 1, file)
+    tp = read_int(parallel, "model_parallel", 1, file)
+    micro = read_int(runner, "batch_size", 1, file)
+    if pp > 1:
+        m = read_int(parallel, "micro_batch_num", 1, file)
+    else:
+        m = read_int(runner, "gradient_accumulation_steps", 1, file)
+    ep = read_int(parallel, "expert_parallel", 1, file)
+    parsed.strategy.update(ep=ep, etp=1 if ep > 1 else tp)   # experts follow model_parallel
+    read_context_parallel(parsed, parallel, file)
+    parsed.strategy.update(dp=dp, tp=tp, micro_batch=micro, global_batch=micro * dp * m,
+                           sequence_parallel=bool(parallel.get("use_seq_parallel", False)))
+
+
+def read_context_parallel(parsed: ParsedConfig, parallel: dict, file: str) -> None:
+    """context_parallel and its algorithm (MindFormers TransformerOpParallelConfig)."""
+    cp = read_int(parallel, "context_parallel", 1, file)
+    if cp == 1:
+        return
+    algo = parallel.get("context_parallel_algo", "colossalai_cp")
+    kinds = {"colossalai_cp": CpComm.ALL_GATHER, "ulysses_cp": CpComm.A2A,
+             "hybrid_cp": CpComm.A2A_P2P}
+    if algo not in kinds:
+        raise InputError(f"{file}: context_parallel_algo: '{algo}' is not one of "
+                         f"{', '.join(kinds)}")
+    parsed.strategy.update(cp=cp, cp_comm=kinds[algo])
+    if kinds[algo] is CpComm.A2A_P2P:
+        parsed.strategy["cp_a2a"] = read_int(parallel, "ulysses_degree_in_cp", 1, file)
+
+
+def read_offset(parsed: ParsedConfig, offset: list, *, pp: int, num_layers: int, where: str,
+                file: str) -> tuple[int, ...] | None:
+    """Layers per stage from MindFormers' offset (stage i runs num_layers // pp + offset[i]),
+    None with a finding when MindFormers would refuse it."""
+    if len(offset) != pp or not all(isinstance(o, int) and not isinstance(o, bool)
+                                    for o in offset):
+        raise InputError(f"{file}: {where}: expected {pp} integers, one per pipeline stage "
+                         f"(got {offset!r})")
+    if min(num_layers // pp + o for o in offset) < 1:
+        parsed.finding("mindspore_offset", f"offset {offset} leaves a pipeline stage "
+                       f"without layers ({num_layers} layers on {pp} stages)",
+                       "give every stage at least one layer")
+    elif sum(offset) != num_layers % pp:
+        parsed.finding("mindspore_offset", f"MindFormers stops: the sum of offset "
+                       f"({sum(offset)}) should equal the remainder of num_layers "
+                       f"({num_layers}) by pipeline_stage ({pp}), {num_layers % pp}",
+                       "make the offsets add up to that remainder")
+    else:
+        return tuple(num_layers // pp + o for o in offset)
+    return None
 
 
 # --------------------------------------------------------------------------- profile
@@ -278,7 +458,8 @@ RULES: dict[Rule, TargetRule] = {
         lambda p, c: everywhere(c, p.num_gpus % 8 != 0 and p.num_gpus not in (1, 2, 4)),
         lambda p, s: (f"device_num ({p.num_gpus}) must be 1, 2, 4 or a multiple of 8 for "
                       f"MindSpore", f"use {max(8, p.num_gpus // 8 * 8)} devices")),
-    # MindFormers TransformerOpParallelConfig: micro_batch_num >= pipeline_stage.
+    # MindFormers TransformerOpParallelConfig: micro_batch_num >= pipeline_stage; MindSpore
+    # nn.PipelineCell: "micro_size must be greater or equal to pipeline stages".
     Rule.MINDSPORE_MICRO_BATCHES: TargetRule(
         "MindSpore needs at least as many micro-batches as stages",
         lambda p, c: (c.pp > 1) & (num_micro_batches(c) < c.pp),

@@ -39,12 +39,12 @@ def load_framework(name: str) -> FrameworkProfile:
 
 
 def framework_name(explicit: str | None, targets=(), fallback: str = "megatron") -> str:
-    """The framework that prices a job: the one named, else the single launch target's (a
-    LaunchTarget or its value), else `fallback`."""
+    """The framework that prices a job: the one named, else the one that runs the single
+    launch target (a LaunchTarget, or a framework name), else `fallback`."""
     if explicit is not None:
         return explicit
     if len(targets) == 1:
-        return getattr(targets[0], "value", targets[0])
+        return getattr(targets[0], "framework", targets[0])
     return fallback
 
 

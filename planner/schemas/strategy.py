@@ -26,6 +26,13 @@ class LaunchTarget(str, Enum):
     TORCHRUN = "torchrun"
     TORCHTITAN = "torchtitan"
     MINDSPORE = "mindspore"
+    MINDFORMERS = "mindformers"
+    """A MindFormers run YAML: MindSpore runs it (the same framework profile and rules)."""
+
+    @property
+    def framework(self) -> str:
+        """The framework that runs this target's files (its profile's name)."""
+        return "mindspore" if self is LaunchTarget.MINDFORMERS else self.value
 
 
 class Strategy(BaseModel):

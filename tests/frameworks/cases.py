@@ -25,7 +25,7 @@ class Case:
 
     def plan(self) -> LaunchPlan:
         # Priced by the target's own framework profile, as `validate` prices the file.
-        framework = "megatron" if self.target is T.TORCHRUN else self.target.value
+        framework = "megatron" if self.target is T.TORCHRUN else self.target.framework
         problem = make_problem(self.model, self.cluster, gpus=self.gpus,
                                precision=self.precision, framework=framework,
                                fp8_recipe=self.fp8_recipe)
@@ -122,4 +122,12 @@ CASES = [
          dict(dp=64, tp=1, pp=1, micro_batch=1, recompute="full", zero_stage=3, dp_shard=8)),
     Case("gpt3-175b-ascend-pipeline", T.MINDSPORE, "gpt3-175b", "ascend-910b", 512,
          dict(dp=8, tp=8, pp=8, micro_batch=1, recompute="full", zero_stage=1)),
+    # The MindFormers run YAML of the same kind of plans: a pipeline with uneven stages
+    # (model_config.offset), and tensor parallelism with sequence parallelism.
+    Case("llama2-7b-ascend-offset", T.MINDFORMERS, "llama2-7b", "ascend-910b", 32,
+         dict(dp=8, tp=1, pp=4, micro_batch=1, recompute="full", zero_stage=1,
+              layers_per_stage=(8, 9, 9, 6))),
+    Case("llama2-7b-ascend", T.MINDFORMERS, "llama2-7b", "ascend-910b", 64,
+         dict(dp=8, tp=8, pp=1, micro_batch=1, sequence_parallel=True, recompute="selective",
+              zero_stage=1)),
 ]

@@ -87,7 +87,7 @@ def test_deepspeed_json_parses_back_structurally():
 
 
 def test_plan_emit_validate_round_trip_through_the_cli(cli, tmp_path):
-    for target in ("megatron", "deepspeed", "torchtitan", "mindspore"):
+    for target in ("megatron", "deepspeed", "torchtitan", "mindspore", "mindformers"):
         out = tmp_path / target
         code, stdout, err = cli("plan", "llama3-8b", "dgx-h100", "--gpus", "16", "--emit",
                                 target, "--out", str(out), "--json", "--top", "1")

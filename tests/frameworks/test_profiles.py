@@ -13,7 +13,7 @@ from planner.schemas.strategy import LaunchTarget, Strategy
 def test_every_launch_target_has_a_profile_with_sources():
     import importlib
 
-    assert set(profiles.names()) == {t.value for t in LaunchTarget}
+    assert set(profiles.names()) == {t.framework for t in LaunchTarget}
     for name in profiles.names():
         module = importlib.import_module(f"planner.frameworks.{name}")
         assert module.profile() is profiles.load(name) and module.profile().sources
