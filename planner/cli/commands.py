@@ -13,13 +13,13 @@ import sys
 import click
 
 from cost_models.enums import Fp8Recipe
-from planner.errors import ExitCode, InfeasibleError, InputError
+from planner.errors import ExitCode, InfeasibleError, InputError, one_line
 
 INTERNAL_ERROR = 3
 
 
 def _stderr(line: str) -> None:
-    click.echo(line, err=True)
+    click.echo(one_line(line), err=True)     # a newline in a file name stays one line
 
 
 def problem_options(function):
@@ -71,6 +71,18 @@ class _Count(click.ParamType):
         if not math.isfinite(number) or number <= 0:
             self.fail(f"must be a positive number (got {value})", param, ctx)
         return number
+
+
+class _OutDir(click.Path):
+    """--out: a directory; '' is refused (Path('') would be the current directory)."""
+
+    def __init__(self) -> None:
+        super().__init__(file_okay=False)
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and not value:
+            raise InputError("--out: empty path")
+        return super().convert(value, param, ctx)
 
 
 class _Targets(click.ParamType):
@@ -235,12 +247,13 @@ def cli(ctx: click.Context, debug: bool) -> None:
 def memory(model, cluster, strategy, framework, as_json, **overrides):
     """Per-GPU memory of STRATEGY (a strategy.yaml), stage by stage."""
     from planner.costing.evaluate import evaluate_strategy
-    from planner.inputs.loader import load_strategy, resolve_strategy
+    from planner.inputs.loader import check_layout, load_strategy, resolve_strategy
 
     from planner.inputs.loader import framework_name
 
     problem = _load_problem(model, cluster, framework=framework_name(framework), **overrides)
     plan = resolve_strategy(load_strategy(strategy), problem, file=strategy)
+    check_layout(plan, problem, file=strategy)
     report = evaluate_strategy(problem, plan)
     if as_json:
         out = {**_json_head(problem),
@@ -266,13 +279,15 @@ def memory(model, cluster, strategy, framework, as_json, **overrides):
               help="Write launch configs for the plan: megatron, deepspeed, torchrun, "
                    "torchtitan, mindspore (comma-separated). The search then keeps to "
                    "what those frameworks run.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=".",
+@click.option("--out", "out_dir", type=_OutDir(), default=".",
               show_default=True, help="Directory for --emit.")
 @click.option("--plan", "plan_rank", type=click.IntRange(min=1), default=1, show_default=True,
               help="Which ranked plan --emit writes.")
 @click.option("--force", is_flag=True, help="Let --emit overwrite existing files.")
 @framework_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+@click.option("--timings", is_flag=True, help="Also show how long the search took (the output "
+              "then differs from run to run).")
 def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, as_json, gpus,
          nodes, seq_len, global_batch, global_batch_tokens, precision, optimizer, fp8_recipe,
          **pins):
@@ -281,6 +296,7 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
     from planner.schemas.strategy import LaunchTarget
     from planner.search.solver import search
 
+    timings = pins.pop("timings")
     framework = framework_name(framework, targets)
     problem = _load_problem(model, cluster, gpus=gpus, nodes=nodes, seq_len=seq_len,
                             global_batch=global_batch, global_batch_tokens=global_batch_tokens,
@@ -290,6 +306,8 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
     rules_of = tuple(dict.fromkeys(targets + (LaunchTarget(framework),)))
     space, settings = _search_space(pins, rules_of)
     result = search(problem, space, settings, num_tokens=tokens)
+    # The wall time differs run to run: only with --timings, so that output is reproducible.
+    stats = result.search if timings else result.search.model_copy(update={"seconds": None})
     written = []
     if targets:
         if plan_rank > len(result.plans):
@@ -299,7 +317,8 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
     if as_json:
         out = {**_json_head(problem),
                "plans": [p.model_dump(mode="json") for p in result.plans],
-               "search": result.search.model_dump(mode="json"),
+               "search": stats.model_dump(mode="json", exclude={"seconds"} if not timings
+                                          else set()),
                "emitted": [str(p) for p in written]}
         click.echo(json.dumps(out, indent=2))
         return
@@ -310,7 +329,7 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
                f"{problem.num_gpus} x {problem.cluster.gpu.name}: batch {t.global_batch} x "
                f"{t.seq_len} tokens, {t.precision_label}, {problem.framework.name}")
     render.print_renderable(render.plan_view(heading=heading, plans=result.plans,
-                                             search=result.search))
+                                             search=stats))
 
 
 def _json_head(problem) -> dict:
@@ -407,7 +426,7 @@ def validate(model, cluster, strategy, targets, cross_node_tp, no_compare, token
 @problem_options
 @click.option("--target", "targets", type=_Targets(), required=True,
               help="Frameworks to write configs for (comma-separated).")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=".",
+@click.option("--out", "out_dir", type=_OutDir(), default=".",
               show_default=True, help="Directory for the files.")
 @click.option("--force", is_flag=True, help="Overwrite existing files.")
 @click.option("--cross-node-tp", is_flag=True, help="Allow tensor parallelism across nodes.")

@@ -27,6 +27,7 @@ from planner.schemas.framework import FrameworkProfile
 from planner.feasibility.target_rule import (Rule, TargetRule, any_offload, context_parallel_rule, everywhere,
                                              fp8_rule, largest_divisor_at_most, num_micro_batches)
 from planner.inputs.loader import Problem
+from planner.inputs.safe_parse import load_toml
 from planner.schemas.strategy import LaunchTarget
 
 CHECKED_AGAINST = ("pytorch/torchtitan torchtitan/config/configs.py @0014ac2c, trainer.py "
@@ -241,13 +242,9 @@ def emit(plan: LaunchPlan) -> dict[str, str]:
 
 def _read_toml(text: str, file: str) -> dict[str, Any]:
     try:
-        import tomllib
-    except ModuleNotFoundError:                   # Python 3.10
+        return load_toml(text, file)
+    except ModuleNotFoundError:                   # Python 3.10: no tomllib
         raise InputError(f"{file}: reading TOML needs Python 3.11 or newer") from None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise InputError(f"{file}: TOML syntax error: {e}") from None
 
 
 def _recipe_sections(text: str, file: str) -> dict[str, dict[str, Any]]:
