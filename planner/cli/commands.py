@@ -60,6 +60,7 @@ class _Count(click.ParamType):
 
     name = "count"
     _SCALE = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
+    LIMIT = 1e18
 
     def convert(self, value, param, ctx):
         text = str(value).strip()
@@ -70,6 +71,9 @@ class _Count(click.ParamType):
             self.fail(f"{value!r} is not a number (examples: 300B, 1.5T, 2e12)", param, ctx)
         if not math.isfinite(number) or number <= 0:
             self.fail(f"must be a positive number (got {value})", param, ctx)
+        if number > self.LIMIT:     # Qwen3 trained on 36T tokens (arXiv:2505.09388)
+            self.fail(f"{number:.3g} exceeds the largest accepted, {self.LIMIT:.0e} tokens "
+                      f"(far above any real run)", param, ctx)
         return number
 
 
@@ -169,9 +173,10 @@ def search_options(function):
                      help="How many plans to rank."),
         click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=10.0,
                      show_default=True, help="CP-SAT time limit per solve, seconds."),
-        click.option("--workers", type=positive, default=1, show_default=True,
-                     help="CP-SAT worker threads."),
-        click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+        click.option("--workers", type=click.IntRange(min=1, max=1024), default=1,
+                     show_default=True, help="CP-SAT worker threads."),
+        click.option("--seed", type=click.IntRange(min=0, max=2**31 - 1), default=0,
+                     show_default=True,
                      help="CP-SAT random seed."),
         click.option("--export-model", type=click.Path(dir_okay=False),
                      help="Write the CP-SAT model (text proto) to this file."),

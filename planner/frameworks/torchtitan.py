@@ -421,6 +421,9 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
     if global_batch < 0:
         global_batch = local * dp
     mode = sections.get("activation_checkpoint", {}).get("mode", "selective")
+    if not isinstance(mode, str):
+        raise InputError(f"{file}: activation_checkpoint.mode: must be a string such as "
+                         f"\"selective\" (got {mode!r:.40})")
     recompute = {"none": Recompute.NONE, "full": Recompute.FULL}.get(mode, Recompute.SELECTIVE)
     sp = bool(par.get("enable_sequence_parallel", True)) and tp > 1
     ep = _int(par, "expert_parallel_degree", 1, file)

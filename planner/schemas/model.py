@@ -371,6 +371,14 @@ class ModelSpec(BaseModel):
     None where the file does not say."""
     source: Source | None = None
 
+    def __hash__(self) -> int:
+        # The costing caches key on the model; pydantic's hash would hash every block of the
+        # chain (10,000 layers: the same few objects again and again). Equal models have equal
+        # chains, hence the same set of distinct blocks.
+        distinct = frozenset({id(b): b for b in self.blocks}.values())
+        return hash((self.name, self.description, self.max_context, self.source,
+                     len(self.blocks), distinct))
+
     @model_validator(mode="after")
     def _has_layers(self):
         if not any(b.kind in REPEATED_KINDS for b in self.blocks):

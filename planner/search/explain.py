@@ -18,7 +18,7 @@ from ortools.sat.python import cp_model
 from cost_models.units import GiB
 from cost_models.memory import state_bytes_per_param
 from planner.search.candidates import CandidateGroup, SearchSpace, divisors, generate, powers_of_two
-from planner.errors import InfeasibleError
+from planner.errors import InfeasibleError, InputError
 from planner.inputs.loader import Problem
 from planner.search.pool import Pool, evaluate_groups, passes
 from planner.schemas.strategy import strategy_label
@@ -131,8 +131,11 @@ def _more_gpus(problem: Problem, space: SearchSpace, options: RuleOptions) -> st
     pins = space.pins()
     for num_gpus in _gpu_counts(problem, space)[:MAX_GPU_COUNTS_TRIED]:
         bigger = replace(problem, num_gpus=num_gpus)
-        pool = evaluate_groups(bigger, [(g, passes(bigger, g.cands, pins, options))
-                                        for g in generate(bigger, space)])
+        try:
+            pool = evaluate_groups(bigger, [(g, passes(bigger, g.cands, pins, options))
+                                            for g in generate(bigger, space)])
+        except InputError:          # more to evaluate than a search does: stop suggesting
+            return None
         fits = ~memory_violations(pool.peak_bytes, float(bigger.cluster.capacity_bytes),
                                   conservative=True)
         if fits.any():
