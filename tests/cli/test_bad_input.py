@@ -413,3 +413,23 @@ def test_malformed_variants_never_give_an_internal_error(cli, tmp_path, files):
         if not ok:
             failures.append((n, kind, code, err.strip()[:300], data[:300]))
     assert not failures, failures[:5]
+
+
+@pytest.mark.parametrize("extra", [(), ("--global-batch", "16777213")])
+def test_a_million_gpus_is_explained_not_walked(cli, files, extra):
+    # Nothing divides the batch: the explanation looks for nearby GPU counts and batches. On
+    # a million GPUs it once walked node by node (hours), and suggested a batch over the bound
+    # (an internal error); now it stops where no dp can divide the batch.
+    start = time.perf_counter()
+    code, _, err = cli("plan", files["model"], "dgx-h100", "--gpus", "1048576", *extra)
+    assert code == 1 and "internal error" not in err
+    assert "satisfies batch_divisible" in err
+    assert time.perf_counter() - start < 60      # a hang guard, not a speed target
+
+
+def test_a_search_space_beyond_the_budget_is_refused(cli, write, files):
+    model = write("deep.yaml", TINY_MODEL.replace("num_layers: 4", "num_layers: 10000"))
+    line = one_error(cli, "plan", model, "dgx-h100", "--gpus", "8192", "--global-batch", "8192")
+    assert line.startswith("Error: the search space is too large: ")
+    assert line.endswith("at most 16,777,216; narrow it with --max-pp, --pp, --micro-batch or "
+                         "--max-micro-batch, or fewer --gpus")
