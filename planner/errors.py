@@ -23,3 +23,20 @@ class InfeasibleError(Exception):
     def __init__(self, message: str, *, details: list[str] | None = None) -> None:
         super().__init__(message)
         self.details = details or []
+
+
+def shown(path) -> str:
+    """A file name as messages show it: as given, or quoted with escapes when it holds a
+    newline or another control character, so that the message stays one line."""
+    text = str(path)
+    if text.isprintable():
+        return text
+    return "'" + one_line(text.replace("\\", "\\\\").replace("'", "\\'")) + "'"
+
+
+def one_line(text: str) -> str:
+    """`text` with its control characters written as escapes (\\n, \\t, \\x1b)."""
+    named = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+    return "".join(c if c.isprintable() or c == " " else
+                   named.get(c, f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}")
+                   for c in text)

@@ -13,13 +13,13 @@ import sys
 import click
 
 from cost_models.enums import Fp8Recipe
-from planner.errors import ExitCode, InfeasibleError, InputError
+from planner.errors import ExitCode, InfeasibleError, InputError, one_line
 
 INTERNAL_ERROR = 3
 
 
 def _stderr(line: str) -> None:
-    click.echo(line, err=True)
+    click.echo(one_line(line), err=True)     # a newline in a file name stays one line
 
 
 def problem_options(function):
@@ -63,6 +63,7 @@ class _Count(click.ParamType):
 
     name = "count"
     _SCALE = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
+    LIMIT = 1e18
 
     def convert(self, value, param, ctx):
         text = str(value).strip()
@@ -73,7 +74,22 @@ class _Count(click.ParamType):
             self.fail(f"{value!r} is not a number (examples: 300B, 1.5T, 2e12)", param, ctx)
         if not math.isfinite(number) or number <= 0:
             self.fail(f"must be a positive number (got {value})", param, ctx)
+        if number > self.LIMIT:     # Qwen3 trained on 36T tokens (arXiv:2505.09388)
+            self.fail(f"{number:.3g} exceeds the largest accepted, {self.LIMIT:.0e} tokens "
+                      f"(far above any real run)", param, ctx)
         return number
+
+
+class _OutDir(click.Path):
+    """--out: a directory; '' is refused (Path('') would be the current directory)."""
+
+    def __init__(self) -> None:
+        super().__init__(file_okay=False)
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and not value:
+            raise InputError("--out: empty path")
+        return super().convert(value, param, ctx)
 
 
 class _Targets(click.ParamType):
@@ -160,9 +176,10 @@ def search_options(function):
                      help="How many plans to rank."),
         click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=10.0,
                      show_default=True, help="CP-SAT time limit per solve, seconds."),
-        click.option("--workers", type=positive, default=1, show_default=True,
-                     help="CP-SAT worker threads."),
-        click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+        click.option("--workers", type=click.IntRange(min=1, max=1024), default=1,
+                     show_default=True, help="CP-SAT worker threads."),
+        click.option("--seed", type=click.IntRange(min=0, max=2**31 - 1), default=0,
+                     show_default=True,
                      help="CP-SAT random seed."),
         click.option("--export-model", type=click.Path(dir_okay=False),
                      help="Write the CP-SAT model (text proto) to this file."),
@@ -239,12 +256,13 @@ def memory(model, cluster, strategy, framework, as_json, **overrides):
     """Per-GPU memory of STRATEGY (a strategy.yaml), stage by stage. Exit 1 when it does not
     fit."""
     from planner.costing.evaluate import evaluate_strategy
-    from planner.inputs.loader import load_strategy, resolve_strategy
+    from planner.inputs.loader import check_layout, load_strategy, resolve_strategy
 
     from planner.inputs.loader import framework_name
 
     problem = _load_problem(model, cluster, framework=framework_name(framework), **overrides)
     plan = resolve_strategy(load_strategy(strategy), problem, file=strategy)
+    check_layout(plan, problem, file=strategy)
     report = evaluate_strategy(problem, plan)
     code = ExitCode.OK if report.memory.fits else ExitCode.NOT_FEASIBLE
     if as_json:
@@ -272,13 +290,15 @@ def memory(model, cluster, strategy, framework, as_json, **overrides):
               help="Write launch configs for the plan: megatron, deepspeed, torchrun, "
                    "torchtitan, mindspore, mindformers (comma-separated). The search then "
                    "keeps to what those frameworks run.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=".",
+@click.option("--out", "out_dir", type=_OutDir(), default=".",
               show_default=True, help="Directory for --emit.")
 @click.option("--plan", "plan_rank", type=click.IntRange(min=1), default=1, show_default=True,
               help="Which ranked plan --emit writes.")
 @click.option("--force", is_flag=True, help="Let --emit overwrite existing files.")
 @framework_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+@click.option("--timings", is_flag=True, help="Also show how long the search took (the output "
+              "then differs from run to run).")
 def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, as_json, gpus,
          nodes, seq_len, global_batch, global_batch_tokens, precision, optimizer, fp8_recipe,
          min_free, **pins):
@@ -287,6 +307,7 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
     from planner.schemas.strategy import LaunchTarget
     from planner.search.solver import search
 
+    timings = pins.pop("timings")
     framework = framework_name(framework, targets)
     problem = _load_problem(model, cluster, gpus=gpus, nodes=nodes, seq_len=seq_len,
                             global_batch=global_batch, global_batch_tokens=global_batch_tokens,
@@ -296,6 +317,8 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
     rules_of = tuple(dict.fromkeys(targets + (LaunchTarget(framework),)))
     space, settings = _search_space(pins, rules_of)
     result = search(problem, space, settings, num_tokens=tokens)
+    # The wall time differs run to run: only with --timings, so that output is reproducible.
+    stats = result.search if timings else result.search.model_copy(update={"seconds": None})
     written = []
     if targets:
         if plan_rank > len(result.plans):
@@ -305,7 +328,8 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
     if as_json:
         out = {**_json_head(problem),
                "plans": [p.model_dump(mode="json") for p in result.plans],
-               "search": result.search.model_dump(mode="json"),
+               "search": stats.model_dump(mode="json", exclude={"seconds"} if not timings
+                                          else set()),
                "emitted": [str(p) for p in written]}
         click.echo(json.dumps(out, indent=2))
         return
@@ -316,7 +340,7 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
                f"{problem.num_gpus} x {problem.cluster.gpu.name}: batch {t.global_batch} x "
                f"{t.seq_len} tokens, {t.precision_label}, {problem.framework.name}")
     render.print_renderable(render.plan_view(heading=heading, plans=result.plans,
-                                             search=result.search))
+                                             search=stats))
 
 
 def _json_head(problem) -> dict:
@@ -410,7 +434,7 @@ def validate(model, cluster, strategy, targets, cross_node_tp, no_compare, token
 @problem_options
 @click.option("--target", "targets", type=_Targets(), required=True,
               help="Frameworks to write configs for (comma-separated).")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=".",
+@click.option("--out", "out_dir", type=_OutDir(), default=".",
               show_default=True, help="Directory for the files.")
 @click.option("--force", is_flag=True, help="Overwrite existing files.")
 @click.option("--cross-node-tp", is_flag=True, help="Allow tensor parallelism across nodes.")

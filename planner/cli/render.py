@@ -257,7 +257,8 @@ def throughput_line(plan: PlanReport) -> Text:
 def search_line(search: SearchReport) -> Text:
     verdict = ("optimal" if search.proven_optimal
                else f"{search.status}, best found before the time limit, not proven optimal")
-    text = Text(f"CP-SAT: {verdict}, {seconds(search.seconds)}: "
+    took = "" if search.seconds is None else f", {seconds(search.seconds)}"
+    text = Text(f"CP-SAT: {verdict}{took}: "
                 f"{search.num_candidates:,} candidates, {search.num_valid:,} pass the rules and "
                 f"pins, {search.num_in_model:,} in the model", style="dim")
     if search.num_layouts_balanced:

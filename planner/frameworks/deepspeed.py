@@ -15,6 +15,7 @@ the checkpoint interval so that the plan travels with the file.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -23,10 +24,12 @@ from cost_models.enums import CpComm, Optimizer, Precision, Recompute
 from planner.frameworks.base import LaunchPlan, ParsedConfig, closest, did_you_mean, header_lines
 from planner.errors import InputError
 from planner.frameworks import profiles
+from planner.schemas.bounds import MAX_GLOBAL_BATCH
 from planner.schemas.framework import FrameworkProfile
 from planner.feasibility.target_rule import (Rule, TargetRule, context_parallel_rule,
                                              fp8_rule)
 from planner.inputs.loader import Problem
+from planner.inputs.safe_parse import load_json
 from planner.schemas.strategy import LaunchTarget
 
 CHECKED_AGAINST = ("deepspeedai/DeepSpeed deepspeed/runtime/config.py @3a890ec5, "
@@ -228,17 +231,13 @@ def emit(plan: LaunchPlan) -> dict[str, str]:
 
 def _load(text: str, file: str) -> dict[str, Any]:
     def no_duplicates(pairs):
-        keys = [k for k, _ in pairs]
-        dup = sorted({k for k in keys if keys.count(k) > 1})
+        counts = Counter(k for k, _ in pairs)
+        dup = sorted(k for k, n in counts.items() if n > 1)
         if dup:   # DeepSpeed: ValueError("Duplicate keys in DeepSpeed config: ...")
             raise InputError(f"{file}: duplicate keys {dup}: DeepSpeed refuses such a config")
         return dict(pairs)
 
-    try:
-        data = json.loads(text, object_pairs_hook=no_duplicates)
-    except json.JSONDecodeError as e:
-        raise InputError(f"{file}: line {e.lineno}, column {e.colno}: JSON syntax error: "
-                         f"{e.msg}") from None
+    data = load_json(text, file, object_pairs_hook=no_duplicates)
     if not isinstance(data, dict):
         raise InputError(f"{file}: a DeepSpeed config is a JSON object at the top level")
     return data
@@ -250,6 +249,9 @@ def _int(data: dict, key: str, file: str) -> int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InputError(f"{file}: {key}: must be a positive integer (got {value!r})")
+    if value > MAX_GLOBAL_BATCH:
+        raise InputError(f"{file}: {key}: {value:.3g} exceeds the largest accepted, "
+                         f"{MAX_GLOBAL_BATCH:,} (far above any real run)")
     return value
 
 

@@ -27,6 +27,7 @@ from planner.schemas.framework import FrameworkProfile
 from planner.feasibility.target_rule import (Rule, TargetRule, any_offload, context_parallel_rule, everywhere,
                                              fp8_rule, largest_divisor_at_most, num_micro_batches)
 from planner.inputs.loader import Problem
+from planner.inputs.safe_parse import load_toml
 from planner.schemas.strategy import LaunchTarget
 
 CHECKED_AGAINST = ("pytorch/torchtitan torchtitan/config/configs.py @0014ac2c, trainer.py "
@@ -241,13 +242,9 @@ def emit(plan: LaunchPlan) -> dict[str, str]:
 
 def _read_toml(text: str, file: str) -> dict[str, Any]:
     try:
-        import tomllib
-    except ModuleNotFoundError:                   # Python 3.10
+        return load_toml(text, file)
+    except ModuleNotFoundError:                   # Python 3.10: no tomllib
         raise InputError(f"{file}: reading TOML needs Python 3.11 or newer") from None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise InputError(f"{file}: TOML syntax error: {e}") from None
 
 
 def _recipe_sections(text: str, file: str) -> dict[str, dict[str, Any]]:
@@ -424,6 +421,9 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
     if global_batch < 0:
         global_batch = local * dp
     mode = sections.get("activation_checkpoint", {}).get("mode", "selective")
+    if not isinstance(mode, str):
+        raise InputError(f"{file}: activation_checkpoint.mode: must be a string such as "
+                         f"\"selective\" (got {mode!r:.40})")
     recompute = {"none": Recompute.NONE, "full": Recompute.FULL}.get(mode, Recompute.SELECTIVE)
     sp = bool(par.get("enable_sequence_parallel", True)) and tp > 1
     ep = _int(par, "expert_parallel_degree", 1, file)

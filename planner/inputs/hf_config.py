@@ -30,15 +30,26 @@ class _Keys:
         return f"{self.file}: {self.prefix}{name}"
 
     def get(self, *names: str, default: Any = None) -> Any:
+        """The first key present; with an int or bool `default`, it must be one too (the
+        mappers do arithmetic on it: 4 * "1024" would be a string)."""
         for name in names:
             if self.config.get(name) is not None:
-                return self.config[name]
+                return self._typed(name, self.config[name], default)
         return default
 
-    def need(self, *names: str) -> Any:
+    def need(self, *names: str) -> int:
+        """An integer key that must be present (every required key is a size or a count)."""
         value = self.get(*names)
         if value is None:
             raise InputError(f"{self.where(names[0])}: required key is missing")
+        return self._typed(next(n for n in names if self.config.get(n) is not None), value, 0)
+
+    def _typed(self, name: str, value: Any, default: Any) -> Any:
+        if isinstance(default, bool) and not isinstance(value, bool):
+            raise InputError(f"{self.where(name)}: must be true or false (got {value!r:.40})")
+        if isinstance(default, int) and not isinstance(default, bool) and \
+                (isinstance(value, bool) or not isinstance(value, int)):
+            raise InputError(f"{self.where(name)}: must be an integer (got {value!r:.40})")
         return value
 
 
@@ -90,6 +101,8 @@ def _local_global_period(k: _Keys, *, default: int) -> int | None:
     is. transformers builds layer_types as "sliding_attention" if (i + 1) % n else
     "full_attention" (Gemma2Config n = 2, Gemma3TextConfig n = sliding_window_pattern)."""
     types = k.get("layer_types")
+    if types is not None and not isinstance(types, list):
+        raise InputError(f"{k.where('layer_types')}: must be a list (got {types!r:.40})")
     if not types:
         period = k.get("sliding_window_pattern", default=default)
         return None if period == 1 else period     # (i + 1) % 1 == 0: every layer is global
@@ -331,6 +344,9 @@ def shorthand_from_hf(config: dict[str, Any], *, file: str, name: str) -> dict[s
     import difflib
 
     model_type = config.get("model_type")
+    if not isinstance(model_type, str):
+        what = "is missing" if model_type is None else f"must be a string (got {model_type!r:.40})"
+        raise InputError(f"{file}: model_type: {what}; supported: {', '.join(sorted(MAPPERS))}")
     if model_type not in MAPPERS:
         close = difflib.get_close_matches(str(model_type), list(MAPPERS), n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
@@ -345,7 +361,8 @@ def shorthand_from_hf(config: dict[str, Any], *, file: str, name: str) -> dict[s
 def _context(k: _Keys) -> dict[str, Any]:
     """The longest context the config gives, and the training seq_len we plan for without
     --seq-len. No batch: the loader gives about 4M tokens at the seq_len the run ends up with."""
-    max_positions = k.get("max_position_embeddings", "n_positions", "max_seq_len")
+    max_positions = k.get("max_position_embeddings", "n_positions", "max_seq_len",
+                          default=0) or None
     seq_len = min(max_positions or DEFAULT_MAX_SEQ_LEN, DEFAULT_MAX_SEQ_LEN)
     context = {"max_context": max_positions} if max_positions else {}
     return {**context, "training": {"seq_len": seq_len}}

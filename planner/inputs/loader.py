@@ -7,7 +7,6 @@ with a "did you mean" for typos.
 from __future__ import annotations
 
 import difflib
-import json
 import types
 import typing
 from dataclasses import dataclass, field
@@ -15,15 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 from pydantic import BaseModel, ValidationError
 
 import model_zoo
 from cost_models.units import GiB
 from cost_models.enums import CpComm, Fp8Recipe, Precision, ZeroStage
 from planner.inputs import presets
-from planner.errors import InputError
+from planner.errors import InputError, shown
 from planner.inputs.hf_config import shorthand_from_hf
+from planner.inputs.safe_parse import load_json, load_yaml, read_text
+from planner.schemas.bounds import MAX_LAYERS
 from planner.schemas.cluster import ClusterSpec
 from planner.schemas.framework import FrameworkProfile
 from planner.schemas.model import ModelSpec, TrainingSpec
@@ -78,32 +78,16 @@ class Problem:
 # --------------------------------------------------------------------------- files and YAML
 
 def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"{path}: file not found") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: is a directory, not a file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"{path}: cannot read: {e}") from None
+    return read_text(path)
 
 
 def read_mapping(path: Path) -> dict[str, Any]:
     """Parse a YAML (or JSON, a subset of YAML) file whose top level is a mapping."""
-    text = _read_text(path)
-    try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise InputError(f"{path}: {where}YAML syntax error: {problem}") from None
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path}: line {e.lineno}, column {e.colno}: JSON syntax error: "
-                         f"{e.msg}") from None
+    text, file = read_text(path), shown(path)
+    data = load_json(text, file) if path.suffix == ".json" else load_yaml(text, file)
     if not isinstance(data, dict):
         kind = "an empty file" if data is None else f"a {type(data).__name__}"
-        raise InputError(f"{path}: expected a mapping of fields at the top level, got {kind}")
+        raise InputError(f"{file}: expected a mapping of fields at the top level, got {kind}")
     return data
 
 
@@ -238,7 +222,11 @@ def _model_from_mapping(data: dict[str, Any], file: str) -> tuple[ModelSpec, Tra
                     count = entry.pop("repeat")
                     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
                         raise InputError(f"{file}: layers[{i}].repeat: must be a positive "
-                                         f"integer (got {count!r})")
+                                         f"integer (got {count!r:.40})")
+                    if count > MAX_LAYERS:
+                        raise InputError(f"{file}: layers[{i}].repeat: {count:.3g} exceeds the "
+                                         f"largest accepted, {MAX_LAYERS:,} (80x the deepest "
+                                         f"models trained)")
                     repeats.append(count)
                 else:
                     repeats.append(1)
@@ -260,8 +248,8 @@ def load_model(ref: str) -> tuple[ModelSpec, TrainingSpec]:
         data = read_mapping(path)
         if path.suffix == ".json":
             name = path.parent.name if path.name == "config.json" else path.stem
-            data = shorthand_from_hf(data, file=str(path), name=name or "model")
-        return _model_from_mapping(data, str(path))
+            data = shorthand_from_hf(data, file=shown(path), name=name or "model")
+        return _model_from_mapping(data, shown(path))
     if ref in model_zoo.names():
         file = model_zoo.path(ref)
         return _model_from_mapping(read_mapping(file), f"model_zoo/{file.name}")
@@ -286,7 +274,7 @@ def load_cluster(ref: str, *, nodes: int | None = None) -> ClusterSpec:
     if is_preset(ref):
         data, file = read_mapping(presets.path(ref)), f"presets/{ref}.yaml"
     elif path.is_file() or path.suffix in (".yaml", ".yml") or "/" in ref:
-        data, file = read_mapping(path), str(path)
+        data, file = read_mapping(path), shown(path)
     else:
         close = difflib.get_close_matches(ref, presets.names(), n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
@@ -332,7 +320,9 @@ def make_problem(model_ref: str, cluster_ref: str, *, gpus: int | None = None,
         if tokens < 1:
             raise InputError(f"--global-batch-tokens: must be at least 1 (got {tokens:g})")
         sequences = max(1, round(tokens / training.seq_len))
-        training = training.model_copy(update={"global_batch": sequences})
+        training = validate_file(TrainingSpec, {**training.model_dump(),
+                                                "global_batch": sequences},
+                                 "--global-batch-tokens")
         if global_batch_tokens is not None and sequences * training.seq_len != tokens:
             notes.append(f"--global-batch-tokens {tokens:,.0f}: {sequences} sequences of "
                          f"{training.seq_len} tokens ({sequences * training.seq_len:,} tokens)")
@@ -395,7 +385,7 @@ def resolve_training(training: TrainingSpec, cluster: ClusterSpec, framework: Fr
 
 def load_strategy(ref: str) -> Strategy:
     path = Path(ref)
-    return validate_file(Strategy, read_mapping(path), str(path))
+    return validate_file(Strategy, read_mapping(path), shown(path))
 
 
 def resolve_strategy(strategy: Strategy, problem: Problem, *, file: str = "strategy") -> Strategy:
@@ -418,3 +408,20 @@ def resolve_strategy(strategy: Strategy, problem: Problem, *, file: str = "strat
     if strategy.cp_comm is CpComm.A2A_P2P and strategy.cp_a2a is None:
         update["cp_a2a"] = default_cp_a2a(strategy.cp, strategy.tp, problem.cluster.gpus_per_node)
     return strategy.model_copy(update=update) if update else strategy
+
+
+def check_layout(strategy: Strategy, problem: Problem, *, file: str) -> None:
+    """Refuse a strategy that cannot be laid out on the model (`planner memory` prices any
+    other, fitting or not): pp * vpp chunks need a layer each, and a layers_per_stage lists one
+    count per chunk (pp * vpp of them, in pipeline order) summing to the model's layers."""
+    from planner.feasibility.rules import stage_layout_violation
+
+    chunks, layers = strategy.pp * strategy.vpp, problem.model.num_layers
+    if strategy.layers_per_stage is None and chunks > layers:
+        what = (f"pp * vpp = {chunks} pipeline chunks" if strategy.vpp > 1 else
+                f"{chunks} pipeline stages")
+        raise InputError(f"{file}: pp: {what} exceed the {layers} layers of "
+                         f"{problem.model.name}: every chunk needs a layer")
+    violation = stage_layout_violation(problem, strategy)
+    if violation is not None:
+        raise InputError(f"{file}: {violation.message}; {violation.fix}")

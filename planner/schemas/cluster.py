@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from enum import Enum
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
 
 from cost_models.communication import Network
 from cost_models.enums import Fp8Recipe, Precision
 from cost_models.units import GB, GiB, TFLOPS, US
+from planner.schemas.bounds import MAX_GPUS, Gpus
 
-_FROZEN = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+_FROZEN = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True,
+                     allow_inf_nan=False)
 
 
 class LinkKind(str, Enum):
@@ -147,8 +149,8 @@ class ClusterSpec(BaseModel):
     model_config = _FROZEN
     name: str
     description: str | None = None
-    num_nodes: PositiveInt
-    gpus_per_node: PositiveInt
+    num_nodes: Gpus
+    gpus_per_node: Gpus
     gpu: GpuSpec
     intra_node: LinkSpec
     inter_node: LinkSpec
@@ -158,6 +160,14 @@ class ClusterSpec(BaseModel):
     host: HostSpec | None = None
     """Host link and memory (None: not described; CPU offload is refused)."""
     source: ClusterSource | None = None
+
+    @model_validator(mode="after")
+    def _bounded(self):
+        if self.num_gpus > MAX_GPUS:
+            raise ValueError(f"num_nodes x gpus_per_node ({self.num_nodes:,} x "
+                             f"{self.gpus_per_node:,}) exceeds the largest accepted, "
+                             f"{MAX_GPUS:,} GPUs (5x the largest clusters built)")
+        return self
 
     @property
     def num_gpus(self) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from cost_models.compute import MlaDims, MoeDims
 from cost_models.enums import (AttentionKind, LoadBalancing, MlpKind, NormKind, Optimizer,
@@ -13,8 +13,10 @@ from cost_models.evoformer import EvoformerShape, evoformer_block_params
 from cost_models.memory import StateBytes, state_bytes_per_param
 from cost_models.parameters import (ParamCount, attention_params, embedding_params, mla_params,
                                     mlp_params, moe_params, norm_params, output_head_params)
+from planner.schemas.bounds import GlobalBatch, NonNegativeInt, PositiveInt, SeqLen
 
-_FROZEN = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+_FROZEN = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True,
+                     allow_inf_nan=False)
 
 
 class EmbeddingBlock(BaseModel):
@@ -25,9 +27,9 @@ class EmbeddingBlock(BaseModel):
     vocab_size: PositiveInt
     hidden: PositiveInt
     position: PositionKind = PositionKind.ROTARY
-    max_positions: int = Field(0, ge=0)
+    max_positions: NonNegativeInt = 0
     """Rows of a learned position table (0 unless `position` is learned)."""
-    num_token_types: int = Field(0, ge=0)
+    num_token_types: NonNegativeInt = 0
     """BERT's segment embeddings."""
     norm: NormKind | None = None
     """A norm right after the embedding (BERT, BLOOM)."""
@@ -73,13 +75,13 @@ class TransformerBlock(BaseModel):
     """A learned sink logit per head (gpt-oss)."""
     sliding_window: PositiveInt | None = None
     """Keys each query sees at most (a local attention layer); None: the whole context."""
-    q_lora_rank: int = Field(0, ge=0)
+    q_lora_rank: NonNegativeInt = 0
     """Multi-head latent attention (DeepSeek-V2/V3): rank of the query latent (0: no query
     compression)."""
-    kv_lora_rank: int = Field(0, ge=0)
+    kv_lora_rank: NonNegativeInt = 0
     """Rank of MLA's key-value latent; 0 means ordinary (GQA) attention. With MLA, `head_dim`
     is the non-rotary query/key head dim."""
-    qk_rope_head_dim: int = Field(0, ge=0)
+    qk_rope_head_dim: NonNegativeInt = 0
     """MLA's decoupled rotary query/key head dim."""
     v_head_dim: PositiveInt | None = None
     """MLA's value head dim (None: head_dim)."""
@@ -89,7 +91,7 @@ class TransformerBlock(BaseModel):
     """Routed experts per token."""
     moe_ffn_hidden: PositiveInt | None = None
     """Inner width of one routed expert (None: ffn_hidden)."""
-    shared_ffn_hidden: int = Field(0, ge=0)
+    shared_ffn_hidden: NonNegativeInt = 0
     """Inner width of the shared experts every token also passes through (DeepSeek: n_shared
     x the expert width; Qwen2-MoE: shared_expert_intermediate_size); 0 for none."""
     shared_expert_gate: bool = False
@@ -326,9 +328,9 @@ class TrainingSpec(BaseModel):
     """Training settings that go with a model; CLI flags override them."""
 
     model_config = _FROZEN
-    seq_len: PositiveInt = 2048
+    seq_len: SeqLen = 2048
     """Tokens per sequence (residues for an Evoformer)."""
-    global_batch: PositiveInt | None = None
+    global_batch: GlobalBatch | None = None
     """Sequences per optimizer step; None: about 4M tokens (`loader.DEFAULT_TOKENS_PER_BATCH`)
     at whatever seq_len the run uses."""
     precision: Precision = Precision.BF16
@@ -382,6 +384,14 @@ class ModelSpec(BaseModel):
     notes: tuple[str, ...] = ()
     """What the model leaves out that its file describes (a Hugging Face config's vision
     tower); the loader passes them on to the plan's notes."""
+
+    def __hash__(self) -> int:
+        # The costing caches key on the model; pydantic's hash would hash every block of the
+        # chain (10,000 layers: the same few objects again and again). Equal models have equal
+        # chains, hence the same set of distinct blocks.
+        distinct = frozenset({id(b): b for b in self.blocks}.values())
+        return hash((self.name, self.description, self.max_context, self.source,
+                     len(self.blocks), distinct))
 
     @model_validator(mode="after")
     def _has_layers(self):

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from cost_models.enums import AttentionKind, LoadBalancing, MlpKind, NormKind, PositionKind
+from planner.schemas.bounds import MAX_LAYERS, Layers, NonNegativeInt, PositiveInt
 from planner.schemas.model import (Block, EmbeddingBlock, ModelSpec, MtpBlock, NormBlock,
                                    OutputBlock, Source, TrainingSpec, TransformerBlock)
 
-_FILE = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+_FILE = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, allow_inf_nan=False)
 
 
 class TransformerShorthand(BaseModel):
@@ -22,7 +23,7 @@ class TransformerShorthand(BaseModel):
     model_config = _FILE
     name: str
     description: str | None = None
-    num_layers: PositiveInt
+    num_layers: Layers
     hidden: PositiveInt
     num_heads: PositiveInt
     num_kv_heads: PositiveInt | None = None
@@ -33,11 +34,11 @@ class TransformerShorthand(BaseModel):
     norm: NormKind = NormKind.LAYERNORM
     norms_per_layer: Literal[1, 2, 4] = 2
     position: PositionKind = PositionKind.LEARNED
-    max_positions: int = Field(0, ge=0)
+    max_positions: NonNegativeInt = 0
     """Rows of the learned position table; 0 means the training sequence length."""
     max_context: PositiveInt | None = None
     """The longest sequence the model was built for (a warning when seq_len exceeds it)."""
-    num_token_types: int = Field(0, ge=0)
+    num_token_types: NonNegativeInt = 0
     embedding_norm: NormKind | None = None
     tie_embeddings: bool = True
     bias: bool = True
@@ -54,25 +55,25 @@ class TransformerShorthand(BaseModel):
     sliding_window_pattern: PositiveInt = 1
     """With `sliding_window`: every n-th layer (the n-th, 2n-th, ...) attends globally, the
     others locally (Gemma's convention; gpt-oss alternates: 2). 1: every layer is local."""
-    q_lora_rank: int = Field(0, ge=0)
-    kv_lora_rank: int = Field(0, ge=0)
-    qk_rope_head_dim: int = Field(0, ge=0)
+    q_lora_rank: NonNegativeInt = 0
+    kv_lora_rank: NonNegativeInt = 0
+    qk_rope_head_dim: NonNegativeInt = 0
     v_head_dim: PositiveInt | None = None
     num_experts: PositiveInt = 1
     top_k: PositiveInt = 1
     moe_ffn_hidden: PositiveInt | None = None
-    shared_ffn_hidden: int = Field(0, ge=0)
+    shared_ffn_hidden: NonNegativeInt = 0
     shared_expert_gate: bool = False
     router_bias: bool = False
     load_balancing: LoadBalancing = LoadBalancing.AUX_LOSS
     capacity_factor: float | None = Field(None, gt=0)
-    first_k_dense: int = Field(0, ge=0)
+    first_k_dense: NonNegativeInt = 0
     """Leading layers with a dense MLP of `ffn_hidden` before the MoE layers (DeepSeek's
     first_k_dense_replace)."""
     moe_layer_freq: PositiveInt = 1
     """After the first dense layers, layer i (counting from 1) is MoE when i is a multiple of
     this (Qwen2-MoE decoder_sparse_step); the others are dense."""
-    mtp_layers: int = Field(0, ge=0)
+    mtp_layers: NonNegativeInt = 0
     """Multi-token-prediction modules trained after the output layer (DeepSeek-V3: 1), each
     one more transformer layer like the last one."""
     lm_head_transform: NormKind | None = None
@@ -156,6 +157,14 @@ class LayersFile(BaseModel):
     """Filled by the loader from each entry's `repeat` key."""
     training: TrainingSpec = TrainingSpec()
     source: Source | None = None
+
+    @model_validator(mode="after")
+    def _bounded(self):
+        total = sum(self.repeats) if self.repeats else len(self.layers)
+        if total > MAX_LAYERS:     # checked before to_model() builds the chain
+            raise ValueError(f"layers: {total:,} blocks in all exceed the largest accepted, "
+                             f"{MAX_LAYERS:,} (80x the deepest models trained)")
+        return self
 
     def to_model(self) -> ModelSpec:
         counts = self.repeats or (1,) * len(self.layers)

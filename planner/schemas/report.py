@@ -218,7 +218,8 @@ class SearchReport(BaseModel):
     """Candidates whose stage layout CP-SAT balanced (planner/rebalance.py)."""
     num_layouts_improved: int = 0
     """Of those, how many beat their even layout or fit only when balanced."""
-    seconds: float
+    seconds: float | None = None
+    """Wall time of the search; None where not shown (`plan` shows it with --timings only)."""
     heuristic_step_s: float | None = None
     """Step time of Megatron-LM's rule of thumb (tp = node, fewest stages that fit)."""
     heuristic_strategy: str | None = None

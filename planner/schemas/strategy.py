@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from enum import Enum
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field
 
 from cost_models.enums import CpComm, Recompute, ZeroStage
+from planner.schemas.bounds import GlobalBatch, Gpus, Layers, MAX_LAYERS, at_most
 
 
 class DpComm(str, Enum):
@@ -41,32 +43,33 @@ class Strategy(BaseModel):
     Degrees, spelled out: dp data-parallel replicas, tp tensor-parallel ranks, pp pipeline
     stages, vpp interleaved model chunks per pipeline rank (Megatron-LM's virtual stages)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True,
+                              allow_inf_nan=False)
 
-    dp: PositiveInt | None = None
+    dp: Gpus | None = None
     """None: the GPUs left over, num_gpus / (tp * cp * pp)."""
-    tp: PositiveInt = 1
-    pp: PositiveInt = 1
-    vpp: PositiveInt = 1
-    ep: PositiveInt = 1
+    tp: Gpus = 1
+    pp: Gpus = 1
+    vpp: Gpus = 1
+    ep: Gpus = 1
     """Expert-parallel ranks: an MoE layer's routed experts are split over ep ranks, which
     exchange tokens by all-to-all (Megatron-Core MoE parallel folding: expert layers use
     etp x ep x edp x pp over the same GPUs as tp x dp x pp)."""
-    etp: PositiveInt | None = None
+    etp: Gpus | None = None
     """Expert tensor-parallel ranks: each routed expert's matrices split etp ways. None: tp
     (Megatron-LM's default for --expert-tensor-parallel-size)."""
-    cp: PositiveInt = 1
+    cp: Gpus = 1
     """Context-parallel ranks: each sequence is split over cp ranks, which exchange keys and
     values for attention (Megatron-LM --context-parallel-size; rank order tp-cp-ep-dp-pp)."""
     cp_comm: CpComm = CpComm.P2P
     """How CP ranks exchange keys and values: p2p (ring), all_gather, a2a (Ulysses) or a2a+p2p
     (Megatron-LM --cp-comm-type)."""
-    cp_a2a: PositiveInt | None = None
+    cp_a2a: Gpus | None = None
     """With cp_comm a2a+p2p, the ranks of the inner all-to-all (Megatron-LM
     --hierarchical-context-parallel-sizes A B with A * B = cp); None: as many CP ranks as
     share a node, at most cp / 2."""
-    micro_batch: PositiveInt = 1
-    global_batch: PositiveInt | None = None
+    micro_batch: GlobalBatch = 1
+    global_batch: GlobalBatch | None = None
     """None: the model's training.global_batch."""
     sequence_parallel: bool = False
     recompute: Recompute = Recompute.NONE
@@ -96,19 +99,19 @@ class Strategy(BaseModel):
     """With zero_stage 3, keep the sharded weights and gradients in host memory too: each
     gather copies its shard to the GPU first (DeepSpeed offload_param, torchtitan
     enable_cpu_offload with FSDP2's CPUOffloadPolicy)."""
-    activation_offload_layers: NonNegativeInt = 0
+    activation_offload_layers: Annotated[int, Field(ge=0), at_most(MAX_LAYERS, "layers")] = 0
     """Layers per pipeline stage whose saved activations go to host memory between their
     forward and backward passes (Megatron-LM --cpu-offloading-num-layers; DeepSpeed
     cpu_checkpointing, with full recompute, offloads every layer's checkpoint)."""
-    dp_shard: PositiveInt | None = None
+    dp_shard: Gpus | None = None
     """ZeRO/FSDP shard group: model states are sharded over dp_shard data-parallel ranks and
     replicated over dp / dp_shard groups (HSDP: FSDP HYBRID_SHARD, torchtitan
     data_parallel_shard_degree, Megatron --num-distributed-optimizer-instances, DeepSpeed MiCS).
     None: sharded over all of dp."""
     dp_comm: DpComm = DpComm.ALL_REDUCE
-    num_servers: PositiveInt | None = None
+    num_servers: Gpus | None = None
     """Parameter servers (with dp_comm: parameter_server); None: one per data-parallel rank."""
-    layers_per_stage: tuple[PositiveInt, ...] | None = None
+    layers_per_stage: tuple[Layers, ...] | None = None
     """Repeated layers on each of the pp * vpp pipeline chunks, in order; None: an even split."""
 
     @property

@@ -17,7 +17,8 @@ from ortools.sat.python import cp_model
 
 from cost_models.units import GiB
 from planner.search.candidates import CandidateGroup, SearchSpace, divisors, generate, powers_of_two
-from planner.errors import InfeasibleError
+from planner.errors import InfeasibleError, InputError
+from planner.schemas.bounds import MAX_GLOBAL_BATCH, MAX_GPUS
 from planner.inputs.loader import Problem
 from planner.search.pool import Pool, evaluate_groups, passes
 from planner.schemas.strategy import strategy_label
@@ -129,8 +130,11 @@ def _more_gpus(problem: Problem, space: SearchSpace, options: RuleOptions) -> st
     pins = space.pins()
     for num_gpus in _gpu_counts(problem, space)[:MAX_GPU_COUNTS_TRIED]:
         bigger = replace(problem, num_gpus=num_gpus)
-        pool = evaluate_groups(bigger, [(g, passes(bigger, g.cands, pins, options))
-                                        for g in generate(bigger, space)])
+        try:
+            pool = evaluate_groups(bigger, [(g, passes(bigger, g.cands, pins, options))
+                                            for g in generate(bigger, space)])
+        except InputError:          # more to evaluate than a search does: stop suggesting
+            return None
         fits = ~memory_violations(pool.peak_bytes, bigger.usable_bytes,
                                   conservative=True)
         if fits.any():
@@ -147,6 +151,10 @@ def _more_gpus(problem: Problem, space: SearchSpace, options: RuleOptions) -> st
 
 NEAREST_TRIED = 4
 """GPU counts tried on each side of the request for a batch no strategy divides."""
+
+NEAREST_SCANNED = 4096
+"""Node counts looked at on each side of the request (a huge cluster would else be walked node
+by node)."""
 
 
 def _fastest_fit(problem: Problem, space: SearchSpace, options: RuleOptions) -> str | None:
@@ -172,7 +180,8 @@ def _nearest_batches(problem: Problem, space: SearchSpace, options: RuleOptions,
     below = max(((gb // d) * d for d in dps if d <= gb), default=None)
     above = min((-(-gb // d) * d for d in dps), default=None)
     out = []
-    for batch in dict.fromkeys(b for b in (below, above) if b and b != gb):
+    for batch in dict.fromkeys(b for b in (below, above)
+                               if b and b != gb and b <= MAX_GLOBAL_BATCH):
         other = replace(problem, training=problem.training.model_copy(
             update={"global_batch": batch}))
         label = _fastest_fit(other, space, options)
@@ -191,11 +200,21 @@ def _nearest_gpu_counts(problem: Problem, space: SearchSpace,
     # What the search would try on that count: pp widened when the user left it free.
     space = replace(space, wide_pp=space.wide_pp or space.pp is None)
     start = problem.num_gpus // node * node
+    # dp = count / (tp * cp * pp) must divide the batch: no count above the batch times the
+    # largest model-parallel group can (tp within the heads, cp the sequence, pp the layers).
+    model = problem.model
+    largest_group = (max(space.tp or 1, *model.tp_head_counts)
+                     * max(space.cp or 1, problem.training.seq_len // space.min_cp_tokens, 1)
+                     * max(space.pp or 1, model.num_layers))
+    highest = min(MAX_GPU_FACTOR * problem.num_gpus, MAX_GPUS, gb * largest_group)
     out = []
     for side in (-1, 1):
-        tried = 0
+        tried = scanned = 0
         count = start if side < 0 and start != problem.num_gpus else start + side * node
-        while 0 < count <= MAX_GPU_FACTOR * problem.num_gpus and tried < NEAREST_TRIED:
+        if side < 0:
+            count = min(count, highest // node * node)
+        while 0 < count <= highest and tried < NEAREST_TRIED and scanned < NEAREST_SCANNED:
+            scanned += 1
             other = replace(problem, num_gpus=count, cluster=problem.cluster.model_copy(
                 update={"num_nodes": max(problem.cluster.num_nodes, -(-count // node))}))
             if any(gb % d[3] == 0 for d in degree_tuples(other, space)):

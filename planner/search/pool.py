@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner.errors import InputError
 from planner.search.candidates import CandidateGroup, Pin
 from planner.costing.evaluate import (BlockCosts, Candidates, Evaluation, block_costs, evaluate,
                                       state_floor_bytes)
@@ -96,11 +97,22 @@ class Pool:
         return b.cands.strategy(int(self.row[i])).degrees_label()
 
 
+EVALUATION_BUDGET = 2**24
+"""Most (candidate, pipeline chunk) cells one search evaluates (about a microsecond each):
+18x the largest realistic search we measured (DeepSeek-V3 on 2,048 H100s, 0.9M cells; a
+10,000-layer model on 8 GPUs needs 9.5M). Beyond it (10,000 layers on thousands of GPUs) the
+search would take minutes, so the user is asked to narrow it."""
+
+SLICE_CELLS = 2**18
+"""Cells evaluated at once (about 600 bytes each while evaluated, so some 150 MB): a group with
+more is evaluated in slices."""
+
+
 def evaluate_groups(problem: Problem, groups: list[tuple[CandidateGroup, np.ndarray]], *,
                     drop_unfittable: bool = False) -> Pool:
     """Evaluate the rows of each group that `mask` keeps, in the group's even layout; with
     `drop_unfittable`, not those whose model states alone fill the average stage (no layout
-    fits them)."""
+    fits them). Raises InputError when they are more than EVALUATION_BUDGET cells."""
     capacity = problem.usable_bytes
     kept = []
     for group, mask in groups:
@@ -113,24 +125,33 @@ def evaluate_groups(problem: Problem, groups: list[tuple[CandidateGroup, np.ndar
             kept.append((group, cands))
     if not kept:
         return Pool.of([])
+    cells = sum(len(cands) * group.pp * group.vpp for group, cands in kept)
+    if cells > EVALUATION_BUDGET:
+        raise InputError(f"the search space is too large: {cells:,} (strategy, pipeline chunk) "
+                         f"pairs to evaluate, at most {EVALUATION_BUDGET:,}; narrow it with "
+                         f"--max-pp, --pp, --micro-batch or --max-micro-batch, or fewer --gpus")
     # Block costs depend on (tp, micro-batch, sp, recompute, ep, etp), not on the layout:
     # evaluate each distinct point once over all groups.
     every = Candidates.concat([cands for _, cands in kept])
     all_costs = block_costs(problem, every)
     batches, start = [], 0
-    for group, cands in kept:
-        costs = all_costs.take(slice(start, start + len(cands)))
-        start += len(cands)
+    for group, group_cands in kept:
         layout = uniform_layout(problem.model, group.pp, group.vpp)
-        ev = evaluate(problem, layout, cands, costs)
-        over_host = host_memory_violations(ev.host_bytes, problem)
-        if over_host.any():     # offloading more than the host holds (only with --offload)
-            keep = np.flatnonzero(~over_host)
-            cands, costs = cands.take(keep), costs.take(keep)
-            if not len(cands):
-                continue
+        step = max(1, SLICE_CELLS // layout.num_chunks)
+        for first in range(0, len(group_cands), step):
+            rows = np.arange(first, min(first + step, len(group_cands)))
+            cands = group_cands.take(rows)
+            costs = all_costs.take(start + rows)
             ev = evaluate(problem, layout, cands, costs)
-        batches.append(Batch(layout, cands, costs, ev))
+            over_host = host_memory_violations(ev.host_bytes, problem)
+            if over_host.any():     # offloading more than the host holds (only with --offload)
+                keep = np.flatnonzero(~over_host)
+                cands, costs = cands.take(keep), costs.take(keep)
+                if not len(cands):
+                    continue
+                ev = evaluate(problem, layout, cands, costs)
+            batches.append(Batch(layout, cands, costs, ev))
+        start += len(group_cands)
     return Pool.of(batches)
 
 

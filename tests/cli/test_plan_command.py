@@ -35,7 +35,8 @@ def test_plan_json(cli):
         tokens_per_step = plan["strategy"]["global_batch"] * 4096
         assert plan["throughput"]["time_to_train_s"] == pytest.approx(
             2e12 / tokens_per_step * t["step_s"])
-    assert {"status", "num_candidates", "seconds"} <= set(result["search"])
+    assert {"status", "num_candidates", "proven_optimal"} <= set(result["search"])
+    assert "seconds" not in result["search"]          # only with --timings
 
 
 def test_plan_tables(cli):
