@@ -104,6 +104,18 @@ class Network:
     """Per-step latency of the Simple protocol over the network."""
     nvls_bus_bytes_per_s: float | None = None
     """All-reduce bus bandwidth with NVLS inside a node; None where the switch has none."""
+    oversubscription: float = 1.0
+    """Fabric oversubscription above a leaf switch (1: non-blocking fat tree)."""
+    nodes_per_leaf: float = 1.0
+    """Nodes under one leaf switch: groups within them are not oversubscribed."""
+
+
+def nic_bytes_per_s(group: Group, net: Network):
+    """Bus bandwidth of one rank's NIC share for a group: a group spanning more nodes than a
+    leaf switch holds crosses the oversubscribed tier, which gives each flow 1/oversubscription
+    of its line rate (Leiserson 1985 fat trees; an s:1 tier carries 1/s of the leaves' load)."""
+    crosses = group.num_nodes > net.nodes_per_leaf
+    return net.nic_bus_bytes_per_s / np.where(crosses, net.oversubscription, 1.0)
 
 
 @dataclass(frozen=True)
@@ -129,7 +141,8 @@ def ring_bus_bytes_per_s(group: Group, net: Network):
     node NVLink-bound; across nodes min(NVLink, k x NIC) with k ranks of the group per node.
     """
     k, nodes = group.ranks_per_node, group.num_nodes
-    return np.where(nodes > 1, np.minimum(net.intra_bus_bytes_per_s, k * net.nic_bus_bytes_per_s),
+    return np.where(nodes > 1, np.minimum(net.intra_bus_bytes_per_s,
+                                          k * nic_bytes_per_s(group, net)),
                     net.intra_bus_bytes_per_s)
 
 
@@ -198,7 +211,7 @@ def all_reduce(message_bytes, group: Group, net: Network) -> AllReduceTime:
         tree = np.minimum(tree, latency + moved / (p.bandwidth_share * tree_bus))
     options = [ring, np.where(nodes > 1, tree, np.inf)]   # one node: NCCL's tree is a chain; ring wins
     if net.nvls_bus_bytes_per_s is not None:
-        across = k * net.nic_bus_bytes_per_s * np.where(nodes <= 2, 2, 1)
+        across = k * nic_bytes_per_s(group, net) * np.where(nodes <= 2, 2, 1)
         nvls_bus = np.where(nodes > 1, np.minimum(net.nvls_bus_bytes_per_s, across),
                             net.nvls_bus_bytes_per_s)
         nvls_latency = NVLS_LATENCY_S + np.where(
@@ -262,7 +275,7 @@ def all_to_all_time_s(message_bytes, group: Group, net: Network):
     """
     n, k, nodes = group.size, group.ranks_per_node, group.num_nodes
     on_node = message_bytes * (k - 1) / n / net.intra_bus_bytes_per_s
-    off_node = message_bytes * (n - k) / n / net.nic_bus_bytes_per_s
+    off_node = message_bytes * (n - k) / n / nic_bytes_per_s(group, net)
     latency = SIMPLE.base_s + np.where(nodes > 1, net.inter_hop_s, net.intra_hop_s)
     return np.where(n > 1, latency + np.maximum(on_node, off_node), 0.0)
 

@@ -13,7 +13,7 @@ from planner.errors import InputError
 from planner.frameworks import profiles
 from planner.schemas.framework import FrameworkProfile
 from planner.inputs.loader import Problem
-from planner.schemas.cluster import ClusterSpec, CollectiveLibrary, LinkKind
+from planner.schemas.cluster import ClusterSpec, LinkKind
 from planner.schemas.strategy import LaunchTarget
 
 CHECKED_AGAINST = "pytorch/pytorch torch/distributed/run.py (torch 2.x option spellings)"
@@ -30,7 +30,8 @@ def environment(cluster: ClusterSpec, *, tp: int, ordered_kernels: bool = True) 
     """`export` lines for the cluster's collective library and network. `ordered_kernels`:
     whether tensor parallelism may ask for one CUDA connection (Megatron-FSDP refuses it)."""
     lines = []
-    if cluster.collectives is CollectiveLibrary.NCCL:
+    hccl = cluster.intra_node.kind is LinkKind.HCCS      # Ascend: HCCL, else NCCL
+    if not hccl:
         kind = cluster.inter_node.kind
         if kind is LinkKind.ETHERNET:
             lines += ["# NCCL over TCP sockets: no InfiniBand verbs on this network",
@@ -45,7 +46,7 @@ def environment(cluster: ClusterSpec, *, tp: int, ordered_kernels: bool = True) 
                              "   # RoCE v2 GID on most fabrics")
         lines += ["export NCCL_DEBUG=${NCCL_DEBUG:-WARN}",
                   "export TORCH_NCCL_ASYNC_ERROR_HANDLING=1   # fail fast on a hung collective"]
-    elif cluster.collectives is CollectiveLibrary.HCCL:
+    else:
         lines += ["# HCCL (Ascend, torch_npu): allow slow first connections on large clusters",
                   "export HCCL_CONNECT_TIMEOUT=${HCCL_CONNECT_TIMEOUT:-1200}"]
     if tp > 1 and ordered_kernels:

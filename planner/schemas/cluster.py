@@ -25,13 +25,6 @@ class LinkKind(str, Enum):
     ETHERNET = "ethernet"
 
 
-class CollectiveLibrary(str, Enum):
-    NCCL = "nccl"
-    HCCL = "hccl"
-    GLOO = "gloo"
-    MPI = "mpi"
-
-
 class PeakTflops(BaseModel):
     """Dense (no sparsity) peak TFLOP/s of the matrix units, per datatype."""
 
@@ -72,6 +65,22 @@ class LinkSpec(BaseModel):
     latency_us: float = Field(gt=0)
     """Per-step latency of NCCL's Simple protocol over this link, microseconds (NCCL's own
     tuning.cc: 3.4 on NVLink, 14 on the network); LL and LL128 use NCCL's values."""
+
+
+class NetworkSpec(LinkSpec):
+    """The network between nodes. `bandwidth_gb_per_s` is per NIC."""
+
+    nics_per_node: PositiveInt | None = None
+    """NICs (rails) per node; None: one per GPU, a rail-optimised fabric (DGX SuperPOD). Fewer
+    NICs are shared by the node's GPUs: when all of them cross the network at once (the
+    data-parallel reduction of every tensor-parallel rank, a pipeline boundary, an expert
+    all-to-all) each gets nics / gpus_per_node of one."""
+    oversubscription: float = Field(default=1.0, ge=1)
+    """Fabric oversubscription above the leaf switches (2.0 for 2:1; 1.0 non-blocking): a group
+    spanning more nodes than one leaf holds gets 1 / oversubscription of the NIC bandwidth."""
+    nodes_per_leaf: PositiveInt | None = None
+    """Nodes under one leaf switch, whose traffic stays below the oversubscribed tier (None:
+    every group that crosses nodes is priced as crossing it)."""
 
 
 class HostSpec(BaseModel):
@@ -153,13 +162,25 @@ class ClusterSpec(BaseModel):
     gpus_per_node: Gpus
     gpu: GpuSpec
     intra_node: LinkSpec
-    inter_node: LinkSpec
-    collectives: CollectiveLibrary = CollectiveLibrary.NCCL
+    inter_node: NetworkSpec
     reserve: ReserveSpec
     efficiency: EfficiencySpec
     host: HostSpec | None = None
     """Host link and memory (None: not described; CPU offload is refused)."""
     source: ClusterSource | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_library(cls, data):
+        # `collectives` (nccl, hccl, gloo, mpi) changed no cost: the collective model is
+        # NCCL's (tuning.cc), fed with this cluster's measured links; the launch environment's
+        # library follows intra_node.kind (hccs: HCCL, else NCCL).
+        if isinstance(data, dict) and "collectives" in data:
+            raise ValueError("collectives: not a field: collectives are priced with NCCL's "
+                             "algorithms and this cluster's measured links (efficiency "
+                             "fractions, latency_us), and the launch environment's library "
+                             "follows intra_node.kind (hccs: HCCL); remove it")
+        return data
 
     @model_validator(mode="after")
     def _bounded(self):
@@ -183,7 +204,12 @@ class ClusterSpec(BaseModel):
 
     @property
     def inter_bus_bytes_per_s(self) -> float:
-        return self.inter_node.bandwidth_gb_per_s * GB * self.efficiency.inter_node_bus_fraction
+        """Bus bandwidth one GPU gets across nodes while all GPUs of its node cross at once:
+        its share of the node's NICs (one NIC each on a rail-optimised fabric)."""
+        nics = self.inter_node.nics_per_node or self.gpus_per_node
+        share = min(nics, self.gpus_per_node) / self.gpus_per_node
+        return (self.inter_node.bandwidth_gb_per_s * GB * self.efficiency.inter_node_bus_fraction
+                * share)
 
     @property
     def network(self) -> Network:
@@ -193,6 +219,8 @@ class ClusterSpec(BaseModel):
             intra_bus_bytes_per_s=self.intra_bus_bytes_per_s,
             nic_bus_bytes_per_s=self.inter_bus_bytes_per_s,
             intra_hop_s=self.intra_latency_s, inter_hop_s=self.inter_latency_s,
+            oversubscription=self.inter_node.oversubscription,
+            nodes_per_leaf=float(self.inter_node.nodes_per_leaf or 1),
             nvls_bus_bytes_per_s=None if nvls is None
             else self.intra_node.bandwidth_gb_per_s * GB * nvls)
 

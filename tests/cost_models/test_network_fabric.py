@@ -1,0 +1,113 @@
+"""The fabric behind the NICs (issue 12, point 6): NICs per node, oversubscription above the
+leaf switches, and what tensor parallelism across nodes then costs."""
+
+import dataclasses
+
+import pytest
+import yaml
+
+from cost_models import communication as comm
+from cost_models.communication import Group
+from cost_models.enums import Collective
+from planner.inputs import presets
+from planner.inputs.loader import load_cluster
+from planner.schemas.cluster import ClusterSpec
+
+GiB = 2**30
+
+
+def cluster(preset="dgx-a100-80gb", **inter_node) -> ClusterSpec:
+    data = yaml.safe_load(presets.path(preset).read_text())
+    data["inter_node"].update(inter_node)
+    return ClusterSpec.model_validate(data)
+
+
+def bus_gb_per_s(net, group, collective=Collective.ALL_REDUCE, size=8 * GiB):
+    seconds = comm.collective_time_s(collective, size, group, net)
+    return comm.bus_bandwidth(collective, size, seconds, group.size) / 1e9
+
+
+FOUR_NODES = Group(size=32, ranks_per_node=8, num_nodes=4)
+
+
+def test_rail_optimised_default_is_one_nic_per_gpu():
+    # DGX A100, 8x HDR 200 Gb/s: 192 GB/s across nodes (NVIDIA/nccl#812); stating 8 NICs per
+    # node changes nothing.
+    assert bus_gb_per_s(load_cluster("dgx-a100-80gb").network, FOUR_NODES) == pytest.approx(
+        192, rel=0.05)
+    assert bus_gb_per_s(cluster(nics_per_node=8).network, FOUR_NODES) == pytest.approx(
+        bus_gb_per_s(load_cluster("dgx-a100-80gb").network, FOUR_NODES), rel=1e-12)
+
+
+def test_one_nic_per_node_caps_a_cross_node_ring_at_that_nic():
+    # One HDR NIC per node: the node's whole ring goes through 25 GB/s (line rate x the
+    # preset's 0.96 bus fraction); the NIC shares are 1/8 per GPU.
+    c = cluster(nics_per_node=1)
+    nic = 25 * c.efficiency.inter_node_bus_fraction
+    assert c.inter_bus_bytes_per_s == pytest.approx(nic * 1e9 / 8)
+    assert bus_gb_per_s(c.network, FOUR_NODES) == pytest.approx(nic, rel=0.02)
+    # An expert all-to-all's off-node bytes share the one NIC too: 8x slower than on rails.
+    a2a = [comm.all_to_all_time_s(GiB, FOUR_NODES, x.network)
+           for x in (load_cluster("dgx-a100-80gb"), c)]
+    assert a2a[1] / a2a[0] == pytest.approx(8, rel=0.01)
+
+
+def test_oversubscription_slows_groups_beyond_a_leaf_only():
+    # 2:1 above leaves of 16 nodes: a 4-node ring stays under its leaf, a 64-node ring crosses
+    # the oversubscribed tier at half the NIC rate (the bandwidth term; latency unchanged).
+    flat, over = load_cluster("dgx-a100-80gb").network, cluster(
+        oversubscription=2.0, nodes_per_leaf=16).network
+    assert bus_gb_per_s(over, FOUR_NODES) == pytest.approx(bus_gb_per_s(flat, FOUR_NODES))
+    wide = Group(size=64, ranks_per_node=1, num_nodes=64)     # a data-parallel ring, 1 per node
+    assert comm.ring_bus_bytes_per_s(wide, over) == pytest.approx(
+        comm.ring_bus_bytes_per_s(wide, flat) / 2)
+    # Without nodes_per_leaf every cross-node group pays it.
+    anywhere = cluster(oversubscription=2.0).network
+    assert comm.ring_bus_bytes_per_s(FOUR_NODES, anywhere) == pytest.approx(
+        comm.ring_bus_bytes_per_s(FOUR_NODES, flat) / 2)
+
+
+def _tp_comm(cli, write, cluster_file, tp):
+    import json
+
+    strategy = write("s.yaml", f"tp: {tp}\npp: 1\nsequence_parallel: true\nzero_stage: 1\n"
+                               f"recompute: full\n")
+    _, out, _ = cli("validate", "llama3-70b", cluster_file, strategy, "--gpus", "64",
+                    "--no-compare", "--cross-node-tp", "--json")
+    return json.loads(out)["time"]["tp_comm_s"]
+
+
+def test_cross_node_tp_pays_for_the_nics_it_crosses(cli, write):
+    # tp 16 over two DGX H100 nodes: on 8 rails the ring's bus bandwidth is min(NVLink,
+    # 8 NICs) (nccl#812's aggregation), so tp 16 costs a few times tp 8 (latency, more steps);
+    # with one NIC per node the same ring crawls at one NIC, over 30x tp 8.
+    rails = write("rails.yaml", presets.path("dgx-h100").read_text())
+    data = yaml.safe_load(presets.path("dgx-h100").read_text())
+    data["inter_node"]["nics_per_node"] = 1
+    one = write("one.yaml", yaml.safe_dump(data))
+    tp8, tp16 = _tp_comm(cli, write, rails, 8), _tp_comm(cli, write, rails, 16)
+    assert 1.5 < tp16 / tp8 < 4
+    assert _tp_comm(cli, write, one, 8) == pytest.approx(tp8)
+    assert _tp_comm(cli, write, one, 16) / tp8 > 30
+
+
+def test_collectives_field_is_refused_with_why(cli, write, tiny_model):
+    data = yaml.safe_load(presets.path("dgx-h100").read_text())
+    data["collectives"] = "gloo"
+    path = write("c.yaml", yaml.safe_dump(data))
+    code, _, err = cli("plan", tiny_model, path, "--gpus", "8")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "collectives: not a field" in err and "remove it" in err
+
+
+def test_fabric_fields_are_validated(write, cli, tiny_model):
+    data = yaml.safe_load(presets.path("dgx-h100").read_text())
+    data["inter_node"]["oversubscription"] = 0.5
+    code, _, err = cli("plan", tiny_model, write("c.yaml", yaml.safe_dump(data)), "--gpus", "8")
+    assert code == 2 and "inter_node.oversubscription" in err
+
+
+def test_network_carries_the_fabric():
+    c = cluster(nics_per_node=2, oversubscription=3.0, nodes_per_leaf=32)
+    assert dataclasses.asdict(c.network)["oversubscription"] == 3.0
+    assert c.network.nodes_per_leaf == 32
