@@ -317,6 +317,7 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
     rules_of = tuple(dict.fromkeys(targets + (LaunchTarget(framework),)))
     space, settings = _search_space(pins, rules_of)
     result = search(problem, space, settings, num_tokens=tokens)
+    by_comm = _best_per_dp_comm(problem, space, settings, tokens)
     # The wall time differs run to run: only with --timings, so that output is reproducible.
     stats = result.search if timings else result.search.model_copy(update={"seconds": None})
     written = []
@@ -331,6 +332,9 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
                "search": stats.model_dump(mode="json", exclude={"seconds"} if not timings
                                           else set()),
                "emitted": [str(p) for p in written]}
+        if by_comm:
+            out["dp_comm"] = {comm: (best.model_dump(mode="json") if not isinstance(best, str)
+                                     else {"error": best}) for comm, best in by_comm.items()}
         click.echo(json.dumps(out, indent=2))
         return
     from planner.cli import render
@@ -341,6 +345,28 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
                f"{t.seq_len} tokens, {t.precision_label}, {problem.framework.name}")
     render.print_renderable(render.plan_view(heading=heading, plans=result.plans,
                                              search=stats))
+    if by_comm:
+        render.print_renderable(render.dp_comm_table(by_comm))
+
+
+def _best_per_dp_comm(problem, space, settings, tokens) -> dict:
+    """With --dp-comm both: the best plan of each data-parallel exchange on its own, by name
+    (or why none fits), to show side by side; empty otherwise."""
+    from dataclasses import replace
+
+    from planner.search.solver import search
+
+    if len(space.dp_comm) < 2:
+        return {}
+    out = {}
+    for comm in space.dp_comm:
+        try:
+            out[comm.value] = search(problem, replace(space, dp_comm=(comm,)),
+                                     replace(settings, top_k=1, export_path=None),
+                                     num_tokens=tokens).plans[0]
+        except InfeasibleError as e:      # why, in one line: the first rule that says so
+            out[comm.value] = (e.details[0] if e.details else str(e)).strip()
+    return out
 
 
 def _json_head(problem) -> dict:

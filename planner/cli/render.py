@@ -227,6 +227,29 @@ def plans_table(plans: list[PlanReport]) -> Table:
     return table
 
 
+def dp_comm_table(by_comm: dict) -> Group:
+    """--dp-comm both: the best plan of each data-parallel exchange, side by side."""
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
+    for name in ("exchange", "best plan", "options", "peak", "step", "dp comm", "tok/s"):
+        table.add_column(name, justify="left" if name in ("exchange", "best plan", "options")
+                         else "right", no_wrap=True)
+    steps = {c: p.time.step_s for c, p in by_comm.items() if not isinstance(p, str)}
+    fastest = min(steps.values(), default=None)
+    missing = []
+    for comm, plan in by_comm.items():
+        label = comm.replace("_", " ")
+        if isinstance(plan, str):
+            missing.append(Text(f"{label}: no plan: {plan}", style="dim"))
+            continue
+        degrees, options = compact_strategy(plan)
+        step = seconds(plan.time.step_s) + (f" ({plan.time.step_s / fastest:.2f}x)"
+                                            if plan.time.step_s > fastest else "")
+        table.add_row(label, degrees, options, f"{plan.memory.peak_bytes / GiB:.1f}", step,
+                      seconds(plan.time.dp_comm_s), rate(plan.throughput.tokens_per_s))
+    return Group(Text(""), Text("--dp-comm both: the best plan of each data-parallel exchange",
+                                style="bold"), table, *missing)
+
+
 def time_table(time: TimeReport, *, title: str) -> Table:
     table = Table(title=title, title_justify="left")
     table.add_column("per step")

@@ -106,3 +106,19 @@ def test_examples_run(cli):
                          "examples/strategy-gpt3-175b.yaml", "--gpus", "1024")
     assert (code, err) == (0, "")
     assert "fits" in out
+
+
+def test_params_total_and_active_in_every_output(cli, write):
+    # Mixtral 8x7B: 46.7B parameters, 12.9B active per token (Jiang et al. 2024, Sec. 2.1:
+    # "47B parameters, 13B active").
+    strategy = write("strategy.yaml", "tp: 8\npp: 4\nep: 1\nrecompute: full\nzero_stage: 1\n"
+                                      "sequence_parallel: true\n")
+    base = ("mixtral-8x7b", "dgx-h100")
+    for command, extra in (("memory", (strategy,)), ("validate", (strategy, "--no-compare")),
+                           ("plan", ("--top", "1"))):
+        _, out, _ = cli(command, *base, *extra, "--gpus", "64")
+        assert "(46.7B params, 12.9B active)" in out, command
+        _, out, _ = cli(command, *base, *extra, "--gpus", "64", "--json")
+        params = json.loads(out)["params"]
+        assert params["total"] == pytest.approx(46.7e9, rel=0.01)
+        assert params["active"] == pytest.approx(12.9e9, rel=0.01)

@@ -150,3 +150,29 @@ def test_global_batch_and_tokens_together_is_an_input_error(cli):
                          "--global-batch", "512", "--global-batch-tokens", "4M")
     assert (code, out) == (2, "")
     assert err.strip() == "Error: --global-batch-tokens: give it or --global-batch, not both"
+
+
+def test_dp_comm_both_shows_each_exchange_side_by_side(cli):
+    # torchrun runs a parameter server (Li et al. 2014) as well as all-reduce: each gets its
+    # own best plan, the same as a search restricted to it.
+    args = ("plan", "llama2-7b", "dgx-h100", "--gpus", "16", "--framework", "torchrun")
+    code, out, _ = cli(*args, "--dp-comm", "both", "--json")
+    assert code == 0
+    both = json.loads(out)["dp_comm"]
+    for comm in ("all_reduce", "parameter_server"):
+        code, alone, _ = cli(*args, "--dp-comm", comm, "--json", "--top", "1")
+        assert both[comm]["time"]["step_s"] == json.loads(alone)["plans"][0]["time"]["step_s"]
+        assert both[comm]["strategy"]["dp_comm"] == comm
+    code, out, _ = cli(*args, "--dp-comm", "both")
+    flat = " ".join(out.split())
+    assert "--dp-comm both: the best plan of each data-parallel exchange" in flat
+    import re
+
+    assert re.search(r"all reduce \S+ mb\d+ ", flat)
+    assert re.search(r"parameter server \S+ mb\d+ ps ", flat)
+
+
+def test_dp_comm_both_says_why_an_exchange_has_no_plan(cli):
+    code, out, _ = cli("plan", "llama2-7b", "dgx-h100", "--gpus", "16", "--dp-comm", "both")
+    flat = " ".join(out.split())
+    assert code == 0 and "parameter server: no plan: target_parameter_server" in flat
