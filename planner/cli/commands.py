@@ -497,15 +497,43 @@ def zoo():
 
 
 @cli.command()
-def clusters():
+@click.option("--show", metavar="NAME", help="Print the preset NAME as a cluster.yaml (its "
+              "file, with the sources of its numbers) to save, edit and pass as CLUSTER.")
+def clusters(show):
     """List the cluster presets."""
     from planner.inputs import presets
-    from planner.inputs.loader import load_cluster
+    from planner.inputs.loader import load_cluster, preset_text
 
+    if show is not None:
+        click.echo(preset_text(show), nl=False)
+        return
     for name in presets.names():
         c = load_cluster(name)
         click.echo(f"{name:16s} {c.num_nodes:5d} nodes x {c.gpus_per_node} {c.gpu.name} "
                    f"({c.gpu.memory_gib:g} GiB)")
+
+
+@cli.command()
+@click.argument("file", type=click.Choice(["model", "cluster", "strategy"]))  # file_schema.FILES
+@click.option("--out", "out_file", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Write the schema to FILE (replacing it) instead of printing it.")
+def schema(file, out_file):
+    """Print the JSON Schema of a model.yaml, cluster.yaml or strategy.yaml, made from the
+    models the planner validates that file with."""
+    from pathlib import Path
+
+    from planner.frameworks import write_files
+    from planner.inputs.file_schema import schema_text
+
+    text = schema_text(file)
+    if out_file is None:
+        click.echo(text, nl=False)
+        return
+    if not out_file:
+        raise InputError("--out: empty path")
+    path = Path(out_file)
+    write_files({path.name: text}, path.parent, force=True)
+    _stderr(f"wrote {path}")
 
 
 def run(args: list[str]) -> int:

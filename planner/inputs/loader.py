@@ -276,13 +276,27 @@ def load_cluster(ref: str, *, nodes: int | None = None) -> ClusterSpec:
     elif path.is_file() or path.suffix in (".yaml", ".yml") or "/" in ref:
         data, file = read_mapping(path), shown(path)
     else:
-        close = difflib.get_close_matches(ref, presets.names(), n=1)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
-        raise InputError(f"no cluster preset named '{ref}'{hint}; presets: "
-                         f"{', '.join(presets.names())}")
+        raise _no_preset(ref)
     if nodes is not None:
         data = {**data, "num_nodes": nodes}
     return validate_file(ClusterSpec, data, file)
+
+
+def _no_preset(ref: str) -> InputError:
+    close = difflib.get_close_matches(ref, presets.names(), n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return InputError(f"no cluster preset named '{ref}'{hint}; presets: "
+                      f"{', '.join(presets.names())}")
+
+
+def preset_text(name: str) -> str:
+    """A preset's own file, comments citing its sources included: a cluster.yaml that
+    `load_cluster` reads back as the same ClusterSpec (the preset is validated first)."""
+    if name not in presets.names():
+        raise _no_preset(name)
+    load_cluster(name)
+    text = read_text(presets.path(name))
+    return text if text.endswith("\n") else text + "\n"
 
 
 DEFAULT_TOKENS_PER_BATCH = 4 * 2**20

@@ -7,9 +7,11 @@ and why. Each bound is at least ten times the largest value published for a real
 
 from __future__ import annotations
 
-from typing import Annotated
+from dataclasses import dataclass
+from typing import Annotated, Any
 
-from pydantic import AfterValidator, Field
+from pydantic import Field, GetCoreSchemaHandler, GetJsonSchemaHandler
+from pydantic_core import core_schema
 
 MAX_LAYERS = 10_000
 """Repeated layers: 80x the deepest production LLMs (Llama 3 405B: 126 layers, Dubey et al.
@@ -38,16 +40,28 @@ def _compact(value: int) -> str:
     return f"{value:,}" if value < 10**15 else f"{float(value):.3g}"
 
 
-def at_most(limit: int, why: str) -> AfterValidator:
-    """A pydantic check: the value is at most `limit`, else a one-line message with `why`."""
+def at_most(limit: int, why: str) -> "_AtMost":
+    """A pydantic check: the value is at most `limit`, else a one-line message with `why`.
+    The JSON Schema (`planner schema`) shows the bound as `maximum`."""
+    return _AtMost(limit, why)
 
-    def check(value: int | None) -> int | None:
-        if value is not None and value > limit:
-            raise ValueError(f"{_compact(value)} exceeds the largest accepted, {limit:,} "
-                             f"({why})")
+
+@dataclass(frozen=True)
+class _AtMost:
+    limit: int
+    why: str
+
+    def check(self, value: int | None) -> int | None:
+        if value is not None and value > self.limit:
+            raise ValueError(f"{_compact(value)} exceeds the largest accepted, {self.limit:,} "
+                             f"({self.why})")
         return value
 
-    return AfterValidator(check)
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler):
+        return core_schema.no_info_after_validator_function(self.check, handler(source))
+
+    def __get_pydantic_json_schema__(self, schema: Any, handler: GetJsonSchemaHandler):
+        return {**handler(schema), "maximum": self.limit}
 
 
 Layers = Annotated[int, Field(gt=0), at_most(MAX_LAYERS, "80x the deepest models trained")]
