@@ -81,8 +81,13 @@ def test_readme_layers_example_is_gpt2_small(cli, examples):
 
 def test_readme_cluster_example_has_the_numbers_of_the_preset_it_names(examples):
     mine, preset = load_cluster(str(examples / "my-cluster.yaml")), load_cluster("dgx-h100")
-    differ = {"name", "description", "num_nodes", "source"}
+    # The example spells out the fabric the preset leaves to its defaults: one NIC per GPU,
+    # and a leaf size that a non-blocking fabric makes moot.
+    differ = {"name": True, "description": True, "num_nodes": True, "source": True,
+              "inter_node": {"nics_per_node", "nodes_per_leaf"}}
     assert mine.model_dump(exclude=differ) == preset.model_dump(exclude=differ)
+    assert mine.inter_node.nics_per_node == preset.gpus_per_node
+    assert mine.inter_node.oversubscription == 1.0
 
 
 @pytest.mark.parametrize(("name", "schema"), [
