@@ -170,7 +170,7 @@ def load_runs(tmp: Path, cluster: ClusterSpec | None = None) -> tuple[list[Run],
             framework = FRAMEWORKS[run["framework"]]
             try:
                 problem = make_problem(_model_file(run["model"], run["name"], tmp), preset,
-                                       gpus=run["num_gpus"], nodes=max(1, run["num_gpus"] // 8),
+                                       gpus=run["num_gpus"],   # a preset grows to fit
                                        seq_len=run["seq_len"], global_batch=run["global_batch"],
                                        precision=run["precision"], framework=framework,
                                        fp8_recipe=run.get("fp8_recipe"))

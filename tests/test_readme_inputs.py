@@ -84,9 +84,10 @@ def test_readme_cluster_example_has_the_numbers_of_the_preset_it_names(examples)
     # The example spells out the fabric the preset leaves to its defaults: one NIC per GPU,
     # and a leaf size that a non-blocking fabric makes moot.
     differ = {"name": True, "description": True, "num_nodes": True, "source": True,
-              "inter_node": {"nics_per_node", "nodes_per_leaf"}}
+              "nvlink_domain": True, "inter_node": {"nics_per_node", "nodes_per_leaf"}}
     assert mine.model_dump(exclude=differ) == preset.model_dump(exclude=differ)
     assert mine.inter_node.nics_per_node == preset.gpus_per_node
+    assert mine.nvlink_gpus == preset.nvlink_gpus
     assert mine.inter_node.oversubscription == 1.0
 
 

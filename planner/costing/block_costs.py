@@ -166,7 +166,7 @@ class ContextParallel:
                          core_fwd, core_bwd):
         """(forward, backward) seconds of one layer's K/V exchange left on the critical path:
         ring steps hide behind the attention kernels, slowing them by the overlap interference."""
-        node, net = cluster.gpus_per_node, cluster.network
+        node, net = cluster.nvlink_gpus, cluster.network
         kv = self._kv_bytes(block, mb=mb, tp=tp, k=k)
         heads, d_k, d_v = block.attention_core_shape
         qkvo = ulysses_bytes(seq_len=self.seq_len, micro_batch=mb, num_heads=block.num_heads,
@@ -309,7 +309,7 @@ def expert_dispatch_s(*, tokens_per_rank, pairs, top_k: int, hidden: int, imbala
     group; combine is the reverse (reduce-scatter over ETP, all-to-all over EP). EP ranks sit
     etp apart (the expert rank order tp-ep-dp-pp), ETP ranks are consecutive.
     """
-    net, node = cluster.network, cluster.gpus_per_node
+    net, node = cluster.network, cluster.nvlink_gpus
     sent = tokens_per_rank * top_k * imbalance * hidden * k.value_bytes
     ep_group = strided_placement(ep, etp, node)
     a2a = comm.all_to_all_time_s(sent, ep_group, net)

@@ -227,7 +227,7 @@ def block_costs(problem: Problem, cands: Candidates) -> BlockCosts:
     for sp, rc, kind in np.unique(points[:, [2, 3, 7]], axis=0):
         mask = (points[:, 2] == sp) & (points[:, 3] == rc) & (points[:, 7] == kind)
         tp, mb, ep, etp = points[mask, 0], points[mask, 1], points[mask, 4], points[mask, 5]
-        place = tp_placement(tp, problem.cluster.gpus_per_node)
+        place = tp_placement(tp, problem.cluster.nvlink_gpus)
         for u, block in enumerate(types.unique_blocks):
             cost = block_cost(block, training=problem.training, cluster=problem.cluster,
                               framework=problem.framework, tp=tp, mb=mb,
@@ -730,10 +730,10 @@ def _pipeline_comm(problem: Problem, layout: Layout, cands: Candidates, costs: B
     scatter_gather = problem.framework.pipeline_scatter_gather
     split = np.where(cands.sp[:, None] | scatter_gather, tp, 1.0)   # SP already splits t ways
     sent = pipeline_send_bytes(elements, tp=split, value_bytes=value_bytes)
-    pipe = strided_placement(cands.pp, cands.tp * cands.cp * cands.dp, cluster.gpus_per_node)
+    pipe = strided_placement(cands.pp, cands.tp * cands.cp * cands.dp, cluster.nvlink_gpus)
     net = cluster.network
     transfer = comm.send_recv_time_s(sent, across_nodes=(pipe.num_nodes > 1)[:, None], net=net)
-    place = tp_placement(cands.tp, cluster.gpus_per_node)
+    place = tp_placement(cands.tp, cluster.nvlink_gpus)
     tp_group = Group(size=tp, ranks_per_node=place.ranks_per_node[:, None],
                      num_nodes=place.num_nodes[:, None])
     regather = comm.all_gather_time_s(elements * value_bytes, tp_group, net)
@@ -752,15 +752,15 @@ def _dp_collectives(problem: Problem, params: np.ndarray, per_param, stage_block
     cluster = problem.cluster
     net = cluster.network
     dp_col = dp.astype(float)[:, None]
-    place = strided_placement(dp, stride, cluster.gpus_per_node)
+    place = strided_placement(dp, stride, cluster.nvlink_gpus)
     nodes = place.num_nodes[:, None]
     group = Group(size=dp_col, ranks_per_node=place.ranks_per_node[:, None], num_nodes=nodes)
-    sharded = strided_placement(shard, stride, cluster.gpus_per_node)
+    sharded = strided_placement(shard, stride, cluster.nvlink_gpus)
     shard_group = Group(size=shard.astype(float)[:, None],
                         ranks_per_node=sharded.ranks_per_node[:, None],
                         num_nodes=sharded.num_nodes[:, None])
     replicas = np.maximum(dp // shard, 1)     # a dp_shard over dp breaks a rule
-    across = strided_placement(replicas, stride * shard, cluster.gpus_per_node)
+    across = strided_placement(replicas, stride * shard, cluster.nvlink_gpus)
     replica_group = Group(size=replicas.astype(float)[:, None],
                           ranks_per_node=across.ranks_per_node[:, None],
                           num_nodes=across.num_nodes[:, None])

@@ -104,7 +104,7 @@ def _tp_divides_heads(problem: Problem, c: Candidates, options: RuleOptions) -> 
 def _tp_within_node(problem: Problem, c: Candidates, options: RuleOptions) -> np.ndarray:
     if options.cross_node_tp:
         return np.zeros(len(c), dtype=bool)
-    return c.tp > problem.cluster.gpus_per_node
+    return c.tp > problem.cluster.nvlink_gpus
 
 
 def _pp_divides_layers(problem: Problem, c: Candidates, options: RuleOptions) -> np.ndarray:
@@ -397,9 +397,11 @@ def _head_count_names(problem: Problem) -> dict[int, str]:
 
 
 def _explain_tp_within_node(problem: Problem, s: Strategy) -> tuple[str, str]:
-    node = problem.cluster.gpus_per_node
-    message = (f"tp ({s.tp}) exceeds gpus_per_node ({node}): tensor parallelism must stay "
-               f"inside a node")
+    node = problem.cluster.nvlink_gpus
+    domain = problem.cluster.nvlink_domain is not None
+    message = (f"tp ({s.tp}) exceeds {'nvlink_domain' if domain else 'gpus_per_node'} "
+               f"({node}): tensor parallelism must stay inside "
+               f"{'its NVLink domain' if domain else 'a node'}")
     if s.tp % node == 0:
         fix = f"use tp {node} and pp {s.pp * s.tp // node}"
     else:

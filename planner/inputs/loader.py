@@ -420,7 +420,7 @@ def resolve_strategy(strategy: Strategy, problem: Problem, *, file: str = "strat
         update["fp8_param_gather"] = bool(problem.framework.defaults.fp8_param_gather
                                           and fp8_param_gather_allowed(problem, strategy.zero_stage))
     if strategy.cp_comm is CpComm.A2A_P2P and strategy.cp_a2a is None:
-        update["cp_a2a"] = default_cp_a2a(strategy.cp, strategy.tp, problem.cluster.gpus_per_node)
+        update["cp_a2a"] = default_cp_a2a(strategy.cp, strategy.tp, problem.cluster.nvlink_gpus)
     return strategy.model_copy(update=update) if update else strategy
 
 

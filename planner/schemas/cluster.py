@@ -160,6 +160,10 @@ class ClusterSpec(BaseModel):
     description: str | None = None
     num_nodes: Gpus
     gpus_per_node: Gpus
+    nvlink_domain: Gpus | None = None
+    """GPUs one NVLink fabric joins, a multiple of gpus_per_node (GB200 NVL72: 72, over 18
+    compute trays of 4); None: one node. Tensor, expert and context groups within it stay on
+    NVLink; nodes stay the unit of launch and host memory."""
     gpu: GpuSpec
     intra_node: LinkSpec
     inter_node: NetworkSpec
@@ -183,12 +187,25 @@ class ClusterSpec(BaseModel):
         return data
 
     @model_validator(mode="after")
+    def _domain(self):
+        if self.nvlink_domain is not None and self.nvlink_domain % self.gpus_per_node:
+            raise ValueError(f"nvlink_domain ({self.nvlink_domain}) must be a multiple of "
+                             f"gpus_per_node ({self.gpus_per_node}): an NVLink domain joins "
+                             f"whole nodes")
+        return self
+
+    @model_validator(mode="after")
     def _bounded(self):
         if self.num_gpus > MAX_GPUS:
             raise ValueError(f"num_nodes x gpus_per_node ({self.num_nodes:,} x "
                              f"{self.gpus_per_node:,}) exceeds the largest accepted, "
                              f"{MAX_GPUS:,} GPUs (5x the largest clusters built)")
         return self
+
+    @property
+    def nvlink_gpus(self) -> int:
+        """GPUs reachable over NVLink from one GPU: the placement unit of every collective."""
+        return self.nvlink_domain or self.gpus_per_node
 
     @property
     def num_gpus(self) -> int:

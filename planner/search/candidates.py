@@ -189,7 +189,7 @@ def _vpp_values(problem: Problem, space: SearchSpace, pp: int) -> list[int]:
 def _shard_values(problem: Problem, space: SearchSpace, tp: int, dp: int, zero: int) -> list[int]:
     """ZeRO shard groups: all of dp, and with ZeRO-3 HSDP inside a node (the gpus_per_node / tp
     data-parallel ranks of one node), where that is a proper divisor of dp."""
-    node = problem.cluster.gpus_per_node // tp
+    node = problem.cluster.nvlink_gpus // tp
     values = [dp] if zero != 3 or node <= 1 or node >= dp or dp % node else [dp, node]
     return _with_pin(values, space.dp_shard)     # the pin masks the rest (Pin.allows)
 
@@ -244,7 +244,7 @@ def _cp_kinds(problem: Problem, space: SearchSpace, tp: int, cp: int) -> list[tu
         # The all-gather moves the ring's bytes with nothing to hide behind and holds the same
         # K/V: where the ring can run, it is never faster (kept if the ring cannot: windows).
         kinds = tuple(k for k in kinds if k is not CpComm.ALL_GATHER)
-    node = problem.cluster.gpus_per_node
+    node = problem.cluster.nvlink_gpus
     index = np.array([CP_COMM_ORDER.index(k) for k in kinds])
     a2a = np.array([{CpComm.A2A: cp, CpComm.A2A_P2P: default_cp_a2a(cp, tp, node)}.get(k, 1)
                     for k in kinds])

@@ -117,7 +117,8 @@ def _gpu_counts(problem: Problem, space: SearchSpace) -> list[int]:
     memory could hold the model states fully sharded (the fewest GPUs anything could fit on)."""
     layers, node = problem.model.num_layers, problem.cluster.gpus_per_node
     pps = set(powers_of_two(layers)) | (set(divisors(layers)) if space.any_pp else set())
-    tps = powers_of_two(node if not space.cross_node_tp else max(problem.model.tp_head_counts))
+    tps = powers_of_two(problem.cluster.nvlink_gpus if not space.cross_node_tp
+                        else max(problem.model.tp_head_counts))
     states = problem.model.num_params * problem.training.state_bytes.total
     least = max(problem.num_gpus + 1, int(states // problem.cluster.capacity_bytes))
     counts = {t * p * d for t in tps for p in pps for d in divisors(problem.training.global_batch)}

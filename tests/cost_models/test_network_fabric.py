@@ -111,3 +111,43 @@ def test_network_carries_the_fabric():
     c = cluster(nics_per_node=2, oversubscription=3.0, nodes_per_leaf=32)
     assert dataclasses.asdict(c.network)["oversubscription"] == 3.0
     assert c.network.nodes_per_leaf == 32
+
+
+def test_nvlink_domain_spans_nodes():
+    # GB200 NVL72: 18 trays of 4 GPUs share one NVLink domain of 72 (NVIDIA GB200 NVL72
+    # datasheet): a tensor-parallel group of 16 over 4 trays stays on NVLink, while the node
+    # (launch unit, host memory) is a tray.
+    from planner.costing.placement import tp_placement
+
+    c = load_cluster("gb200-nvl72")
+    assert (c.gpus_per_node, c.nvlink_gpus, c.num_gpus) == (4, 72, 576)
+    group = tp_placement(16, c.nvlink_gpus)
+    assert group.num_nodes == 1
+    assert comm.ring_bus_bytes_per_s(group, c.network) == pytest.approx(c.intra_bus_bytes_per_s)
+
+
+def test_tp_beyond_a_node_but_within_the_nvlink_domain_needs_no_flag(cli, write):
+    strategy = write("s.yaml", "tp: 16\npp: 1\nsequence_parallel: true\nzero_stage: 1\n")
+    code, out, _ = cli("validate", "llama3-405b", "gb200-nvl72", strategy, "--gpus", "64",
+                       "--no-compare")
+    assert "tp_within_node" not in out
+    code, out, _ = cli("validate", "llama3-405b", "dgx-b200", strategy, "--gpus", "64",
+                       "--no-compare")
+    assert code == 1 and "tp_within_node" in out
+
+
+def test_nvlink_domain_must_hold_whole_nodes(write, cli, tiny_model):
+    data = yaml.safe_load(presets.path("gb200-nvl72").read_text())
+    data["nvlink_domain"] = 70
+    code, _, err = cli("plan", tiny_model, write("c.yaml", yaml.safe_dump(data)), "--gpus", "8")
+    assert code == 2 and "nvlink_domain (70) must be a multiple of gpus_per_node (4)" in err
+
+
+def test_torchrun_launches_a_tray_of_four_on_gb200(cli, write, tmp_path):
+    strategy = write("s.yaml", "tp: 8\npp: 1\nsequence_parallel: true\nzero_stage: 1\n")
+    out_dir = tmp_path / "out"
+    code, _, _ = cli("emit", "llama3-70b", "gb200-nvl72", strategy, "--gpus", "64",
+                     "--target", "torchrun", "--out", str(out_dir))
+    assert code == 0
+    text = "\n".join(p.read_text() for p in out_dir.iterdir())
+    assert "NPROC_PER_NODE=${NPROC_PER_NODE:-4}" in text and "NNODES=${NNODES:-16}" in text
