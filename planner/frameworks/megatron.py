@@ -685,8 +685,9 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
         else:
             s["layers_per_stage"] = tuple(_layers_per_chunk(num_layers, pp, vpp, first, last))
     if s["sequence_parallel"] and tp == 1:
-        parsed.finding("megatron_silent", "Megatron-LM silently disables --sequence-parallel "
-                       "when tp is 1 (a warning, not an error)", "drop --sequence-parallel")
+        # A warning, not an error: Megatron-LM runs it, so it is a note (exit 0), not a problem.
+        parsed.notes.append("Megatron-LM silently disables --sequence-parallel when tp is 1 "
+                            "(a warning, not an error): drop --sequence-parallel")
         s["sequence_parallel"] = False
     if "--tp-comm-overlap" in flags and "--sequence-parallel" not in flags:
         # megatron/training/arguments.py: "Tensor parallel communication/GEMM overlap can
@@ -839,9 +840,9 @@ def _training_schedule(parsed: ParsedConfig, flags: dict, s: dict, file: str) ->
         # batch-size rampup for iteration-based training", @000c4ac2).
         old = " (releases before 2026-04 stop: expected no batch-size rampup for " \
               "iteration-based training)" if iters else ""
-        parsed.finding("megatron_silent", f"Megatron-LM ignores --rampup-batch-size "
-                       f"(deprecated, a warning): the batch stays at --global-batch-size{old}",
-                       "use --step-batch-size-schedule with --train-samples")
+        parsed.notes.append(f"Megatron-LM ignores --rampup-batch-size (deprecated, a warning): "
+                            f"the batch stays at --global-batch-size{old}; use "
+                            f"--step-batch-size-schedule with --train-samples")
     if schedule is not None and schedule.value is not None and "global_batch" not in s:
         try:
             last = int(schedule.value.split()[-1].split(":")[1])
