@@ -107,7 +107,8 @@ class Network:
     oversubscription: float = 1.0
     """Fabric oversubscription above a leaf switch (1: non-blocking fat tree)."""
     nodes_per_leaf: float = 1.0
-    """Nodes under one leaf switch: groups within them are not oversubscribed."""
+    """Placement units (NVLink domains) under one leaf switch: groups within them are not
+    oversubscribed."""
 
 
 def nic_bytes_per_s(group: Group, net: Network):

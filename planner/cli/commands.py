@@ -509,8 +509,9 @@ def clusters(show):
         return
     for name in presets.names():
         c = load_cluster(name)
+        domain = f", NVLink domains of {c.nvlink_domain}" if c.nvlink_domain else ""
         click.echo(f"{name:16s} {c.num_nodes:5d} nodes x {c.gpus_per_node} {c.gpu.name} "
-                   f"({c.gpu.memory_gib:g} GiB)")
+                   f"({c.gpu.memory_gib:g} GiB{domain})")
 
 
 @cli.command()

@@ -130,16 +130,21 @@ def percent(value: float) -> str:
 def rate(value: float) -> str:
     """Three significant digits with a decimal suffix: 161K, 2.05M."""
     for scale, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K")):
-        if value >= scale:
+        if value >= scale * ROLLOVER:
             return f"{value / scale:.3g}{suffix}"
     return f"{value:.3g}"
+
+
+ROLLOVER = 0.9995
+"""A value that rounds to 1,000 at three significant digits shows in the next unit (1M, not
+1e+03K)."""
 
 
 def params_label(model) -> str:
     """'6.74B params', or for a mixture of experts '671B params, 37.6B active'."""
     def count(n: float) -> str:      # parameter counts in decimal units, as papers give them
         for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M")):
-            if n >= scale:
+            if n >= scale * ROLLOVER:
                 return f"{n / scale:.3g}{suffix}"
         return f"{n:,.0f}"
 

@@ -402,10 +402,11 @@ def _explain_tp_within_node(problem: Problem, s: Strategy) -> tuple[str, str]:
     message = (f"tp ({s.tp}) exceeds {'nvlink_domain' if domain else 'gpus_per_node'} "
                f"({node}): tensor parallelism must stay inside "
                f"{'its NVLink domain' if domain else 'a node'}")
-    if s.tp % node == 0:
+    heads = math.gcd(s.tp, *problem.model.tp_head_counts)    # a tp the heads allow too
+    if s.tp % node == 0 and heads % node == 0:
         fix = f"use tp {node} and pp {s.pp * s.tp // node}"
     else:
-        fix = f"use tp {largest_divisor_at_most(s.tp, node)}"
+        fix = f"use tp {largest_divisor_at_most(heads, node)}"
     return message, fix + " (or allow it with --cross-node-tp)"
 
 

@@ -23,7 +23,7 @@ from planner.inputs import presets
 from planner.errors import InputError, shown
 from planner.inputs.hf_config import shorthand_from_hf
 from planner.inputs.safe_parse import load_json, load_yaml, read_text
-from planner.schemas.bounds import MAX_LAYERS
+from planner.schemas.bounds import MAX_GPUS, MAX_LAYERS
 from planner.schemas.cluster import ClusterSpec
 from planner.schemas.framework import FrameworkProfile
 from planner.schemas.model import ModelSpec, TrainingSpec
@@ -346,6 +346,8 @@ def make_problem(model_ref: str, cluster_ref: str, *, gpus: int | None = None,
     num_gpus = cluster.num_gpus if gpus is None else gpus
     if num_gpus < 1:
         raise InputError(f"--gpus: must be at least 1 (got {num_gpus})")
+    if num_gpus > MAX_GPUS:
+        raise InputError(f"--gpus: {num_gpus:,} exceeds the largest accepted, {MAX_GPUS:,}")
     if num_gpus > cluster.num_gpus and nodes is None and is_preset(cluster_ref):
         # A preset is a node type: its node count is a default, not a cap.
         cluster = load_cluster(cluster_ref, nodes=-(-num_gpus // cluster.gpus_per_node))

@@ -237,7 +237,9 @@ class ClusterSpec(BaseModel):
             nic_bus_bytes_per_s=self.inter_bus_bytes_per_s,
             intra_hop_s=self.intra_latency_s, inter_hop_s=self.inter_latency_s,
             oversubscription=self.inter_node.oversubscription,
-            nodes_per_leaf=float(self.inter_node.nodes_per_leaf or 1),
+            # Placements count NVLink domains: a leaf's nodes in that unit.
+            nodes_per_leaf=(self.inter_node.nodes_per_leaf or 1) * self.gpus_per_node
+            / self.nvlink_gpus,
             nvls_bus_bytes_per_s=None if nvls is None
             else self.intra_node.bandwidth_gb_per_s * GB * nvls)
 

@@ -172,22 +172,27 @@ def _fastest_fit(problem: Problem, space: SearchSpace, options: RuleOptions) -> 
     return pool.batches[pool.batch[i]].cands.strategy(int(pool.row[i])).degrees_label()
 
 
+NEAREST_BATCHES_TRIED = 3
+"""Global batches tried on each side of the request, nearest first."""
+
+
 def _nearest_batches(problem: Problem, space: SearchSpace, options: RuleOptions,
-                     groups: list[CandidateGroup]) -> list[str]:
-    """The global batches nearest the request, below and above, that some strategy of the
-    space divides and fits with, as the flag to pass."""
+                     dps: list[int]) -> list[str]:
+    """The global batches nearest the request, below and above, that the dp of a strategy
+    passing every other rule divides and that then fit, as the flag to pass."""
     gb = problem.training.global_batch
-    dps = sorted({int(d) for g in groups for d in np.unique(g.cands.dp)})
-    below = max(((gb // d) * d for d in dps if d <= gb), default=None)
-    above = min((-(-gb // d) * d for d in dps), default=None)
     out = []
-    for batch in dict.fromkeys(b for b in (below, above)
-                               if b and b != gb and b <= MAX_GLOBAL_BATCH):
-        other = replace(problem, training=problem.training.model_copy(
-            update={"global_batch": batch}))
-        label = _fastest_fit(other, space, options)
-        if label:
-            out.append(f"--global-batch {batch}: {label} fits")
+    for side in (-1, 1):
+        near = {(gb // d) * d if side < 0 else -(-gb // d) * d for d in dps if d != gb}
+        near = sorted((b for b in near if 0 < b <= MAX_GLOBAL_BATCH and b != gb),
+                      key=lambda b: abs(b - gb))
+        for batch in near[:NEAREST_BATCHES_TRIED]:
+            other = replace(problem, training=problem.training.model_copy(
+                update={"global_batch": batch}))
+            label = _fastest_fit(other, space, options)
+            if label:
+                out.append(f"--global-batch {batch}: {label} fits")
+                break
     return out
 
 
@@ -302,18 +307,23 @@ def explain_infeasible(problem: Problem, space: SearchSpace, groups: list[Candid
         elif name not in {r.value for r in Rule}:
             ways.append(f"drop {name}: {_describe(conflicts, i)} fits")
     target_rules = {rule.value: targets for rule, (targets, _) in TARGET_CHECKS.items()}
-    blamed = sorted({t.value for name in core for t in target_rules.get(name, ())
+    # Targets of one framework (mindspore, mindformers) share its rules: blame frameworks.
+    blamed = sorted({t.framework for name in core for t in target_rules.get(name, ())
                      if t in options.targets})
     if len(blamed) > 1:
         for target in blamed:
             relaxed = [n for n in conflicts.broken
-                       if target not in {t.value for t in target_rules.get(n, ())}]
+                       if target not in {t.framework for t in target_rules.get(n, ())}]
             i = _best(conflicts, relaxed)
             if i is not None:
                 ways.append(f"without {target}'s rules (emit it separately): "
                             f"{_describe(conflicts, i)} fits")
     if Rule.BATCH_DIVISIBLE.value in core:
-        ways += _nearest_batches(problem, space, options, groups)
+        # dp of the strategies that only the batch (and memory) rule out.
+        others = [n for n in conflicts.broken if n not in (Rule.BATCH_DIVISIBLE.value, memory)]
+        ok = conflicts.satisfying(others)
+        dps = sorted({int(d) for d in conflicts.pool.degrees[ok, 0]})
+        ways += _nearest_batches(problem, space, options, dps)
         ways += _nearest_gpu_counts(problem, space, options)
     if memory in core:
         more = _more_gpus(problem, space, options)

@@ -122,3 +122,16 @@ def test_params_total_and_active_in_every_output(cli, write):
         params = json.loads(out)["params"]
         assert params["total"] == pytest.approx(46.7e9, rel=0.01)
         assert params["active"] == pytest.approx(12.9e9, rel=0.01)
+
+
+@pytest.mark.parametrize(("value", "text"), [(999_885_952, "1B"), (6.74e9, "6.74B"),
+                                             (999_400_000, "999M"), (999_600, "1M")])
+def test_counts_roll_over_to_the_next_unit(value, text):
+    # gemma-3-1b has 999,885,952 parameters (its config): "1B", never "1e+03M".
+    from types import SimpleNamespace
+
+    from planner.cli import render
+
+    model = SimpleNamespace(num_params=value, is_moe=False)
+    assert render.params_label(model) == f"{text} params"
+    assert render.rate(value) == text.replace("B", "G")      # rates: K, M, G

@@ -151,3 +151,25 @@ def test_torchrun_launches_a_tray_of_four_on_gb200(cli, write, tmp_path):
     assert code == 0
     text = "\n".join(p.read_text() for p in out_dir.iterdir())
     assert "NPROC_PER_NODE=${NPROC_PER_NODE:-4}" in text and "NNODES=${NNODES:-16}" in text
+
+
+def test_leaf_size_counts_nodes_even_where_nvlink_spans_several():
+    # gb200-nvl72: a leaf of 18 trays is one 72-GPU rack. A data-parallel ring with one rank
+    # per rack over all 8 racks crosses the 4:1 tier; one inside a rack never touches it.
+    flat = cluster("gb200-nvl72").network
+    over = cluster("gb200-nvl72", oversubscription=4.0, nodes_per_leaf=18).network
+    racks = Group(size=8, ranks_per_node=1, num_nodes=8)
+    assert comm.ring_bus_bytes_per_s(racks, over) == pytest.approx(
+        comm.ring_bus_bytes_per_s(racks, flat) / 4)
+    rack = Group(size=72, ranks_per_node=72, num_nodes=1)
+    assert comm.ring_bus_bytes_per_s(rack, over) == comm.ring_bus_bytes_per_s(rack, flat)
+
+
+def test_tp_beyond_the_domain_is_told_a_tp_the_heads_allow(cli, write):
+    # 72 GPUs share NVLink, but llama3-405b's 128 heads (8 KV heads) allow tp 8 at most there.
+    strategy = write("s.yaml", "tp: 144\npp: 1\n")
+    code, out, _ = cli("validate", "llama3-405b", "gb200-nvl72", strategy, "--gpus", "576",
+                       "--no-compare")
+    flat = " ".join(out.split())
+    assert code == 1 and "tp_within_node: tp (144) exceeds nvlink_domain (72)" in flat
+    assert "fix: use tp 8 (or allow it with --cross-node-tp)" in flat
