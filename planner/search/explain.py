@@ -128,21 +128,14 @@ def _gpu_counts(problem: Problem, space: SearchSpace) -> list[int]:
 
 def _more_gpus(problem: Problem, space: SearchSpace, options: RuleOptions) -> str | None:
     """The smallest GPU count above the request on which some strategy fits."""
-    pins = space.pins()
     for num_gpus in _gpu_counts(problem, space)[:MAX_GPU_COUNTS_TRIED]:
         bigger = replace(problem, num_gpus=num_gpus)
         try:
-            pool = evaluate_groups(bigger, [(g, passes(bigger, g.cands, pins, options))
-                                            for g in generate(bigger, space)])
+            fastest = _fastest_strategy(bigger, space, options)
         except InputError:          # more to evaluate than a search does: stop suggesting
             return None
-        fits = ~memory_violations(pool.peak_bytes, bigger.usable_bytes,
-                                  conservative=True)
-        if fits.any():
-            idx = np.flatnonzero(fits)
-            i = int(idx[np.argmin(pool.step_s[idx])])
-            b = pool.batches[pool.batch[i]]
-            label = b.cands.strategy(int(pool.row[i])).degrees_label()
+        if fastest is not None:
+            label = fastest.degrees_label()
             note = ""
             if num_gpus > bigger.cluster.num_gpus:
                 note = f"; {problem.cluster.name} has {bigger.cluster.num_gpus}"
@@ -158,18 +151,23 @@ NEAREST_SCANNED = 4096
 by node)."""
 
 
-def _fastest_fit(problem: Problem, space: SearchSpace, options: RuleOptions) -> str | None:
-    """The degrees of the fastest strategy that passes every rule and fits, or None."""
+def _fastest_strategy(problem: Problem, space: SearchSpace, options: RuleOptions):
+    """The fastest strategy of the space that passes every rule and pin and fits, or None."""
     pins = space.pins()
     pool = evaluate_groups(problem, [(g, passes(problem, g.cands, pins, options))
                                      for g in generate(problem, space)])
-    fits = ~memory_violations(pool.peak_bytes, problem.usable_bytes,
-                              conservative=True)
+    fits = ~memory_violations(pool.peak_bytes, problem.usable_bytes, conservative=True)
     if not fits.any():
         return None
     idx = np.flatnonzero(fits)
     i = int(idx[np.argmin(pool.step_s[idx])])
-    return pool.batches[pool.batch[i]].cands.strategy(int(pool.row[i])).degrees_label()
+    return pool.batches[pool.batch[i]].cands.strategy(int(pool.row[i]))
+
+
+def _fastest_fit(problem: Problem, space: SearchSpace, options: RuleOptions) -> str | None:
+    """The degrees of the fastest strategy that passes every rule and fits, or None."""
+    fastest = _fastest_strategy(problem, space, options)
+    return None if fastest is None else fastest.degrees_label()
 
 
 NEAREST_BATCHES_TRIED = 3
@@ -243,17 +241,9 @@ def _with_offload(problem: Problem, space: SearchSpace, options: RuleOptions) ->
                                ("activations", o.activations is not None)) if able]
     if set(kinds) <= set(space.offload):
         return None
-    wider = replace(space, offload=tuple(kinds))
-    pins = wider.pins()
-    pool = evaluate_groups(problem, [(g, passes(problem, g.cands, pins, options))
-                                     for g in generate(problem, wider)])
-    fits = ~memory_violations(pool.peak_bytes, problem.usable_bytes,
-                              conservative=True)
-    if not fits.any():
+    s = _fastest_strategy(problem, replace(space, offload=tuple(kinds)), options)
+    if s is None:
         return None
-    idx = np.flatnonzero(fits)
-    i = int(idx[np.argmin(pool.step_s[idx])])
-    s = pool.batches[pool.batch[i]].cands.strategy(int(pool.row[i]))
     used = [k for k, on in (("optimizer", s.optimizer_offload > 0), ("params", s.param_offload),
                             ("activations", s.activation_offload_layers > 0)) if on]
     flags = " ".join(f"--offload {k}" for k in used)
