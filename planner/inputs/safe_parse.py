@@ -97,6 +97,17 @@ class _InputLoader(yaml.SafeLoader):
         finally:
             self.depth -= 1
 
+    def construct_mapping(self, node, deep=False):
+        # YAML 1.2 requires unique keys; PyYAML keeps the last silently, so a repeated `dp:`
+        # would change the plan without a word.
+        seen = set()
+        for key_node, _ in node.value:
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+            if key is not None and key in seen:
+                raise _Refused(key_node.start_mark, f"{key}: given twice in one mapping")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
     def construct_yaml_int(self, node):
         digits = sum(c.isdigit() for c in node.value)
         if digits > MAX_NUMBER_DIGITS:

@@ -433,3 +433,10 @@ def test_a_search_space_beyond_the_budget_is_refused(cli, write, files):
     assert line.startswith("Error: the search space is too large: ")
     assert line.endswith("at most 16,777,216; narrow it with --max-pp, --pp, --micro-batch or "
                          "--max-micro-batch, or fewer --gpus")
+
+
+def test_a_key_given_twice_is_refused_not_overwritten(cli, write, files):
+    # PyYAML would keep the last `dp:` silently; YAML 1.2 (Sec. 3.2.1.1) requires unique keys.
+    path = write("dup.yaml", "tp: 1\ndp: 4\ndp: 8\n")
+    line = one_error(cli, "memory", files["model"], files["cluster"], path)
+    assert line == f"Error: {path}: line 3, column 1: dp: given twice in one mapping"
