@@ -297,6 +297,8 @@ def memory(model, cluster, strategy, framework, as_json, **overrides):
 @click.option("--force", is_flag=True, help="Let --emit overwrite existing files.")
 @framework_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+@click.option("--gpu-hour-price", type=click.FloatRange(min=0, min_open=True, max=1e6),
+              metavar="USD", help="Price of one GPU-hour: adds the cost to train --tokens.")
 @click.option("--timings", is_flag=True, help="Also show how long the search took (the output "
               "then differs from run to run).")
 def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, as_json, gpus,
@@ -308,6 +310,10 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
     from planner.search.solver import search
 
     timings = pins.pop("timings")
+    price = pins.pop("gpu_hour_price")
+    if price is not None and tokens is None:
+        raise InputError("--gpu-hour-price: give --tokens too (the cost is that of training "
+                         "them)")
     framework = framework_name(framework, targets)
     problem = _load_problem(model, cluster, gpus=gpus, nodes=nodes, seq_len=seq_len,
                             global_batch=global_batch, global_batch_tokens=global_batch_tokens,
@@ -317,6 +323,9 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
     rules_of = tuple(dict.fromkeys(targets + (LaunchTarget(framework),)))
     space, settings = _search_space(pins, rules_of)
     result = search(problem, space, settings, num_tokens=tokens)
+    from dataclasses import replace
+
+    result = replace(result, plans=[p.priced(price) for p in result.plans])
     by_comm = _best_per_dp_comm(problem, space, settings, tokens)
     # The wall time differs run to run: only with --timings, so that output is reproducible.
     stats = result.search if timings else result.search.model_copy(update={"seconds": None})

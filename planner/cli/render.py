@@ -40,6 +40,11 @@ def duration(value: float) -> str:
     return f"{days:,.1f} days" if days >= 1 else f"{value / 3600:,.1f} hours"
 
 
+def usd(value: float) -> str:
+    """'$1.23M': dollars, three significant digits."""
+    return "$" + (count(value) if value >= 1e3 else f"{value:,.2f}")
+
+
 def count(value: float) -> str:
     for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
         if value >= scale:
@@ -277,8 +282,9 @@ def throughput_line(plan: PlanReport) -> Text:
                 f"recomputation), MFU {percent(t.mfu)} (causal attention as run); slowest "
                 f"stage {plan.time.slowest_stage}, imbalance {plan.time.imbalance:.2f}")
     if t.time_to_train_s is not None and t.gpu_hours is not None:
+        cost = "" if t.cost_usd is None else f", {usd(t.cost_usd)}"
         text.append(f"\ntime to train: {duration(t.time_to_train_s)}, "
-                    f"{count(t.gpu_hours)} GPU-hours", style="bold")
+                    f"{count(t.gpu_hours)} GPU-hours{cost}", style="bold")
     return text
 
 

@@ -172,10 +172,23 @@ class ThroughputReport(BaseModel):
     kernel skips (the masked causal half, keys outside a sliding window), over peak."""
     time_to_train_s: float | None = None
     gpu_hours: float | None = None
+    cost_usd: float | None = None
+    """GPU-hours x --gpu-hour-price: what training the --tokens costs (None without both)."""
+
+    def priced(self, gpu_hour_price: float | None) -> ThroughputReport:
+        """This report with the cost to train at `gpu_hour_price` USD per GPU-hour (the unit
+        clouds bill GPUs in); unchanged without a price or without --tokens."""
+        if gpu_hour_price is None or self.gpu_hours is None:
+            return self
+        return self.model_copy(update={"cost_usd": self.gpu_hours * gpu_hour_price})
 
 
 class PlanReport(BaseModel):
     """One strategy, evaluated: memory, time and throughput."""
+
+    def priced(self, gpu_hour_price: float | None) -> PlanReport:
+        """The plan with its cost to train (`ThroughputReport.priced`)."""
+        return self.model_copy(update={"throughput": self.throughput.priced(gpu_hour_price)})
 
     model_config = _OUT
     strategy: StrategyOut

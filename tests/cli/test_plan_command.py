@@ -176,3 +176,25 @@ def test_dp_comm_both_says_why_an_exchange_has_no_plan(cli):
     code, out, _ = cli("plan", "llama2-7b", "dgx-h100", "--gpus", "16", "--dp-comm", "both")
     flat = " ".join(out.split())
     assert code == 0 and "parameter server: no plan: target_parameter_server" in flat
+
+
+def test_gpu_hour_price_adds_the_cost_to_train(cli):
+    # Cost = GPU-hours x price per GPU-hour (how clouds bill GPUs); GPU-hours = time to train
+    # x GPUs.
+    args = ("plan", "llama2-7b", "dgx-h100", "--gpus", "16", "--tokens", "2T", "--top", "2")
+    code, out, _ = cli(*args, "--gpu-hour-price", "2.5", "--json")
+    assert code == 0
+    for plan in json.loads(out)["plans"]:
+        t = plan["throughput"]
+        assert t["gpu_hours"] == pytest.approx(t["time_to_train_s"] * 16 / 3600)
+        assert t["cost_usd"] == pytest.approx(2.5 * t["gpu_hours"])
+    code, out, _ = cli(*args, "--json")
+    assert json.loads(out)["plans"][0]["throughput"]["cost_usd"] is None
+    code, out, _ = cli(*args, "--gpu-hour-price", "2.5")
+    assert code == 0 and "GPU-hours, $" in out
+
+
+def test_gpu_hour_price_needs_tokens(cli):
+    code, _, err = cli("plan", "llama2-7b", "dgx-h100", "--gpus", "16", "--gpu-hour-price", "2")
+    assert code == 2 and err.strip() == ("Error: --gpu-hour-price: give --tokens too (the cost "
+                                         "is that of training them)")
