@@ -6,6 +6,7 @@ nothing fits (or a violated rule) 1, our own bugs 3 (with --debug for the traceb
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sys
@@ -22,10 +23,12 @@ def _stderr(line: str) -> None:
     click.echo(one_line(line), err=True)     # a newline in a file name stays one line
 
 
-def problem_options(function):
-    """Options shared by every command that loads a model and a cluster."""
+def problem_options(function, *, gpus: bool = True):
+    """Options shared by every command that loads a model and a cluster (`gpus`: with --gpus
+    as one count)."""
     options = [
-        click.option("--gpus", type=int, help="GPUs to use (default: the whole cluster)."),
+        *([click.option("--gpus", type=int, help="GPUs to use (default: the whole cluster).")]
+          if gpus else []),
         click.option("--nodes", type=int, help="Override the cluster's node count."),
         click.option("--seq-len", type=int, help="Override training.seq_len."),
         click.option("--global-batch", type=int, help="Override training.global_batch."),
@@ -216,7 +219,8 @@ def _search_space(pins: dict, targets: tuple = ()):
 
 
 def _load_problem(model, cluster, *, gpus, nodes, seq_len, global_batch, global_batch_tokens,
-                  precision, optimizer, framework="megatron", fp8_recipe=None, min_free=0.0):
+                  precision, optimizer, framework="megatron", fp8_recipe=None, min_free=0.0,
+                  quiet=False):
     from planner.inputs.loader import make_problem
 
     for flag, value in (("--seq-len", seq_len), ("--global-batch", global_batch),
@@ -227,7 +231,7 @@ def _load_problem(model, cluster, *, gpus, nodes, seq_len, global_batch, global_
                            global_batch=global_batch, global_batch_tokens=global_batch_tokens,
                            precision=precision, optimizer=optimizer, framework=framework,
                            fp8_recipe=fp8_recipe, min_free_gib=min_free)
-    for note in problem.notes:
+    for note in () if quiet else problem.notes:
         click.echo(f"note: {note}", err=True)
     return problem
 
@@ -490,6 +494,125 @@ def emit(model, cluster, strategy, targets, out_dir, force, cross_node_tp, token
         render.print_renderable(render.violations_text(review.violations), stderr=True)
         raise InfeasibleError(f"{strategy}: not written: fix the problems above first")
     _emit(review.problem, review.report, targets, out_dir, force, tokens)
+
+
+class _Counts(click.ParamType):
+    """GPU counts, comma-separated: 64,128,256."""
+
+    name = "counts"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        try:
+            counts = tuple(int(v) for v in str(value).split(",") if v.strip())
+        except ValueError:
+            self.fail(f"{value!r} is not a list of GPU counts (example: 64,128,256)", param, ctx)
+        if not counts or min(counts) < 1:
+            self.fail(f"give GPU counts of at least 1 (got {value})", param, ctx)
+        return tuple(sorted(set(counts)))
+
+
+@cli.command()
+@click.argument("model")
+@click.argument("cluster")
+@click.option("--gpus", "counts", type=_Counts(), required=True,
+              help="GPU counts to plan, comma-separated (e.g. 64,128,256,512).")
+@functools.partial(problem_options, gpus=False)
+@search_options
+@click.option("--tokens", type=_Count(), help="Training tokens (e.g. 2T): adds time to train "
+              "and GPU-hours.")
+@click.option("--gpu-hour-price", type=click.FloatRange(min=0, min_open=True, max=1e6),
+              metavar="USD", help="Price of one GPU-hour: adds the cost to train --tokens.")
+@click.option("--plot", type=click.Path(dir_okay=False), help="Write throughput and cost (or "
+              "scaling efficiency) against GPU count to this SVG (and a PNG beside it where "
+              "matplotlib is installed).")
+@framework_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def sweep(model, cluster, counts, tokens, gpu_hour_price, plot, framework, as_json, nodes,
+          seq_len, global_batch, global_batch_tokens, precision, optimizer, fp8_recipe,
+          min_free, **pins):
+    """The best plan of MODEL on CLUSTER for each GPU count: step time, throughput, MFU,
+    scaling efficiency, and with --tokens time to train, GPU-hours and cost."""
+    from planner.inputs.loader import framework_name
+    from planner.schemas.strategy import LaunchTarget
+    from planner.search import sweep as sweeping
+
+    if gpu_hour_price is not None and tokens is None:
+        raise InputError("--gpu-hour-price: give --tokens too (the cost is that of training "
+                         "them)")
+    if plot is not None and not plot.strip():
+        raise InputError("--plot: empty path")
+    pins.pop("timings", None)
+    framework = framework_name(framework)
+    space, settings = _search_space(pins, (LaunchTarget(framework),))
+
+    def load(n: int):
+        return _load_problem(model, cluster, gpus=n, nodes=nodes, seq_len=seq_len,
+                             global_batch=global_batch,
+                             global_batch_tokens=global_batch_tokens, precision=precision,
+                             optimizer=optimizer, framework=framework, fp8_recipe=fp8_recipe,
+                             min_free=min_free, quiet=True)
+
+    first = load(counts[0])
+    for note in first.notes:            # once, not once per count
+        if "node count is only a default" not in note:
+            _stderr(f"note: {note}")
+    from rich.console import Console
+    from rich.progress import Progress
+
+    with Progress(console=Console(stderr=True), transient=True,
+                  disable=as_json or not sys.stderr.isatty()) as progress:
+        task = progress.add_task("planning", total=len(counts))
+        rows = sweeping.sweep(load, counts, space, settings, num_tokens=tokens,
+                              gpu_hour_price=gpu_hour_price,
+                              step=lambda n: progress.advance(task))
+    if plot:
+        _write_plot(plot, first, rows)
+    if as_json:
+        out = {**_json_head(first), "num_gpus": list(counts),
+               "rows": [{"gpus": r.gpus,
+                         "plan": r.plan.model_dump(mode="json") if r.plan else None,
+                         "error": r.error, "scaling_efficiency": r.scaling_efficiency}
+                        for r in rows]}
+        click.echo(json.dumps(out, indent=2))
+        return
+    from planner.cli import render
+
+    t = first.training
+    heading = (f"{first.model.name} ({render.params_label(first.model)}) on "
+               f"{first.cluster.gpu.name}: batch {t.global_batch} x {t.seq_len} tokens, "
+               f"{t.precision_label}, {first.framework.name}")
+    render.print_renderable(render.sweep_view(heading, rows))
+
+
+def _write_plot(path: str, problem, rows) -> None:
+    """The sweep's SVG (and PNG where matplotlib is), each written whole or not at all."""
+    from pathlib import Path
+
+    from planner.cli import plot
+    from planner.frameworks import write_files
+
+    xs = [r.gpus for r in rows]
+    tokens = [r.plan.throughput.tokens_per_s if r.plan else None for r in rows]
+    costs = [r.plan.throughput.cost_usd if r.plan else None for r in rows]
+    second = (("cost to train (USD)", costs) if any(c is not None for c in costs) else
+              ("scaling efficiency", [r.scaling_efficiency for r in rows]))
+    panels = [("throughput (tokens/s)", tokens), second]
+    title = f"{problem.model.name} on {problem.cluster.gpu.name}"
+    target = Path(path)
+    written = write_files({target.name: plot.sweep_svg(title, xs, panels)}, target.parent,
+                          force=True)
+    png = target.with_suffix(".png")
+    partial = png.with_name(f".{png.name}.tmp.png")
+    try:
+        if plot.sweep_png(str(partial), title, xs, panels):
+            partial.replace(png)
+            written.append(png)
+    finally:
+        partial.unlink(missing_ok=True)
+    for p in written:
+        _stderr(f"wrote {p}")
 
 
 @cli.command()

@@ -260,6 +260,39 @@ def dp_comm_table(by_comm: dict) -> Group:
                                 style="bold"), table, *missing)
 
 
+def sweep_view(heading: str, rows) -> Group:
+    """`planner sweep`: one row per GPU count, 80 columns wide."""
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
+    costs = any(r.plan is not None and r.plan.throughput.cost_usd is not None for r in rows)
+    trains = any(r.plan is not None and r.plan.throughput.time_to_train_s is not None
+                 for r in rows)
+    columns = ["GPUs", "best plan", "step", "tok/s", "MFU", "scale"]
+    columns += ["train", "GPU-h"] if trains else []
+    columns += ["cost"] if costs else []
+    for name in columns:     # the plan wraps, the numbers never do
+        table.add_column(name, justify="left" if name == "best plan" else "right",
+                         no_wrap=name != "best plan")
+    missing = []
+    for r in rows:
+        if r.plan is None:
+            table.add_row(str(r.gpus), "none fits", *[""] * (len(columns) - 2))
+            missing.append(Text(f"{r.gpus} GPUs: {r.error.splitlines()[0]}", style="dim"))
+            continue
+        t = r.plan.throughput
+        degrees, _ = compact_strategy(r.plan)
+        cells = [str(r.gpus), degrees, seconds(r.plan.time.step_s), rate(t.tokens_per_s),
+                 percent(t.mfu), percent(r.scaling_efficiency)]
+        if trains:
+            cells += [duration(t.time_to_train_s), count(t.gpu_hours)]
+        if costs:
+            cells.append(usd(t.cost_usd))
+        table.add_row(*cells)
+    legend = Text("scale: tokens/s per GPU over that of the smallest count with a plan "
+                  "(strong scaling, batch fixed); best plan: dp x tp x pp; train: time to "
+                  "train --tokens, GPU-h its GPU-hours", style="dim")
+    return Group(Text(heading, style="bold"), table, legend, *missing)
+
+
 def time_table(time: TimeReport, *, title: str) -> Table:
     table = Table(title=title, title_justify="left")
     table.add_column("per step")

@@ -1,0 +1,61 @@
+"""`planner sweep`: the best plan per GPU count, scaling, cost, and the SVG plot."""
+
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+
+ARGS = ("sweep", "llama2-7b", "dgx-h100", "--tokens", "1T")
+
+
+def test_each_row_is_the_plan_of_that_count(cli):
+    code, out, _ = cli(*ARGS, "--gpus", "16,8,32", "--gpu-hour-price", "2", "--json")
+    assert code == 0
+    result = json.loads(out)
+    rows = result["rows"]
+    assert [r["gpus"] for r in rows] == [8, 16, 32]             # sorted, each once
+    for r in rows:
+        code, alone, _ = cli("plan", "llama2-7b", "dgx-h100", "--gpus", str(r["gpus"]),
+                             "--tokens", "1T", "--top", "1", "--json")
+        best = json.loads(alone)["plans"][0]
+        assert r["plan"]["time"]["step_s"] == best["time"]["step_s"]
+        t = r["plan"]["throughput"]
+        assert t["cost_usd"] == pytest.approx(2 * t["gpu_hours"])      # GPU-hours x price
+        assert t["gpu_hours"] == pytest.approx(t["time_to_train_s"] * r["gpus"] / 3600)
+    # Strong-scaling efficiency: tokens/s per GPU over the smallest count's.
+    per_gpu = [r["plan"]["throughput"]["tokens_per_s"] / r["gpus"] for r in rows]
+    assert [r["scaling_efficiency"] for r in rows] == pytest.approx(
+        [p / per_gpu[0] for p in per_gpu])
+    assert rows[0]["scaling_efficiency"] == 1.0
+
+
+def test_a_count_where_nothing_fits_is_a_row_with_the_reason(cli):
+    code, out, _ = cli("sweep", "llama3-70b", "dgx-h100", "--gpus", "8,64", "--json")
+    assert code == 0
+    rows = json.loads(out)["rows"]
+    assert rows[0]["plan"] is None and "satisfies memory_fits" in rows[0]["error"]
+    assert rows[1]["plan"] is not None and rows[1]["scaling_efficiency"] == 1.0
+    code, out, _ = cli("sweep", "llama3-70b", "dgx-h100", "--gpus", "8,64")
+    assert "none fits" in out and "8 GPUs: no strategy" in " ".join(out.split())
+
+
+def test_plot_is_an_svg_of_throughput_and_cost(cli, tmp_path):
+    path = tmp_path / "sweep.svg"
+    code, _, err = cli(*ARGS, "--gpus", "8,16,32", "--gpu-hour-price", "2", "--plot",
+                       str(path))
+    assert code == 0 and f"wrote {path}" in err
+    svg = ET.parse(path).getroot()
+    ns = "{http://www.w3.org/2000/svg}"
+    texts = [t.text for t in svg.iter(f"{ns}text")]
+    assert "throughput (tokens/s)" in texts and "cost to train (USD)" in texts
+    lines = list(svg.iter(f"{ns}polyline"))
+    assert len(lines) == 2 and all(len(p.get("points").split()) == 3 for p in lines)
+
+
+def test_bad_sweep_input(cli):
+    code, _, err = cli(*ARGS[:3], "--gpus", "8,x")
+    assert code == 2 and "is not a list of GPU counts" in err
+    code, _, err = cli("sweep", "llama2-7b", "dgx-h100", "--gpus", "8", "--gpu-hour-price", "2")
+    assert code == 2 and "--gpu-hour-price: give --tokens too" in err
+    code, _, err = cli(*ARGS, "--gpus", "8", "--plot", "")
+    assert code == 2 and err.strip() == "Error: --plot: empty path"
