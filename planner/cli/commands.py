@@ -616,6 +616,87 @@ def _write_plot(path: str, problem, rows) -> None:
 
 
 @cli.command()
+@click.argument("cluster")
+@click.argument("runs_file", metavar="RUNS")
+@click.option("--out", "out_file", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Write the calibrated cluster.yaml to FILE (replacing it).")
+@click.option("--fit", "names", metavar="NAMES", help="Comma-separated constants to fit, "
+              "e.g. gemm_peak_fraction,step_overhead_s (default: every one the runs' "
+              "measurements speak to).")
+@click.option("--nodes", type=int, help="Override the cluster's node count.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+def calibrate(cluster, runs_file, out_file, names, nodes, as_json):
+    """Fit CLUSTER's efficiency constants to the measured runs of RUNS (a runs.yaml whose
+    runs give a strategy, a config file or a Megatron-LM log, and the step time measured):
+    error per run before and after, each fitted constant with its uncertainty, and with --out
+    a cluster.yaml to plan with. Exit 1 when the runs cannot determine the constants."""
+    from pathlib import Path
+
+    from planner.calibrate import fit, output
+    from planner.calibrate.runs import load_runs
+    from planner.frameworks import write_files
+    from planner.inputs.loader import is_preset, load_cluster, preset_text
+    from planner.inputs.safe_parse import read_text
+
+    if out_file is not None and not out_file.strip():
+        raise InputError("--out: empty path")
+    chosen = None
+    if names is not None:
+        chosen = tuple(n.strip() for n in names.split(",") if n.strip())
+        if not chosen:
+            raise InputError("--fit: name at least one constant")
+    base = load_cluster(cluster, nodes=nodes)
+    runs = load_runs(runs_file, cluster, nodes=nodes)
+    calibration = fit.calibrate(base, runs, chosen)
+    written = None
+    if out_file is not None:
+        source = preset_text(cluster) if is_preset(cluster) else read_text(Path(cluster))
+        text = output.calibrated_text(source, calibration, Path(runs_file).name)
+        path = Path(out_file)
+        written = str(write_files({path.name: text}, path.parent, force=True)[0])
+        _stderr(f"wrote {written}")
+    if as_json:
+        click.echo(json.dumps(_calibration_json(calibration, base, runs_file, written),
+                              indent=2))
+        return
+    from planner.cli.render import print_renderable
+    from planner.cli.render_calibrate import calibrate_view
+
+    n = len(runs)
+    heading = (f"{base.name} ({base.gpu.name}) calibrated on {n} run{'s' if n != 1 else ''} "
+               f"of {runs_file}: {len(calibration.constants)} constants, "
+               f"{calibration.iterations} iterations")
+    print_renderable(calibrate_view(heading, calibration, written=written))
+
+
+def _calibration_json(calibration, cluster, runs_file: str, written: str | None) -> dict:
+    from cost_models.units import GiB
+
+    def gib(value):
+        return None if value is None else value / GiB
+
+    return {
+        "cluster": cluster.name, "runs_file": runs_file, "out": written,
+        "iterations": calibration.iterations,
+        "constants": [{"name": c.constant.name, "path": c.constant.path, "before": c.before,
+                       "after": c.after, "standard_error": c.standard_error,
+                       "bounds": [c.constant.lower, c.constant.upper], "at_bound": c.at_bound}
+                      for c in calibration.constants],
+        "runs": [{"name": r.run.name, "num_gpus": r.run.problem.num_gpus,
+                  "strategy": r.run.strategy.model_dump(mode="json"),
+                  "measured_step_s": r.run.step_s,
+                  "before_step_s": r.before.step_s, "after_step_s": r.after.step_s,
+                  "before_error": r.error("before"), "after_error": r.error("after"),
+                  "measured_peak_gib": gib(r.run.peak_bytes),
+                  "before_peak_gib": gib(r.before.peak_bytes),
+                  "after_peak_gib": gib(r.after.peak_bytes)}
+                 for r in calibration.runs],
+        "mean_abs_error": {"before": calibration.mean_abs_error("before"),
+                           "after": calibration.mean_abs_error("after")},
+    }
+
+
+@cli.command()
 def zoo():
     """List the built-in models."""
     import model_zoo

@@ -124,14 +124,18 @@ def _price_searched(problem: Problem, parsed: ParsedConfig, options: RuleOptions
                         f"{parsed.searched_by} may pick another")
 
 
-def review_config(problem: Problem, path: str, *, gpus_given: int | None,
-                  options: RuleOptions = RuleOptions(), compare: bool = True,
-                  num_tokens: float | None = None,
+def read_strategy(problem: Problem, path: str, *, gpus_given: int | None,
+                  options: RuleOptions = RuleOptions(),
                   settings: SolverSettings = SolverSettings(top_k=1),
-                  framework: str | None = None) -> Review:
-    """Check a config file. Its framework's profile prices it unless `framework` is given
-    (a strategy.yaml with --target uses the target's; else Megatron-LM's)."""
-    parsed = read_config(path, problem, gpus_given)
+                  num_tokens: float | None = None, framework: str | None = None,
+                  parsed: ParsedConfig | None = None
+                  ) -> tuple[Problem, Strategy, ParsedConfig, RuleOptions]:
+    """The problem and strategy a config file describes (`parsed`: the file already read,
+    e.g. a Megatron-LM log's arguments), priced by its framework's profile unless `framework`
+    is given (a strategy.yaml with --target uses the target's; else Megatron-LM's), and the
+    rule options with the file's framework among the targets."""
+    if parsed is None:
+        parsed = read_config(path, problem, gpus_given)
     if parsed.target is LaunchTarget.TORCHRUN:
         raise InputError(f"{path}: a torchrun launcher carries only its world size "
                          f"({parsed.world_size} GPUs), not a strategy; validate the training "
@@ -144,7 +148,20 @@ def review_config(problem: Problem, path: str, *, gpus_given: int | None,
     options = replace(options, targets=targets)
     if parsed.searched_by is not None:
         _price_searched(problem, parsed, options, settings, num_tokens)
-    strategy = _strategy(problem, parsed, path)
+    return problem, _strategy(problem, parsed, path), parsed, options
+
+
+def review_config(problem: Problem, path: str, *, gpus_given: int | None,
+                  options: RuleOptions = RuleOptions(), compare: bool = True,
+                  num_tokens: float | None = None,
+                  settings: SolverSettings = SolverSettings(top_k=1),
+                  framework: str | None = None) -> Review:
+    """Check a config file. Its framework's profile prices it unless `framework` is given
+    (a strategy.yaml with --target uses the target's; else Megatron-LM's)."""
+    problem, strategy, parsed, options = read_strategy(
+        problem, path, gpus_given=gpus_given, options=options, settings=settings,
+        num_tokens=num_tokens, framework=framework)
+    targets = options.targets
     check = validate(problem, strategy, options=options, num_tokens=num_tokens)
     best = note = None
     if compare:

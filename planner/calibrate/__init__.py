@@ -1,0 +1,1 @@
+"""`planner calibrate`: fit a cluster's constants to its measured runs."""

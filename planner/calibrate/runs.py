@@ -1,0 +1,232 @@
+"""Measured runs for `planner calibrate`: a RUNS.yaml, whose runs give their strategy inline,
+as any config file `planner validate` reads, or as a Megatron-LM training log.
+
+A run is one configuration on the user's cluster and what it measured: the step time (seconds
+per optimizer step, steady state) and, optionally, the peak memory per GPU (GiB as nvidia-smi
+shows it: the allocator's reserved bytes plus the CUDA context and communication buffers).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, model_validator
+
+from cost_models.enums import Fp8Recipe
+from cost_models.units import GiB
+from planner.errors import InputError, shown
+from planner.inputs.loader import (Problem, check_layout, make_problem, read_mapping,
+                                   resolve_strategy, validate_file)
+from planner.inputs.safe_parse import read_text
+from planner.schemas.bounds import GlobalBatch, Gpus, SeqLen
+from planner.schemas.strategy import Strategy
+
+MAX_RUNS = 1000
+"""More runs than any cluster's history holds: a bound on the file, not on the fit."""
+
+_FORBID = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True,
+                     allow_inf_nan=False)
+
+
+class Measured(BaseModel):
+    model_config = _FORBID
+    step_s: PositiveFloat | None = None
+    """Seconds per optimizer step in steady state (not the first iterations)."""
+    peak_gib: PositiveFloat | None = None
+    """Peak memory of the fullest GPU, GiB, as nvidia-smi shows it."""
+
+    @model_validator(mode="after")
+    def _something(self):
+        if self.step_s is None and self.peak_gib is None:
+            raise ValueError("give step_s, peak_gib or both")
+        return self
+
+
+class RunEntry(BaseModel):
+    """One measured run: a model, a strategy and what it measured."""
+
+    model_config = _FORBID
+    name: str | None = Field(default=None, max_length=200)
+    model: str = Field(max_length=4096)
+    """A model.yaml, a Hugging Face config.json (relative to RUNS.yaml) or a zoo name."""
+    gpus: Gpus | None = None
+    """GPUs the run used (default: the strategy's dp x tp x cp x pp, or the file's)."""
+    seq_len: SeqLen | None = None
+    global_batch: GlobalBatch | None = None
+    precision: Literal["fp32", "fp16", "bf16", "fp8", "mxfp8"] | None = None
+    fp8_recipe: Fp8Recipe | None = None
+    framework: Literal["megatron", "deepspeed", "torchtitan", "torchrun", "mindspore"] | None = None
+    """Whose profile prices the run (default: the config's framework, else megatron)."""
+    strategy: Strategy | None = None
+    """The strategy, as in a strategy.yaml."""
+    config: str | None = Field(default=None, max_length=4096)
+    """Or a config file `planner validate` reads (Megatron-LM script, DeepSpeed JSON, ...)."""
+    log: str | None = Field(default=None, max_length=4096)
+    """Or a Megatron-LM training log: its arguments and its iteration times."""
+    measured: Measured | None = None
+
+    @model_validator(mode="after")
+    def _one_strategy(self):
+        given = [k for k in ("strategy", "config", "log") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of strategy, config and log "
+                             f"(got {', '.join(given) or 'none'})")
+        if self.log is None and (self.measured is None or self.measured.step_s is None
+                                 and self.measured.peak_gib is None):
+            raise ValueError("measured: required (step_s, peak_gib or both) unless the run "
+                             "is a log")
+        return self
+
+
+class RunsFile(BaseModel):
+    model_config = _FORBID
+    runs: list[RunEntry] = Field(min_length=1, max_length=MAX_RUNS)
+
+
+@dataclass(frozen=True)
+class MeasuredRun:
+    """A run as the fit sees it: the problem and strategy it priced, what it measured."""
+
+    name: str
+    problem: Problem
+    strategy: Strategy
+    step_s: float | None
+    peak_bytes: float | None = None
+
+
+def load_runs(path: str, cluster_ref: str, *, nodes: int | None = None) -> list[MeasuredRun]:
+    """Every run of a RUNS.yaml on the cluster `cluster_ref`."""
+    file = shown(path)
+    spec = validate_file(RunsFile, read_mapping(Path(path)), file)
+    base = Path(path).parent
+    runs = []
+    for i, entry in enumerate(spec.runs):
+        where = f"{file}: runs[{i}]"
+        runs.append(_run(entry, where, base, cluster_ref, nodes, default_name=f"run {i + 1}"))
+    names = [r.name for r in runs]
+    twice = next((n for n in names if names.count(n) > 1), None)
+    if twice is not None:
+        raise InputError(f"{file}: runs: the name '{twice}' is given to two runs")
+    return runs
+
+
+def _beside(base: Path, ref: str) -> str:
+    """A file named relative to RUNS.yaml, or `ref` as given (a zoo name, an absolute path)."""
+    candidate = base / ref
+    return str(candidate) if not Path(ref).is_absolute() and candidate.exists() else ref
+
+
+def _run(entry: RunEntry, where: str, base: Path, cluster_ref: str, nodes: int | None,
+         default_name: str) -> MeasuredRun:
+    from planner.feasibility.review import read_strategy
+
+    log = _read_log(_beside(base, entry.log)) if entry.log else None
+    gpus = entry.gpus
+    if gpus is None and log is not None:
+        gpus = log.world_size
+    if gpus is None and entry.strategy is not None:
+        s = entry.strategy
+        if s.dp is None:
+            raise InputError(f"{where}: gpus: required when the strategy gives no dp")
+        gpus = s.dp * s.tp * s.cp * s.pp
+    try:
+        problem = make_problem(_beside(base, entry.model), cluster_ref, gpus=gpus, nodes=nodes,
+                               seq_len=entry.seq_len, global_batch=entry.global_batch,
+                               precision=entry.precision, framework=entry.framework or "megatron",
+                               fp8_recipe=entry.fp8_recipe.value if entry.fp8_recipe else None)
+    except InputError as e:
+        raise InputError(f"{where}: {e}") from None
+    if entry.strategy is not None:
+        strategy = resolve_strategy(entry.strategy, problem, file=where)
+        check_layout(strategy, problem, file=where)
+    else:
+        ref = _beside(base, entry.config or entry.log)
+        parsed = None
+        if log is not None:
+            from planner.frameworks import megatron
+
+            parsed = megatron.parse(log.arguments, file=shown(ref), problem=problem,
+                                    num_gpus=log.world_size)
+        problem, strategy, _, _ = read_strategy(problem, ref, gpus_given=gpus,
+                                                framework=entry.framework, parsed=parsed)
+        check_layout(strategy, problem, file=shown(ref))
+    measured = entry.measured or Measured(step_s=log.step_s)
+    step_s = measured.step_s if measured.step_s is not None else (log.step_s if log else None)
+    peak = measured.peak_gib * GiB if measured.peak_gib is not None else None
+    return MeasuredRun(entry.name or default_name, problem, strategy, step_s, peak)
+
+
+# --------------------------------------------------------------------------- Megatron-LM logs
+
+@dataclass(frozen=True)
+class MegatronLog:
+    arguments: str
+    """The logged arguments as a command line Megatron-LM would accept."""
+    world_size: int | None
+    step_s: float
+    """Median of the logged 'elapsed time per iteration' after the first interval."""
+
+
+_ARGS_START = "------------------------ arguments ------------------------"
+_ARGS_END = "-------------------- end of arguments ---------------------"
+# megatron/training/arguments.py _print_args: '  {name} {dots} {value}', dots = 48 - len(name).
+_ARG_LINE = re.compile(r"^\s*([A-Za-z_]\w*) (?:\.+ |\s)(.*?)\s*$")
+# megatron/training/training.py training_log: 'iteration N/ M | ... | elapsed time per
+# iteration (ms): T | ...', the mean over the last --log-interval iterations.
+_ITERATION = re.compile(r"iteration\s+(\d+)\s*/\s*\d+\s*\|.*?elapsed time per iteration "
+                        r"\(ms\):\s*([0-9.]+(?:[eE][+-]?\d+)?)")
+_PREFIX = re.compile(r"^(?:\[[^\]]*\]:?\s*)+")     # '[rank0]: ', '[2025-01-01 10:00:00] '
+_DEST_FLAGS = {"fp8": "--fp8-format"}
+"""Arguments whose flag is not their name (arguments.py: --fp8-format has dest='fp8')."""
+
+
+def _read_log(path: str) -> MegatronLog:
+    from planner.frameworks.megatron import KNOWN_FLAGS
+
+    file = shown(path)
+    text = read_text(Path(path))
+    start = text.rfind(_ARGS_START)      # the last launch in the file, if it restarted
+    if start < 0:
+        raise InputError(f"{file}: not a Megatron-LM log: no '{_ARGS_START.strip('- ')}' "
+                         f"block (Megatron-LM prints its arguments at start-up)")
+    end = text.find(_ARGS_END, start)
+    if end < 0:
+        raise InputError(f"{file}: the arguments block has no end line: the log is cut")
+    values = {}
+    for line in text[start + len(_ARGS_START):end].splitlines():
+        m = _ARG_LINE.match(_PREFIX.sub("", line))
+        if m:
+            values[m.group(1)] = m.group(2)
+    words = ["pretrain_gpt.py"]
+    for dest, value in values.items():
+        flag = _DEST_FLAGS.get(dest, "--" + dest.replace("_", "-"))
+        if flag not in KNOWN_FLAGS or value in ("None", "False", ""):
+            continue
+        words.append(flag)
+        if value != "True":
+            words += _value_words(value)
+    times = [(int(m.group(1)), float(m.group(2)) / 1000)
+             for m in _ITERATION.finditer(text, end)]
+    if len(times) < 2:
+        raise InputError(f"{file}: {len(times)} 'elapsed time per iteration (ms)' line"
+                         f"{'' if len(times) == 1 else 's'} after the arguments; the first "
+                         f"interval holds the start-up, so log at least two (--log-interval)")
+    world = values.get("world_size", "")
+    return MegatronLog(arguments=" ".join(words),
+                       world_size=int(world) if world.isdigit() and int(world) > 0 else None,
+                       step_s=statistics.median(t for _, t in times[1:]))
+
+
+def _value_words(value: str) -> list[str]:
+    """A logged value as command-line words: lists spread, enums by their member name."""
+    if value.startswith("[") and value.endswith("]"):
+        return [shlex.quote(v.strip().strip("'\"")) for v in value[1:-1].split(",")
+                if v.strip()]
+    enum = re.fullmatch(r"[A-Z]\w*\.(\w+)", value)     # AttnBackend.auto -> auto
+    return [shlex.quote(enum.group(1) if enum else value)]
+
