@@ -129,6 +129,16 @@ class Predicted:
     peak_bytes: float
 
 
+def predict(runs: list[MeasuredRun], values: dict[str, float]) -> list[Predicted]:
+    """Each run priced on its own cluster with some constants replaced ({path: value})."""
+    out = []
+    for run in runs:
+        problem = replace(run.problem, cluster=with_values(run.problem.cluster, values))
+        report = evaluate_strategy(problem, run.strategy)
+        out.append(Predicted(report.time.step_s, report.memory.peak_bytes))
+    return out
+
+
 class _Problem:
     """The runs and constants of one fit: residuals as a function of u (0..1 per constant)."""
 
@@ -144,13 +154,7 @@ class _Problem:
         return {c.path: float(v) for c, v in zip(self.constants, self.lower + u * self.width)}
 
     def predict(self, u: np.ndarray) -> list[Predicted]:
-        values = self.values(u)
-        out = []
-        for run in self.runs:
-            problem = replace(run.problem, cluster=with_values(run.problem.cluster, values))
-            report = evaluate_strategy(problem, run.strategy)
-            out.append(Predicted(report.time.step_s, report.memory.peak_bytes))
-        return out
+        return predict(self.runs, self.values(u))
 
     def residuals(self, u: np.ndarray) -> np.ndarray:
         predicted = self.predict(u)
@@ -271,11 +275,9 @@ class Calibration:
         return sum(errors) / len(errors) if errors else None
 
 
-def calibrate(cluster: ClusterSpec, runs: list[MeasuredRun],
-              names: tuple[str, ...] | None = None) -> Calibration:
-    """Fit `names` (default: every constant the measurements speak to) to the runs, starting
-    from the cluster's own values. Refuses (InfeasibleError) when the runs cannot determine
-    them, naming those they can."""
+def _start(cluster: ClusterSpec, runs: list[MeasuredRun], names: tuple[str, ...] | None):
+    """The fit's problem, the cluster's values in range units (as given, then clipped into
+    the bounds), and the residuals and Jacobian there."""
     constants = choose_constants(names, runs)
     if not constants:
         raise InputError("no run measured step_s or peak_gib: nothing to fit")
@@ -283,7 +285,23 @@ def calibrate(cluster: ClusterSpec, runs: list[MeasuredRun],
     start = np.array([(c.value(cluster) - c.lower) / (c.upper - c.lower) for c in constants])
     u = np.clip(start, 0.0, 1.0)
     r = fit.residuals(u)
-    J = fit.jacobian(u, r)
+    return fit, start, u, r, fit.jacobian(u, r)
+
+
+def determinable(cluster: ClusterSpec, runs: list[MeasuredRun],
+                 names: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """The constants (of `names`, default all) the runs determine together, by name."""
+    fit, _, _, _, J = _start(cluster, runs, names)
+    return tuple(fit.constants[j].name for j in determined_subset(J))
+
+
+def calibrate(cluster: ClusterSpec, runs: list[MeasuredRun],
+              names: tuple[str, ...] | None = None) -> Calibration:
+    """Fit `names` (default: every constant the measurements speak to) to the runs, starting
+    from the cluster's own values. Refuses (InfeasibleError) when the runs cannot determine
+    them, naming those they can."""
+    fit, start, u, r, J = _start(cluster, runs, names)
+    constants = fit.constants
     reasons, subset = undetermined(J, constants)
     if reasons:
         n = len(fit.rows)
