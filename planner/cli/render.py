@@ -473,23 +473,20 @@ DIFF_TERMS = {"compute_s": "compute", "tp_comm_s": "tensor-parallel communicatio
               "activations_bytes": "activations", "other_bytes": "reserve"}
 """The terms as the explanation sentence names them."""
 
-LABEL_CHARS = 16
-"""A file's label in `planner diff` columns: the table stays within 80 columns."""
+LABEL_CHARS = 14
+"""The longest file name `planner diff` heads a column with: the table stays within 80
+columns."""
 
 
 def diff_labels(path_a: str, path_b: str) -> tuple[str, str]:
-    """Short labels for two files: their names ('a.yaml'), cut at the first dot when long;
-    'A' and 'B' when they would read the same."""
+    """Short labels for two files: their names ('a.yaml') where both are short and differ,
+    else 'A' and 'B' (the lines above the table say which file is which)."""
     from pathlib import Path
 
-    def short(path: str) -> str:
-        name = Path(path).name
-        if len(name) > LABEL_CHARS:
-            name = name.split(".", 1)[0]
-        return name if len(name) <= LABEL_CHARS else name[:LABEL_CHARS - 3] + "..."
-
-    a, b = short(path_a), short(path_b)
-    return ("A", "B") if a == b or not a or not b else (a, b)
+    a, b = Path(path_a).name, Path(path_b).name
+    if a == b or not 0 < max(len(a), len(b)) <= LABEL_CHARS or not min(len(a), len(b)):
+        return "A", "B"
+    return a, b
 
 
 def _signed(delta: float, unit) -> str:

@@ -201,7 +201,11 @@ def _tp(problem: Problem, plan: PlanReport) -> str:
     if s.tp > problem.cluster.nvlink_gpus:
         where = (" across nodes" if problem.cluster.nvlink_domain is None
                  else " beyond an NVLink domain")
-    return f"tp {s.tp}{where}" + (", sp" if s.sequence_parallel else "")
+    return f"tp {s.tp}{where}"
+
+
+def _sp(_, plan: PlanReport) -> str:
+    return "sp" if plan.strategy.sequence_parallel else "no sp"
 
 
 def _dp(_, plan: PlanReport) -> str:
@@ -253,17 +257,17 @@ _DRIVERS = {
     # peak; the micro-batch and tp set the GEMM shapes; the GPU count splits the batch; pp
     # and the layout set the layers on the slowest stage.
     "compute_s": (_recompute, _precision, _micro_batch, _tp, _gpus, _pp, _imbalance),
-    "tp_comm_s": (_tp,),
-    "pp_comm_s": (_pp, _vpp, _micro_batches),
+    "tp_comm_s": (_tp, _sp),
+    "pp_comm_s": (_pp, _micro_batches, _vpp),
     "dp_comm_s": (_dp, _zero, _overlap),
     "ep_comm_s": (_ep,),
     "cp_comm_s": (_cp,),
-    "bubble_s": (_pp, _vpp, _micro_batches),
+    "bubble_s": (_pp, _micro_batches, _vpp),
     "optimizer_s": (_zero, _dp),
     "offload_s": (_offload,),
     "weights_bytes": (_tp, _pp, _zero),
     "gradients_bytes": (_tp, _pp, _zero),
     "optimizer_bytes": (_tp, _pp, _zero, _dp),
-    "activations_bytes": (_recompute, _micro_batch, _tp, _pp, _vpp),
+    "activations_bytes": (_recompute, _micro_batch, _tp, _sp, _pp, _vpp),
     "other_bytes": (),
 }
