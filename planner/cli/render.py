@@ -505,8 +505,6 @@ def _reason(reason) -> str:
 
 def diff_summary(diff, labels: tuple[str, str]) -> str:
     """The one sentence: how much faster or slower B is, and the terms that explain it."""
-    from planner.costing.diff import EXPLAINED_SHARE
-
     a, b = labels
     step = diff.step
     fair = ""
@@ -528,8 +526,8 @@ def diff_summary(diff, labels: tuple[str, str]) -> str:
     if not diff.explaining:
         return head + "."
     reasons = [_reason(r) for r in diff.explaining]
-    if abs(diff.unexplained_s) > (1 - EXPLAINED_SHARE) * abs(step.delta):
-        reasons.append(f"other terms {_signed(diff.unexplained_s, seconds)}")
+    if diff.others_s:
+        reasons.append(f"other terms {_signed(diff.others_s, seconds)}")
     per_step = "" if diff.same_work else (
         f"; its step is {seconds(step.b)} vs {seconds(step.a)}")
     return f"{head}{per_step}: {'; '.join(reasons)}."

@@ -103,6 +103,13 @@ class PlanDiff:
             return 0.0
         return self.step.delta - sum(r.term.delta for r in self.explaining)
 
+    @property
+    def others_s(self) -> float:
+        """What the other terms add to the gap, where it is worth naming: more than
+        1 - EXPLAINED_SHARE of it is left once MAX_EXPLAINING terms are named; else 0."""
+        left = self.unexplained_s
+        return left if abs(left) > (1 - EXPLAINED_SHARE) * abs(self.step.delta) else 0.0
+
 
 def explaining_terms(time: tuple[Term, ...], gap_s: float) -> list[Term]:
     """The fewest time terms, largest |delta| first, whose deltas add up to within
@@ -128,7 +135,7 @@ def diff_plans(problem_a: Problem, a: PlanReport, problem_b: Problem, b: PlanRep
     step = Term("step_s", a.time.step_s, b.time.step_s)
     sides = _Sides(problem_a, a, problem_b, b)
     explaining = ()
-    if abs(step.delta) > EQUAL_WITHIN * min(step.a, step.b):
+    if abs(step.a / step.b - 1) > EQUAL_WITHIN:     # as `equally_fast` measures steps
         explaining = tuple(Reason(t, sides.why(t.name))
                            for t in explaining_terms(time, step.delta))
     peak = Term("peak_bytes", a.memory.peak_bytes, b.memory.peak_bytes)
@@ -162,8 +169,7 @@ class _Sides:
 
     def why(self, term: str) -> str:
         """'<B's settings> vs <A's>' for the first two settings that differ among those that
-        drive `term`; '' when none differs (the term moved for reasons the strategies do not
-        name, such as a stage layout's imbalance already counted elsewhere)."""
+        drive `term`; '' when none differs (the term moved for a reason no setting names)."""
         pairs = [(f(self.problem_b, self.b), f(self.problem_a, self.a))
                  for f in _DRIVERS.get(term, ())]
         differ = [(b, a) for b, a in pairs if b != a][:2]     # the sentence stays short

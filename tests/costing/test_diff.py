@@ -1,8 +1,10 @@
 """planner/costing/diff.py: terms, deltas, and the terms picked to explain a gap."""
 
+from dataclasses import replace
+
 import pytest
 
-from planner.costing.diff import (MEMORY_TERMS, TIME_TERMS, Term, diff_plans,
+from planner.costing.diff import (MEMORY_TERMS, TIME_TERMS, Reason, Term, diff_plans,
                                   explaining_terms)
 from planner.costing.evaluate import evaluate_strategy
 from planner.inputs.loader import make_problem
@@ -78,3 +80,16 @@ def test_plans_on_other_gpu_counts_compare_by_tokens_per_second():
     assert not diff.same_work and diff.num_gpus.delta == 8
     assert diff.speedup == pytest.approx(b.throughput.tokens_per_s / a.throughput.tokens_per_s)
     assert "16 GPUs vs 8 GPUs" in diff.explaining[0].why
+
+
+def test_what_three_terms_leave_is_named_as_the_others():
+    problem = make_problem("llama2-7b", "dgx-h100", gpus=16, global_batch=64)
+    a = _plan(problem, dp=16, tp=1, pp=1)
+    diff = diff_plans(problem, a, problem, a)
+    spread = _terms(0.25, 0.25, 0.25, 0.25)
+    picked = explaining_terms(spread, gap_s=1.0)
+    many = replace(diff, step=Term("step_s", 10.0, 11.0),
+                   explaining=tuple(Reason(t, "") for t in picked))
+    assert many.others_s == pytest.approx(0.25)        # a quarter of the gap: worth naming
+    one = replace(many, explaining=(Reason(Term("bubble_s", 0.0, 0.9), ""),))
+    assert one.others_s == 0.0                           # a tenth: within the 20% let go
