@@ -496,6 +496,77 @@ def emit(model, cluster, strategy, targets, out_dir, force, cross_node_tp, token
     _emit(review.problem, review.report, targets, out_dir, force, tokens)
 
 
+@cli.command()
+@click.argument("model")
+@click.argument("cluster")
+@click.argument("a")
+@click.argument("b")
+@problem_options
+@click.option("--cross-node-tp", is_flag=True, help="Allow tensor parallelism across nodes.")
+@framework_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def diff(model, cluster, a, b, cross_node_tp, framework, as_json, gpus, **overrides):
+    """Compare two strategies, A and B (any files `planner validate` reads): memory at the
+    peak stage and time per step term by term, and the terms that explain the gap. Each file
+    runs on its own GPU count unless --gpus. Exit 1 when either breaks a rule or does not
+    fit."""
+    from planner.cli import render
+    from planner.costing.diff import diff_plans
+    from planner.feasibility.review import review_config
+    from planner.feasibility.rules import RuleOptions
+
+    problem = _load_problem(model, cluster, gpus=gpus, **overrides)
+    reviews = [review_config(problem, path, gpus_given=gpus,
+                             options=RuleOptions(cross_node_tp=cross_node_tp), compare=False,
+                             framework=framework) for path in (a, b)]
+    for review in reviews:
+        if review.report is None:
+            render.print_renderable(render.violations_text(review.violations), stderr=True)
+            raise InfeasibleError(f"{review.file}: not evaluated: its layout does not match "
+                                  f"the model; nothing to compare")
+    review_a, review_b = reviews
+    result = diff_plans(review_a.problem, review_a.report, review_b.problem, review_b.report)
+    labels = render.diff_labels(a, b)
+    code = ExitCode.OK if all(r.valid for r in reviews) else ExitCode.NOT_FEASIBLE
+    if as_json:
+        heads = [_json_head(r.problem) for r in reviews]
+        # What both share; null where they differ (each side says its own).
+        head = {k: (v if heads[1][k] == v else None) for k, v in heads[0].items()}
+        head["notes"] = list(dict.fromkeys(heads[0]["notes"] + heads[1]["notes"]))
+        out = {**head,
+               **{key: _diff_side(r, label) for key, r, label in zip("ab", reviews, labels)},
+               "terms": [{"name": t.name, "a": t.a, "b": t.b, "delta": t.delta}
+                         for t in result.terms],
+               "explaining": [{"name": r.term.name, "delta": r.term.delta, "why": r.why}
+                              for r in result.explaining],
+               "speedup": result.speedup, "same_work": result.same_work,
+               "summary": render.diff_summary(result, labels),
+               "memory_summary": render.diff_memory_summary(result, labels)}
+        click.echo(json.dumps(out, indent=2))
+        return code
+    p = review_a.problem
+    gpus_label = (f"{p.num_gpus}" if p.num_gpus == review_b.problem.num_gpus
+                  else f"{p.num_gpus} (A) and {review_b.problem.num_gpus} (B)")
+    heading = (f"{p.model.name} ({render.params_label(p.model)}) on {gpus_label} x "
+               f"{p.cluster.gpu.name}")
+    render.print_renderable(render.diff_view(heading, result, reviews, labels))
+    return code
+
+
+def _diff_side(review, label: str) -> dict:
+    """One side of `planner diff --json`: the file, its verdict and its evaluated plan."""
+    p, report = review.problem, review.report
+    return {"file": review.file, "label": label,
+            "target": review.target.value if review.target else None,
+            "num_gpus": p.num_gpus, "framework": p.framework.name,
+            "global_batch": review.strategy.global_batch, "seq_len": p.training.seq_len,
+            "precision": p.training.precision.value,
+            "valid": review.valid, "fits": report.memory.fits,
+            "violations": [v.model_dump(mode="json") for v in review.violations],
+            **report.model_dump(mode="json"), "step_s": report.time.step_s,
+            "notes": list(review.notes)}
+
+
 class _Counts(click.ParamType):
     """GPU counts, comma-separated: 64,128,256."""
 
