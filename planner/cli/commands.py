@@ -510,7 +510,7 @@ def diff(model, cluster, a, b, cross_node_tp, framework, as_json, gpus, **overri
     peak stage and time per step term by term, and the terms that explain the gap. Each file
     runs on its own GPU count unless --gpus. Exit 1 when either breaks a rule or does not
     fit."""
-    from planner.cli import render
+    from planner.cli import render, render_diff
     from planner.costing.diff import diff_plans
     from planner.feasibility.review import review_config
     from planner.feasibility.rules import RuleOptions
@@ -526,7 +526,7 @@ def diff(model, cluster, a, b, cross_node_tp, framework, as_json, gpus, **overri
                                   f"the model; nothing to compare")
     review_a, review_b = reviews
     result = diff_plans(review_a.problem, review_a.report, review_b.problem, review_b.report)
-    labels = render.diff_labels(a, b)
+    labels = render_diff.diff_labels(a, b)
     code = ExitCode.OK if all(r.valid for r in reviews) else ExitCode.NOT_FEASIBLE
     if as_json:
         heads = [_json_head(r.problem) for r in reviews]
@@ -540,8 +540,8 @@ def diff(model, cluster, a, b, cross_node_tp, framework, as_json, gpus, **overri
                "explaining": [{"name": r.term.name, "delta": r.term.delta, "why": r.why}
                               for r in result.explaining],
                "speedup": result.speedup, "same_work": result.same_work,
-               "summary": render.diff_summary(result, labels),
-               "memory_summary": render.diff_memory_summary(result, labels)}
+               "summary": render_diff.diff_summary(result, labels),
+               "memory_summary": render_diff.diff_memory_summary(result, labels)}
         click.echo(json.dumps(out, indent=2))
         return code
     p = review_a.problem
@@ -549,7 +549,7 @@ def diff(model, cluster, a, b, cross_node_tp, framework, as_json, gpus, **overri
                   else f"{p.num_gpus} (A) and {review_b.problem.num_gpus} (B)")
     heading = (f"{p.model.name} ({render.params_label(p.model)}) on {gpus_label} x "
                f"{p.cluster.gpu.name}")
-    render.print_renderable(render.diff_view(heading, result, reviews, labels))
+    render.print_renderable(render_diff.diff_view(heading, result, reviews, labels))
     return code
 
 
