@@ -125,7 +125,10 @@ def _run(entry: RunEntry, where: str, base: Path, cluster_ref: str, nodes: int |
          default_name: str) -> MeasuredRun:
     from planner.feasibility.review import read_strategy
 
-    log = _read_log(_beside(base, entry.log)) if entry.log else None
+    try:
+        log = _read_log(_beside(base, entry.log)) if entry.log else None
+    except InputError as e:
+        raise InputError(f"{where}.log: {e}") from None
     gpus = entry.gpus
     if gpus is None and log is not None:
         gpus = log.world_size

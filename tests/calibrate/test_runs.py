@@ -88,6 +88,13 @@ def test_bad_runs_are_one_line(write, entry, message):
     assert text.startswith(message) and "\n" not in text
 
 
+def test_a_missing_log_names_the_run(write):
+    runs = write("runs.yaml", "runs:\n  - {model: llama3-8b, log: nope.log}\n")
+    with pytest.raises(InputError) as e:
+        load_runs(runs, "dgx-h100")
+    assert str(e.value).endswith("runs.yaml: runs[0].log: nope.log: file not found")
+
+
 def test_two_runs_of_one_name(write):
     entry = "{name: a, model: llama3-8b, gpus: 8, strategy: {tp: 2}, measured: {step_s: 1}}"
     runs = write("runs.yaml", f"runs:\n  - {entry}\n  - {entry}\n")
