@@ -62,8 +62,7 @@ def main() -> None:
         train, held = measured[0::2], measured[1::2]
         cluster = train[0].problem.cluster
         try:
-            names = fit.determinable(cluster, train)
-            calibration = fit.calibrate(cluster, train, names)
+            calibration = fit.calibrate(cluster, train)   # what the half determines
         except InfeasibleError as e:
             print(f"{source:34s} {gpu:15s} {len(train):3d} {len(held):4d}  not fitted: {e}")
             continue

@@ -20,7 +20,7 @@ from __future__ import annotations
 import difflib
 import functools
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from importlib import resources
 
 import numpy as np
@@ -200,9 +200,10 @@ def determined_subset(J: np.ndarray) -> list[int]:
     return sorted(chosen)
 
 
-def undetermined(J: np.ndarray, constants: list[Constant]) -> tuple[list[str], list[int]]:
-    """Why the runs cannot determine all the constants, one line each (none: they can), and
-    the subset they do determine. A constant outside that subset either moves no run enough
+def undetermined(J: np.ndarray, constants: list[Constant]
+                 ) -> tuple[list[tuple[str, str]], list[int]]:
+    """Why the runs cannot determine all the constants, (name, one line) for each constant
+    they do not (none: they determine all), and the subset they do determine. A constant outside that subset either moves no run enough
     on its own, or cannot be told apart from one (or a combination) of the subset."""
     if _determined(J, list(range(len(constants)))):
         return [], list(range(len(constants)))
@@ -213,9 +214,9 @@ def undetermined(J: np.ndarray, constants: list[Constant]) -> tuple[list[str], l
             continue
         if not _determined(J, [j]):
             effect = float(np.abs(J[:, j]).max())
-            lines.append(f"no run depends on {c.name} enough: across its whole range "
+            lines.append((c.name, f"no run depends on {c.name} enough: across its whole range "
                          f"({c.lower:g}-{c.upper:g}) it moves the runs by at most "
-                         f"{100 * effect:.1f}%; a run that would: {c.needs}")
+                         f"{100 * effect:.1f}%; a run that would: {c.needs}"))
             continue
         partners = [k for k in subset if not _determined(J, [j, k])]
         if not partners:        # a combination of several: the weakest direction's members
@@ -224,8 +225,8 @@ def undetermined(J: np.ndarray, constants: list[Constant]) -> tuple[list[str], l
             weakest = np.linalg.svd(scaled)[2][-1]
             partners = [columns[i] for i in np.argsort(-np.abs(weakest))[:3] if columns[i] != j]
         names = [constants[k].name for k in partners]
-        lines.append(f"the runs cannot tell {c.name} apart from {_and(names)}; a run that "
-                     f"would: {c.needs}")
+        lines.append((c.name, f"the runs cannot tell {c.name} apart from {_and(names)}; a "
+                              f"run that would: {c.needs}"))
     return lines, subset
 
 
@@ -269,6 +270,8 @@ class Calibration:
     iterations: int
     residual_sigma: float
     """Root mean square log error after the fit (the noise it leaves)."""
+    not_fitted: list[tuple[str, str]] = field(default_factory=list)
+    """(name, why) of the constants a default fit left at the cluster's values."""
 
     def mean_abs_error(self, which: str, kind: str = STEP) -> float | None:
         errors = [abs(e) for r in self.runs if (e := r.error(which, kind)) is not None]
@@ -288,29 +291,27 @@ def _start(cluster: ClusterSpec, runs: list[MeasuredRun], names: tuple[str, ...]
     return fit, start, u, r, fit.jacobian(u, r)
 
 
-def determinable(cluster: ClusterSpec, runs: list[MeasuredRun],
-                 names: tuple[str, ...] | None = None) -> tuple[str, ...]:
-    """The constants (of `names`, default all) the runs determine together, by name."""
-    fit, _, _, _, J = _start(cluster, runs, names)
-    return tuple(fit.constants[j].name for j in determined_subset(J))
-
-
 def calibrate(cluster: ClusterSpec, runs: list[MeasuredRun],
               names: tuple[str, ...] | None = None) -> Calibration:
-    """Fit `names` (default: every constant the measurements speak to) to the runs, starting
-    from the cluster's own values. Refuses (InfeasibleError) when the runs cannot determine
-    them, naming those they can."""
+    """Fit `names` to the runs, starting from the cluster's own values. Refuses
+    (InfeasibleError) when the runs cannot determine the constants named, saying why and
+    naming those they can. Without `names`: every constant the measurements speak to that
+    the runs determine together; the others keep the cluster's values, each with why
+    (`Calibration.not_fitted`); refused only when the runs determine none."""
     fit, start, u, r, J = _start(cluster, runs, names)
     constants = fit.constants
     reasons, subset = undetermined(J, constants)
-    if reasons:
+    if reasons and (names is not None or not subset):
         n = len(fit.rows)
         fix = (f"these the runs do determine: --fit "
                f"{','.join(constants[j].name for j in subset)}"
                if subset else "no constant is determined by these runs alone")
         raise InfeasibleError(f"{n} measurement{'s' if n != 1 else ''} cannot determine "
                               f"{len(constants)} constant{'s' if len(constants) != 1 else ''}",
-                              details=reasons + [fix])
+                              details=[why for _, why in reasons] + [fix])
+    if reasons:
+        fit, start, u, r, J = _start(cluster, runs, tuple(constants[j].name for j in subset))
+        constants = fit.constants
     u, r, J, iterations = _levenberg_marquardt(fit, u, r, J)
     n, p = len(r), len(u)
     rss = float(r @ r)
@@ -325,7 +326,7 @@ def calibrate(cluster: ClusterSpec, runs: list[MeasuredRun],
     after_pred = fit.predict((np.array(list(after.values())) - fit.lower) / fit.width)
     return Calibration(with_values(cluster, after), fitted,
                        [RunFit(run, b, a) for run, b, a in zip(runs, before_pred, after_pred)],
-                       iterations, math.sqrt(rss / n))
+                       iterations, math.sqrt(rss / n), reasons)
 
 
 def _levenberg_marquardt(fit: _Problem, u: np.ndarray, r: np.ndarray, J: np.ndarray):

@@ -692,15 +692,17 @@ def _write_plot(path: str, problem, rows) -> None:
 @click.option("--out", "out_file", type=click.Path(dir_okay=False), metavar="FILE",
               help="Write the calibrated cluster.yaml to FILE (replacing it).")
 @click.option("--fit", "names", metavar="NAMES", help="Comma-separated constants to fit, "
-              "e.g. gemm_peak_fraction,step_overhead_s (default: every one the runs' "
-              "measurements speak to).")
+              "e.g. gemm_peak_fraction,step_overhead_s; refused unless the runs determine "
+              "them (default: every one the runs determine).")
 @click.option("--nodes", type=int, help="Override the cluster's node count.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 def calibrate(cluster, runs_file, out_file, names, nodes, as_json):
     """Fit CLUSTER's efficiency constants to the measured runs of RUNS (a runs.yaml whose
     runs give a strategy, a config file or a Megatron-LM log, and the step time measured):
     error per run before and after, each fitted constant with its uncertainty, and with --out
-    a cluster.yaml to plan with. Exit 1 when the runs cannot determine the constants."""
+    a cluster.yaml to plan with. Without --fit, the constants the runs determine are fitted
+    and the others kept, each with why; exit 1 when the runs cannot determine the constants
+    --fit names (or none at all)."""
     from pathlib import Path
 
     from planner.calibrate import fit, output
@@ -762,6 +764,7 @@ def _calibration_json(calibration, cluster, runs_file: str, written: str | None)
                   "before_peak_gib": gib(r.before.peak_bytes),
                   "after_peak_gib": gib(r.after.peak_bytes)}
                  for r in calibration.runs],
+        "not_fitted": [{"name": name, "why": why} for name, why in calibration.not_fitted],
         "mean_abs_error": {"before": calibration.mean_abs_error("before"),
                            "after": calibration.mean_abs_error("after")},
     }

@@ -56,7 +56,12 @@ def runs_table(calibration) -> Table:
 
 
 def calibrate_view(heading: str, calibration, *, written: str | None) -> Group:
-    parts = [Text(heading, style="bold"), constants_table(calibration), runs_table(calibration)]
+    parts = [Text(heading, style="bold"), constants_table(calibration)]
+    if calibration.not_fitted:
+        parts.append(Text("not fitted, kept at the cluster's values (--fit NAMES to insist):\n"
+                          + "\n".join(f"  {why}" for _, why in calibration.not_fitted),
+                          style="dim"))
+    parts.append(runs_table(calibration))
     summary = []
     for kind, what in (("step", "step time"), ("peak", "peak memory")):
         before = calibration.mean_abs_error("before", kind)

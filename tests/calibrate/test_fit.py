@@ -42,9 +42,13 @@ def test_standard_errors_follow_the_closed_form():
     assert fit.standard_errors(np.array([[0.25]]), 0.02) == pytest.approx([0.08])
 
 
+STEP_CONSTANTS = tuple(name for name, c in fit.settings().constants.items()
+                       if c.measures == "step")
+
+
 def test_refuses_constants_the_runs_cannot_tell_apart(measured):
     with pytest.raises(InfeasibleError) as refused:
-        fit.calibrate(load_cluster("dgx-h100"), measured)     # all eight step constants
+        fit.calibrate(load_cluster("dgx-h100"), measured, STEP_CONSTANTS)
     lines = refused.value.details
     assert str(refused.value) == "6 measurements cannot determine 8 constants"
     # Tensor-parallel all-reduces ride NVLink in two runs only, briefly: nothing pins it.
@@ -56,8 +60,23 @@ def test_refuses_constants_the_runs_cannot_tell_apart(measured):
     assert fix.startswith("these the runs do determine: --fit ")
     subset = tuple(fix.split("--fit ")[1].split(","))
     assert "gemm_peak_fraction" in subset and "intra_node_bus_fraction" not in subset
-    # ... and the subset it names fits.
-    fit.calibrate(load_cluster("dgx-h100"), measured, subset)
+    # ... and the subset it names fits: what a fit without names does, keeping the others
+    # with the same reasons.
+    named = fit.calibrate(load_cluster("dgx-h100"), measured, subset)
+    default = fit.calibrate(load_cluster("dgx-h100"), measured)
+    assert [c.constant.name for c in default.constants] == list(subset)
+    assert [c.after for c in default.constants] == [c.after for c in named.constants]
+    assert [why for _, why in default.not_fitted] == lines[:-1]
+    assert {name for name, _ in default.not_fitted} | set(subset) == set(STEP_CONSTANTS)
+    assert named.not_fitted == []
+
+
+def test_refused_when_nothing_is_determined_only_when_nothing_is_determined(measured):
+    # One run on one node without tensor parallelism: NVLink carries only its overlapped
+    # gradient reduction, so its step barely moves with the NVLink bus fraction.
+    with pytest.raises(InfeasibleError) as refused:
+        fit.calibrate(load_cluster("dgx-h100"), measured[:1], ("intra_node_bus_fraction",))
+    assert refused.value.details[-1] == "no constant is determined by these runs alone"
 
 
 def test_one_run_cannot_split_two_compute_constants(measured):

@@ -48,7 +48,7 @@ def test_json(cli, write, runs_text):
     assert code == 0
     result = json.loads(stdout)
     assert set(result) == {"cluster", "runs_file", "out", "iterations", "constants", "runs",
-                           "mean_abs_error"}
+                           "not_fitted", "mean_abs_error"}
     (c,) = result["constants"]
     assert c["name"] == "gemm_peak_fraction" and c["before"] == 0.61
     assert c["bounds"] == [0.2, 0.95] and c["standard_error"] > 0 and result["out"] is None
@@ -61,9 +61,27 @@ def test_json(cli, write, runs_text):
     assert result["mean_abs_error"]["after"] < result["mean_abs_error"]["before"]
 
 
+STEP_CONSTANTS = ("gemm_peak_fraction,gemm_half_efficiency_dim,flash_attention_fraction,"
+                  "hbm_fraction,intra_node_bus_fraction,inter_node_bus_fraction,"
+                  "overlap_interference,step_overhead_s")
+
+
+def test_without_fit_the_determined_constants_are_fitted(cli, write, runs_text):
+    runs = write("runs.yaml", runs_text)
+    code, stdout, _ = cli("calibrate", "dgx-h100", runs, "--json")
+    assert code == 0
+    result = json.loads(stdout)
+    fitted = {c["name"] for c in result["constants"]}
+    kept = {c["name"] for c in result["not_fitted"]}
+    assert "gemm_peak_fraction" in fitted and "intra_node_bus_fraction" in kept
+    assert fitted | kept == set(STEP_CONSTANTS.split(",")) and not fitted & kept
+    code, stdout, _ = cli("calibrate", "dgx-h100", runs)
+    assert "not fitted, kept at the cluster's values" in stdout
+
+
 def test_undetermined_is_exit_1_with_what_would_fit(cli, write, runs_text):
     runs = write("runs.yaml", runs_text)
-    code, stdout, err = cli("calibrate", "dgx-h100", runs)
+    code, stdout, err = cli("calibrate", "dgx-h100", runs, "--fit", STEP_CONSTANTS)
     assert code == 1 and stdout == ""
     lines = err.splitlines()
     assert lines[0] == "Error: 6 measurements cannot determine 8 constants"
