@@ -183,7 +183,9 @@ _ARG_LINE = re.compile(r"^\s*([A-Za-z_]\w*) (?:\.+ |\s)(.*?)\s*$")
 # iteration (ms): T | ...', the mean over the last --log-interval iterations.
 _ITERATION = re.compile(r"iteration\s+(\d+)\s*/\s*\d+\s*\|.*?elapsed time per iteration "
                         r"\(ms\):\s*([0-9.]+(?:[eE][+-]?\d+)?)")
-_PREFIX = re.compile(r"^(?:\[[^\]]*\]:?\s*)+")     # '[rank0]: ', '[2025-01-01 10:00:00] '
+_PREFIX = re.compile(r"^(?:\[[^\]]*\]:?\s*|[A-Z]+:[\w.]+:)+")
+"""What launchers and loggers put before a line: '[rank0]: ', '[2025-01-01 10:00:00] ',
+'INFO:megatron.training.arguments:'."""
 _DEST_FLAGS = {"fp8": "--fp8-format"}
 """Arguments whose flag is not their name (arguments.py: --fp8-format has dest='fp8')."""
 

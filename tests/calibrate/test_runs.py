@@ -32,6 +32,17 @@ def test_a_megatron_log_gives_its_strategy_and_steady_step_time(write):
     assert run.peak_bytes is None
 
 
+@pytest.mark.parametrize("prefix", ["[rank0]: ", "INFO:megatron.training.arguments:",
+                                    "[2026-11-20 10:00:00] [rank0]: "])
+def test_a_log_whose_lines_carry_a_prefix(write, prefix):
+    log = write("prefixed.log", "".join(prefix + line for line in
+                                        LOG.read_text().splitlines(keepends=True)))
+    runs = write("runs.yaml", f"runs:\n  - {{model: llama3-8b, log: {Path(log).name}}}\n")
+    (run,) = load_runs(runs, "dgx-h100")
+    assert (run.strategy.tp, run.strategy.pp, run.strategy.dp) == (2, 2, 4)
+    assert run.step_s == pytest.approx(7.9416)
+
+
 def test_a_log_with_a_measured_peak(write):
     runs = write("runs.yaml", f"""\
         runs:
