@@ -191,13 +191,15 @@ def _determined(J: np.ndarray, columns: list[int]) -> bool:
 
 
 def determined_subset(J: np.ndarray) -> list[int]:
-    """A set of constants (column indices) the runs determine together: the most influential
-    first, each kept when the set stays determined."""
+    """A set of constants (column indices) the runs determine together: in the order of
+    constants.yaml (the GEMM rate first, the fixed step overhead last: the constants that
+    explain most of a step, and can move it either way, before those that only add to it),
+    each kept when the set stays determined."""
     chosen: list[int] = []
-    for j in np.argsort(-np.linalg.norm(J, axis=0), kind="stable"):
-        if _determined(J, chosen + [int(j)]):
-            chosen.append(int(j))
-    return sorted(chosen)
+    for j in range(J.shape[1]):
+        if _determined(J, chosen + [j]):
+            chosen.append(j)
+    return chosen
 
 
 def undetermined(J: np.ndarray, constants: list[Constant]
