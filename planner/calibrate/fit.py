@@ -55,8 +55,8 @@ class Constant:
         return self.path.split(".")[-1]
 
     def value(self, cluster: ClusterSpec) -> float:
-        section, field = self.path.split(".")
-        return float(getattr(getattr(cluster, section), field))
+        section, key = self.path.split(".")
+        return float(getattr(getattr(cluster, section), key))
 
 
 @dataclass(frozen=True)
@@ -115,9 +115,9 @@ def with_values(cluster: ClusterSpec, values: dict[str, float]) -> ClusterSpec:
     """The cluster with some constants replaced ({section.field: value})."""
     sections: dict[str, dict[str, float]] = {}
     for path, value in values.items():
-        section, field = path.split(".")
-        sections.setdefault(section, {})[field] = value
-    update = {s: getattr(cluster, s).model_copy(update=fields) for s, fields in sections.items()}
+        section, key = path.split(".")
+        sections.setdefault(section, {})[key] = value
+    update = {s: getattr(cluster, s).model_copy(update=keys) for s, keys in sections.items()}
     return cluster.model_copy(update=update)
 
 
