@@ -190,11 +190,18 @@ def _determined(J: np.ndarray, columns: list[int]) -> bool:
                 <= fit.determined_range_fraction)
 
 
+def _linear_rss(J: np.ndarray, r: np.ndarray, u: np.ndarray) -> float:
+    """The squared error a Gauss-Newton step on these columns would leave, the step clipped
+    into the bounds (a constant at its bound cannot go further)."""
+    step = np.linalg.lstsq(J, -r, rcond=None)[0]
+    step = np.clip(u + step, 0.0, 1.0) - u
+    rest = r + J @ step
+    return float(rest @ rest)
+
+
 def determined_subset(J: np.ndarray) -> list[int]:
-    """A set of constants (column indices) the runs determine together: in the order of
-    constants.yaml (the GEMM rate first, the fixed step overhead last: the constants that
-    explain most of a step, and can move it either way, before those that only add to it),
-    each kept when the set stays determined."""
+    """A set of constants (column indices) the runs determine together, in the order of
+    constants.yaml, each kept when the set stays determined."""
     chosen: list[int] = []
     for j in range(J.shape[1]):
         if _determined(J, chosen + [j]):
@@ -202,14 +209,35 @@ def determined_subset(J: np.ndarray) -> list[int]:
     return chosen
 
 
-def undetermined(J: np.ndarray, constants: list[Constant]
-                 ) -> tuple[list[tuple[str, str]], list[int]]:
-    """Why the runs cannot determine all the constants, (name, one line) for each constant
-    they do not (none: they determine all), and the subset they do determine. A constant outside that subset either moves no run enough
-    on its own, or cannot be told apart from one (or a combination) of the subset."""
-    if _determined(J, list(range(len(constants)))):
-        return [], list(range(len(constants)))
-    subset = determined_subset(J)
+def select(J: np.ndarray, r: np.ndarray, u: np.ndarray) -> list[int]:
+    """The constants (column indices) to fit: forward stepwise selection on the linearised
+    fit. Each round adds the constant that lowers the squared log error most among those
+    the runs still determine together, while the gain beats twice the noise variance (the
+    Akaike criterion's price of a parameter: Akaike 1974; Burnham & Anderson 2002, Sec. 2.2),
+    so that no constant is fitted to the runs' noise."""
+    penalty = 2 * settings().measurement_noise ** 2
+    chosen: list[int] = []
+    rss = float(r @ r)
+    while True:
+        gains = [(rss - _linear_rss(J[:, chosen + [j]], r, u[chosen + [j]]), j)
+                 for j in range(J.shape[1]) if j not in chosen and _determined(J, chosen + [j])]
+        if not gains:
+            break
+        top = max(g for g, _ in gains)
+        if top <= penalty:
+            break
+        # Near-ties (within 1%) go to the constant earlier in constants.yaml.
+        gain, best = next((g, j) for g, j in gains if g >= 0.99 * top)
+        chosen.append(best)
+        rss -= gain
+    return sorted(chosen)
+
+
+def why_not_fitted(J: np.ndarray, constants: list[Constant], subset: list[int]
+                   ) -> list[tuple[str, str]]:
+    """(name, one line) for each constant outside `subset`: it moves no run enough on its
+    own, the runs cannot tell it apart from one (or a combination) of the subset, or they
+    need no change of it."""
     lines = []
     for j, c in enumerate(constants):
         if j in subset:
@@ -217,8 +245,12 @@ def undetermined(J: np.ndarray, constants: list[Constant]
         if not _determined(J, [j]):
             effect = float(np.abs(J[:, j]).max())
             lines.append((c.name, f"no run depends on {c.name} enough: across its whole range "
-                         f"({c.lower:g}-{c.upper:g}) it moves the runs by at most "
-                         f"{100 * effect:.1f}%; a run that would: {c.needs}"))
+                                  f"({c.lower:g}-{c.upper:g}) it moves the runs by at most "
+                                  f"{100 * effect:.1f}%; a run that would: {c.needs}"))
+            continue
+        if _determined(J, subset + [j]):
+            lines.append((c.name, f"the runs need no other {c.name}: fitting it too would "
+                                  f"lower their error by less than their noise"))
             continue
         partners = [k for k in subset if not _determined(J, [j, k])]
         if not partners:        # a combination of several: the weakest direction's members
@@ -229,7 +261,7 @@ def undetermined(J: np.ndarray, constants: list[Constant]
         names = [constants[k].name for k in partners]
         lines.append((c.name, f"the runs cannot tell {c.name} apart from {_and(names)}; a "
                               f"run that would: {c.needs}"))
-    return lines, subset
+    return lines
 
 
 def _and(names: list[str]) -> str:
@@ -297,13 +329,20 @@ def calibrate(cluster: ClusterSpec, runs: list[MeasuredRun],
               names: tuple[str, ...] | None = None) -> Calibration:
     """Fit `names` to the runs, starting from the cluster's own values. Refuses
     (InfeasibleError) when the runs cannot determine the constants named, saying why and
-    naming those they can. Without `names`: every constant the measurements speak to that
-    the runs determine together; the others keep the cluster's values, each with why
+    naming those they can. Without `names`: the constants the runs determine together and
+    need (`select`); the others keep the cluster's values, each with why
     (`Calibration.not_fitted`); refused only when the runs determine none."""
     fit, start, u, r, J = _start(cluster, runs, names)
     constants = fit.constants
-    reasons, subset = undetermined(J, constants)
-    if reasons and (names is not None or not subset):
+    everything = list(range(len(constants)))
+    if names is not None and _determined(J, everything):
+        subset = everything     # as named
+    else:                       # what the runs determine and need (named when refused)
+        subset = select(J, r, u)
+        if names is not None and not subset:
+            subset = determined_subset(J)
+    reasons = why_not_fitted(J, constants, subset)
+    if names is not None and reasons or not determined_subset(J):
         n = len(fit.rows)
         fix = (f"these the runs do determine: --fit "
                f"{','.join(constants[j].name for j in subset)}"
@@ -311,6 +350,12 @@ def calibrate(cluster: ClusterSpec, runs: list[MeasuredRun],
         raise InfeasibleError(f"{n} measurement{'s' if n != 1 else ''} cannot determine "
                               f"{len(constants)} constant{'s' if len(constants) != 1 else ''}",
                               details=[why for _, why in reasons] + [fix])
+    if not subset:              # the cluster already prices the runs within their noise
+        predicted = fit.predict(start)
+        rss = sum(math.log(p.step_s / run.step_s) ** 2 for p, run in zip(predicted, runs)
+                  if run.step_s)
+        return Calibration(cluster, [], [RunFit(run, p, p) for run, p in zip(runs, predicted)],
+                           0, math.sqrt(rss / len(runs)), reasons)
     if reasons:
         fit, start, u, r, J = _start(cluster, runs, tuple(constants[j].name for j in subset))
         constants = fit.constants
@@ -352,9 +397,11 @@ def _levenberg_marquardt(fit: _Problem, u: np.ndarray, r: np.ndarray, J: np.ndar
             damping *= 4
         if not accepted:
             break
-        gain = cost - trial_cost
+        gain, moved = cost - trial_cost, float(np.abs(trial - u).max())
         u, r, cost = trial, r_trial, trial_cost
         J = fit.jacobian(u, r)
-        if gain <= 1e-12 * (1 + cost):
+        # Converged: the error no longer falls by a millionth, or the constants move by less
+        # than a millionth of their ranges (far below what the file's four digits show).
+        if gain <= 1e-6 * cost or moved < 1e-6 or cost < 1e-20:
             break
     return u, r, J, iterations

@@ -56,7 +56,10 @@ def runs_table(calibration) -> Table:
 
 
 def calibrate_view(heading: str, calibration, *, written: str | None) -> Group:
-    parts = [Text(heading, style="bold"), constants_table(calibration)]
+    parts = [Text(heading, style="bold"),
+             constants_table(calibration) if calibration.constants else
+             Text("nothing fitted: the cluster's constants price these runs within their "
+                  "noise")]
     if calibration.not_fitted:
         parts.append(Text("not fitted, kept at the cluster's values (--fit NAMES to insist):\n"
                           + "\n".join(f"  {why}" for _, why in calibration.not_fitted),

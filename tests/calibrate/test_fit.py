@@ -142,3 +142,21 @@ def test_constants_data_is_within_physics():
         for c in settings.constants.values():
             assert c.lower <= c.value(cluster) <= c.upper, (preset, c.name)
     assert not math.isnan(settings.determined_range_fraction)
+
+
+def test_without_names_the_fit_picks_what_made_the_runs(measured):
+    # Forward selection with the Akaike price: the four constants the runs were made with,
+    # none of the four they were not.
+    calibration = fit.calibrate(load_cluster("dgx-h100"), measured)
+    got = {c.constant.path: c.after for c in calibration.constants}
+    assert got == pytest.approx(TRUE_CONSTANTS, abs=1e-3)
+    assert len(calibration.not_fitted) == 4
+
+
+def test_runs_the_cluster_already_prices_fit_nothing():
+    preset = load_cluster("dgx-h100")
+    runs = synthetic_runs({"efficiency.gemm_peak_fraction": preset.efficiency.gemm_peak_fraction})
+    calibration = fit.calibrate(preset, runs)
+    assert calibration.constants == [] and calibration.cluster == preset
+    assert calibration.mean_abs_error("after") == calibration.mean_abs_error("before") < 1e-12
+    assert any("need no other gemm_peak_fraction" in why for _, why in calibration.not_fitted)
