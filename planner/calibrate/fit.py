@@ -12,7 +12,8 @@ Recipes 3rd ed., Sec. 15.5, Eq. 15.5.15): cov(u) = sigma^2 (J^T J)^-1, with sigm
 residual variance RSS / (n - p), never below the assumed run-to-run noise squared. A constant
 whose standard error exceeds `determined_range_fraction` of its range is not determined by
 the runs: alone (no run depends on it) or together with others it cannot be told apart from
-(J^T J nearly singular along their combination). Such a fit is refused before it starts.
+(J^T J nearly singular along their combination). A fit of named constants the runs do not
+determine is refused before it starts; without names, `select` picks the constants to fit.
 """
 
 from __future__ import annotations
