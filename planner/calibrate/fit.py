@@ -303,8 +303,6 @@ class Calibration:
     constants: list[FittedConstant]
     runs: list[RunFit]
     iterations: int
-    residual_sigma: float
-    """Root mean square log error after the fit (the noise it leaves)."""
     not_fitted: list[tuple[str, str]] = field(default_factory=list)
     """(name, why) of the constants a default fit left at the cluster's values."""
 
@@ -353,10 +351,8 @@ def calibrate(cluster: ClusterSpec, runs: list[MeasuredRun],
                               details=[why for _, why in reasons] + [fix])
     if not subset:              # the cluster already prices the runs within their noise
         predicted = fit.predict(start)
-        rss = sum(math.log(p.step_s / run.step_s) ** 2 for p, run in zip(predicted, runs)
-                  if run.step_s)
         return Calibration(cluster, [], [RunFit(run, p, p) for run, p in zip(runs, predicted)],
-                           0, math.sqrt(rss / len(runs)), reasons)
+                           0, reasons)
     if reasons:
         fit, start, u, r, J = _start(cluster, runs, tuple(constants[j].name for j in subset))
         constants = fit.constants
@@ -374,7 +370,7 @@ def calibrate(cluster: ClusterSpec, runs: list[MeasuredRun],
     after_pred = fit.predict((np.array(list(after.values())) - fit.lower) / fit.width)
     return Calibration(with_values(cluster, after), fitted,
                        [RunFit(run, b, a) for run, b, a in zip(runs, before_pred, after_pred)],
-                       iterations, math.sqrt(rss / n), reasons)
+                       iterations, reasons)
 
 
 def _levenberg_marquardt(fit: _Problem, u: np.ndarray, r: np.ndarray, J: np.ndarray):
