@@ -161,19 +161,44 @@ def _best(times: list) -> tuple[object, object]:
     return stacked.min(0), stacked.argmin(0)
 
 
-def _ring_time_s(collective: Collective, message_bytes, group: Group, net: Network,
-                 steps, inter_steps):
-    """Fastest protocol of a ring collective: seconds."""
-    n, nodes = group.size, group.num_nodes
-    moved = BUS_FACTOR[collective](n) * message_bytes
-    bus = ring_bus_bytes_per_s(group, net)
+class Line(NamedTuple):
+    """One protocol's time as a line in the message size: latency_s + bytes x seconds_per_byte
+    (NCCL's per-(algorithm, protocol) model, tuning.cc ncclTopoGetAlgoTime)."""
+
+    latency_s: object
+    seconds_per_byte: object
+
+
+def fastest_s(lines: list[Line], message_bytes):
+    """Seconds of the fastest protocol on `message_bytes`: the least of the lines (NCCL runs
+    the protocol its model predicts fastest)."""
     best = np.inf
+    for line in lines:
+        best = np.minimum(best, line.latency_s + message_bytes * line.seconds_per_byte)
+    return best
+
+
+def _ring_lines(collective: Collective, group: Group, net: Network, steps,
+                inter_steps) -> list[Line]:
+    """One line per ring protocol (LL, LL128, Simple); zero lines for a group of one."""
+    n, nodes = group.size, group.num_nodes
+    factor = BUS_FACTOR[collective](n)
+    bus = ring_bus_bytes_per_s(group, net)
+    single = n <= 1
+    lines = []
     for p in RING_PROTOCOLS:
         latency = _ring_latency_s(p, steps, inter_steps, nodes > 1, net)
         if collective is Collective.ALL_REDUCE and p.simple:
             latency = np.where(nodes > 1, RING_PLATEAU_LATENCY_FACTOR * latency, latency)
-        best = np.minimum(best, latency + moved / (p.bandwidth_share * bus))
-    return np.where(n > 1, best, 0.0)
+        lines.append(Line(np.where(single, 0.0, latency),
+                          np.where(single, 0.0, factor / (p.bandwidth_share * bus))))
+    return lines
+
+
+def _ring_time_s(collective: Collective, message_bytes, group: Group, net: Network,
+                 steps, inter_steps):
+    """Fastest protocol of a ring collective: seconds."""
+    return fastest_s(_ring_lines(collective, group, net, steps, inter_steps), message_bytes)
 
 
 class AllReduceTime(NamedTuple):
@@ -231,21 +256,31 @@ def all_reduce_time_s(message_bytes, group: Group, net: Network):
     return all_reduce(message_bytes, group, net).seconds
 
 
-def all_gather_time_s(message_bytes, group: Group, net: Network):
-    """Seconds of a ring all-gather; `message_bytes` is the gathered (full) buffer per rank.
+def all_gather_lines(group: Group, net: Network) -> list[Line]:
+    """The protocols of a ring all-gather as lines in the gathered (full) buffer per rank.
 
     Ref: tuning.cc: n - 1 steps, N - 1 over the network; nccl-tests counts the full buffer.
     """
     n, nodes = group.size, group.num_nodes
-    return _ring_time_s(Collective.ALL_GATHER, message_bytes, group, net, steps=n - 1,
-                        inter_steps=np.where(nodes > 1, nodes - 1, 0))
+    return _ring_lines(Collective.ALL_GATHER, group, net, steps=n - 1,
+                       inter_steps=np.where(nodes > 1, nodes - 1, 0))
+
+
+def reduce_scatter_lines(group: Group, net: Network) -> list[Line]:
+    """The protocols of a ring reduce-scatter of a buffer per rank, as lines (as all-gather)."""
+    n, nodes = group.size, group.num_nodes
+    return _ring_lines(Collective.REDUCE_SCATTER, group, net, steps=n - 1,
+                       inter_steps=np.where(nodes > 1, nodes - 1, 0))
+
+
+def all_gather_time_s(message_bytes, group: Group, net: Network):
+    """Seconds of a ring all-gather; `message_bytes` is the gathered (full) buffer per rank."""
+    return fastest_s(all_gather_lines(group, net), message_bytes)
 
 
 def reduce_scatter_time_s(message_bytes, group: Group, net: Network):
     """Seconds of a ring reduce-scatter of a `message_bytes` buffer per rank (as all-gather)."""
-    n, nodes = group.size, group.num_nodes
-    return _ring_time_s(Collective.REDUCE_SCATTER, message_bytes, group, net, steps=n - 1,
-                        inter_steps=np.where(nodes > 1, nodes - 1, 0))
+    return fastest_s(reduce_scatter_lines(group, net), message_bytes)
 
 
 def broadcast_time_s(message_bytes, group: Group, net: Network):
@@ -324,12 +359,27 @@ def parameter_server_time_s(*, message_bytes, num_workers, num_servers, worker_b
     return np.where(n > 1, 2 * latency_s + np.maximum(worker_s, server_s), 0.0)
 
 
-def exposed_time_s(comm_s, compute_s, *, interference: float):
-    """Seconds a collective overlapped with independent compute adds to the critical path.
+def overlap_pieces(comm_s, compute_s, *, interference: float, share=1.0):
+    """The two linear pieces whose larger is the critical-path time of `comm_s` of
+    communication, `share` of it overlapped with `compute_s` of independent compute.
 
     Ref: Rashidi et al. 2021 (ACE, ISCA '21, Sec. 2): endpoint collectives run as GPU kernels
-    that take SMs and HBM bandwidth from the compute they overlap. The part longer than the
-    compute is exposed; the hidden part still costs `interference` of its time (cluster data).
+    that take SMs and HBM bandwidth from the compute they overlap. The overlapped part longer
+    than the compute is exposed; the hidden part still costs `interference` of its time
+    (cluster data). With c = share x comm and h = min(c, compute) the time is
+    (comm - c) + (c - h) + interference x h, which is the larger of
+    (1 - share + interference x share) x comm (the compute covers c) and
+    comm - (1 - interference) x compute (it does not). Both are linear in comm and compute,
+    so the arguments may be anything with + and scalar x (the layout balancer passes its
+    per-stage sums); both rise with comm.
     """
-    hidden = np.minimum(comm_s, compute_s)
-    return comm_s - hidden + interference * hidden
+    covered = (1 - share + interference * share) * comm_s
+    exposed = comm_s - (1 - interference) * compute_s
+    return covered, exposed
+
+
+def exposed_time_s(comm_s, compute_s, *, interference: float, share=1.0):
+    """Seconds a collective overlapped with independent compute adds to the critical path
+    (`overlap_pieces`: `share` of it overlapped, the rest exposed)."""
+    return np.maximum(*overlap_pieces(comm_s, compute_s, interference=interference,
+                                      share=share))

@@ -231,3 +231,41 @@ def reserve_bytes(*, allocated_bytes, framework_bytes: float, fragmentation_frac
     share of what it hands out to fragmentation).
     """
     return framework_bytes + fragmentation_fraction * allocated_bytes
+
+
+def framework_buffer_bytes(*, data_parallel, zero_stage, tp, pp, cp,
+                           grad_bucket_elements: float, grad_bucket_copies: int,
+                           gather_bucket_elements: float, per_communicator_bytes: float,
+                           value_bytes: float):
+    """Bytes of a framework's communication buffers on one GPU, outside the model's tensors.
+
+    Ref: DeepSpeed deepspeed/runtime/zero/config.py (DeepSpeedZeroConfig): reduce_bucket_size
+    and allgather_bucket_size, 5e8 elements each by default; the reduce bucket is
+    double-buffered with overlap_comm (`grad_bucket_copies`), and the all-gather bucket serves
+    ZeRO 1-2's gather of the updated parameters. Ascend HCCL reserves HCCL_BUFFSIZE (200 MB,
+    two buffers) per communicator: one each for tensor, pipeline, data and context parallelism
+    where that axis has more than one rank. Buckets hold values of the training dtype
+    (`value_bytes`). `data_parallel`: the gradients are reduced over more than one rank.
+    """
+    zero = np.asarray(zero_stage)
+    grads = np.where(data_parallel, grad_bucket_elements * grad_bucket_copies * value_bytes,
+                     0.0)
+    gather = np.where(data_parallel & ((zero == ZeroStage.OPTIMIZER_STATES)
+                                       | (zero == ZeroStage.GRADIENTS)),
+                      gather_bucket_elements * value_bytes, 0.0)
+    communicators = ((np.asarray(tp) > 1).astype(float) + (np.asarray(pp) > 1)
+                     + np.asarray(data_parallel) + (np.asarray(cp) > 1))
+    return grads + gather + communicators * per_communicator_bytes
+
+
+def bf16_grad_copy_bytes_per_param(*, bf16: bool, zero_stage, pp, copy_bytes_per_param: float):
+    """Bytes per parameter of a second gradient copy beside bf16 parameters.
+
+    Ref: DeepSpeed deepspeed/runtime/engine.py (_configure_optimizer): bf16 without ZeRO, and
+    bf16 pipelines with ZeRO-1, run BF16_Optimizer (runtime/bf16_optimizer.py), whose
+    fp32_groups_gradients_flat accumulates beside each parameter's bf16 .grad
+    (`copy_bytes_per_param`, from the framework profile; 0 for frameworks without one).
+    """
+    zero = np.asarray(zero_stage)
+    uses = (zero == ZeroStage.NONE) | ((zero == ZeroStage.OPTIMIZER_STATES) & (np.asarray(pp) > 1))
+    return np.where(bf16 & uses, copy_bytes_per_param, 0.0)

@@ -24,8 +24,9 @@ from cost_models.compute import optimizer_step_bytes_per_param
 
 def host_copy_s(num_bytes, *, link_bytes_per_s):
     """Seconds to copy `num_bytes` between one GPU and host memory in one direction (pinned
-    host memory, a DMA engine per direction, so D2H and H2D run at once)."""
-    return np.asarray(num_bytes, dtype=float) / link_bytes_per_s
+    host memory, a DMA engine per direction, so D2H and H2D run at once). Linear in the
+    bytes: the layout balancer passes its per-stage sums."""
+    return num_bytes * (1.0 / link_bytes_per_s)
 
 
 def cpu_optimizer_s(num_params, *, gradient_bytes: float, optimizer_bytes: float,
@@ -57,9 +58,14 @@ def offloaded_step_s(d2h_s, cpu_s, h2d_s, *, pipelined: bool):
     return d2h_s + cpu_s + h2d_s
 
 
+def exposed_copy_pieces(copy_s, compute_s) -> tuple:
+    """The two linear pieces whose larger is the seconds of a host copy left on the critical
+    path when it overlaps `compute_s` of compute on another stream (Transformer Engine's CPU
+    offload copies a layer's saved tensors while the next layer runs forward, and brings them
+    back while the layer after it runs backward): what the compute does not cover, or none."""
+    return copy_s - compute_s, 0.0 * copy_s
+
+
 def exposed_copy_s(copy_s, compute_s):
-    """Seconds of a host copy left on the critical path when it overlaps `compute_s` of
-    compute on another stream (Transformer Engine's CPU offload copies a layer's saved tensors
-    while the next layer runs forward, and brings them back while the layer after it runs
-    backward): what the compute does not cover."""
-    return np.maximum(np.asarray(copy_s, dtype=float) - compute_s, 0.0)
+    """Seconds of a host copy left on the critical path (`exposed_copy_pieces`)."""
+    return np.maximum(*exposed_copy_pieces(np.asarray(copy_s, dtype=float), compute_s))

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from cost_models.communication import (Group, Network, all_gather_time_s,
+                                      send_recv_time_s)
+
 
 def bubble_fraction(*, pp, num_micro_batches, vpp=1):
     """Pipeline bubble time as a fraction of ideal compute time.
@@ -67,3 +70,39 @@ def pipeline_time_s(*, max_stage_s, sum_stage_s, num_micro_batches, vpp=1):
     """
     m, v = num_micro_batches, vpp
     return (m - 1) * max_stage_s + (sum_stage_s + (v - 1) * max_stage_s) / v
+
+
+def pipeline_send_bytes(elements, *, tp, value_bytes: float):
+    """Bytes one rank sends across a pipeline boundary per micro-batch.
+
+    Ref: Narayanan et al. 2021, Sec. 4.1 (scatter/gather): each of the t ranks sends 1/t of
+    the s*b*h activation and the receiver all-gathers it over NVLink; with sequence
+    parallelism the activation is already split t ways. `tp` is the split (1: whole).
+    """
+    return elements * value_bytes / tp
+
+
+def pipeline_boundary_s(*, elements, value_bytes: float, tp, sequence_parallel: bool,
+                        scatter_gather: bool, across_nodes, tp_group: Group, net: Network):
+    """Seconds per micro-batch one chunk boundary costs its stage: the activation sent forward
+    and its gradient sent back.
+
+    Ref: Narayanan et al. 2021, Sec. 2.2 and 4.1: each micro-batch crosses every chunk boundary
+    once forward and once backward. With the scatter/gather optimisation each rank sends 1/t
+    and the receiving side all-gathers over the TP group (not needed with sequence
+    parallelism, whose activation is already split); without it (`scatter_gather` false:
+    DeepSpeed's runtime/pipe/p2p.py) every rank sends the whole activation.
+    """
+    split = np.where(np.asarray(sequence_parallel) | scatter_gather, tp, 1.0)
+    sent = pipeline_send_bytes(elements, tp=split, value_bytes=value_bytes)
+    transfer = send_recv_time_s(sent, across_nodes=across_nodes, net=net)
+    regather = all_gather_time_s(elements * value_bytes, tp_group, net)
+    regather = np.where(np.asarray(sequence_parallel) | (not scatter_gather), 0.0, regather)
+    return 2 * (transfer + regather)                         # forward + backward
+
+
+def pipeline_kept_output_bytes(elements, *, value_bytes: float):
+    """Bytes a pipeline engine keeps per in-flight micro-batch for a chunk's output: DeepSpeed
+    runtime/pipe/engine.py keeps each stage output in pipe_buffers['outputs'] until its
+    backward pass (num_pipe_buffers = min(stages - stage_id, micro_batches), schedule.py)."""
+    return elements * value_bytes

@@ -23,12 +23,15 @@ from cost_models.compute import (BACKWARD_ELEMENTWISE_RATIO, BACKWARD_FLOPS_RATI
 from cost_models.context_parallel import (cp_attention_comm, cp_working_bytes, kv_chunk_bytes,
                                           ulysses_bytes)
 from cost_models.enums import AttentionKind, Collective, CpComm, Precision, Recompute
+from cost_models.expert_parallel import expert_dispatch_s
 from cost_models.evoformer import (evoformer_block_activation_bytes,
                                    evoformer_block_elementwise_bytes, evoformer_block_gemms,
                                    evoformer_block_tp_allreduce_elements)
 from cost_models.fp8 import BYTES_FP8, fp8_value_bytes, quantize_bytes
 from cost_models.memory import (embedding_activation_bytes, moe_activation_bytes,
                                 output_activation_bytes, transformer_layer_activation_bytes)
+from cost_models.tensor_parallel import (tp_collective_s, tp_passes,
+                                         transformer_layer_tp_collectives)
 from cost_models.units import bytes_per_value
 from planner.costing.placement import strided_placement, tp_placement
 from planner.schemas.cluster import ClusterSpec
@@ -59,18 +62,10 @@ class BlockCost(NamedTuple):
     hidden behind the attention they run beside)."""
 
 
-def _tp_collective_s(collective: Collective, elements, *, place: Group,
-                     cluster: ClusterSpec, value_bytes: int):
-    return comm.collective_time_s(collective, elements * value_bytes, place, cluster.network)
-
-
-def _allreduce_or_split(elements, *, sequence_parallel: bool, **kw):
-    """A Megatron TP all-reduce, or with sequence parallelism the all-gather plus
-    reduce-scatter that replace it (Korthikanti et al. 2022, Sec. 4.2.2: same volume)."""
-    if sequence_parallel:
-        return (_tp_collective_s(Collective.ALL_GATHER, elements, **kw)
-                + _tp_collective_s(Collective.REDUCE_SCATTER, elements, **kw))
-    return _tp_collective_s(Collective.ALL_REDUCE, elements, **kw)
+def _tp_collective_s(elements, *, sequence_parallel: bool, place: Group, cluster: ClusterSpec,
+                     value_bytes: int):
+    return tp_collective_s(elements, sequence_parallel=sequence_parallel, value_bytes=value_bytes,
+                           group=place, net=cluster.network)
 
 
 class _Kernels:
@@ -249,25 +244,24 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
     # layer's routed experts take their tokens from the sequence-parallel shard through the
     # expert-parallel all-to-all instead; only its shared experts (if any) are a TP MLP.
     tokens_hidden = seq_len * mb * block.hidden
-    tp_sublayers = 1 + (1 if block.tp_ffn else 0)
-    one_pass_comm = tp_sublayers * _allreduce_or_split(
+    one_pass_comm = transformer_layer_tp_collectives(tp_mlp=bool(block.tp_ffn)) * _tp_collective_s(
         tokens_hidden, sequence_parallel=sp, place=place, cluster=cluster,
         value_bytes=k.value_bytes)
     one_pass_ep = 0 * tp
     if moe is not None:
-        one_pass_ep = expert_dispatch_s(
+        one_pass_ep = _expert_dispatch_s(
             tokens_per_rank=tokens_per_rank, pairs=pairs, top_k=moe.top_k, hidden=block.hidden,
             imbalance=imbalance, ep=ep, etp=etp, k=k, cluster=cluster)
+    comm_passes = tp_passes(rc)
     if rc is Recompute.FULL:
-        recompute, comm_passes = forward, 3            # the recompute pass repeats the forward's collectives
+        recompute = forward
     elif rc is Recompute.SELECTIVE:
         # Megatron-LM re-runs the attention core; torchtitan's per-op policy saves attention
         # and re-runs every other matmul (the framework profile says which).
         recompute = (core_fwd * k.selective_attention
                      + k.selective_gemm_share * weights_s)
-        comm_passes = 2
     else:
-        recompute, comm_passes = 0 * forward, 2
+        recompute = 0 * forward
     # Context parallelism: the forward's exchange again wherever the attention core reruns.
     cp_fwd, cp_bwd = cp.attention_comm_s(block, mb=mb, tp=tp, k=k, cluster=cluster,
                                          core_fwd=core_fwd, core_bwd=core_bwd)
@@ -299,25 +293,15 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
                      tokens_hidden + 0 * tp, working, comm_passes * one_pass_ep, cp_comm)
 
 
-def expert_dispatch_s(*, tokens_per_rank, pairs, top_k: int, hidden: int, imbalance: float,
-                      ep, etp, k: _Kernels, cluster: ClusterSpec):
-    """Seconds of one pass's token dispatch and combine on one rank of an MoE layer.
-
-    Ref: Megatron-Core MoEAlltoAllTokenDispatcher (Liu et al. 2025, arXiv:2504.14960, Sec. 3,
-    Fig. 3): dispatch is an all-to-all over the EP group of the rank's T x top_k routed token
-    copies (the busiest rank receives `imbalance` x that), then an all-gather over the ETP
-    group; combine is the reverse (reduce-scatter over ETP, all-to-all over EP). EP ranks sit
-    etp apart (the expert rank order tp-ep-dp-pp), ETP ranks are consecutive.
-    """
-    net, node = cluster.network, cluster.nvlink_gpus
-    sent = tokens_per_rank * top_k * imbalance * hidden * k.value_bytes
-    ep_group = strided_placement(ep, etp, node)
-    a2a = comm.all_to_all_time_s(sent, ep_group, net)
-    gathered = pairs * hidden * k.value_bytes
-    etp_group = tp_placement(etp, node)
-    etp_s = (comm.all_gather_time_s(gathered, etp_group, net)
-             + comm.reduce_scatter_time_s(gathered, etp_group, net))
-    return (np.where(ep > 1, 2 * a2a, 0.0) + np.where(etp > 1, etp_s, 0.0))
+def _expert_dispatch_s(*, tokens_per_rank, pairs, top_k: int, hidden: int, imbalance: float,
+                       ep, etp, k: _Kernels, cluster: ClusterSpec):
+    """`expert_parallel.expert_dispatch_s` on this cluster: EP ranks etp apart (the expert
+    rank order tp-ep-dp-pp), expert-TP ranks consecutive."""
+    node = cluster.nvlink_gpus
+    return expert_dispatch_s(tokens_per_rank=tokens_per_rank, pairs=pairs, top_k=top_k,
+                             hidden=hidden, imbalance=imbalance, value_bytes=k.value_bytes,
+                             ep=ep, etp=etp, ep_group=strided_placement(ep, etp, node),
+                             etp_group=tp_placement(etp, node), net=cluster.network)
 
 
 def _evoformer(block: EvoformerBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute,
@@ -334,14 +318,15 @@ def _evoformer(block: EvoformerBlock, *, seq_len, mb, tp, sp: bool, rc: Recomput
     backward = (BACKWARD_FLOPS_RATIO * k.gemms_s(gemms)
                 + BACKWARD_ELEMENTWISE_RATIO * k.traffic_s(traffic))
     elements = evoformer_block_tp_allreduce_elements(e, num_residues=seq_len, micro_batch=mb)
-    one_pass_comm = _allreduce_or_split(elements, sequence_parallel=sp, place=place,
-                                        cluster=cluster, value_bytes=k.value_bytes)
+    one_pass_comm = _tp_collective_s(elements, sequence_parallel=sp, place=place,
+                                     cluster=cluster, value_bytes=k.value_bytes)
+    passes = tp_passes(rc)
     if rc is Recompute.FULL:
-        recompute, passes = forward, 3
+        recompute = forward
     elif rc is Recompute.SELECTIVE:
-        recompute, passes = k.traffic_s(traffic - no_softmax), 2
+        recompute = k.traffic_s(traffic - no_softmax)
     else:
-        recompute, passes = 0 * forward, 2
+        recompute = 0 * forward
     def stored(recompute):
         return evoformer_block_activation_bytes(
             e, num_residues=seq_len, micro_batch=mb, tp=tp, sequence_parallel=sp,
@@ -364,8 +349,8 @@ def _embedding(block: EmbeddingBlock, *, seq_len, mb, tp, sp: bool, rc: Recomput
     # Vocabulary-parallel embedding: one all-reduce (reduce-scatter with sequence
     # parallelism) of its output in the forward pass (Megatron-LM VocabParallelEmbedding).
     collective = Collective.REDUCE_SCATTER if sp else Collective.ALL_REDUCE
-    tp_comm = _tp_collective_s(collective, tokens_hidden, place=place, cluster=cluster,
-                               value_bytes=k.value_bytes)
+    tp_comm = comm.collective_time_s(collective, tokens_hidden * k.value_bytes, place,
+                                     cluster.network)
     activations = embedding_activation_bytes(seq_len=seq_len, micro_batch=mb,
                                              hidden=block.hidden, dropout=block.dropout, tp=tp,
                                              sequence_parallel=sp)
@@ -399,8 +384,8 @@ def _output(block: OutputBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute, k: 
     # The column-parallel output layer gathers its input with sequence parallelism (and
     # reduce-scatters the gradient); without it, its input gradient is all-reduced.
     tokens_hidden = seq_len * mb * h
-    tp_comm = _allreduce_or_split(tokens_hidden, sequence_parallel=sp, place=place,
-                                  cluster=cluster, value_bytes=k.value_bytes)
+    tp_comm = _tp_collective_s(tokens_hidden, sequence_parallel=sp, place=place,
+                               cluster=cluster, value_bytes=k.value_bytes)
     activations = output_activation_bytes(seq_len=seq_len, micro_batch=mb, hidden=h,
                                           vocab_size=V, tp=tp, sequence_parallel=sp,
                                           final_norm=False, bytes_per_value=k.value_bytes)
@@ -484,14 +469,3 @@ def layer_gemms(block: TransformerBlock, *, seq_len: int):
                                    num_heads=block.num_heads, num_kv_heads=block.kv_heads,
                                    head_dim=block.dim_per_head, ffn_hidden=block.tp_ffn,
                                    mlp=block.mlp, tp=1, mla=block.mla, moe=block.moe)
-
-
-def pipeline_send_bytes(elements, *, tp, value_bytes: int):
-    """Bytes one rank sends across a pipeline boundary per micro-batch.
-
-    Ref: Narayanan et al. 2021, Sec. 4.1 (scatter/gather): each of the t ranks sends 1/t of
-    the s*b*h activation and the receiver all-gathers it over NVLink; with sequence
-    parallelism the activation is already split t ways.
-    """
-    return elements * value_bytes / tp
-

@@ -1,91 +1,196 @@
-"""The chain of one candidate strategy, as linear per-block costs for the layout balancer.
+"""The chain of one candidate strategy as the layout balancer sees it: `evaluate`'s own
+per-stage terms (`stage_model`), for that candidate, over chain positions instead of block
+types.
 
-`costing.evaluate` adds block costs up per pipeline stage for a given layout; the balancer
-(`planner.search.balance`) needs the same sums as linear functions of which blocks a stage holds.
-This module writes them in that form from the same ingredients: the block costs of
-`costing.block_costs`, the parameter counts and state bytes of `cost_models.memory`, the
-in-flight counts of `cost_models.pipeline`. What does not depend on the layout for a chain
-that starts with its embedding and ends with its output layer (pipeline sends, a tied
-embedding's copy on the last stage, exposed data-parallel traffic) is taken per stage from an
-evaluation of the candidate; the layout chosen is then evaluated again by `costing.evaluate`,
-which stays the one truth (tests/search/test_balance.py checks that the two agree).
+`evaluate` sums the terms of `stage_model` over what each stage holds in its layout; the
+balancer (`planner.search.balance`) chooses the layout. `ChainCosts` carries the same terms,
+split into their linear part (per block, per block times the micro-batches its chunk holds in
+flight, per stage: what CP-SAT sums through prefix sums) and the rest (`time_terms`,
+`memory_terms`: what a chunk's last block sends, data-parallel traffic hidden behind compute,
+host copies, the recompute working set, offloaded activations). `ChainCosts.stage_totals` of a
+layout is `evaluate`'s per-stage time and memory for that layout, to float rounding
+(tests/search/test_chain_costs.py). The one exception is a tied output layer whose embedding
+could share its stage (a `layers:` file that puts the embedding after the first layer or the
+tied output before the last): the balancer then charges the output's copy on every layout, more
+than `evaluate` where the two share a stage, never less.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from cost_models.enums import ZeroStage
-from cost_models.memory import (model_state_bytes,
-                                zero3_gather_buffer_bytes)
 from cost_models.pipeline import in_flight_per_chunk
-from cost_models.units import GiB
-from planner.search.balance import ChainCosts
-from planner.costing.evaluate import (BlockCosts, Candidates, Evaluation, chain_types,
-                                      ep_exposed_s, fp8_weight_extra_bytes, framework_buffer_bytes,
-                                      grad_copy_bytes_per_param, tp_exposed_s, type_fp8_params,
-                                      type_params)
 from planner.costing.layout import Layout
+from planner.costing.stage_model import chain_types, stage_model
+from planner.costing.stage_terms import Linear, Occupancy, stage_values
 from planner.inputs.loader import Problem
-from planner.schemas.model import OutputBlock
+from planner.schemas.model import REPEATED_KINDS, EmbeddingBlock, OutputBlock
 
 
-def state_bytes_per_stored_param(problem: Problem, cands: Candidates, rows, *,
-                                 experts: bool = False):
-    """Bytes of weights, gradients and optimizer state per parameter a rank stores, after
-    ZeRO sharding over its shard group (all of dp, or less under HSDP; for routed experts the
-    expert data-parallel group): `memory.model_state_bytes` of one parameter."""
-    per = problem.training.state_bytes
-    shard = cands.expert_shard if experts else cands.shard
-    return model_state_bytes(num_params=1.0, dp=shard[rows].astype(float),
-                             zero_stage=cands.zero[rows], per_param=per).total
+@dataclass(frozen=True)
+class ChainCosts:
+    """The costs of one candidate strategy's chain of n blocks, in seconds and bytes.
+
+    A stage's time per micro-batch is `stage_time_s` plus `block_time_s` of its blocks plus
+    `time_terms`; its memory is `stage_bytes` plus `block_state_bytes` of its blocks plus, per
+    chunk, its micro-batches in flight times `block_activation_bytes` of the chunk's blocks,
+    plus `memory_terms` (`stage_terms` over chain positions: arrays of one row, n columns).
+    """
+
+    pp: int
+    vpp: int
+    block_time_s: tuple[float, ...]
+    """Per block: compute and the collectives it runs per micro-batch (linear part)."""
+    block_state_bytes: tuple[float, ...]
+    """Per block: bytes of model states and buffers (with their share of fragmentation)."""
+    block_activation_bytes: tuple[float, ...]
+    """Per block: bytes of activations per micro-batch in flight (with fragmentation)."""
+    is_layer: tuple[bool, ...]
+    """Per block: a repeated layer (every chunk needs one)."""
+    stage_time_s: tuple[float, ...]
+    """Per stage: time that does not depend on the layout."""
+    stage_bytes: tuple[float, ...]
+    """Per stage: memory that does not depend on the layout."""
+    in_flight: tuple[tuple[int, ...], ...]
+    """[stage][chunk of that stage]: micro-batches whose activations it holds at its peak."""
+    capacity_bytes: float
+    time_terms: tuple = ()
+    """`stage_terms.Linear`, `Term` or `Peak` over chain positions, added to each stage's time."""
+    memory_terms: tuple = ()
+    """The same, added to each stage's memory."""
+
+    @property
+    def num_chunks(self) -> int:
+        return self.pp * self.vpp
+
+    def occupancy(self, bounds) -> Occupancy:
+        """What each chunk holds when chunk k is blocks[bounds[k]:bounds[k + 1]] (every chain
+        position its own type)."""
+        n = len(self.block_time_s)
+        return Occupancy.of_bounds(self.pp, self.vpp, bounds, np.arange(n),
+                                   np.array(self.is_layer, dtype=bool))
+
+    @property
+    def linear_time(self) -> Linear:
+        return Linear(const=np.array(self.stage_time_s)[None, :],
+                      block=np.array(self.block_time_s)[None, :])
+
+    @property
+    def linear_memory(self) -> Linear:
+        return Linear(const=np.array(self.stage_bytes)[None, :],
+                      block=np.array(self.block_state_bytes)[None, :],
+                      in_flight=np.array(self.block_activation_bytes)[None, :])
+
+    def totals(self, occ: Occupancy) -> tuple[np.ndarray, np.ndarray]:
+        """(time per stage, memory per stage) of an occupancy, (p,) arrays."""
+        flight = np.array(self.in_flight, dtype=float)[None]
+        time = stage_values(self.linear_time, occ, flight)[0]
+        memory = stage_values(self.linear_memory, occ, flight)[0]
+        for term in self.time_terms:
+            time = time + stage_values(term, occ, flight)[0]
+        for term in self.memory_terms:
+            memory = memory + stage_values(term, occ, flight)[0]
+        return time, memory
+
+    def stage_totals(self, bounds) -> tuple[list[float], list[float]]:
+        """(time per stage, memory per stage) of a layout, in seconds and bytes."""
+        time, memory = self.totals(self.occupancy(bounds))
+        return [float(x) for x in time], [float(x) for x in memory]
 
 
-def chain_costs(problem: Problem, cands: Candidates, costs: BlockCosts, ev: Evaluation,
-                layout: Layout, i: int) -> ChainCosts:
-    """The linear costs of candidate `i` (evaluated as `ev` in `layout`) for the balancer."""
-    model, cluster = problem.model, problem.cluster
+def chain_tied_copy(model, pp: int) -> np.ndarray:
+    """(U,) per block type: the TP-sharded parameters of a tied output layer's copy, charged to
+    the output block on every layout of pp > 1 stages. `evaluate` charges it where the
+    embedding sits on another stage: on every such layout when the embedding comes before the
+    first layer and the output after the last (chunk boundaries fall after layers, so they
+    land in the first and the last chunk, on stages 0 and pp - 1)."""
+    types = chain_types(model)
+    extra = np.zeros(len(types.unique_blocks))
+    if pp == 1 or not any(isinstance(b, EmbeddingBlock) for b in model.blocks):
+        return extra
+    for u, block in enumerate(types.unique_blocks):
+        if isinstance(block, OutputBlock) and block.tied:
+            extra[u] = block.vocab_size * block.hidden
+    return extra
+
+
+def _linear_part(x: Linear) -> tuple[Linear, Linear | None]:
+    """(const, block and in-flight parts; the chunk-end parts or None)."""
+    ends = Linear(end=x.end, end_in_flight=x.end_in_flight, final=x.final)
+    has_ends = any(part is not None for part in (x.end, x.end_in_flight, x.final))
+    return Linear(x.const, x.block, x.in_flight), (ends if has_ends else None)
+
+
+def _sum_linear(items) -> tuple[Linear, list]:
+    """The `Linear` items summed, and the others."""
+    total, rest = Linear(), []
+    for item in items:
+        if isinstance(item, Linear):
+            total = total + item
+        else:
+            rest.append(item)
+    return total, rest
+
+
+def chain_costs(problem: Problem, cands, costs, layout: Layout, i: int) -> ChainCosts:
+    """The costs of candidate `i` of `cands` (block costs `costs`) over the chain, for
+    layouts of `layout`'s pp and vpp."""
+    model = problem.model
     p, v = layout.pp, layout.vpp
-    types = chain_types(model).type_of_position
-    frag = 1 + cluster.reserve.fragmentation_fraction       # the reserve grows with allocation
-    tp = float(cands.tp[i])
-    sharded, replicated, expert = type_params(model)
-    dense = sharded / tp + replicated                        # per block type, on one rank
-    experts = expert / float(cands.ep[i] * cands.etp[i])
-    params = dense + experts
-    copy = float(grad_copy_bytes_per_param(problem, cands)[i])
-    per_param = float(state_bytes_per_stored_param(problem, cands, i)) + copy
-    per_expert_param = float(state_bytes_per_stored_param(problem, cands, i, experts=True)) + copy
-    fp8 = type_fp8_params(model) / tp + experts          # FP8 linear weights' extra copies
-    block_state = (dense * per_param + experts * per_expert_param
-                   + fp8 * float(fp8_weight_extra_bytes(problem, cands)[i]))
-    time = (costs.forward_s[i] + costs.backward_s[i] + costs.recompute_s[i]
-            + tp_exposed_s(problem, cands, costs)[i] + ep_exposed_s(problem, costs)[i])
+    sm = stage_model(problem, cands.take([i]), costs.take([i]), pp=p,
+                     tied_copy=Linear(block=chain_tied_copy(model, p)[None, :]))
+    positions = chain_types(model).type_of_position
+
+    def over_chain(x):
+        return x.columns(positions)
+
+    scale = 1 + sm.fragmentation                     # the reserve grows with what is allocated
+    memory, memory_rest = _sum_linear(sm.allocated)
+    memory_linear, memory_ends = _linear_part(over_chain(memory))
+    time, time_rest = _sum_linear(sm.time_terms)
+    time_linear, time_ends = _linear_part(over_chain(time))
+    time_terms = [over_chain(t) for t in time_rest]
+    time_terms += [over_chain(term) for rows, term in sm.dp if len(rows)]
+    if time_ends is not None:
+        time_terms.append(time_ends)
+    memory_terms = [over_chain(t) * scale for t in memory_rest]
+    if memory_ends is not None:
+        memory_terms.append(memory_ends * scale)
     m = float(cands.num_micro_batches[i])
     in_flight = in_flight_per_chunk(stage=np.arange(p)[:, None], pp=p, vpp=v,
                                     num_micro_batches=m, chunk=np.arange(v)[None, :])
-    weights = problem.training.state_bytes.weights
-    gathered = 0.0
-    if int(cands.zero[i]) == ZeroStage.PARAMETERS:
-        gathered = zero3_gather_buffer_bytes(
-            largest_block_params_per_rank=params.max(), weight_bytes=weights,
-            prefetch_blocks=cluster.reserve.zero3_prefetch_blocks)
-    buffers = framework_buffer_bytes(problem, cands)[i]
-    # The largest recomputed block's working set, on every stage (each holds a layer).
-    working = float(costs.recompute_working_bytes[i].max())
-    stage_bytes = (cluster.reserve.framework_gib * GiB
-                   + frag * (gathered + buffers + working + ev.stage_pipe_buffers[i]))
-    output = model.blocks[-1]
-    if p > 1 and isinstance(output, OutputBlock) and output.tied:
-        # The last stage keeps its own copy of a tied embedding (Megatron-LM).
-        stage_bytes[-1] += frag * per_param * output.vocab_size * output.hidden / tp
+
+    def per_stage(const) -> tuple[float, ...]:
+        return tuple(float(x) for x in np.broadcast_to(np.asarray(const, dtype=float)
+                                                       .reshape(-1), (p,)))
+
+    def per_block(values) -> tuple[float, ...]:
+        n = len(positions)
+        return tuple(float(x) for x in (values[0] if values is not None else np.zeros(n)))
+
     return ChainCosts(
         pp=p, vpp=v,
-        block_time_s=tuple(float(time[u]) for u in types),
-        block_state_bytes=tuple(float(frag * block_state[u]) for u in types),
-        block_activation_bytes=tuple(float(frag * costs.activation_bytes[i, u]) for u in types),
-        is_layer=tuple(b.kind in ("transformer", "evoformer") for b in model.blocks),
-        stage_time_s=tuple(float(x) for x in ev.stage_pp_s[i] + ev.stage_dp_s[i]),
-        stage_bytes=tuple(float(x) for x in stage_bytes),
+        block_time_s=per_block(time_linear.block),
+        block_state_bytes=per_block(None if memory_linear.block is None
+                                    else memory_linear.block * scale),
+        block_activation_bytes=per_block(None if memory_linear.in_flight is None
+                                         else memory_linear.in_flight * scale),
+        is_layer=tuple(b.kind in REPEATED_KINDS for b in model.blocks),
+        stage_time_s=per_stage(time_linear.const),
+        stage_bytes=per_stage(sm.framework_bytes + np.asarray(memory_linear.const) * scale),
         in_flight=tuple(tuple(int(x) for x in row) for row in in_flight),
-        capacity_bytes=problem.usable_bytes)
+        capacity_bytes=problem.usable_bytes,
+        time_terms=tuple(time_terms), memory_terms=tuple(memory_terms))
+
+
+
+def tied_copy_is_certain(model) -> bool:
+    """Every layout of more than one stage puts a tied output layer's copy on its stage: the
+    embedding comes before the first layer and the tied output after the last."""
+    layers = model.layer_indices
+    embeddings = [i for i, b in enumerate(model.blocks) if isinstance(b, EmbeddingBlock)]
+    tied = [i for i, b in enumerate(model.blocks) if isinstance(b, OutputBlock) and b.tied]
+    return (bool(embeddings) and bool(tied) and max(embeddings) < layers[0]
+            and min(tied) > layers[-1])

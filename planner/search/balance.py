@@ -23,37 +23,12 @@ from itertools import accumulate
 
 from ortools.sat.python import cp_model
 
+from planner.costing.stage_costs import ChainCosts
+
 TIME_UNIT_S = 1e-9
 """CP-SAT works in integers: block times in nanoseconds (rounded to nearest)."""
 MEMORY_UNIT_BYTES = 1024
 """Memory in KiB, each block's bytes rounded up, so a layout that fits here fits in bytes."""
-
-
-@dataclass(frozen=True)
-class ChainCosts:
-    """The linear costs of one candidate strategy's chain, in seconds and bytes."""
-
-    pp: int
-    vpp: int
-    block_time_s: tuple[float, ...]
-    """Per block: forward, backward, recomputation and tensor-parallel time per micro-batch."""
-    block_state_bytes: tuple[float, ...]
-    """Per block: bytes of model states (and their share of allocator fragmentation)."""
-    block_activation_bytes: tuple[float, ...]
-    """Per block: bytes of activations per micro-batch in flight (with fragmentation)."""
-    is_layer: tuple[bool, ...]
-    """Per block: a repeated layer (every chunk needs one)."""
-    stage_time_s: tuple[float, ...]
-    """Per stage: time that does not depend on the layout."""
-    stage_bytes: tuple[float, ...]
-    """Per stage: memory that does not depend on the layout."""
-    in_flight: tuple[tuple[int, ...], ...]
-    """[stage][chunk of that stage]: micro-batches whose activations it holds at its peak."""
-    capacity_bytes: float
-
-    @property
-    def num_chunks(self) -> int:
-        return self.pp * self.vpp
 
 
 @dataclass(frozen=True)
@@ -72,16 +47,7 @@ def _ints(values, unit: float, *, up: bool) -> list[int]:
 
 def stage_totals(costs: ChainCosts, bounds) -> tuple[list[float], list[float]]:
     """(time per stage, memory per stage) of a layout, in seconds and bytes (floats)."""
-    p = costs.pp
-    times, memory = list(costs.stage_time_s), list(costs.stage_bytes)
-    for k in range(costs.num_chunks):
-        r, c = k % p, k // p
-        blocks = range(bounds[k], bounds[k + 1])
-        times[r] += sum(costs.block_time_s[b] for b in blocks)
-        memory[r] += sum(costs.block_state_bytes[b]
-                         + costs.in_flight[r][c] * costs.block_activation_bytes[b]
-                         for b in blocks)
-    return times, memory
+    return costs.stage_totals(bounds)
 
 
 def allowed_cuts(costs: ChainCosts) -> list[int]:

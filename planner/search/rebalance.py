@@ -21,16 +21,17 @@ import numpy as np
 
 from planner.search.balance import balance
 from cost_models.pipeline import in_flight_per_chunk
-from planner.costing.evaluate import (Candidates, block_costs, chain_types, ep_exposed_s,
-                                      evaluate, evaluate_strategy, layout_for, tp_exposed_s,
-                                      type_params)
+from planner.costing.evaluate import (Candidates, block_costs, evaluate, evaluate_strategy,
+                                      layout_for)
+from planner.costing.stage_model import chain_types, stage_model, type_is_layer
+from planner.costing.stage_terms import Linear, Peak, by_stage, lower_linear
 from planner.costing.layout import Layout
 from planner.inputs.loader import Problem
 from planner.search.pool import Batch, Pool
 from planner.schemas.report import PlanReport
 from planner.schemas.strategy import Strategy
 from planner.feasibility.rules import memory_violations
-from planner.costing.stage_costs import chain_costs, state_bytes_per_stored_param
+from planner.costing.stage_costs import chain_costs, chain_tied_copy, tied_copy_is_certain
 
 LAYOUT_SOLVE_CAP_S = 0.25
 """Wall time one candidate's layout solve may take, so that one hard case (a layout CP-SAT can
@@ -76,84 +77,122 @@ def lower_bounds(problem: Problem, pool: Pool) -> tuple[np.ndarray, np.ndarray]:
     """Per candidate, bounds no layout can beat: (step time, peak memory of the fullest stage);
     inf without a pipeline (nothing to balance).
 
-    A layout moves layers between stages; the embedding, output and MTP blocks stay. So each
-    stage keeps a fixed part no layout changes (its time and memory less its layers'), and the
-    layers, divisible at will, can at best fill the stages to one level (`water_level`): for
-    time, their total time over the fixed parts; for memory, every chunk holding at least its
-    cheapest layer and the rest at least the cheapest layer per stage (a layer's states plus
-    its activations at the fewest micro-batches a chunk of that stage holds), or the most
-    common layer type alone, the others left out.
+    The bounds come from `evaluate`'s own per-stage terms (`stage_model`), each replaced by a
+    linear function below it (`stage_terms.lower_linear`; the working set by its least).
+    A layout moves layers between stages; the blocks before the first layer stay in the first
+    chunk and those after the last in the last chunk, and every chunk ends with a layer. So
+    each stage keeps a fixed part no layout changes, and the layers, divisible at will, can at
+    best fill the stages to one level (`water_level`): for time, their total time over the
+    fixed parts; for memory, every chunk holding at least its cheapest layer and the rest at
+    least the cheapest layer per stage (a layer's states plus its activations at the fewest
+    micro-batches a chunk of that stage holds), or the most common layer type alone, the
+    others left out. Blocks between layers that are not layers themselves count for nothing.
     """
-    model, reserve = problem.model, problem.cluster.reserve
-    frag = 1 + reserve.fragmentation_fraction
+    model = problem.model
     types = chain_types(model)
-    layer_types = sorted({int(u) for u, b in zip(types.type_of_position, model.blocks)
-                          if b.kind in ("transformer", "evoformer")})
+    position_type = types.type_of_position
+    is_layer = type_is_layer(model)
+    layer_positions = np.flatnonzero(is_layer[position_type])
+    layer_types = np.unique(position_type[layer_positions])
+    num_types = len(types.unique_blocks)
+    layer_counts = np.bincount(position_type[layer_positions], minlength=num_types)
+    head = np.bincount(position_type[:layer_positions[0]], minlength=num_types)
+    tail = np.bincount(position_type[layer_positions[-1] + 1:], minlength=num_types)
+    tied = chain_tied_copy(model, 2) if tied_copy_is_certain(model) else np.zeros(num_types)
     times, memory = np.full(len(pool), np.inf), np.full(len(pool), np.inf)
     for index, batch in enumerate(pool.batches):
         p, v = batch.layout.pp, batch.layout.vpp
         if p == 1:
             continue
         rows = np.flatnonzero(pool.batch == index)
-        ev, r, cands = batch.ev, pool.row[rows], batch.cands
-        tau = (ev.stage_compute_s + ev.stage_tp_s + ev.stage_ep_s + ev.stage_pp_s
-               + ev.stage_dp_s)[r]
-        # Per block type, the time one block adds to its stage (as `evaluate` sums it).
-        layer_time = (batch.costs.forward_s + batch.costs.backward_s + batch.costs.recompute_s
-                      + tp_exposed_s(problem, cands, batch.costs)
-                      + ep_exposed_s(problem, batch.costs))[r]
-        m = cands.num_micro_batches[r]
-        chunk_counts = types.chunk_counts(batch.layout).reshape(v, p, -1)      # (v, p, U)
-        per_stage = chunk_counts.sum(0)                                         # (p, U)
-        movable = np.zeros(per_stage.shape[1])
-        movable[layer_types] = 1.0
-        held_time = (layer_time * movable[None, :]) @ per_stage.T              # (N, p)
-        slowest = water_level(tau - held_time, np.ones_like(tau), held_time.sum(1))
+        cands = batch.cands.take(pool.row[rows])
+        sm = stage_model(problem, cands, batch.costs.take(pool.row[rows]), pp=p,
+                         tied_copy=Linear(block=tied[None, :]))
+        n, k = len(cands), p * v
+        m = cands.num_micro_batches
         flight = in_flight_per_chunk(stage=np.arange(p)[None, :, None], pp=p, vpp=v,
                                      num_micro_batches=m[:, None, None],
-                                     chunk=np.arange(v)[None, None, :])       # (N, p, v)
-        held = np.zeros_like(tau)
-        rate = np.full_like(tau, np.inf)
-        first = np.full(flight.shape, np.inf)              # the cheapest layer in each chunk
-        for u in layer_types:
-            state = _layer_state_bytes(problem, cands, r, u)[:, None]             # (N, 1)
-            act = batch.costs.activation_bytes[r, u][:, None]
-            held += state * per_stage[:, u] + act * np.einsum(
-                "npv,vp->np", flight, chunk_counts[:, :, u])
-            rate = np.minimum(rate, state + act * flight.min(2))
-            first = np.minimum(first, state[:, :, None] + act[:, :, None] * flight)
-        # Every chunk holds a layer: those p * v are placed, the rest fill to a level.
-        mandatory = first.sum(2)                                                    # (N, p)
-        # A stage's recompute working set is its largest block's: keep only what no layout
-        # removes (its fixed blocks', or the smallest layer's, as it holds one).
-        working = batch.costs.recompute_working_bytes[r]                        # (N, U)
-        fixed = np.setdiff1d(np.arange(working.shape[1]), layer_types)
-        present = per_stage > 0                                                 # (p, U)
-        even_working = (working[:, None, :] * present[None]).max(2)
-        fixed_working = (working[:, None, fixed] * present[None][:, :, fixed]).max(
-            2, initial=0.0)
-        least = np.maximum(fixed_working, working[:, layer_types].min(1)[:, None])
-        fixed_part = ev.stage_total[r] - frag * (held + even_working - least)
-        fullest = water_level(fixed_part + frag * mandatory, frag * rate,
-                              model.num_layers - p * v)
-        type_counts = per_stage.sum(0)
-        major = max(layer_types, key=lambda u: type_counts[u])
-        major_rate = (_layer_state_bytes(problem, cands, r, major)[:, None]
-                      + batch.costs.activation_bytes[r, major][:, None] * flight.min(2))
-        fullest = np.maximum(fullest, water_level(fixed_part, frag * major_rate,
-                                                  int(type_counts[major])))
-        times[rows] = (m - 1) * slowest + (tau.sum(1) + (v - 1) * slowest) / v + ev.overhead_s
+                                     chunk=np.arange(v)[None, None, :]).astype(float)
+        fixed = np.zeros((k, num_types))
+        fixed[0] += head
+        fixed[-1] += tail
+
+        def fixed_part(lb: Linear) -> np.ndarray:
+            """(N, p): the stage constants, the fixed blocks, and the least a chunk's last
+            block (a layer) can add."""
+            out = np.zeros((n, p)) + lb.const
+            for part, weighted in ((lb.block, False), (lb.in_flight, True)):
+                if part is not None:
+                    chunk = by_stage(part @ fixed.T, p, v)
+                    out = out + (chunk * flight if weighted else chunk).sum(2)
+            sends = np.ones((p, v))
+            sends[(k - 1) % p, (k - 1) // p] = 0.0             # the last chunk sends nothing
+            for part, weighted in ((lb.end, False), (lb.end_in_flight, True)):
+                if part is not None:
+                    least = part[:, layer_types].min(1)[:, None, None]
+                    out = out + (least * sends * (flight if weighted else 1.0)).sum(2)
+            if lb.final is not None:
+                out[:, (k - 1) % p] += lb.final[:, layer_types].min(1)
+            return out
+
+        # ---- time: the layers' time fills the stages above their fixed parts.
+        time_lb = sum((lower_linear(t) for t in sm.time_terms), Linear())
+        base = fixed_part(time_lb)
+        rate = np.zeros((n, num_types)) if time_lb.block is None else time_lb.block
+        for dp_rows, term in sm.dp:
+            lb = lower_linear(term)
+            padded = _rows_linear(lb, dp_rows, n, num_types)
+            base = base + fixed_part(padded)
+            if padded.block is not None:
+                rate = rate + padded.block
+        amount = rate[:, layer_types] @ layer_counts[layer_types]
+        slowest = water_level(base, np.ones_like(base), amount)
+        total = base.sum(1) + amount
+        times[rows] = (m - 1) * slowest + (total + (v - 1) * slowest) / v + \
+            problem.cluster.efficiency.step_overhead_s
+
+        # ---- memory: every chunk holds a layer; the other layers fill the stages.
+        scale = 1 + sm.fragmentation
+        items = [x for x in sm.allocated if not isinstance(x, Peak)]
+        memory_lb = sum((lower_linear(x) for x in items), Linear())
+        # A stage's working set is its largest block's: keep only what no layout removes (its
+        # fixed blocks', or the smallest layer's, as it holds one).
+        working = sm.working.value
+        held = fixed.reshape(v, p, -1).sum(0) > 0                               # (p, U)
+        least = np.maximum((working[:, None, :] * held[None]).max(2),
+                           working[:, layer_types].min(1)[:, None])
+        base = sm.framework_bytes + scale * (fixed_part(memory_lb) + least)
+        state = np.zeros((n, num_types)) if memory_lb.block is None else memory_lb.block
+        act = np.zeros((n, num_types)) if memory_lb.in_flight is None else memory_lb.in_flight
+        per_chunk = (state[:, None, None, layer_types]
+                     + act[:, None, None, layer_types] * flight[..., None])     # (N, p, v, L)
+        mandatory = per_chunk.min(3).sum(2)                                      # (N, p)
+        rate = (state[:, None, layer_types]
+                + act[:, None, layer_types] * flight.min(2)[..., None]).min(2)   # (N, p)
+        fullest = water_level(base + scale * mandatory, scale * rate, model.num_layers - p * v)
+        major = layer_types[np.argmax(layer_counts[layer_types])]
+        major_rate = state[:, major][:, None] + act[:, major][:, None] * flight.min(2)
+        fullest = np.maximum(fullest, water_level(base, scale * major_rate,
+                                                  int(layer_counts[major])))
         memory[rows] = fullest
     return times, memory
 
 
-def _layer_state_bytes(problem: Problem, cands, rows, layer_type: int) -> np.ndarray:
-    """Bytes of model states one layer puts on a rank (after TP, EP and ZeRO sharding)."""
-    sharded, replicated, expert = type_params(problem.model)
-    params = sharded[layer_type] / cands.tp[rows] + replicated[layer_type]
-    experts = expert[layer_type] / (cands.ep[rows] * cands.etp[rows])
-    return (params * state_bytes_per_stored_param(problem, cands, rows)
-            + experts * state_bytes_per_stored_param(problem, cands, rows, experts=True))
+def _rows_linear(x: Linear, rows: np.ndarray, n: int, num_types: int) -> Linear:
+    """A `Linear` of some rows as one of all n rows, zero elsewhere."""
+    def spread(part, width):
+        if part is None:
+            return None
+        out = np.zeros((n, width))
+        out[rows] = np.broadcast_to(part, (len(rows), width))
+        return out
+
+    const = np.asarray(x.const, dtype=float)
+    width = const.shape[1] if const.ndim == 2 else 1
+    return Linear(spread(np.broadcast_to(const, (len(rows), width)) if const.ndim
+                         else np.full((len(rows), 1), float(const)), width),
+                  *(spread(getattr(x, f), num_types) for f in
+                    ("block", "in_flight", "end", "end_in_flight", "final")))
 
 
 def rebalance(problem: Problem, pool: Pool, *,
@@ -189,7 +228,7 @@ def rebalance(problem: Problem, pool: Pool, *,
             complete = False
             break
         batch, row = pool.batches[pool.batch[i]], int(pool.row[i])
-        costs = chain_costs(problem, batch.cands, batch.costs, batch.ev, batch.layout, row)
+        costs = chain_costs(problem, batch.cands, batch.costs, batch.layout, row)
         limit = min(left, LAYOUT_SOLVE_CAP_S)
         solve_start = time.perf_counter()
         result = balance(costs, hint=batch.layout.bounds, time_limit_s=limit)
@@ -227,7 +266,7 @@ def layout_advice(problem: Problem, strategy: Strategy, report: PlanReport) -> s
     cands = Candidates.from_strategy(strategy, problem.framework.defaults)
     block = block_costs(problem, cands)
     ev = evaluate(problem, layout, cands, block)
-    result = balance(chain_costs(problem, cands, block, ev, layout, 0), hint=layout.bounds,
+    result = balance(chain_costs(problem, cands, block, layout, 0), hint=layout.bounds,
                      time_limit_s=LAYOUT_BUDGET_S)
     if result is None or result.bounds == layout.bounds:
         return None

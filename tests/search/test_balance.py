@@ -169,9 +169,9 @@ def test_linear_costs_reproduce_costing_evaluate(model, fields):
     layout = uniform_layout(problem.model, strategy.pp, strategy.vpp)
     block = block_costs(problem, cands)
     ev = evaluate(problem, layout, cands, block)
-    times, memory = stage_totals(chain_costs(problem, cands, block, ev, layout, 0),
-                                 layout.bounds)
-    tau = ev.stage_compute_s + ev.stage_tp_s + ev.stage_pp_s + ev.stage_dp_s
+    times, memory = stage_totals(chain_costs(problem, cands, block, layout, 0), layout.bounds)
+    tau = (ev.stage_compute_s + ev.stage_tp_s + ev.stage_ep_s + ev.stage_cp_s + ev.stage_pp_s
+           + ev.stage_dp_s + ev.stage_offload_s)
     assert times == pytest.approx(list(tau[0]), rel=1e-12)
     assert memory == pytest.approx(list(ev.stage_total[0]), rel=1e-12)
 

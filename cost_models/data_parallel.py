@@ -1,0 +1,122 @@
+"""Data-parallel communication under ZeRO: which collectives a step runs, and how much of them
+the forward and backward passes hide.
+
+Symbols: Psi the parameters a rank holds (after tensor, pipeline and expert sharding), d the
+ranks sharing them, B_f and B_b the forward and backward compute they overlap with.
+
+Refs:
+- Rajbhandari et al. 2020 (ZeRO, arXiv:1910.02054), Sec. 7.2: data parallelism all-reduces the
+  gradients (2 Psi per rank: a reduce-scatter and an all-gather); P_os and P_os+g reduce-scatter
+  the gradients and all-gather the updated parameters, the same 2 Psi; P_os+g+p all-gathers
+  the parameters before the forward and again before the backward pass and reduce-scatters the
+  gradients, 3 Psi (1.5x). Megatron-LM's distributed optimizer is P_os
+  (docs/source/api-guide/dist_optimizer.md: reduce-scatter of the gradients, all-gather of the
+  parameters).
+- Zhao et al. 2023 (PyTorch FSDP, arXiv:2304.11277), Sec. 3.2: P_os+g+p runs unit by unit (one
+  unit per transformer block), so the gathers and reductions are per block; Sec. 3.2.2, hybrid
+  sharding (HSDP): the ZeRO collectives inside a shard group, then one all-reduce of each rank's
+  gradient shard across the replicas.
+- Overlap (`communication.overlap_pieces`): gradient traffic hides behind the backward pass it
+  follows, parameter gathers behind the forward pass they precede.
+
+Every function here works on plain numbers and numpy arrays; the per-micro-batch one also on
+anything with + and scalar x (the layout balancer's per-stage sums), which is why it returns
+linear pieces and leaves their maximum to the caller.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cost_models.communication import exposed_time_s, overlap_pieces
+from cost_models.enums import ZeroStage
+
+
+def zero_micro_batch_pieces(*, zero_stage, reduce_scatter_s, block_all_gather_s,
+                            block_reduce_scatter_s, forward_s, backward_s, overlap,
+                            prefetch_share: float, interference: float) -> tuple:
+    """Four linear pieces whose largest is the data-parallel time per micro-batch, seconds.
+
+    Ref: Rajbhandari et al. 2020, Sec. 5.2 and 7.2.1: P_os+g reduce-scatters each micro-batch's
+    gradients as they are produced (the accumulated gradients are sharded), `reduce_scatter_s`
+    of them, behind the backward pass with overlap. P_os+g+p (Zhao et al. 2023, Sec. 3.2) all-
+    gathers every block's weights before its forward and again before its backward and
+    reduce-scatters its gradients: `block_all_gather_s` and `block_reduce_scatter_s` summed
+    over the blocks; with overlap, `prefetch_share` of each hides behind its pass (the forward
+    prefetch of the next unit). ZeRO 0 and 1 reduce once per step (`zero_step_end_s`).
+    `zero_stage` and `overlap` may be arrays (per candidate); they select pieces through 0/1
+    weights, so that every piece stays linear in the times.
+    """
+    zero = np.asarray(zero_stage)
+    stage2 = (zero == ZeroStage.GRADIENTS).astype(float)
+    stage3 = (zero == ZeroStage.PARAMETERS).astype(float)
+    on = np.asarray(overlap, dtype=float)
+    off = 1.0 - on
+    k = interference
+    # ZeRO-2: the micro-batch's reduce-scatter behind the backward pass.
+    rs = overlap_pieces(reduce_scatter_s, backward_s, interference=k)
+    # ZeRO-3: the gather before the forward behind it; the second gather and the reduce-scatter
+    # behind the backward pass.
+    before_forward = overlap_pieces(block_all_gather_s, forward_s, interference=k,
+                                    share=prefetch_share)
+    before_backward = overlap_pieces(block_all_gather_s + block_reduce_scatter_s, backward_s,
+                                     interference=k, share=prefetch_share)
+    serial2 = reduce_scatter_s
+    serial3 = 2 * block_all_gather_s + block_reduce_scatter_s
+    pieces = []
+    for i in (0, 1):
+        for j in (0, 1):
+            pieces.append(stage2 * (on * rs[i] + off * serial2)
+                          + stage3 * (on * (before_forward[i] + before_backward[j])
+                                      + off * serial3))
+    return tuple(pieces)
+
+
+def zero_micro_batch_s(**kw):
+    """Seconds of data-parallel traffic per micro-batch (`zero_micro_batch_pieces`, evaluated)."""
+    pieces = zero_micro_batch_pieces(**kw)
+    out = pieces[0]
+    for p in pieces[1:]:
+        out = np.maximum(out, p)
+    return out
+
+
+def zero_step_end_s(*, zero_stage, gradient_all_reduce_s, gradient_reduce_scatter_s,
+                    weight_all_gather_s, replica_all_reduce_s, forward_s, backward_s,
+                    overlap_grad_reduce, overlap_param_gather, interference: float):
+    """Seconds of data-parallel traffic at the end of a step (after the last micro-batch).
+
+    Ref: Rajbhandari et al. 2020, Sec. 7.2.1: ZeRO-0 all-reduces the gradients
+    (`gradient_all_reduce_s`, or the parameter server's push and pull in its place); P_os
+    reduce-scatters them and, like P_os+g, all-gathers the updated weights
+    (`weight_all_gather_s`). Under HSDP (Zhao et al. 2023, Sec. 3.2.2) every sharded stage
+    also all-reduces its gradient shard across the replicas (`replica_all_reduce_s`, 0 without
+    HSDP). With overlap the gradient traffic hides behind the last backward pass and the
+    gather behind the next forward (Megatron-LM --overlap-grad-reduce, --overlap-param-gather).
+    """
+    zero = np.asarray(zero_stage)
+    gradients = np.select([zero == ZeroStage.NONE, zero == ZeroStage.OPTIMIZER_STATES],
+                          [gradient_all_reduce_s, gradient_reduce_scatter_s], 0.0)
+    gradients = gradients + np.where(zero >= ZeroStage.OPTIMIZER_STATES, replica_all_reduce_s,
+                                     0.0)
+    gather = np.where((zero == ZeroStage.OPTIMIZER_STATES) | (zero == ZeroStage.GRADIENTS),
+                      weight_all_gather_s, 0.0)
+    k = interference
+    return (np.where(overlap_grad_reduce, exposed_time_s(gradients, backward_s, interference=k),
+                     gradients)
+            + np.where(overlap_param_gather, exposed_time_s(gather, forward_s, interference=k),
+                       gather))
+
+
+def hsdp_replica_bytes(gradient_bytes, *, shard_size):
+    """Bytes each rank all-reduces across the HSDP replicas: its 1/shard_size of the
+    gradients (Zhao et al. 2023, Sec. 3.2.2, hybrid sharding)."""
+    return gradient_bytes / shard_size
+
+
+def fp8_gather_bytes_saved(*, weight_bytes: float, fp8_value_bytes: float, gathered: object):
+    """Bytes per FP8 linear parameter the weight all-gather saves when FP8 parameters are
+    gathered in FP8 rather than bf16: Megatron-LM --fp8-param-gather, "50% parameter
+    all-gather" for 1-byte values (megatron/core/transformer/moe/README.md); MXFP8 sends its
+    scales too (`fp8.fp8_value_bytes`). `gathered`: where FP8 parameters are gathered so."""
+    return np.where(gathered, weight_bytes - fp8_value_bytes, 0.0)

@@ -1,0 +1,151 @@
+"""Data-parallel traffic of a batch of candidates per pipeline stage: the groups it runs on,
+the per-micro-batch time as a `stage_terms.Term` (what the layout balancer sees too) and the
+step-end time. The collectives and their overlap are `cost_models.data_parallel`'s.
+
+Dense gradients are reduced over the dp x cp ranks holding the same weights (CP ranks sit tp
+apart, DP ranks tp x cp apart: the group is every rank tp apart); an MoE model's routed experts
+over their expert data-parallel group (edp ranks etp x ep apart). ZeRO collectives run inside
+the shard group (consecutive data-parallel ranks, so inside a node when they fit one); under
+HSDP each rank also all-reduces its shard with its peers of the other replicas.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from cost_models import communication as comm
+from cost_models.communication import Group
+from cost_models.data_parallel import (hsdp_replica_bytes, zero_micro_batch_pieces,
+                                       zero_step_end_s)
+from planner.costing.placement import strided_placement
+from planner.costing.stage_terms import Linear, Term
+
+
+@dataclass(frozen=True)
+class DataParallelGroups:
+    """Where a batch's data-parallel ranks sit, as (N, 1) groups."""
+
+    everyone: Group
+    """All dp ranks (the all-reduce of ZeRO-0)."""
+    shard: Group
+    """The ranks ZeRO shards over."""
+    replicas: Group
+    """One rank of each shard group (HSDP's replica all-reduce; size 1 without HSDP)."""
+
+
+def _column(group: Group) -> Group:
+    return Group(size=np.asarray(group.size, dtype=float)[:, None],
+                 ranks_per_node=np.asarray(group.ranks_per_node)[:, None],
+                 num_nodes=np.asarray(group.num_nodes)[:, None])
+
+
+def data_parallel_groups(gpus_per_node: int, *, dp, shard, stride) -> DataParallelGroups:
+    replicas = np.maximum(dp // shard, 1)     # a dp_shard over dp breaks a rule
+    return DataParallelGroups(
+        everyone=_column(strided_placement(dp, stride, gpus_per_node)),
+        shard=_column(strided_placement(shard, stride, gpus_per_node)),
+        replicas=_column(strided_placement(replicas, stride * shard, gpus_per_node)))
+
+
+def grad_overlap(problem, cands) -> np.ndarray:
+    """(N,) the gradient reduction overlaps the backward pass: as asked, where the framework
+    can (DeepSpeed's pipeline engine reduces after the last micro-batch: not with a pipeline)."""
+    fw = problem.framework
+    return (cands.overlap & fw.overlap_grad_reduce
+            & ((cands.pp == 1) | fw.overlap_grad_reduce_with_pipeline))
+
+
+def gather_overlap(problem, cands) -> np.ndarray:
+    """(N,) the all-gather of the updated parameters overlaps the next forward pass."""
+    return cands.param_gather & problem.framework.overlap_param_gather
+
+
+def micro_batch_term(problem, cands, *, dp, shard, stride, params: Linear, gather: Linear,
+                     forward: Linear, backward: Linear, gate=None) -> Term:
+    """Seconds of data-parallel traffic per micro-batch on each stage (ZeRO 2 and 3), as a
+    term: the least over NCCL's protocols (`communication.fastest_s`) of the largest of
+    `data_parallel.zero_micro_batch_pieces`. `params` are the parameters a rank holds (their
+    gradients travel), `gather` the bytes its weight all-gathers move. ZeRO-3 gathers and
+    reduces block by block, `fetches_per_block` times each, at the framework's share of the
+    bandwidth (NCCL's own latency steps)."""
+    cluster, fw = problem.cluster, problem.framework
+    net = cluster.network
+    groups = data_parallel_groups(cluster.nvlink_gpus, dp=dp, shard=shard, stride=stride)
+    z3_net = replace(net,
+                     intra_bus_bytes_per_s=net.intra_bus_bytes_per_s * fw.zero3.collective_efficiency,
+                     nic_bus_bytes_per_s=net.nic_bus_bytes_per_s * fw.zero3.collective_efficiency)
+    grads = params * problem.training.state_bytes.gradients
+    fetches = Linear(block=np.full(params.block.shape, float(fw.zero3.fetches_per_block)))
+    reduce_scatter = comm.reduce_scatter_lines(groups.shard, net)
+    block_gather = comm.all_gather_lines(groups.shard, z3_net)
+    block_reduce = comm.reduce_scatter_lines(groups.shard, z3_net)
+    options = []
+    for gather_line in block_gather:
+        for rs_line, block_rs_line in zip(reduce_scatter, block_reduce):
+            # One reduce-scatter of the stage's gradients per micro-batch (ZeRO-2), or per
+            # block `fetches` gathers and reductions of its share (ZeRO-3).
+            rs = Linear(const=rs_line.latency_s) + grads * rs_line.seconds_per_byte
+            block_ag = fetches * gather_line.latency_s + gather * gather_line.seconds_per_byte
+            block_rs = (fetches * block_rs_line.latency_s
+                        + grads * block_rs_line.seconds_per_byte)
+            options.append(zero_micro_batch_pieces(
+                zero_stage=cands.zero, reduce_scatter_s=rs, block_all_gather_s=block_ag,
+                block_reduce_scatter_s=block_rs, forward_s=forward, backward_s=backward,
+                overlap=grad_overlap(problem, cands), prefetch_share=fw.zero3.overlap_fraction,
+                interference=cluster.efficiency.overlap_interference))
+    return Term(tuple(options), gate=gate)
+
+
+def step_end_s(problem, cands, *, dp, shard, stride, use_server: np.ndarray,
+               params: np.ndarray, gather_bytes: np.ndarray, forward_s: np.ndarray,
+               backward_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(seconds of data-parallel traffic at the step's end, index of the all-reduce algorithm
+    into communication.ALL_REDUCE_ALGORITHMS), (N, p) each; `params` (N, p) the parameters a
+    rank holds per stage, `gather_bytes` the bytes its weight all-gather moves, `use_server`
+    (N,) a parameter server in place of the all-reduce."""
+    cluster = problem.cluster
+    net = cluster.network
+    # The collectives depend on the groups and what a rank holds (set by tp, ep, etp and the
+    # FP8 gather in this layout), not on the micro-batch or recompute: time each once.
+    code = np.zeros(len(cands), dtype=np.int64)
+    for column in (dp, shard, stride, cands.num_servers, cands.tp, cands.ep, cands.etp,
+                   cands.fp8_gather & (cands.zero > 0)):
+        values, index = np.unique(column, return_inverse=True)
+        code = code * len(values) + index.reshape(-1)
+    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    groups = data_parallel_groups(cluster.nvlink_gpus, dp=dp[first], shard=shard[first],
+                                  stride=stride[first])
+    grads = params[first] * problem.training.state_bytes.gradients
+    nodes = groups.everyone.num_nodes
+    all_reduce, algorithm = comm.all_reduce(grads, groups.everyone, net)
+    replica = comm.all_reduce_time_s(hsdp_replica_bytes(grads, shard_size=groups.shard.size),
+                                     groups.replicas, net)
+    server = comm.parameter_server_time_s(
+        message_bytes=grads, num_workers=groups.everyone.size,
+        num_servers=cands.num_servers[first][:, None],
+        worker_bytes_per_s=np.where(nodes > 1, net.nic_bus_bytes_per_s,
+                                    net.intra_bus_bytes_per_s),
+        server_bytes_per_s=net.nic_bus_bytes_per_s,
+        latency_s=np.where(nodes > 1, net.inter_hop_s, net.intra_hop_s))
+    reduce_scatter = comm.reduce_scatter_time_s(grads, groups.shard, net)
+    all_gather = comm.all_gather_time_s(gather_bytes[first], groups.shard, net)
+    shape = params[first].shape
+    all_reduce, algorithm, replica, server, reduce_scatter, all_gather = (
+        np.broadcast_to(t, shape)[inverse]
+        for t in (all_reduce, algorithm, replica, server, reduce_scatter, all_gather))
+    use_server = use_server[:, None]
+    zero = cands.zero[:, None]
+    end = zero_step_end_s(
+        zero_stage=zero, gradient_all_reduce_s=np.where(use_server, server, all_reduce),
+        gradient_reduce_scatter_s=reduce_scatter, weight_all_gather_s=all_gather,
+        replica_all_reduce_s=replica, forward_s=forward_s, backward_s=backward_s,
+        overlap_grad_reduce=grad_overlap(problem, cands)[:, None],
+        overlap_param_gather=gather_overlap(problem, cands)[:, None],
+        interference=cluster.efficiency.overlap_interference)
+    single = dp[:, None] <= 1
+    # The algorithm of the step-end all-reduce (ZeRO-0); ring otherwise.
+    algorithm = np.where(~use_server & (zero == 0) & ~single, algorithm, 0)
+    return np.where(single, 0.0, end), algorithm

@@ -1,0 +1,378 @@
+"""Per-stage time and memory of a batch of candidates, as `stage_terms` over block types.
+
+`evaluate` sums these terms for its layout; the layout balancer (`stage_costs.chain_costs`)
+takes the same terms for one candidate and optimises the layout over them, so both see one
+cost model. Every quantity is a `cost_models` formula; this module says which blocks and
+candidates each applies to, and nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from cost_models.enums import Precision, ZeroStage
+from cost_models.data_parallel import fp8_gather_bytes_saved
+from cost_models.fp8 import fp8_value_bytes, fp8_weight_bytes_per_param
+from cost_models.memory import (StateBytes, bf16_grad_copy_bytes_per_param, framework_buffer_bytes,
+                                model_state_bytes, zero3_gather_buffer_bytes)
+from cost_models.offload import exposed_copy_pieces, host_copy_s
+from cost_models.pipeline import pipeline_boundary_s, pipeline_kept_output_bytes
+from cost_models.tensor_parallel import tp_exposed_s
+from cost_models.communication import Group, exposed_time_s
+from cost_models.units import BYTES_16BIT, bytes_per_value
+from planner.costing.data_parallel import micro_batch_term
+from planner.costing.layout import ChainTypes
+from planner.costing.placement import strided_placement, tp_placement
+from planner.costing.stage_terms import Linear, Peak, Term
+from planner.inputs.loader import Problem, fp8_param_gather_allowed
+from planner.schemas.model import REPEATED_KINDS, TransformerBlock
+
+
+# --------------------------------------------------------------------------- block types
+
+@lru_cache(maxsize=32)
+def chain_types(model) -> ChainTypes:
+    return ChainTypes(model)
+
+
+@lru_cache(maxsize=32)
+def type_params(model) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per block type: parameters TP shards, those it replicates, and routed-expert ones."""
+    types = chain_types(model)
+    counts = [b.params() for b in types.unique_blocks]
+    return tuple(np.array([getattr(c, name) for c in counts], dtype=float)
+                 for name in ("sharded", "replicated", "expert"))
+
+
+@lru_cache(maxsize=32)
+def type_fp8_params(model) -> np.ndarray:
+    """Per block type: the TP-sharded parameters of linear layers that run in FP8 under
+    precision fp8 (a transformer layer's QKV, output and MLP matrices; its routed experts are
+    all FP8 too). Embedding, output layer, norms, router and Evoformer blocks stay bf16."""
+    sharded, _, _ = type_params(model)
+    return np.array([isinstance(b, TransformerBlock) for b in chain_types(model).unique_blocks],
+                    dtype=float) * sharded
+
+
+@lru_cache(maxsize=32)
+def type_is_layer(model) -> np.ndarray:
+    """Per block type: a repeated layer (what a pipeline splits)."""
+    return np.array([b.kind in REPEATED_KINDS for b in chain_types(model).unique_blocks])
+
+
+# --------------------------------------------------------------------------- model states
+
+def fp8_params_gathered(problem: Problem, cands) -> np.ndarray:
+    """(N,) bool: the candidate keeps and gathers FP8 parameters (asked and allowed)."""
+    return cands.fp8_gather & fp8_param_gather_allowed(problem, cands.zero)
+
+
+def fp8_weight_extra_bytes(problem: Problem, cands) -> np.ndarray:
+    """(N,) bytes per FP8 linear parameter a rank keeps beyond the bf16 weight
+    `state_bytes_per_param` counts (`fp8.fp8_weight_bytes_per_param` less 2; negative where
+    FP8 parameters replace the bf16 weight). ZeRO-3 keeps no persistent copies: each block's
+    weights are gathered, quantized and freed."""
+    t = problem.training
+    if t.precision is not Precision.FP8 or t.fp8_recipe is None:
+        return np.zeros(len(cands))
+    fp8 = problem.framework.fp8
+    kw = dict(transpose_free=problem.cluster.gpu.fp8_transpose_free,
+              caches=fp8 is not None and fp8.caches_weights)
+    extra = np.where(fp8_params_gathered(problem, cands),
+                     fp8_weight_bytes_per_param(t.fp8_recipe, fp8_params=True, **kw),
+                     fp8_weight_bytes_per_param(t.fp8_recipe, fp8_params=False, **kw))
+    return np.where(cands.zero >= ZeroStage.PARAMETERS, 0.0, extra - BYTES_16BIT)
+
+
+def shards_to_host(cands) -> np.ndarray:
+    """(N,) ZeRO-3 weight and gradient shards kept in host memory (param_offload)."""
+    return cands.param_offload & (cands.zero == ZeroStage.PARAMETERS)
+
+
+def _per_candidate(values, like):
+    """(N,) per-candidate values shaped to multiply `like`: an (N, ...) array, or a term."""
+    if isinstance(like, np.ndarray) and like.ndim > 1:
+        return values.reshape((-1,) + (1,) * (like.ndim - 1))
+    return values
+
+
+def rank_states(problem: Problem, cands, dense, experts, fp8=0.0) -> StateBytes:
+    """Model states a rank holds for `dense` parameters (ZeRO over its shard group) and
+    routed-expert ones (ZeRO over the expert data-parallel shard group, Megatron-Core's
+    distributed optimizer over the expert-DP group): (N,) or (N, p) arrays of parameters, or
+    `Linear` terms. `fp8`: of those, the FP8 linear-layer parameters, whose weights take
+    `fp8_weight_extra_bytes` more each."""
+    per = problem.training.state_bytes
+    # Bytes per parameter after ZeRO (`memory.model_state_bytes` of one parameter), per candidate.
+    d = model_state_bytes(num_params=1.0, dp=cands.grad_shard.astype(float),
+                          zero_stage=cands.zero, per_param=per)
+    e = model_state_bytes(num_params=1.0, dp=cands.expert_shard.astype(float),
+                          zero_stage=cands.zero, per_param=per)
+    extra = fp8_weight_extra_bytes(problem, cands)
+    at = lambda x: _per_candidate(np.asarray(x, dtype=float), dense)  # noqa: E731
+    return StateBytes(dense * at(d.weights) + experts * at(e.weights) + fp8 * at(extra),
+                      dense * at(d.gradients) + experts * at(e.gradients),
+                      dense * at(d.optimizer) + experts * at(e.optimizer))
+
+
+def gpu_states(states: StateBytes, cands) -> StateBytes:
+    """The model states left on the GPU under CPU offload: the optimizer states but the
+    offloaded share, no weight or gradient shards where ZeRO-3 keeps them on the host."""
+    keep = _per_candidate(1.0 - shards_to_host(cands), states.weights)
+    return StateBytes(states.weights * keep, states.gradients * keep,
+                      states.optimizer * _per_candidate(1 - cands.opt_offload, states.weights))
+
+
+def state_floor_bytes(problem: Problem, cands) -> np.ndarray:
+    """(N,) the model states of the average pipeline stage: a floor under the fullest stage of
+    any layout (the states of all blocks, after TP, EP and ZeRO sharding, over pp stages)."""
+    counts = np.bincount(chain_types(problem.model).type_of_position,
+                         minlength=len(chain_types(problem.model).unique_blocks))
+    sharded, replicated, expert = (x @ counts for x in type_params(problem.model))
+    dense = (sharded / cands.tp + replicated) / cands.pp
+    experts = expert / (cands.ep * cands.etp) / cands.pp
+    fp8 = (type_fp8_params(problem.model) @ counts / cands.tp) / cands.pp + experts
+    return gpu_states(rank_states(problem, cands, dense, experts, fp8), cands).total
+
+
+def host_rates(problem: Problem) -> tuple[float, float]:
+    """(host link bytes/s per GPU, host memory bytes/s per GPU); infinite without a host
+    block, where the offload rule refuses every offload."""
+    cluster = problem.cluster
+    if cluster.host is None:
+        return np.inf, np.inf
+    return cluster.host_link_bytes_per_s, cluster.host_memory_bytes_per_s_per_gpu
+
+
+# --------------------------------------------------------------------------- the stage model
+
+@dataclass(frozen=True)
+class StageModel:
+    """Per-stage quantities of N candidates over U block types (`stage_terms`)."""
+
+    dense_params: Linear
+    """Parameters a rank holds that TP shards or replicates (a tied output layer's copy too)."""
+    expert_params: Linear
+    """Routed-expert parameters a rank holds (split over ep x etp)."""
+    fp8_dense: Linear
+    """Of the dense parameters, the FP8 linear-layer ones."""
+    dense_gather: Linear
+    """Bytes of the dense weights' all-gather (FP8 parameters in FP8)."""
+    expert_gather: Linear
+    updated: Linear
+    """Parameters whose optimizer step this rank runs (its ZeRO shard with sharded states)."""
+    offloaded: Linear
+    """Of those, the ones the CPU updates (optimizer offload)."""
+    weights: Linear
+    gradients: Linear
+    optimizer: Linear
+    """Model-state bytes left on the GPU."""
+    host_states: Linear
+    """Model-state bytes in host memory."""
+    activations: Linear
+    """Activation bytes of the micro-batches in flight."""
+    activations_to_host: Term | None
+    """Of those, the bytes of offloaded layers (in host memory)."""
+    working: Peak
+    """The largest recomputed block's working set."""
+    pipe_buffers: Linear | None
+    """Stage outputs the pipeline engine keeps (framework profile)."""
+    gathered: np.ndarray
+    """(N,) ZeRO-3's gathered weights of the blocks in flight."""
+    buffers: Linear
+    """Framework communication buffers and second gradient copies."""
+    forward: Linear
+    backward: Linear
+    recompute: Linear
+    tp: Linear
+    ep: Linear
+    cp: Linear
+    pp: Linear | None
+    """Pipeline sends and receives per micro-batch (None without a pipeline)."""
+    dp: tuple[tuple[np.ndarray, Term], ...]
+    """(rows, term): data-parallel traffic per micro-batch of those candidates (ZeRO 2-3)."""
+    offload: tuple[Term, ...]
+    """Host copies per micro-batch not hidden by compute."""
+    framework_bytes: float
+    fragmentation: float
+
+    @property
+    def compute(self) -> Linear:
+        return self.forward + self.backward + self.recompute
+
+    @property
+    def allocated(self) -> tuple:
+        """Terms of the bytes the allocator hands out (the reserve grows with them)."""
+        items = [self.weights, self.gradients, self.optimizer, self.activations, self.working,
+                 self.buffers, Linear(const=self.gathered[:, None])]
+        if self.activations_to_host is not None:
+            items.append(self.activations_to_host * -1.0)
+        if self.pipe_buffers is not None:
+            items.append(self.pipe_buffers)
+        return tuple(items)
+
+    @property
+    def time_terms(self) -> tuple:
+        """Terms of a stage's time per micro-batch (all rows; `dp` holds its own rows)."""
+        items = [self.compute, self.tp, self.ep, self.cp, *self.offload]
+        if self.pp is not None:
+            items.append(self.pp)
+        return tuple(items)
+
+
+def _per_type(values, n: int) -> np.ndarray:
+    """(U,) per block type -> (N, U)."""
+    return np.broadcast_to(np.asarray(values, dtype=float), (n, len(values)))
+
+
+def stage_model(problem: Problem, cands, costs, *, pp: int, tied_copy: Linear) -> StageModel:
+    """The per-stage terms of `cands` (block costs `costs`) in a pipeline of `pp` stages.
+    `tied_copy`: TP-sharded parameters a tied output layer's copy adds (Megatron-LM keeps one
+    on the output layer's stage when the embedding lives on another, and all-reduces its
+    gradient)."""
+    model, cluster, training, fw = problem.model, problem.cluster, problem.training, problem.framework
+    n = len(cands)
+    tp = cands.tp.astype(float)
+    sharded, replicated, expert = type_params(model)
+    is_layer = type_is_layer(model).astype(float)
+    per = training.state_bytes
+
+    # ---- parameters a rank holds: TP shards and replicates, EP x ETP splits the experts.
+    dense = Linear(block=sharded[None, :] / tp[:, None] + replicated[None, :]) + tied_copy * (1 / tp)
+    experts = Linear(block=expert[None, :] / (cands.ep * cands.etp)[:, None])
+    fp8_dense = Linear(block=type_fp8_params(model)[None, :] / tp[:, None])
+    states = rank_states(problem, cands, dense, experts, fp8_dense + experts)
+    # CPU offload (cost_models/offload.py): the optimizer's share of each rank's states, with a
+    # pinned copy of their gradients to update from (hybrid_optimizer.py cpu_copy_map_grad);
+    # under ZeRO-3 with param_offload the weight and gradient shards too.
+    sharded_optimizer = cands.zero >= ZeroStage.OPTIMIZER_STATES
+    updated = (dense * (1 / np.where(sharded_optimizer, cands.grad_shard, 1))
+               + experts * (1 / np.where(sharded_optimizer, cands.expert_shard, 1)))
+    offloaded = updated * cands.opt_offload
+    on_host = shards_to_host(cands)
+    host_states = (offloaded * (per.optimizer + per.gradients)
+                   + (states.weights + states.gradients) * on_host.astype(float))
+    states = gpu_states(states, cands)
+
+    # ---- activations: each chunk's blocks times the micro-batches it holds in flight.
+    activations = Linear(in_flight=costs.activation_bytes)
+    to_host = None
+    if cands.act_offload.any():
+        # The saved tensors of `act_offload` layers per stage wait in host memory; per layer,
+        # the stage's average.
+        to_host = Term(((Linear(in_flight=costs.activation_bytes * is_layer),),),
+                       cap=cands.act_offload.astype(float))
+    pipe_buffers = None
+    value_bytes = bytes_per_value(training.precision)
+    if pp > 1 and fw.pipeline_keeps_outputs:
+        # One kept output per in-flight micro-batch of every chunk but the last (DeepSpeed
+        # runtime/pipe/engine.py pipe_buffers['outputs']).
+        pipe_buffers = Linear(end_in_flight=pipeline_kept_output_bytes(
+            costs.output_elements, value_bytes=value_bytes))
+    largest_block = (sharded[None, :] / tp[:, None] + replicated[None, :]
+                     + expert[None, :] / (cands.ep * cands.etp)[:, None]).max(1)
+    gathered = np.where(cands.zero == ZeroStage.PARAMETERS, zero3_gather_buffer_bytes(
+        largest_block_params_per_rank=largest_block, weight_bytes=per.weights,
+        prefetch_blocks=cluster.reserve.zero3_prefetch_blocks), 0.0)
+    b = fw.buffers
+    framework_buffers = framework_buffer_bytes(
+        data_parallel=cands.dp * cands.cp > 1, zero_stage=cands.zero, tp=cands.tp, pp=cands.pp,
+        cp=cands.cp, grad_bucket_elements=b.grad_bucket_elements,
+        grad_bucket_copies=b.grad_bucket_copies, gather_bucket_elements=b.gather_bucket_elements,
+        per_communicator_bytes=b.per_communicator_bytes, value_bytes=value_bytes)
+    grad_copy = bf16_grad_copy_bytes_per_param(
+        bf16=training.precision is Precision.BF16, zero_stage=cands.zero, pp=cands.pp,
+        copy_bytes_per_param=b.bf16_grad_copy_bytes_per_param)
+    buffers = Linear(const=framework_buffers[:, None]) + (dense + experts) * grad_copy
+
+    # ---- time per micro-batch
+    k = cluster.efficiency.overlap_interference
+    forward, backward = Linear(block=costs.forward_s), Linear(block=costs.backward_s)
+    recompute = Linear(block=costs.recompute_s)
+    block_compute = costs.forward_s + costs.backward_s + costs.recompute_s
+    tp_share = np.where(cands.tp_overlap & cands.sp & fw.tp_comm_overlap,
+                        fw.tp_comm_overlap_fraction, 0.0)[:, None]
+    tp_comm = Linear(block=tp_exposed_s(costs.tp_comm_s, block_compute, overlap_share=tp_share,
+                                        interference=k))
+    # Expert dispatch and combine: the framework's share overlaps with compute (Megatron-LM
+    # --overlap-moe-expert-parallel-comm overlaps one micro-batch's all-to-all with another's).
+    ep_comm = Linear(block=exposed_time_s(costs.ep_comm_s, block_compute, interference=k,
+                                          share=fw.ep_comm_overlap_fraction))
+    cp_comm = Linear(block=costs.cp_comm_s)
+    pp_comm = _pipeline_comm(problem, cands, costs, pp) if pp > 1 else None
+
+    gathered_fp8 = fp8_params_gathered(problem, cands)
+    wire = fp8_value_bytes(training.fp8_recipe) if training.fp8_recipe else per.weights
+    saved = fp8_gather_bytes_saved(weight_bytes=per.weights, fp8_value_bytes=wire,
+                                   gathered=gathered_fp8)
+    dense_gather = dense * per.weights - fp8_dense * saved
+    expert_gather = experts * (per.weights - saved)
+    dp_terms = []
+    per_micro_batch = cands.zero >= ZeroStage.GRADIENTS
+    groups = [(per_micro_batch & (cands.dp * cands.cp > 1), dense, dense_gather,
+               dict(dp=cands.dp * cands.cp, shard=cands.grad_shard, stride=cands.tp), None)]
+    if model.is_moe:   # expert gradients and weights travel over the expert data-parallel group
+        groups.append((per_micro_batch & (cands.edp > 1), experts, expert_gather,
+                       dict(dp=cands.edp, shard=cands.expert_shard, stride=cands.etp * cands.ep),
+                       expert > 0))
+    for need, params, gather, group, gate in groups:
+        rows = np.flatnonzero(need)
+        if len(rows):
+            sub = cands.take(rows)
+            dp_terms.append((rows, micro_batch_term(
+                problem, sub, **{name: value[rows] for name, value in group.items()},
+                params=params.take(rows), gather=gather.take(rows), forward=forward.take(rows),
+                backward=backward.take(rows), gate=gate)))
+
+    offload = []
+    link_bytes_per_s, _ = host_rates(problem)
+    if cands.act_offload.any():
+        # Each offloaded layer's saved tensors go down while the next layer runs forward and
+        # come back while the one after it runs backward (per layer, the stage's average).
+        copy = Linear(block=host_copy_s(costs.activation_bytes * is_layer,
+                                        link_bytes_per_s=link_bytes_per_s))
+        for behind in (costs.forward_s, costs.backward_s + costs.recompute_s):
+            offload.append(Term((exposed_copy_pieces(copy, Linear(block=behind * is_layer)),),
+                                cap=cands.act_offload.astype(float)))
+    if on_host.any():
+        # ZeRO-3 shards come up before each of the two gathers and their gradients go down,
+        # behind the stage's compute like the gathers they feed.
+        shard_params = (dense * (1 / cands.grad_shard) + experts * (1 / cands.expert_shard))
+        shard_copy = host_copy_s(shard_params * (2 * per.weights + per.gradients),
+                                 link_bytes_per_s=link_bytes_per_s)
+        pieces = exposed_copy_pieces(shard_copy, forward + backward + recompute)
+        offload.append(Term((tuple(piece * on_host.astype(float) for piece in pieces),)))
+
+    return StageModel(
+        dense_params=dense, expert_params=experts, fp8_dense=fp8_dense, dense_gather=dense_gather,
+        expert_gather=expert_gather, updated=updated, offloaded=offloaded,
+        weights=states.weights, gradients=states.gradients, optimizer=states.optimizer,
+        host_states=host_states, activations=activations, activations_to_host=to_host,
+        working=Peak(costs.recompute_working_bytes), pipe_buffers=pipe_buffers,
+        gathered=gathered, buffers=buffers, forward=forward, backward=backward,
+        recompute=recompute, tp=tp_comm, ep=ep_comm, cp=cp_comm, pp=pp_comm,
+        dp=tuple(dp_terms), offload=tuple(offload),
+        framework_bytes=cluster.reserve.framework_gib * 2**30,
+        fragmentation=cluster.reserve.fragmentation_fraction)
+
+
+def _pipeline_comm(problem: Problem, cands, costs, pp: int) -> Linear:
+    """Seconds per micro-batch each stage spends in pipeline sends and receives: every chunk
+    boundary costs the sending stage the transfer of the chunk's last block's output
+    (`pipeline.pipeline_boundary_s`); the final chunk only receives (its input: the output of
+    the block ending chunk K - 2). The profile's pipeline_micro_batch_overhead_s is added per
+    micro-batch and stage."""
+    cluster, fw = problem.cluster, problem.framework
+    tp = cands.tp.astype(float)[:, None]
+    pipe = strided_placement(cands.pp, cands.tp * cands.cp * cands.dp, cluster.nvlink_gpus)
+    place = tp_placement(cands.tp, cluster.nvlink_gpus)
+    tp_group = Group(size=tp, ranks_per_node=place.ranks_per_node[:, None],
+                           num_nodes=place.num_nodes[:, None])
+    boundary = pipeline_boundary_s(
+        elements=costs.output_elements, value_bytes=bytes_per_value(problem.training.precision),
+        tp=tp, sequence_parallel=cands.sp[:, None], scatter_gather=fw.pipeline_scatter_gather,
+        across_nodes=(pipe.num_nodes > 1)[:, None], tp_group=tp_group, net=cluster.network)
+    return Linear(const=fw.pipeline_micro_batch_overhead_s, end=boundary, final=boundary)
