@@ -62,14 +62,31 @@ def gather_overlap(problem, cands) -> np.ndarray:
     return cands.param_gather & problem.framework.overlap_param_gather
 
 
+def _fastest_somewhere(lines: list, least_bytes: float, most_bytes: float) -> list[int]:
+    """Of one-row protocol lines, the indices of those that can be the fastest for some
+    message from `least_bytes` to `most_bytes`: a line no faster than another at both ends is
+    never faster in between (the first of equal lines is kept)."""
+    def at(line, size):
+        return float(np.asarray(line.latency_s + size * line.seconds_per_byte).reshape(-1)[0])
+
+    ends = [(at(line, least_bytes), at(line, most_bytes)) for line in lines]
+    return [q for q in range(len(lines))
+            if not any(ends[o][0] <= ends[q][0] and ends[o][1] <= ends[q][1]
+                       and (ends[o], o) < (ends[q], q) for o in range(len(lines)) if o != q)]
+
+
 def micro_batch_term(problem, cands, *, dp, shard, stride, params: Linear, gather: Linear,
-                     forward: Linear, backward: Linear, gate=None) -> Term:
+                     forward: Linear, backward: Linear, gate=None,
+                     message_ranges: tuple | None = None) -> Term:
     """Seconds of data-parallel traffic per micro-batch on each stage (ZeRO 2 and 3), as a
     term: the least over NCCL's protocols (`communication.fastest_s`) of the largest of
     `data_parallel.zero_micro_batch_pieces`. `params` are the parameters a rank holds (their
     gradients travel), `gather` the bytes its weight all-gathers move. ZeRO-3 gathers and
     reduces block by block, `fetches_per_block` times each, at the framework's share of the
-    bandwidth (NCCL's own latency steps)."""
+    bandwidth (NCCL's own latency steps). `message_ranges` (one candidate): the (least, most)
+    bytes of a stage's reduce-scatter (ZeRO-2), of one ZeRO-3 gather and of one ZeRO-3
+    reduction in any layout; the protocols never the fastest in those ranges are left out,
+    which the layout balancer then need not choose between."""
     cluster, fw = problem.cluster, problem.framework
     net = cluster.network
     groups = data_parallel_groups(cluster.nvlink_gpus, dp=dp, shard=shard, stride=stride)
@@ -81,9 +98,19 @@ def micro_batch_term(problem, cands, *, dp, shard, stride, params: Linear, gathe
     reduce_scatter = comm.reduce_scatter_lines(groups.shard, net)
     block_gather = comm.all_gather_lines(groups.shard, z3_net)
     block_reduce = comm.reduce_scatter_lines(groups.shard, z3_net)
+    pairs = list(zip(reduce_scatter, block_reduce))
+    if message_ranges is not None:
+        stage_rs, one_gather, one_rs = message_ranges
+        if int(cands.zero[0]) == 2:        # one reduce-scatter of the stage's gradients
+            pairs = [pairs[q] for q in _fastest_somewhere(reduce_scatter, *stage_rs)]
+            block_gather = block_gather[:1]
+        else:                              # per block: a share of its weights and gradients
+            pairs = [pairs[q] for q in _fastest_somewhere(block_reduce, *one_rs)]
+            block_gather = [block_gather[q]
+                            for q in _fastest_somewhere(block_gather, *one_gather)]
     options = []
     for gather_line in block_gather:
-        for rs_line, block_rs_line in zip(reduce_scatter, block_reduce):
+        for rs_line, block_rs_line in pairs:
             # One reduce-scatter of the stage's gradients per micro-batch (ZeRO-2), or per
             # block `fetches` gathers and reductions of its share (ZeRO-3).
             rs = Linear(const=rs_line.latency_s) + grads * rs_line.seconds_per_byte

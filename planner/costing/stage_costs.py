@@ -24,7 +24,7 @@ import numpy as np
 from cost_models.pipeline import in_flight_per_chunk
 from planner.costing.layout import Layout
 from planner.costing.stage_model import chain_types, stage_model
-from planner.costing.stage_terms import Linear, Occupancy, stage_values
+from planner.costing.stage_terms import Linear, Occupancy, Peak, stage_values
 from planner.inputs.loader import Problem
 from planner.schemas.model import REPEATED_KINDS, EmbeddingBlock, OutputBlock
 
@@ -83,21 +83,54 @@ class ChainCosts:
                       block=np.array(self.block_state_bytes)[None, :],
                       in_flight=np.array(self.block_activation_bytes)[None, :])
 
-    def totals(self, occ: Occupancy) -> tuple[np.ndarray, np.ndarray]:
-        """(time per stage, memory per stage) of an occupancy, (p,) arrays."""
+    def totals(self, occ: Occupancy, columns=None, *,
+               linear: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """(time per stage, memory per stage) of an occupancy: (R, p) arrays, R = 1 or the
+        occupancy's rows. `columns`: the chain position each of the occupancy's types stands
+        for (None: every position its own type); `linear` False: the terms alone."""
         flight = np.array(self.in_flight, dtype=float)[None]
-        time = stage_values(self.linear_time, occ, flight)[0]
-        memory = stage_values(self.linear_memory, occ, flight)[0]
+        rows = occ.rows or 1
+
+        def on(x):
+            return x if columns is None else x.columns(columns)
+
+        time, memory = np.zeros((rows, self.pp)), np.zeros((rows, self.pp))
+        if linear:
+            time = time + stage_values(on(self.linear_time), occ, flight)
+            memory = memory + stage_values(on(self.linear_memory), occ, flight)
         for term in self.time_terms:
-            time = time + stage_values(term, occ, flight)[0]
+            time = time + stage_values(on(term), occ, flight)
         for term in self.memory_terms:
-            memory = memory + stage_values(term, occ, flight)[0]
+            memory = memory + stage_values(on(term), occ, flight)
         return time, memory
 
     def stage_totals(self, bounds) -> tuple[list[float], list[float]]:
         """(time per stage, memory per stage) of a layout, in seconds and bytes."""
         time, memory = self.totals(self.occupancy(bounds))
-        return [float(x) for x in time], [float(x) for x in memory]
+        return [float(x) for x in time[0]], [float(x) for x in memory[0]]
+
+    def position_keys(self) -> list[tuple]:
+        """Per chain position, everything the costs say about it: positions with equal keys
+        are interchangeable blocks."""
+        columns = [self.block_time_s, self.block_state_bytes, self.block_activation_bytes,
+                   self.is_layer]
+        for term in (*self.time_terms, *self.memory_terms):
+            columns.extend(_columns_of(term))
+        return list(zip(*columns))
+
+
+def _columns_of(x) -> list:
+    """The per-position arrays of a one-row `Linear`, `Term` or `Peak`."""
+    if isinstance(x, Peak):
+        return [x.value[0]]
+    if isinstance(x, Linear):
+        return [getattr(x, f)[0] for f in ("block", "in_flight", "end", "end_in_flight", "final")
+                if getattr(x, f) is not None]
+    out = [] if x.gate is None else [x.gate]
+    for option in x.options:
+        for piece in option:
+            out.extend(_columns_of(piece))
+    return out
 
 
 def chain_tied_copy(model, pp: int) -> np.ndarray:
@@ -140,7 +173,8 @@ def chain_costs(problem: Problem, cands, costs, layout: Layout, i: int) -> Chain
     model = problem.model
     p, v = layout.pp, layout.vpp
     sm = stage_model(problem, cands.take([i]), costs.take([i]), pp=p,
-                     tied_copy=Linear(block=chain_tied_copy(model, p)[None, :]))
+                     tied_copy=Linear(block=chain_tied_copy(model, p)[None, :]),
+                     reachable_only=True)
     positions = chain_types(model).type_of_position
 
     def over_chain(x):

@@ -228,11 +228,13 @@ def _per_type(values, n: int) -> np.ndarray:
     return np.broadcast_to(np.asarray(values, dtype=float), (n, len(values)))
 
 
-def stage_model(problem: Problem, cands, costs, *, pp: int, tied_copy: Linear) -> StageModel:
+def stage_model(problem: Problem, cands, costs, *, pp: int, tied_copy: Linear,
+                reachable_only: bool = False) -> StageModel:
     """The per-stage terms of `cands` (block costs `costs`) in a pipeline of `pp` stages.
     `tied_copy`: TP-sharded parameters a tied output layer's copy adds (Megatron-LM keeps one
     on the output layer's stage when the embedding lives on another, and all-reduces its
-    gradient)."""
+    gradient). `reachable_only` (one candidate): terms without the options no layout can
+    reach (`data_parallel.micro_batch_term`)."""
     model, cluster, training, fw = problem.model, problem.cluster, problem.training, problem.framework
     n = len(cands)
     tp = cands.tp.astype(float)
@@ -322,10 +324,15 @@ def stage_model(problem: Problem, cands, costs, *, pp: int, tied_copy: Linear) -
         rows = np.flatnonzero(need)
         if len(rows):
             sub = cands.take(rows)
+            ranges = None
+            if reachable_only:
+                ranges = _message_ranges(model, params.block[0] * per.gradients,
+                                         gather.block[0], gate=gate, pp=pp,
+                                         fetches_per_block=fw.zero3.fetches_per_block)
             dp_terms.append((rows, micro_batch_term(
                 problem, sub, **{name: value[rows] for name, value in group.items()},
                 params=params.take(rows), gather=gather.take(rows), forward=forward.take(rows),
-                backward=backward.take(rows), gate=gate)))
+                backward=backward.take(rows), gate=gate, message_ranges=ranges)))
 
     offload = []
     link_bytes_per_s, _ = host_rates(problem)
@@ -357,6 +364,40 @@ def stage_model(problem: Problem, cands, costs, *, pp: int, tied_copy: Linear) -
         dp=tuple(dp_terms), offload=tuple(offload),
         framework_bytes=cluster.reserve.framework_gib * 2**30,
         fragmentation=cluster.reserve.fragmentation_fraction)
+
+
+def _message_ranges(model, grads: np.ndarray, gather: np.ndarray, *, gate, pp: int,
+                    fetches_per_block: int) -> tuple:
+    """(least, most) bytes, over every layout of at least pp chunks, of a stage's gradient
+    reduce-scatter and of one ZeRO-3 gather and reduction (a stage's bytes over its fetches),
+    from per-type `grads` and `gather` bytes. A layout holds a layer on every stage; a gated
+    term counts only on stages holding a gated type. A stage's bytes per fetch lie between
+    its blocks' least and most (fewer where blocks without bytes add fetches)."""
+    types = chain_types(model)
+    counts = np.bincount(types.type_of_position, minlength=len(types.unique_blocks))
+    whole = float(grads @ counts)
+    if gate is not None:
+        # A stage with a gated block may hold every other block of the chain but one per
+        # other stage, each adding a fetch and no expert bytes.
+        most_blocks = len(model.blocks) - (pp - 1)
+        per = fetches_per_block * most_blocks
+        return ((float(grads[gate].min()), whole),
+                (float(gather[gate].min()) / per, float(gather.max()) / fetches_per_block),
+                (float(grads[gate].min()) / per, float(grads.max()) / fetches_per_block))
+    layer = type_is_layer(model)
+    others = int(counts[~layer].sum())
+
+    def least_average(values: np.ndarray) -> float:
+        # At least one layer; at most every non-layer block of the chain beside it.
+        low_layer = float(values[layer].min())
+        if not others:
+            return low_layer
+        low_other = float(values[~layer].min())
+        return min(low_layer, (low_layer + others * low_other) / (1 + others))
+
+    return ((float(grads[layer].min()), whole),
+            (least_average(gather) / fetches_per_block, float(gather.max()) / fetches_per_block),
+            (least_average(grads) / fetches_per_block, float(grads.max()) / fetches_per_block))
 
 
 def _pipeline_comm(problem: Problem, cands, costs, pp: int) -> Linear:

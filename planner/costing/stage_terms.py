@@ -278,7 +278,7 @@ def _nonnegative(piece: Linear) -> bool:
     return all(getattr(piece, f) is None or np.all(getattr(piece, f) >= 0) for f in _PARTS)
 
 
-def _min_parts(pieces: list[Linear]) -> Linear:
+def min_parts(pieces: list[Linear]) -> Linear:
     """The elementwise least of the pieces' parts (absent parts are zero)."""
     def least(values):
         present = [x for x in values if x is not None]
@@ -297,13 +297,34 @@ def _min_parts(pieces: list[Linear]) -> Linear:
     return Linear(const, *(least([getattr(p, f) for p in pieces]) for f in _PARTS))
 
 
-def lower_linear(x) -> Linear:
+def _pick(pieces: tuple[Linear, ...], index: np.ndarray) -> Linear:
+    """Row i of piece index[i], for every row (absent parts are zero)."""
+    rows = np.arange(len(index))
+
+    def part(values):
+        if all(v is None for v in values):
+            return None
+        like = next(v for v in values if v is not None)
+        stacked = np.stack([np.zeros_like(like) if v is None else np.broadcast_to(v, like.shape)
+                            for v in values])
+        return stacked[index, rows]
+
+    width = max(np.shape(p.const)[1] if np.ndim(p.const) == 2 else 1 for p in pieces)
+    const = np.stack([np.broadcast_to(np.asarray(p.const, dtype=float), (len(index), width))
+                      for p in pieces])
+    return Linear(const[index, rows], *(part([getattr(p, f) for p in pieces]) for f in _PARTS))
+
+
+def lower_linear(x, active=None) -> Linear:
     """A `Linear` no greater than the `Linear` or `Term` x on any stage (every part of a
     `Linear` multiplies a non-negative count, so an elementwise least of linear functions stays
-    below their least): the term itself; for a term, the least over its options of each
-    option's first piece with no negative part (a piece is below the largest); zero for a gated
-    term or a non-negative scaled one (zero on some stage); for a subtracted scaled term (an
-    offloaded share of activations), the whole of its one piece."""
+    below their least): the term itself; for a term, the least over its options of one piece
+    of each (a piece is below the largest): `active[o]` (N,) the piece of option o per row, else
+    the first with no negative part. A gated term keeps that bound's parts for gated blocks
+    and only the negative ones for the others, and drops its (non-negative) constant: on a
+    stage without a gated block it is then at most the term's zero. Zero for a non-negative
+    capped term (zero on some stage); for a subtracted capped term (an offloaded share of
+    activations), the whole of its one piece."""
     if isinstance(x, Linear):
         return x
     if not isinstance(x, Term):
@@ -313,10 +334,30 @@ def lower_linear(x) -> Linear:
         assert len(x.options) == 1 and len(x.options[0]) == 1 and _nonnegative(x.options[0][0])
         return x.options[0][0] * scale            # min(cap, layers) / layers is at most 1
     assert np.all(scale >= 0)
-    if x.gate is not None or x.cap is not None:
+    if x.cap is not None:
         return Linear()
-    firsts = []
-    for option in x.options:
-        piece = next(p for p in option if _nonnegative(p))
-        firsts.append(piece)
-    return _min_parts(firsts) * scale
+    if x.gate is not None:
+        bound = lower_linear(replace(x, gate=None), active)
+        if np.any(np.asarray(bound.const) < 0):
+            return Linear()
+
+        def gated(part):
+            return None if part is None else np.where(x.gate, part, np.minimum(part, 0.0))
+
+        return Linear(0.0, *(gated(getattr(bound, f)) for f in _PARTS))
+    chosen = []
+    for o, option in enumerate(x.options):
+        if active is not None:
+            chosen.append(_pick(option, active[o]))
+        else:
+            chosen.append(next(p for p in option if _nonnegative(p)))
+    return min_parts(chosen) * scale
+
+
+def active_pieces(x: Term, occ: Occupancy, in_flight: np.ndarray,
+                  stage: np.ndarray) -> list[np.ndarray]:
+    """Per option of a term, (N,) the index of its largest piece on each row's `stage` in an
+    occupancy (where a linear lower bound of the term is best taken tight)."""
+    rows = np.arange(in_flight.shape[0])
+    return [np.argmax(np.stack([linear_values(p, occ, in_flight)[rows, stage] for p in option]),
+                      axis=0) for option in x.options]

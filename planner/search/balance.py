@@ -2,18 +2,21 @@
 
 A plan with pp stages and vpp chunks per stage cuts the model chain (embedding, layers, final
 norm, output head) into K = pp * vpp contiguous chunks; chunk k runs on stage k % pp
-(Megatron-LM's interleaved assignment). Stage r's time per micro-batch is the sum over its
-chunks of their blocks' times plus a constant (its pipeline sends, exposed data-parallel
-traffic); its memory is its blocks' model states, plus each chunk's activations times the
-micro-batches that chunk holds in flight, plus a constant (reserve, ZeRO-3 buffers, a tied
-embedding copy). Both are linear in which blocks a chunk holds, so the problem is:
+(Megatron-LM's interleaved assignment). A stage's time per micro-batch and its memory are
+`evaluate`'s, as `ChainCosts` carries them (`costing.stage_costs`): a linear part (its blocks'
+times and model states, each chunk's activations times the micro-batches it holds in flight, a
+constant per stage) and terms that are not linear (pipeline sends by the block ending a chunk,
+data-parallel traffic and host copies hidden behind compute, the recompute working set). The
+problem is
 
     minimise max_r time_r   subject to   memory_r <= capacity for every stage r,
 
 over the K - 1 cut positions. Cuts are integer variables; per-chunk sums come from prefix
-sums through element constraints. Every chunk holds at least one repeated layer (Megatron-LM
-requires a positive layer count per stage). `exact_partition` solves the vpp = 1 case by the
-classic linear-partition dynamic programme, as the reference the tests hold CP-SAT to.
+sums; the terms are encoded by `terms_cp`. Every chunk holds at least one repeated layer
+(Megatron-LM requires a positive layer count per stage). A stack of identical layers is solved
+over per-stage layer counts with each stage's exact costs read from a table. `exact_partition`
+solves the linear vpp = 1 case by the classic linear-partition dynamic programme, as the
+reference the tests hold CP-SAT to.
 """
 
 from __future__ import annotations
@@ -21,9 +24,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import accumulate
 
+import numpy as np
 from ortools.sat.python import cp_model
 
 from planner.costing.stage_costs import ChainCosts
+from planner.costing.stage_terms import Occupancy
+from planner.search.terms_cp import TermEncoder
 
 TIME_UNIT_S = 1e-9
 """CP-SAT works in integers: block times in nanoseconds (rounded to nearest)."""
@@ -59,8 +65,7 @@ def allowed_cuts(costs: ChainCosts) -> list[int]:
 def _runs(costs: ChainCosts) -> list[tuple[int, int]]:
     """(start, length) of each run of consecutive blocks with identical costs: an LM chain
     (embedding, L identical layers, norm, head) is four runs whatever L is."""
-    keys = list(zip(costs.block_time_s, costs.block_state_bytes, costs.block_activation_bytes,
-                    costs.is_layer))
+    keys = costs.position_keys()
     runs, start = [], 0
     for b in range(1, len(keys) + 1):
         if b == len(keys) or keys[b] != keys[start]:
@@ -197,26 +202,69 @@ def _solver(time_limit_s: float, *, presolve: bool = True) -> cp_model.CpSolver:
     return solver
 
 
-def balance_stack(costs: ChainCosts, stack: tuple[int, int], *,
-                  time_limit_s: float = 10.0) -> Balanced | None:
-    """The balanced layout of a transformer stack, stage by stage.
+def _chunk_counts(costs: ChainCosts, layers: int, stage: int) -> list[int]:
+    """Layers of each chunk of `stage` holding `layers` of a stack: layers // v each, the
+    remainder one by one to the chunks that hold the fewest micro-batches in flight (the least
+    memory; the later chunk on a tie), so a stage's chunks stay within one layer of each other,
+    as Megatron-LM's uneven-stage flags keep them."""
+    v = costs.vpp
+    order = sorted(range(v), key=lambda c: (costs.in_flight[stage][c], -c))
+    per_chunk, extra = divmod(layers, v)
+    counts = [per_chunk] * v
+    for c in order[:extra]:
+        counts[c] += 1
+    return counts
 
-    With identical layers only each stage's layer count n_r matters for time; its chunks get
-    n_r // v layers each and the remainder goes one by one to the chunks that hold the fewest
-    micro-batches in flight (the least memory, and chunks of a stage stay within one layer of
-    each other, as Megatron-LM's uneven-stage flags keep them). That leaves p integer
-    variables instead of p * v cuts.
-    """
+
+def stack_tables(costs: ChainCosts, stack: tuple[int, int], *,
+                 linear: bool = True) -> tuple[list[int], np.ndarray, np.ndarray]:
+    """(layer counts, time (R, p), memory (R, p)): each stage's exact time and memory
+    (`ChainCosts.totals`) when it holds each count of the stack's layers, the blocks before
+    them in its first chunk on stage 0 and those after them in the last chunk on the last
+    stage. A stage's costs depend on its own blocks only, so one occupancy per count (every
+    stage holding that many) gives every stage's column at once. `linear` False: the terms
+    alone."""
+    n, p, v = len(costs.block_time_s), costs.pp, costs.vpp
+    big_k = p * v
+    start, num_layers = stack
+    # Block types: each run of identical blocks, standing for its first position.
+    runs = _runs(costs)
+    index = {run_start: j for j, (run_start, _) in enumerate(runs)}
+    layer_type = index[start]
+    head = [index[s] for s, _ in runs if s < start]
+    tail = [index[s] for s, _ in runs if s >= start + num_layers]
+    counts_of_stage = list(range(v, num_layers - v * (p - 1) + 1))
+    counts = np.zeros((len(counts_of_stage), big_k, len(runs)))
+    last = np.full((len(counts_of_stage), big_k), layer_type)
+    for i, count in enumerate(counts_of_stage):
+        for r in range(p):
+            for c, layers in enumerate(_chunk_counts(costs, count, r)):
+                counts[i, c * p + r, layer_type] = layers
+    for j in head:
+        counts[:, 0, j] += runs[j][1]
+    for j in tail:
+        counts[:, -1, j] += runs[j][1]
+    if tail:
+        last[:, -1] = tail[-1]
+    occ = Occupancy(p, v, counts, last, np.array([costs.is_layer[s] for s, _ in runs]))
+    time, memory = costs.totals(occ, columns=[s for s, _ in runs], linear=linear)
+    return counts_of_stage, time, memory
+
+
+def _linear_stack(costs: ChainCosts, stack: tuple[int, int], term_time_s, term_bytes, *,
+                  time_limit_s: float) -> Balanced | None:
+    """`balance_stack` where the terms add a constant to each stage (`term_time_s`,
+    `term_bytes`): a linear model in each stage's layer count and its chunks' split."""
     n, p, v = len(costs.block_time_s), costs.pp, costs.vpp
     start, num_layers = stack
-    if num_layers < p * v:
-        return None
     t = _ints([costs.block_time_s[start]], TIME_UNIT_S, up=False)[0]
     s = _ints([costs.block_state_bytes[start]], MEMORY_UNIT_BYTES, up=True)[0]
     a = _ints([costs.block_activation_bytes[start]], MEMORY_UNIT_BYTES, up=True)[0]
     head, tail = range(0, start), range(start + num_layers, n)
-    stage_time = _ints(costs.stage_time_s, TIME_UNIT_S, up=False)
-    stage_mem = _ints(costs.stage_bytes, MEMORY_UNIT_BYTES, up=True)
+    stage_time = [x + y for x, y in zip(_ints(costs.stage_time_s, TIME_UNIT_S, up=False),
+                                        _ints(term_time_s, TIME_UNIT_S, up=False))]
+    stage_mem = [x + y for x, y in zip(_ints(costs.stage_bytes, MEMORY_UNIT_BYTES, up=True),
+                                       _ints(term_bytes, MEMORY_UNIT_BYTES, up=True))]
     # Blocks before the layers sit in chunk 0 (stage 0), after them in the last chunk.
     for blocks, r, c in ((head, 0, 0), (tail, p - 1, v - 1)):
         stage_time[r] += sum(_ints([costs.block_time_s[b] for b in blocks], TIME_UNIT_S,
@@ -269,24 +317,91 @@ def balance_stack(costs: ChainCosts, stack: tuple[int, int], *,
     status = solver.solve(model)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
+    return _stack_result(costs, stack, [solver.value(x) for x in layers],
+                         solver.status_name(status))
+
+
+def _table_stack(costs: ChainCosts, stack: tuple[int, int], counts_of_stage: list[int],
+                 time: np.ndarray, memory: np.ndarray, *, time_limit_s: float) -> Balanced | None:
+    """`balance_stack` over each stage's exact costs per layer count (`stack_tables`)."""
+    p, v = costs.pp, costs.vpp
+    _, num_layers = stack
+    fits = memory <= costs.capacity_bytes                                    # (R, p)
+    allowed = [[c for c, ok in zip(counts_of_stage, fits[:, r]) if ok] for r in range(p)]
+    if any(not a for a in allowed) or sum(max(a) for a in allowed) < num_layers \
+            or sum(min(a) for a in allowed) > num_layers:
+        return None
+    stage_time = [_ints(time[:, r], TIME_UNIT_S, up=False) for r in range(p)]
+    model = cp_model.CpModel()
+    layers = [model.new_int_var_from_domain(cp_model.Domain.from_values(allowed[r]),
+                                            f"layers[{r}]") for r in range(p)]
+    model.add(sum(layers) == num_layers)
+    slowest = model.new_int_var(0, max(max(t) for t in stage_time), "slowest_stage")
+    for r in range(p):
+        # Stage r's time per micro-batch, read from its table, bounds the slowest stage.
+        row = model.new_int_var(0, len(counts_of_stage) - 1, f"row[{r}]")
+        model.add(row == layers[r] - v)
+        taken = model.new_int_var(min(stage_time[r]), max(stage_time[r]), f"time[{r}]")
+        model.add_element(row, stage_time[r], taken)
+        model.add(taken <= slowest)
+    model.minimize(slowest)
+    solver = _solver(time_limit_s, presolve=False)
+    status = solver.solve(model)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    return _stack_result(costs, stack, [solver.value(x) for x in layers],
+                         solver.status_name(status))
+
+
+def _stack_result(costs: ChainCosts, stack: tuple[int, int], layers: list[int],
+                  status: str) -> Balanced:
+    """The layout giving stage r `layers[r]` of the stack's layers."""
+    n, p, v = len(costs.block_time_s), costs.pp, costs.vpp
+    start, _ = stack
     counts = [0] * (p * v)
     for r in range(p):
-        total = solver.value(layers[r])
-        for i, c in enumerate(order[r]):
-            counts[c * p + r] = total // v + (1 if i < total % v else 0)
+        for c, count in enumerate(_chunk_counts(costs, layers[r], r)):
+            counts[c * p + r] = count
     bounds, position = [0], start
-    for k, count in enumerate(counts[:-1]):
+    for count in counts[:-1]:
         position += count
         bounds.append(position)
     bounds.append(n)
     times, _ = stage_totals(costs, bounds)
-    return Balanced(tuple(bounds), max(times), solver.status_name(status))
+    return Balanced(tuple(bounds), max(times), status)
+
+
+def balance_stack(costs: ChainCosts, stack: tuple[int, int], *,
+                  time_limit_s: float = 10.0) -> Balanced | None:
+    """The balanced layout of a transformer stack, stage by stage.
+
+    With identical layers a stage's costs depend only on how many layers n_r it holds
+    (`_chunk_counts` spreads them over its chunks), which leaves p integer variables instead
+    of p * v cuts. Where the terms add a constant per stage (a working set, pipeline sends
+    between layers), the model stays linear in n_r; otherwise (data-parallel traffic and host
+    copies hidden behind compute) CP-SAT reads each stage's exact costs from a table per n_r.
+    """
+    p, v = costs.pp, costs.vpp
+    _, num_layers = stack
+    if num_layers < p * v:
+        return None
+    if not costs.time_terms and not costs.memory_terms:
+        return _linear_stack(costs, stack, np.zeros(p), np.zeros(p), time_limit_s=time_limit_s)
+    counts_of_stage, term_time, term_memory = stack_tables(costs, stack, linear=False)
+    if all(np.ptp(x, axis=0).max(initial=0.0) <= 1e-12 * max(np.abs(x).max(initial=0.0), 1e-300)
+           for x in (term_time, term_memory)):
+        return _linear_stack(costs, stack, term_time[0], term_memory[0],
+                             time_limit_s=time_limit_s)
+    _, time, memory = stack_tables(costs, stack)
+    return _table_stack(costs, stack, counts_of_stage, time, memory, time_limit_s=time_limit_s)
 
 
 def balance(costs: ChainCosts, *, hint: tuple[int, ...] | None = None,
             time_limit_s: float = 10.0) -> Balanced | None:
     """The layout minimising the slowest stage's time with every stage fitting; None when no
-    layout fits (or none is found in the time limit)."""
+    layout fits (or none is found in the time limit). The status is OPTIMAL only where the
+    model is the chain's costs (up to its integer units): a term it can only bound
+    (`terms_cp`) leaves FEASIBLE."""
     n, p, v, big_k = len(costs.block_time_s), costs.pp, costs.vpp, costs.num_chunks
     if sum(costs.is_layer) < big_k:
         return None
@@ -307,8 +422,9 @@ def balance(costs: ChainCosts, *, hint: tuple[int, ...] | None = None,
     # Cut k is where chunk k starts; chunk 0 starts at the chain's head, the last ends at n.
     # A chunk ends with a layer: blocks between layers (a middle norm) go with the layer
     # after them, as in a layout given by layer counts (layout.layout_from_layer_counts).
-    allowed = cp_model.Domain.from_values(allowed_cuts(costs))
-    cuts = [model.new_constant(0)] + [model.new_int_var_from_domain(allowed, f"cut[{k}]")
+    allowed = allowed_cuts(costs)
+    domain = cp_model.Domain.from_values(allowed)
+    cuts = [model.new_constant(0)] + [model.new_int_var_from_domain(domain, f"cut[{k}]")
                                       for k in range(1, big_k)] + [model.new_constant(n)]
     for k in range(big_k):
         model.add(cuts[k + 1] >= cuts[k] + 1)                 # chunks are not empty
@@ -320,18 +436,27 @@ def balance(costs: ChainCosts, *, hint: tuple[int, ...] | None = None,
     # Every chunk holds at least one repeated layer.
     for k in range(big_k):
         model.add(layers_at[k + 1] - layers_at[k] >= 1)
+    terms = TermEncoder(model, costs, cuts, runs, prefix, layers_at, allowed)
     total_time = sum(t * length for t, (_, length) in zip(run_time, runs))
-    slowest = model.new_int_var(0, total_time + max(stage_time, default=0), "slowest_stage")
-    # Redundant: the slowest stage takes at least the average stage time.
+    extra = sum(terms.bound(t, TIME_UNIT_S) for t in costs.time_terms)
+    slowest = model.new_int_var(0, total_time + max(stage_time, default=0) + extra,
+                                "slowest_stage")
+    # Redundant: the slowest stage takes at least the average stage time (the terms of a
+    # stage's time are never negative).
     model.add(p * slowest >= total_time + sum(stage_time))
     for r in range(p):
         chunks = [c * p + r for c in range(v)]
         # Stage r's time per micro-batch bounds the slowest stage.
-        model.add(sum(time_at[k + 1] - time_at[k] for k in chunks) + stage_time[r] <= slowest)
-        # Stage r's memory: states of its blocks, activations times micro-batches in flight.
+        model.add(sum(time_at[k + 1] - time_at[k] for k in chunks) + stage_time[r]
+                  + sum(terms.encode(t, r, TIME_UNIT_S, up=False) for t in costs.time_terms)
+                  <= slowest)
+        # Stage r's memory: states of its blocks, activations times micro-batches in flight,
+        # and the terms.
         model.add(sum(state_at[k + 1] - state_at[k]
                       + costs.in_flight[r][c] * (act_at[k + 1] - act_at[k])
-                      for c, k in enumerate(chunks)) + stage_mem[r] <= capacity)
+                      for c, k in enumerate(chunks)) + stage_mem[r]
+                  + sum(terms.encode(t, r, MEMORY_UNIT_BYTES, up=True)
+                        for t in costs.memory_terms) <= capacity)
     model.minimize(slowest)
     start = _greedy_cuts(costs) or hint or _even_time_cuts(costs)
     for var, value in zip(cuts[1:-1], start[1:-1]):
@@ -341,14 +466,20 @@ def balance(costs: ChainCosts, *, hint: tuple[int, ...] | None = None,
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     bounds = tuple(int(solver.value(c)) for c in cuts)
-    times, _ = stage_totals(costs, bounds)
-    return Balanced(bounds, max(times), solver.status_name(status))
+    times, memory = stage_totals(costs, bounds)
+    # Memory is rounded up and bounded from above: what fits the model fits in bytes.
+    assert max(memory) <= costs.capacity_bytes * (1 + 1e-12), (memory, costs.capacity_bytes)
+    name = solver.status_name(status)
+    if name == "OPTIMAL" and not terms.exact:
+        name = "FEASIBLE"
+    return Balanced(bounds, max(times), name)
 
 
 def exact_partition(costs: ChainCosts) -> tuple[float, tuple[int, ...]] | None:
     """The same problem for vpp = 1 by dynamic programming (Skiena's linear partition,
     generalised to per-stage constants and memory limits): (slowest stage time, bounds)."""
     assert costs.vpp == 1, "the reference handles one chunk per stage"
+    assert not costs.time_terms and not costs.memory_terms, "the reference is linear"
     n, p = len(costs.block_time_s), costs.pp
     time = [0.0, *accumulate(costs.block_time_s)]
     state = [0.0, *accumulate(costs.block_state_bytes)]

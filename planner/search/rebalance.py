@@ -24,7 +24,8 @@ from cost_models.pipeline import in_flight_per_chunk
 from planner.costing.evaluate import (Candidates, block_costs, evaluate, evaluate_strategy,
                                       layout_for)
 from planner.costing.stage_model import chain_types, stage_model, type_is_layer
-from planner.costing.stage_terms import Linear, Peak, by_stage, lower_linear
+from planner.costing.stage_terms import (Linear, Occupancy, Peak, Term, active_pieces, by_stage,
+                                         lower_linear)
 from planner.costing.layout import Layout
 from planner.inputs.loader import Problem
 from planner.search.pool import Batch, Pool
@@ -135,19 +136,37 @@ def lower_bounds(problem: Problem, pool: Pool) -> tuple[np.ndarray, np.ndarray]:
                 out[:, (k - 1) % p] += lb.final[:, layer_types].min(1)
             return out
 
-        # ---- time: the layers' time fills the stages above their fixed parts.
-        time_lb = sum((lower_linear(t) for t in sm.time_terms), Linear())
-        base = fixed_part(time_lb)
-        rate = np.zeros((n, num_types)) if time_lb.block is None else time_lb.block
-        for dp_rows, term in sm.dp:
-            lb = lower_linear(term)
-            padded = _rows_linear(lb, dp_rows, n, num_types)
-            base = base + fixed_part(padded)
-            if padded.block is not None:
-                rate = rate + padded.block
-        amount = rate[:, layer_types] @ layer_counts[layer_types]
-        slowest = water_level(base, np.ones_like(base), amount)
-        total = base.sum(1) + amount
+        # ---- time: the layers' time fills the stages above their fixed parts. Each term is
+        # bounded by a linear function tight in the even layout's slowest stage (its pieces
+        # largest there), or, where that leaves a layer a negative time, by non-negative ones.
+        even = Occupancy.of_bounds(p, v, batch.layout.bounds, position_type, is_layer)
+        slowest_even = batch.ev.slowest_stage[pool.row[rows]]
+        bases, rates = [], []
+        for tight in (True, False):
+            base, rate = np.zeros((n, p)), np.zeros((n, num_types))
+            parts = [(np.arange(n), t) for t in sm.time_terms] + list(sm.dp)
+            for term_rows, term in parts:
+                active = None
+                if tight and isinstance(term, Term):
+                    active = active_pieces(term, even, flight[term_rows],
+                                           slowest_even[term_rows])
+                lb = _rows_linear(lower_linear(term, active), term_rows, n, num_types)
+                base = base + fixed_part(lb)
+                if lb.block is not None:
+                    rate = rate + lb.block
+            bases.append(base)
+            rates.append(rate)
+        # Layers of negative time (a term that hides traffic behind them) may fill a stage
+        # below its fixed part: the tight bound then only says the slowest stage takes at
+        # least the mean.
+        amounts = [r[:, layer_types] @ layer_counts[layer_types] for r in rates]
+        totals = [b.sum(1) + a for b, a in zip(bases, amounts)]
+        tight_ok = (rates[0][:, layer_types] >= 0).all(1)
+        slowest = np.maximum(
+            np.where(tight_ok, water_level(bases[0], np.ones_like(bases[0]), amounts[0]),
+                     totals[0] / p),
+            water_level(bases[1], np.ones_like(bases[1]), amounts[1]))
+        total = np.maximum(totals[0], totals[1])
         times[rows] = (m - 1) * slowest + (total + (v - 1) * slowest) / v + \
             problem.cluster.efficiency.step_overhead_s
 
@@ -187,10 +206,9 @@ def _rows_linear(x: Linear, rows: np.ndarray, n: int, num_types: int) -> Linear:
         out[rows] = np.broadcast_to(part, (len(rows), width))
         return out
 
-    const = np.asarray(x.const, dtype=float)
-    width = const.shape[1] if const.ndim == 2 else 1
-    return Linear(spread(np.broadcast_to(const, (len(rows), width)) if const.ndim
-                         else np.full((len(rows), 1), float(const)), width),
+    width = np.shape(x.const)[1] if np.ndim(x.const) == 2 else 1
+    const = np.broadcast_to(np.asarray(x.const, dtype=float), (len(rows), width))
+    return Linear(spread(const, width),
                   *(spread(getattr(x, f), num_types) for f in
                     ("block", "in_flight", "end", "end_in_flight", "final")))
 

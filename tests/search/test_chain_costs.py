@@ -137,3 +137,59 @@ def test_chain_costs_give_evaluate_per_stage_time_and_memory_in_every_layout(wri
             assert np.all(time_bound <= ev.step_s * (1 + 1e-9)), (case, layout.bounds)
             assert np.all(memory_bound <= ev.peak_bytes * (1 + 1e-9)), (case, layout.bounds)
     assert checked > 0
+
+
+@pytest.mark.parametrize("case", ["moe-megatron", "moe-torchtitan", "tied-deepspeed", "tied-fp8"])
+def test_balance_finds_the_fastest_layout_evaluate_lets_fit(write, case):
+    """CP-SAT over the chain's terms against brute force over every layout, judged by
+    `evaluate` itself: with memory binding on some stages, the balanced layout fits, is
+    priced as `evaluate` prices it, and is the fastest that fits (OPTIMAL), or at least no
+    faster than it (FEASIBLE: a term the model can only bound)."""
+    from dataclasses import replace
+
+    from planner.search.balance import balance
+    from tests.conftest import compositions
+
+    problem, space = _problem(write, case)
+    rng = np.random.default_rng(5)
+    checked = 0
+    for pp, vpp, cands in _sampled_groups(problem, space, rng):
+        costs = block_costs(problem, cands)
+        layouts = [layout_from_layer_counts(problem.model, pp, vpp, counts)
+                   for counts in compositions(problem.model.num_layers, pp * vpp)]
+        evs = [evaluate(problem, layout, cands, costs) for layout in layouts]
+        even = uniform_layout(problem.model, pp, vpp)
+        for i in range(len(cands)):
+            tau = np.array([(ev.stage_compute_s + ev.stage_tp_s + ev.stage_ep_s + ev.stage_cp_s
+                             + ev.stage_pp_s + ev.stage_dp_s + ev.stage_offload_s)[i].max()
+                            for ev in evs])
+            peak = np.array([ev.peak_bytes[i] for ev in evs])
+            # A capacity that some layouts meet and others do not.
+            capacity = float(np.quantile(peak, 0.4))
+            chain = replace(chain_costs(problem, cands, costs, even, i), capacity_bytes=capacity)
+            # CP-SAT rounds each block's bytes up to KiB and its times to nanoseconds: a layout
+            # within that of the capacity may be refused.
+            blocks = len(problem.model.blocks)
+            slack = 1024.0 * (blocks * (1 + max(map(max, chain.in_flight))) + 16)
+            tolerance = blocks * 1e-9
+            fits = peak <= capacity - slack
+            result = balance(chain, time_limit_s=20)
+            capped = any(getattr(t, "cap", None) is not None for t in chain.memory_terms)
+            if result is None:
+                assert not fits.any() or capped, (case, cands.strategy(i))
+                continue
+            index = [layout.bounds for layout in layouts].index(result.bounds)
+            assert peak[index] <= capacity, (case, cands.strategy(i), result)
+            assert result.max_stage_time_s == pytest.approx(tau[index], rel=1e-9)
+            best = tau[fits].min() if fits.any() else np.inf
+            assert result.max_stage_time_s >= tau[peak <= capacity].min() - tolerance
+            if result.status == "OPTIMAL" and (vpp == 1 or not _is_stack(chain)):
+                assert result.max_stage_time_s <= best + tolerance, (case, cands.strategy(i))
+            checked += 1
+    assert checked > 0
+
+
+def _is_stack(chain) -> bool:
+    from planner.search.balance import _runs, _stack
+
+    return _stack(chain, _runs(chain)) is not None
