@@ -50,3 +50,35 @@ def test_chunks_share_the_in_flight_total(p, v, m, r):
              for c in range(v)]
     assert sum(parts) == total
     assert parts == sorted(parts, reverse=True)   # warm-up fills chunk 0 first
+
+
+def test_scatter_gather_sends_a_tp_share_sc21_sec4_1():
+    # Narayanan et al. 2021, Sec. 4.1: GPT-3 175B (s 2048, h 12288), b 1, t 8: each rank sends
+    # 1/8 of the 2 s b h bytes across a stage boundary.
+    from cost_models.pipeline import pipeline_send_bytes
+
+    assert pipeline_send_bytes(2048 * 12288, tp=8, value_bytes=2) == 6_291_456
+
+
+def test_boundary_is_a_send_each_way_plus_the_regather():
+    from cost_models.communication import (Group, Network, all_gather_time_s,
+                                           send_recv_time_s)
+    from cost_models.pipeline import pipeline_boundary_s
+
+    net = Network(intra_bus_bytes_per_s=300e9, nic_bus_bytes_per_s=25e9, intra_hop_s=1e-6,
+                  inter_hop_s=5e-6)
+    tp_group = Group(size=8, ranks_per_node=8, num_nodes=1)
+    elements = 2048 * 12288
+    kw = dict(elements=elements, value_bytes=2, tp=8, across_nodes=True, tp_group=tp_group,
+              net=net)
+    send = send_recv_time_s(elements * 2 / 8, across_nodes=True, net=net)
+    gather = all_gather_time_s(elements * 2, tp_group, net)
+    assert pipeline_boundary_s(sequence_parallel=False, scatter_gather=True, **kw) == \
+        pytest.approx(2 * (send + gather))
+    # Sequence parallelism already splits the activation: no regather.
+    assert pipeline_boundary_s(sequence_parallel=True, scatter_gather=True, **kw) == \
+        pytest.approx(2 * send)
+    # Without the optimisation every rank sends the whole activation.
+    whole = send_recv_time_s(elements * 2, across_nodes=True, net=net)
+    assert pipeline_boundary_s(sequence_parallel=False, scatter_gather=False, **kw) == \
+        pytest.approx(2 * whole)
