@@ -189,3 +189,21 @@ def test_parameter_server_by_hand():
 ])
 def test_exposed_time_of_overlapped_communication(comm_s, compute_s, expected):
     assert comm.exposed_time_s(comm_s, compute_s, interference=0.1) == pytest.approx(expected)
+
+
+def test_protocol_lines_are_what_nccl_picks_between():
+    # tuning.cc: per protocol, time = latency + bytes / bandwidth; NCCL runs the fastest. The
+    # lines' least is the collective's time, small messages on LL, large ones on Simple.
+    group = nodes_group(4)
+    lines = comm.reduce_scatter_lines(group, net("dgx-a100-80gb"))
+    assert [round(float(l.seconds_per_byte) / float(lines[2].seconds_per_byte), 2)
+            for l in lines] == [2.0, round(1 / 0.92, 2), 1.0]       # LL 0.5, LL128 0.92, Simple 1
+    for size in (1e3, 1e6, 1e9):
+        times = [float(l.latency_s + size * l.seconds_per_byte) for l in lines]
+        assert comm.fastest_s(lines, size) == pytest.approx(min(times))
+        assert comm.reduce_scatter_time_s(size, group, net("dgx-a100-80gb")) == \
+            pytest.approx(min(times))
+    assert comm.fastest_s(lines, 1e3) == pytest.approx(float(lines[0].latency_s
+                                                             + 1e3 * lines[0].seconds_per_byte))
+    assert comm.fastest_s(lines, 1e9) == pytest.approx(float(lines[2].latency_s
+                                                             + 1e9 * lines[2].seconds_per_byte))
