@@ -176,8 +176,15 @@ def search_options(function):
                           "cluster's host link (repeat; default: nothing offloaded)."),
         click.option("--top", "top_k", type=positive, default=5, show_default=True,
                      help="How many plans to rank."),
-        click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=10.0,
-                     show_default=True, help="CP-SAT time limit per solve, seconds."),
+        click.option("--layout-work", type=click.FloatRange(min=0, min_open=True, max=1e6),
+                     default=1.0, show_default=True, metavar="UNITS",
+                     help="CP-SAT work (deterministic units, about a core-second each) the "
+                          "stage-layout solves may use; more proves more layouts optimal. "
+                          "Same input, same result, on any machine load."),
+        click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=300.0,
+                     show_default=True,
+                     help="Wall-clock safety net for the whole search, seconds. Work budgets "
+                          "decide results; when this fires the output says so."),
         click.option("--workers", type=click.IntRange(min=1, max=1024), default=1,
                      show_default=True, help="CP-SAT worker threads."),
         click.option("--seed", type=click.IntRange(min=0, max=2**31 - 1), default=0,
@@ -208,6 +215,7 @@ def _search_space(pins: dict, targets: tuple = ()):
     offload = tuple(dict.fromkeys(pins.pop("offload")))
     comms = (tuple(DpComm) if dp_comm == "both" else (DpComm(dp_comm),))
     settings = SolverSettings(top_k=pins.pop("top_k"), time_limit_s=pins.pop("time_limit"),
+                              layout_work=pins.pop("layout_work"),
                               num_workers=pins.pop("workers"), random_seed=pins.pop("seed"),
                               export_path=pins.pop("export_model"))
     space = SearchSpace(zero_stages=zero, recompute=recompute,

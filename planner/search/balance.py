@@ -64,6 +64,31 @@ class Balanced:
     status: str
 
 
+DEFAULT_WORK_LIMIT = 10.0
+"""CP-SAT deterministic time one layout solve may use when its caller sets no budget. CP-SAT
+counts its work in these units (about a second of one core each, whatever the machine's load),
+so a solve stopped by them stops at the same point on every run; callers that must bound their
+total (the plan search, `planner.search.rebalance`) pass less."""
+
+
+@dataclass(frozen=True)
+class LayoutSolve:
+    """One layout solve: its answer, CP-SAT's status and the work it used."""
+
+    balanced: Balanced | None
+    """The layout, or None when none fits or none was found within the limits."""
+    status: str
+    """CP-SAT's status: OPTIMAL, FEASIBLE (stopped by a limit with a layout), INFEASIBLE (no
+    layout fits), UNKNOWN (stopped by a limit without one)."""
+    work: float = 0.0
+    """CP-SAT deterministic time used (0 when the bounds alone decide)."""
+
+    @property
+    def stopped(self) -> bool:
+        """A limit stopped the solve: a better layout, or one that fits, may exist."""
+        return self.status in ("FEASIBLE", "UNKNOWN")
+
+
 def _ints(values, unit: float, *, up: bool) -> list[int]:
     if up:
         return [int(-(-v // unit)) for v in values]
@@ -221,10 +246,15 @@ def _stack(costs: ChainCosts, runs: list[tuple[int, int]]) -> tuple[int, int] | 
     return layer_runs[0] if len(layer_runs) == 1 else None
 
 
-def _solver(time_limit_s: float, *, presolve: bool = True) -> cp_model.CpSolver:
+def _solver(work_limit: float, wall_limit_s: float | None, *,
+            presolve: bool = True) -> cp_model.CpSolver:
+    """One worker and a limit in deterministic time: the same answer on every run. The wall
+    limit is only a safety net (its caller says so when it fires)."""
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
-    solver.parameters.max_time_in_seconds = time_limit_s
+    solver.parameters.max_deterministic_time = work_limit
+    if wall_limit_s is not None:
+        solver.parameters.max_time_in_seconds = max(wall_limit_s, 1e-3)
     # Probing costs more than it saves on these models (0.5 s of a 0.6 s solve, 200 blocks).
     solver.parameters.cp_model_probing_level = 0
     solver.parameters.cp_model_presolve = presolve
@@ -232,7 +262,8 @@ def _solver(time_limit_s: float, *, presolve: bool = True) -> cp_model.CpSolver:
 
 
 def balance_stack(costs: ChainCosts, stack: tuple[int, int], *,
-                  time_limit_s: float = 10.0) -> Balanced | None:
+                  work_limit: float = DEFAULT_WORK_LIMIT,
+                  wall_limit_s: float | None = None) -> LayoutSolve:
     """The balanced layout of a transformer stack, stage by stage.
 
     With identical layers only each stage's layer count n_r matters for time; its chunks get
@@ -244,7 +275,7 @@ def balance_stack(costs: ChainCosts, stack: tuple[int, int], *,
     n, p, v = len(costs.block_time_s), costs.pp, costs.vpp
     start, num_layers = stack
     if num_layers < p * v:
-        return None
+        return LayoutSolve(None, "INFEASIBLE")
     t = _ints([costs.block_time_s[start]], TIME_UNIT_S, up=False)[0]
     s = _ints([costs.block_state_bytes[start]], MEMORY_UNIT_BYTES, up=True)[0]
     a = _ints([costs.block_activation_bytes[start]], MEMORY_UNIT_BYTES, up=True)[0]
@@ -276,7 +307,7 @@ def balance_stack(costs: ChainCosts, stack: tuple[int, int], *,
             count += 1
         most.append(count)
     if min(most) < v or sum(most) < num_layers:
-        return None
+        return LayoutSolve(None, "INFEASIBLE")
     model = cp_model.CpModel()
     layers = [model.new_int_var(v, most[r], f"layers[{r}]") for r in range(p)]
     model.add(sum(layers) == num_layers)
@@ -299,10 +330,10 @@ def balance_stack(costs: ChainCosts, stack: tuple[int, int], *,
     model.minimize(slowest)
     # Presolve turns these p-variable models into harder ones: gpt3-175b, pp 16, vpp 3 took
     # 1.07 s with it and 26 ms without.
-    solver = _solver(time_limit_s, presolve=False)
+    solver = _solver(work_limit, wall_limit_s, presolve=False)
     status = solver.solve(model)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return None
+        return _unsolved(solver, status)
     counts = [0] * (p * v)
     for r in range(p):
         total = solver.value(layers[r])
@@ -313,21 +344,39 @@ def balance_stack(costs: ChainCosts, stack: tuple[int, int], *,
         position += count
         bounds.append(position)
     bounds.append(n)
+    return _solved(solver, status, costs, bounds)
+
+
+def _unsolved(solver: cp_model.CpSolver, status) -> LayoutSolve:
+    return LayoutSolve(None, solver.status_name(status), solver.deterministic_time)
+
+
+def _solved(solver: cp_model.CpSolver, status, costs: ChainCosts, bounds) -> LayoutSolve:
     times, _ = stage_totals(costs, bounds)
-    return Balanced(tuple(bounds), max(times), solver.status_name(status))
+    name = solver.status_name(status)
+    return LayoutSolve(Balanced(tuple(bounds), max(times), name), name,
+                       solver.deterministic_time)
 
 
 def balance(costs: ChainCosts, *, hint: tuple[int, ...] | None = None,
-            time_limit_s: float = 10.0) -> Balanced | None:
+            work_limit: float = DEFAULT_WORK_LIMIT) -> Balanced | None:
     """The layout minimising the slowest stage's time with every stage fitting; None when no
-    layout fits (or none is found in the time limit)."""
+    layout fits (or none is found within `work_limit`, CP-SAT deterministic time)."""
+    return solve_layout(costs, hint=hint, work_limit=work_limit).balanced
+
+
+def solve_layout(costs: ChainCosts, *, hint: tuple[int, ...] | None = None,
+                 work_limit: float = DEFAULT_WORK_LIMIT,
+                 wall_limit_s: float | None = None) -> LayoutSolve:
+    """`balance`, with CP-SAT's status and the work it used: a solve stopped by `work_limit`
+    stops at the same point on every run; `wall_limit_s` is a safety net only."""
     n, p, v, big_k = len(costs.block_time_s), costs.pp, costs.vpp, costs.num_chunks
     if sum(costs.is_layer) < big_k:
-        return None
+        return LayoutSolve(None, "INFEASIBLE")
     runs = _runs(costs)
     stack = _stack(costs, runs)
     if stack is not None:
-        return balance_stack(costs, stack, time_limit_s=time_limit_s)
+        return balance_stack(costs, stack, work_limit=work_limit, wall_limit_s=wall_limit_s)
     first = [s for s, _ in runs]
     run_time = _ints([costs.block_time_s[s] for s in first], TIME_UNIT_S, up=False)
     run_state = _ints([costs.block_state_bytes[s] for s in first], MEMORY_UNIT_BYTES, up=True)
@@ -370,13 +419,11 @@ def balance(costs: ChainCosts, *, hint: tuple[int, ...] | None = None,
     start = _greedy_cuts(costs) or hint or _even_time_cuts(costs)
     for var, value in zip(cuts[1:-1], start[1:-1]):
         model.add_hint(var, value)
-    solver = _solver(time_limit_s, presolve=False)
+    solver = _solver(work_limit, wall_limit_s, presolve=False)
     status = solver.solve(model)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return None
-    bounds = tuple(int(solver.value(c)) for c in cuts)
-    times, _ = stage_totals(costs, bounds)
-    return Balanced(bounds, max(times), solver.status_name(status))
+        return _unsolved(solver, status)
+    return _solved(solver, status, costs, [int(solver.value(c)) for c in cuts])
 
 
 def exact_partition(costs: ChainCosts) -> tuple[float, tuple[int, ...]] | None:
