@@ -139,6 +139,14 @@ class Candidates:
         return Candidates(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 
     @classmethod
+    def empty(cls) -> Candidates:
+        """No strategies (each field with the type a strategy gives it)."""
+        defaults = OverlapDefaults(overlap_grad_reduce=False, overlap_param_gather=False,
+                                   tp_comm_overlap=False)
+        one = cls.from_strategy(Strategy(dp=1, tp=1, pp=1, global_batch=1), defaults)
+        return one.take(np.zeros(0, dtype=np.int64))
+
+    @classmethod
     def concat(cls, parts: list[Candidates]) -> Candidates:
         return cls(**{f.name: np.concatenate([getattr(c, f.name) for c in parts])
                       for f in fields(cls)})

@@ -312,7 +312,7 @@ def explain_infeasible(problem: Problem, space: SearchSpace, groups: list[Candid
         # dp of the strategies that only the batch (and memory) rule out.
         others = [n for n in conflicts.broken if n not in (Rule.BATCH_DIVISIBLE.value, memory)]
         ok = conflicts.satisfying(others)
-        dps = sorted({int(d) for d in conflicts.pool.degrees[ok, 0]})
+        dps = sorted({int(d) for d in conflicts.pool.cands.dp[ok]})
         ways += _nearest_batches(problem, space, options, dps)
         ways += _nearest_gpu_counts(problem, space, options)
     if memory in core:

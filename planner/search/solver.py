@@ -68,8 +68,9 @@ def _objective(pool: Pool) -> list[int]:
     they go to the simpler strategy: lower ZeRO stage, less recomputation, fewer pipeline
     stages and chunks, less tensor parallelism, larger micro-batches, then lower memory."""
     step_us = np.rint(pool.step_s * US_PER_S).astype(np.int64)
-    d, o = pool.degrees.T, pool.options.T          # d: dp tp pp vpp mb; o: sp rc zero comm
-    keys = (pool.peak_bytes, o[3], o[0], -d[4], d[1], d[3], d[2], o[1], o[2], step_us)
+    c = pool.cands
+    keys = (pool.peak_bytes, c.dp_comm, c.sp, -c.mb, c.tp, c.vpp, c.pp, c.recompute, c.zero,
+            step_us)
     order = np.lexsort(keys)                       # the last key sorts first
     tie_break = np.empty(len(pool), dtype=np.int64)
     tie_break[order] = np.arange(len(pool))
@@ -79,8 +80,9 @@ def _objective(pool: Pool) -> list[int]:
 def _fastest_per_degrees(pool: Pool, fits: np.ndarray) -> np.ndarray:
     """Indices of the fastest fitting candidate of each distinct set of degrees."""
     idx = np.flatnonzero(fits)
-    order = idx[np.lexsort((pool.step_s[idx], *pool.degrees[idx].T[::-1]))]
-    degrees = pool.degrees[order]
+    rows = pool.degree_rows()
+    order = idx[np.lexsort((pool.step_s[idx], *rows[idx].T[::-1]))]
+    degrees = rows[order]
     first = np.r_[True, (degrees[1:] != degrees[:-1]).any(1)]
     return np.sort(order[first])
 
@@ -92,8 +94,9 @@ def _heuristic(pool: Pool, fits: np.ndarray) -> int | None:
     idx = np.flatnonzero(fits)
     if not len(idx):
         return None
-    d = pool.degrees[idx]
-    return int(idx[np.lexsort((pool.step_s[idx], d[:, 4], d[:, 3], d[:, 2], -d[:, 1]))[0]])
+    c = pool.cands
+    return int(idx[np.lexsort((pool.step_s[idx], c.mb[idx], c.vpp[idx], c.pp[idx],
+                               -c.tp[idx]))[0]])
 
 
 def make_solver(settings: SolverSettings) -> cp_model.CpSolver:
@@ -137,7 +140,7 @@ class _PlanModel:
 
     def exclude_degrees(self, i: int) -> None:
         """Plans after the first must differ in their degrees (dp, tp, pp, vpp, micro-batch)."""
-        same = np.flatnonzero((self.pool.degrees == self.pool.degrees[i]).all(1))
+        same = np.flatnonzero(self.pool.same_degrees(i))
         self.model.add_bool_and([~self.choice[j] for j in same])
 
     def solve(self, settings: SolverSettings) -> tuple[str, int | None, bool]:
