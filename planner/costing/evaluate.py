@@ -14,7 +14,8 @@ import numpy as np
 
 from cost_models import communication as comm
 from cost_models.communication import ALL_REDUCE_ALGORITHMS, Group
-from cost_models.compute import attended_keys, gemm_flops, optimizer_step_bytes_per_param
+from cost_models.compute import (attended_keys, gemm_flops, optimizer_step_bytes_per_param,
+                                 training_time_s)
 from cost_models.enums import (AttentionKind, Collective, CpComm, Precision, Recompute,
                                ZeroStage)
 from cost_models.fp8 import fp8_value_bytes, fp8_weight_bytes_per_param
@@ -944,7 +945,8 @@ def report(problem: Problem, layout: Layout, cands: Candidates, ev: Evaluation, 
     tokens_per_step = float(cands.global_batch[i]) * problem.training.seq_len
     time_to_train = gpu_hours = None
     if num_tokens is not None:
-        time_to_train = num_tokens / tokens_per_step * step
+        time_to_train = training_time_s(num_tokens=num_tokens, tokens_per_step=tokens_per_step,
+                                        step_s=step)
         gpu_hours = time_to_train * num_gpus / 3600
     throughput = ThroughputReport(
         tokens_per_s=tokens_per_step / step, model_tflops_per_gpu=model_tflops,
