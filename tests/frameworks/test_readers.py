@@ -95,7 +95,7 @@ def test_megatron_script_with_tp_that_does_not_divide_the_heads(cli, write):
     rules = _rules(result)
     assert ("tp_divides_heads", "tp (3) must divide num_heads (32): tensor parallelism splits "
             "attention by heads", "use tp 2 (dp 16)") in rules
-    assert ("megatron_flag", "Megatron-LM stops: unrecognized argument --tensor-paralel-size "
+    assert ("megatron_flag", "Megatron-LM stops: unrecognized arguments: --tensor-paralel-size "
             "(did you mean --tensor-model-parallel-size?)",
             "rename --tensor-paralel-size to --tensor-model-parallel-size") in rules
     assert ("megatron_flag", "Megatron-LM stops: --recompute-granularity full needs "
