@@ -634,16 +634,17 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
                            "equal share")
         else:
             s["layers_per_stage"] = tuple(_layers_per_chunk(num_layers, pp, vpp, first, last))
-    if s["sequence_parallel"] and tp == 1:
-        # A warning, not an error: Megatron-LM runs it, so it is a note (exit 0), not a problem.
-        parsed.notes.append("Megatron-LM silently disables --sequence-parallel when tp is 1 "
-                            "(a warning, not an error): drop --sequence-parallel")
-        s["sequence_parallel"] = False
-    if "--tp-comm-overlap" in flags and "--sequence-parallel" not in flags:
-        # megatron/training/arguments.py: "Tensor parallel communication/GEMM overlap can
-        # happen only when sequence parallelism is enabled".
+    # --sequence-parallel at tp 1 is a warning (Megatron-LM turns it off and runs): kept as
+    # written, for ineffective_settings to note (exit 0).
+    if "--tp-comm-overlap" in flags and not (s["sequence_parallel"] and tp > 1):
+        # megatron/training/arguments.py turns sequence parallelism off at tp 1, then asserts
+        # "Tensor parallel communication/GEMM overlap can happen only when sequence
+        # parallelism is enabled". Priced without it: the finding says it, no note besides.
         parsed.finding("megatron_flag", "Megatron-LM stops: --tp-comm-overlap needs "
-                       "--sequence-parallel", "add --sequence-parallel")
+                       "--sequence-parallel" + (", which it turns off at tp 1" if tp == 1
+                                                else ""),
+                       "drop --tp-comm-overlap" if tp == 1 else "add --sequence-parallel")
+        s["tp_comm_overlap"] = False
     if "--overlap-param-gather" in flags and not ("--use-distributed-optimizer" in flags or fsdp):
         parsed.finding("megatron_flag", "Megatron-LM stops: --overlap-param-gather needs "
                        "--use-distributed-optimizer", "add --use-distributed-optimizer")
@@ -657,6 +658,8 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
                        "parallelism needs CUDA_DEVICE_MAX_CONNECTIONS=1 in the environment",
                        "add export CUDA_DEVICE_MAX_CONNECTIONS=1")
     _offload(parsed, flags, file)
+    if "--fp8-param-gather" in flags and "--fp8-format" not in flags:
+        parsed.strategy["fp8_param_gather"] = True     # without FP8: a note says it does nothing
     if "--fp8-format" in flags:
         _fp8(parsed, flags, fsdp)
     elif "--bf16" in flags:
