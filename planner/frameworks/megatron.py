@@ -219,7 +219,7 @@ def _parallel_args(plan: LaunchPlan) -> list[str]:
     if plan.problem.model.is_moe:
         args += [f"--expert-model-parallel-size {s.ep}",
                  f"--expert-tensor-parallel-size {s.expert_tp}"]
-    if s.sequence_parallel:
+    if s.sequence_parallel and s.tp > 1:      # at tp 1 Megatron-LM turns it off, warning
         args.append("--sequence-parallel")
     if s.zero_stage >= ZeroStage.OPTIMIZER_STATES:
         args.append("--use-distributed-optimizer")

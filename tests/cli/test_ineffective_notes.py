@@ -133,3 +133,16 @@ def test_megatron_tp_comm_overlap_at_tp_1_stops_megatron(cli, write):
     assert findings == [("megatron_flag", "Megatron-LM stops: --tp-comm-overlap needs "
                          "--sequence-parallel, which it turns off at tp 1",
                          "drop --tp-comm-overlap")]
+
+
+def test_emit_drops_sequence_parallelism_that_does_nothing(cli, write, tmp_path):
+    # A Megatron-LM script with --sequence-parallel at tp 1, written back out: the flag that
+    # has no effect is not written again.
+    path = write("args.txt", MEGATRON + "--tensor-model-parallel-size 1 --sequence-parallel\n")
+    out_dir = tmp_path / "out"
+    code, out, err = cli("emit", "llama3-8b", "dgx-h100", path, "--gpus", "8", "--target",
+                         "megatron", "--out", str(out_dir))
+    assert code == 0, err
+    script = (out_dir / "pretrain_gpt.sh").read_text()
+    assert "--tensor-model-parallel-size 1" in script
+    assert "--sequence-parallel" not in script
