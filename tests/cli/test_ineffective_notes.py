@@ -146,3 +146,16 @@ def test_emit_drops_sequence_parallelism_that_does_nothing(cli, write, tmp_path)
     script = (out_dir / "pretrain_gpt.sh").read_text()
     assert "--tensor-model-parallel-size 1" in script
     assert "--sequence-parallel" not in script
+
+
+def test_deepspeed_refuses_sequence_parallelism_only_where_it_would_act(cli, write):
+    # DeepSpeed AutoTP has no sequence parallelism: a rule at tp > 1, a note at tp 1.
+    for tp, rules, notes in ((1, [], [NOTES[3]]), (2, ["deepspeed_sequence_parallel"], [])):
+        path = write("strategy.yaml", f"tp: {tp}\nmicro_batch: 1\nzero_stage: 1\n"
+                                      f"recompute: full\nsequence_parallel: true\n")
+        code, out, err = cli("validate", "llama3-8b", "dgx-h100", path, "--gpus", "8",
+                             "--no-compare", "--target", "deepspeed", "--framework",
+                             "deepspeed", "--json")
+        result = json.loads(out)
+        assert [v["rule"] for v in result["violations"]] == rules, err
+        assert result["notes"] == notes and code == (1 if rules else 0)
