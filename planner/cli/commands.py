@@ -259,11 +259,10 @@ def memory(model, cluster, strategy, framework, as_json, **overrides):
     """Per-GPU memory of STRATEGY (a strategy.yaml), stage by stage. Exit 1 when it does not
     fit."""
     from planner.costing.evaluate import evaluate_strategy
+    from planner.feasibility.ineffective import ineffective_settings
     from planner.inputs.loader import check_layout, load_strategy, resolve_strategy
 
     from planner.inputs.loader import framework_name
-
-    from planner.feasibility.ineffective import ineffective_settings
 
     problem = _load_problem(model, cluster, framework=framework_name(framework), **overrides)
     plan = resolve_strategy(load_strategy(strategy), problem, file=strategy)
