@@ -267,6 +267,7 @@ def memory(model, cluster, strategy, framework, as_json, **overrides):
     """Per-GPU memory of STRATEGY (a strategy.yaml), stage by stage. Exit 1 when it does not
     fit."""
     from planner.costing.evaluate import evaluate_strategy
+    from planner.feasibility.ineffective import ineffective_settings
     from planner.inputs.loader import check_layout, load_strategy, resolve_strategy
 
     from planner.inputs.loader import framework_name
@@ -275,9 +276,10 @@ def memory(model, cluster, strategy, framework, as_json, **overrides):
     plan = resolve_strategy(load_strategy(strategy), problem, file=strategy)
     check_layout(plan, problem, file=strategy)
     report = evaluate_strategy(problem, plan)
+    notes = _notes(ineffective_settings(problem, plan))
     code = ExitCode.OK if report.memory.fits else ExitCode.NOT_FEASIBLE
     if as_json:
-        out = {**_json_head(problem),
+        out = {**_json_head(problem, notes),
                "strategy": report.strategy.model_dump(mode="json"),
                **report.memory.model_dump(mode="json")}
         click.echo(json.dumps(out, indent=2))
@@ -336,7 +338,10 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
     result = search(problem, space, settings, num_tokens=tokens)
     from dataclasses import replace
 
+    from planner.feasibility.ineffective import pinned_settings
+
     result = replace(result, plans=[p.priced(price) for p in result.plans])
+    notes = _notes(pinned_settings(problem, space, result.plans))
     by_comm = _best_per_dp_comm(problem, space, settings, tokens)
     # The wall time differs run to run: only with --timings, so that output is reproducible.
     stats = result.search if timings else result.search.model_copy(update={"seconds": None})
@@ -347,7 +352,7 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
                              f"plan(s)")
         written = _emit(problem, result.plans[plan_rank - 1], targets, out_dir, force, tokens)
     if as_json:
-        out = {**_json_head(problem),
+        out = {**_json_head(problem, notes),
                "plans": [p.model_dump(mode="json") for p in result.plans],
                "search": stats.model_dump(mode="json", exclude={"seconds"} if not timings
                                           else set()),
@@ -389,8 +394,16 @@ def _best_per_dp_comm(problem, space, settings, tokens) -> dict:
     return out
 
 
-def _json_head(problem) -> dict:
-    """The keys every --json output starts with: what was planned, on what."""
+def _notes(notes: list[str]) -> list[str]:
+    """Print `notes` on stderr, one `note:` line each (as the problem's own), and return them."""
+    for note in notes:
+        _stderr(f"note: {note}")
+    return notes
+
+
+def _json_head(problem, notes: list[str] = ()) -> dict:
+    """The keys every --json output starts with: what was planned, on what, and the notes
+    (the problem's, then `notes`)."""
     return {"model": problem.model.name,
             "params": {"total": problem.model.num_params,
                        "active": problem.model.num_active_params},
@@ -400,7 +413,7 @@ def _json_head(problem) -> dict:
             "precision": problem.training.precision.value,
             "fp8_recipe": (problem.training.fp8_recipe.value
                            if problem.training.fp8_recipe is not None else None),
-            "notes": list(problem.notes)}
+            "notes": list(problem.notes) + list(notes)}
 
 
 def _emit(problem, report, targets, out_dir, force, tokens) -> list:

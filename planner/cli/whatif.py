@@ -10,8 +10,9 @@ import sys
 
 import click
 
-from planner.cli.commands import (_Count, _json_head, _load_problem, _search_space, _stderr,
-                                  cli, framework_option, problem_options, search_options)
+from planner.cli.commands import (_Count, _json_head, _load_problem, _notes, _search_space,
+                                  _stderr, cli, framework_option, problem_options,
+                                  search_options)
 from planner.errors import ExitCode, InfeasibleError, InputError
 
 
@@ -157,10 +158,15 @@ def sweep(model, cluster, counts, tokens, gpu_hour_price, plot, framework, as_js
         rows = sweeping.sweep(load, counts, space, settings, num_tokens=tokens,
                               gpu_hour_price=gpu_hour_price,
                               step=lambda n: progress.advance(task))
+    from planner.feasibility.ineffective import pinned_settings
+
+    planned = [r for r in rows if r.plan is not None]
+    notes = _notes(pinned_settings(first, space, [r.plan for r in planned],
+                                   [f"{r.gpus} GPUs" for r in planned]))
     if plot:
         _write_plot(plot, first, rows)
     if as_json:
-        out = {**_json_head(first), "num_gpus": list(counts),
+        out = {**_json_head(first, notes), "num_gpus": list(counts),
                "rows": [{"gpus": r.gpus,
                          "plan": r.plan.model_dump(mode="json") if r.plan else None,
                          "error": r.error, "scaling_efficiency": r.scaling_efficiency}

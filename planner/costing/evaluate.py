@@ -14,11 +14,13 @@ import numpy as np
 
 from cost_models import communication as comm
 from cost_models.communication import ALL_REDUCE_ALGORITHMS, Group
-from cost_models.compute import attended_keys, gemm_flops, optimizer_step_bytes_per_param
+from cost_models.compute import (attended_keys, gemm_flops, optimizer_step_bytes_per_param,
+                                 training_time_s)
 from cost_models.enums import (AttentionKind, Collective, CpComm, Precision, Recompute,
                                ZeroStage)
 from cost_models.fp8 import fp8_value_bytes, fp8_weight_bytes_per_param
-from cost_models.offload import cpu_optimizer_s, exposed_copy_s, host_copy_s, offloaded_step_s
+from cost_models.offload import (activation_copies_s, cpu_optimizer_s, exposed_copy_s,
+                                 host_copy_s, offloaded_step_s)
 from cost_models.memory import (StateBytes, model_state_bytes, reserve_bytes,
                                 zero3_gather_buffer_bytes)
 from cost_models.pipeline import in_flight_per_chunk, pipeline_time_s
@@ -522,16 +524,18 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
     pp_comm = _pipeline_comm(problem, layout, cands, costs, types)
     stage_blocks = counts.sum(1).reshape(v, p).sum(0)                     # (p,)
     # Host copies per micro-batch: each offloaded layer's saved tensors go down while the
-    # next layer runs forward and come back while the one after it runs backward; ZeRO-3
+    # next layer runs forward and come back while the one after it runs backward (or in line
+    # with the compute, where the framework's copies block: `activation_copies_s`); ZeRO-3
     # shards come up before each of the two gathers and their gradients go down, behind the
     # stage's compute like the gathers they feed.
     offload = np.zeros_like(compute)
     if moves_activations:
         layer_copy = host_copy_s(layer_act.sum(2) * per_layer, link_bytes_per_s=link_bytes_per_s)
-        offload = offload + moved_layers * (
-            exposed_copy_s(layer_copy, stage_sum(costs.forward_s * is_layer) * per_layer)
-            + exposed_copy_s(layer_copy, stage_sum((costs.backward_s + costs.recompute_s)
-                                                   * is_layer) * per_layer))
+        offload = offload + moved_layers * activation_copies_s(
+            layer_copy, forward_s=stage_sum(costs.forward_s * is_layer) * per_layer,
+            backward_s=stage_sum((costs.backward_s + costs.recompute_s) * is_layer) * per_layer,
+            overlapped=problem.framework.offload is not None
+            and problem.framework.offload.activation_copies_overlap)
     if on_host.any():
         shard_params = (dense_params / shard[:, None] + expert_params / expert_shard[:, None])
         shard_copy = host_copy_s(shard_params * (2 * per_param.weights + per_param.gradients),
@@ -949,7 +953,8 @@ def report(problem: Problem, layout: Layout, cands: Candidates, ev: Evaluation, 
     tokens_per_step = float(cands.global_batch[i]) * problem.training.seq_len
     time_to_train = gpu_hours = None
     if num_tokens is not None:
-        time_to_train = num_tokens / tokens_per_step * step
+        time_to_train = training_time_s(num_tokens=num_tokens, tokens_per_step=tokens_per_step,
+                                        step_s=step)
         gpu_hours = time_to_train * num_gpus / 3600
     throughput = ThroughputReport(
         tokens_per_s=tokens_per_step / step, model_tflops_per_gpu=model_tflops,

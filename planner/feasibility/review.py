@@ -18,6 +18,7 @@ from planner.inputs.loader import (Problem, framework_name, load_framework, reso
                                    resolve_training,
                                    validate_file)
 from planner.search.rebalance import layout_advice
+from planner.feasibility.ineffective import ineffective_settings
 from planner.feasibility.rules import RuleOptions
 from planner.schemas.model import TrainingSpec
 from planner.schemas.report import PlanReport, Violation
@@ -41,7 +42,8 @@ class Review:
     advice: str | None = None
     """How to balance its pipeline stages, when that saves time."""
     notes: tuple[str, ...] = ()
-    """Settings the file does not hold (they live in model code) and what was assumed."""
+    """Settings the file does not hold (they live in model code) and what was assumed, and
+    the ones it holds that have no effect (`ineffective_settings`)."""
 
     @property
     def valid(self) -> bool:
@@ -148,7 +150,10 @@ def read_strategy(problem: Problem, path: str, *, gpus_given: int | None,
     options = replace(options, targets=targets)
     if parsed.searched_by is not None:
         _price_searched(problem, parsed, options, settings, num_tokens)
-    return problem, _strategy(problem, parsed, path), parsed, options
+    strategy = _strategy(problem, parsed, path)
+    parsed.notes.extend(note for note in ineffective_settings(problem, strategy)
+                        if note not in parsed.notes)
+    return problem, strategy, parsed, options
 
 
 def review_config(problem: Problem, path: str, *, gpus_given: int | None,

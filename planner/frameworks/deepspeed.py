@@ -494,7 +494,7 @@ RULES: dict[Rule, TargetRule] = {
                       "layers", "use recompute full, or none")),
     Rule.DEEPSPEED_SEQUENCE_PARALLEL: TargetRule(
         "DeepSpeed AutoTP has no Megatron sequence parallelism",
-        lambda p, c: c.sp,
+        lambda p, c: c.sp & (c.tp > 1),       # at tp 1 it changes nothing: a note says so
         lambda p, s: ("sequence_parallel: DeepSpeed AutoTP keeps activations whole on every "
                       "tensor-parallel rank", "use sequence_parallel false")),
     # PipelineModule(partition_method="uniform") is all the emitted JSON can ask for.
