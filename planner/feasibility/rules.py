@@ -189,8 +189,8 @@ def cp_all_to_all_breaks(model, *, tp, cp, cp_comm, cp_a2a) -> np.ndarray:
     hierarchical = cp_comm == order.index(CpComm.A2A_P2P)
     a2a = np.where(a2a_only, cp, np.where(hierarchical, cp_a2a, 1))
     bad = np.zeros(np.shape(cp_comm), dtype=bool)
-    for heads in model.context_parallel_heads:
-        bad |= (heads % tp != 0) | ((heads // np.maximum(tp, 1)) % a2a != 0)
+    for heads in model.context_parallel_heads:     # tp itself: tp_divides_heads
+        bad |= (heads // np.maximum(tp, 1)) % a2a != 0
     bad |= hierarchical & ((cp_a2a < 2) | (cp_a2a >= cp) | (cp % np.maximum(cp_a2a, 1) != 0))
     return (cp > 1) & bad
 

@@ -135,3 +135,13 @@ def test_every_framework_rule_lives_in_its_module_and_is_gathered():
     framework_specific = {r for r in Rule if r.value.split("_")[0] in
                           {t.value for t in FRAMEWORK_RULES}}
     assert framework_specific == {r for rules in FRAMEWORK_RULES.values() for r in rules}
+
+
+def test_a_tp_that_splits_no_head_count_breaks_tp_divides_heads_alone():
+    # Ring attention (p2p) has no head bound: the K/V exchange is not to blame for tp 16 on 8
+    # key/value heads (its explanation once failed to find the heads it blamed).
+    problem = make_problem("llama3-70b", "dgx-h100", gpus=128, seq_len=16384)
+    strategy = Strategy(dp=4, tp=16, pp=1, cp=2, global_batch=problem.training.global_batch,
+                        sequence_parallel=True)
+    found = validate(problem, strategy, options=RuleOptions(cross_node_tp=True)).violations
+    assert [v.rule for v in found if v.rule.startswith(("tp_", "cp_"))] == ["tp_divides_heads"]
