@@ -12,7 +12,7 @@ checked on evaluated costs; the others on the degrees alone.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import numpy as np
@@ -80,7 +80,8 @@ class RuleOptions:
     cross_node_tp: bool = False
     """Allow tensor-parallel groups that span nodes (priced on the inter-node link)."""
     targets: tuple[LaunchTarget, ...] = ()
-    """Launch targets whose own rules apply too (a plan to emit, a config to validate)."""
+    """Launch targets whose own rules apply too (a plan to emit, a config to validate), besides
+    the framework that prices the job, whose rules always apply (`rule_targets`)."""
     explicit_layouts: bool = False
     """The strategies carry their layer counts per chunk (a searched plan, a layers_per_stage):
     pp * vpp need not divide the layers."""
@@ -107,11 +108,17 @@ def _tp_within_node(problem: Problem, c: Candidates, options: RuleOptions) -> np
     return c.tp > problem.cluster.nvlink_gpus
 
 
+def chunks_without_layers(num_layers, pp, vpp=1):
+    """Where pp * vpp pipeline chunks outnumber the layers, so that some chunk would hold none:
+    every chunk needs a layer, whatever the layout. Integers or arrays."""
+    return num_layers < pp * vpp
+
+
 def _pp_divides_layers(problem: Problem, c: Candidates, options: RuleOptions) -> np.ndarray:
     # An even split (Megatron-LM's default) needs num_layers divisible by pp * vpp; an explicit
     # layout needs one layer per chunk at least.
     if options.explicit_layouts:
-        return problem.model.num_layers < c.pp * c.vpp
+        return chunks_without_layers(problem.model.num_layers, c.pp, c.vpp)
     return problem.model.num_layers % (c.pp * c.vpp) != 0
 
 
@@ -325,14 +332,58 @@ TARGET_CHECKS: dict[Rule, tuple[tuple[LaunchTarget, ...], Callable[[Problem, Can
 """Rules of launch targets: (targets, where candidates break it)."""
 
 
-def degree_violations(problem: Problem, cands: Candidates,
-                      options: RuleOptions) -> dict[Rule, np.ndarray]:
-    """For each degree rule, and each rule of the requested targets, where `cands` break it."""
-    found = {rule: check(problem, cands, options) for rule, check in DEGREE_CHECKS.items()}
-    for rule, (targets, check) in TARGET_CHECKS.items():
-        if set(targets) & set(options.targets):
-            found[rule] = np.asarray(check(problem, cands), dtype=bool)
+def rule_targets(problem: Problem, options: RuleOptions) -> tuple[LaunchTarget, ...]:
+    """The launch targets whose rules a strategy must keep: those asked for and, always, the
+    framework that prices the job (a plan its own framework cannot run is no plan). Every
+    command judges a strategy through this, so `plan`, `validate` and the rest agree."""
+    return tuple(dict.fromkeys(options.targets + (LaunchTarget(problem.framework.name),)))
+
+
+def rules_in_force(problem: Problem, options: RuleOptions) -> tuple[Rule, ...]:
+    """Every rule that applies: the degree rules and the rules of `rule_targets`, in the order
+    `validate` reports them."""
+    targets = set(rule_targets(problem, options))
+    return tuple(DEGREE_CHECKS) + tuple(rule for rule, (bound, _) in TARGET_CHECKS.items()
+                                        if targets & set(bound))
+
+
+def _check(rule: Rule, problem: Problem, cands: Candidates, options: RuleOptions) -> np.ndarray:
+    if rule in DEGREE_CHECKS:
+        return DEGREE_CHECKS[rule](problem, cands, options)
+    return np.asarray(TARGET_CHECKS[rule][1](problem, cands), dtype=bool)
+
+
+EVEN_LAYOUT_RULES = frozenset(rule for rules in FRAMEWORK_RULES.values()
+                              for rule, r in rules.items() if r.even_layout)
+"""Rules that refuse pipeline chunks holding different numbers of layers."""
+
+
+def degree_violations(problem: Problem, cands: Candidates, options: RuleOptions, *,
+                      layers_per_chunk=None) -> dict[Rule, np.ndarray]:
+    """For each rule in force (`rules_in_force`), where `cands` break it. `layers_per_chunk`:
+    the layer counts every candidate is laid out with, when given (else the even split)."""
+    found = {rule: _check(rule, problem, cands, options)
+             for rule in rules_in_force(problem, options)}
+    if layers_per_chunk is not None:
+        uneven = len(set(layers_per_chunk)) > 1
+        for rule in EVEN_LAYOUT_RULES & set(found):
+            found[rule] = np.full(len(cands), uneven)
     return found
+
+
+def breaks(problem: Problem, cands: Candidates, options: RuleOptions, rules) -> np.ndarray:
+    """Where `cands` break any of `rules` that is in force: the search's pre-filters call the
+    rules through this, never a copy of them."""
+    bad = np.zeros(len(cands), dtype=bool)
+    for rule in set(rules) & set(rules_in_force(problem, options)):
+        bad |= _check(rule, problem, cands, options)
+    return bad
+
+
+def balanced_layouts_allowed(problem: Problem, options: RuleOptions) -> bool:
+    """Whether plans may place different numbers of layers on their pipeline chunks (the search
+    then balances them): no rule in force refuses it."""
+    return not EVEN_LAYOUT_RULES & set(rules_in_force(problem, options))
 
 
 MIB = 2**20
@@ -685,6 +736,28 @@ EXPLAIN.update({rule: r.explain for rules in FRAMEWORK_RULES.values()
 def violation(rule: Rule, problem: Problem, strategy: Strategy) -> Violation:
     message, fix = EXPLAIN[rule](problem, strategy)
     return Violation(rule=rule.value, message=message, fix=fix)
+
+
+def rule_violations(problem: Problem, strategy: Strategy,
+                    options: RuleOptions = RuleOptions()) -> list[Violation]:
+    """Every rule in force that one strategy breaks, memory aside (`validate` adds it): the
+    degree rules and those of `rule_targets` on its degrees, and its own layer counts when it
+    gives them (a layers_per_stage: then pp * vpp need not divide the layers)."""
+    counts = strategy.layers_per_stage
+    if counts is not None:
+        options = replace(options, explicit_layouts=True)
+    cands = Candidates.from_strategy(strategy, problem.framework.defaults)
+    broken = degree_violations(problem, cands, options, layers_per_chunk=counts)
+    found = [violation(rule, problem, strategy) for rule, bad in broken.items() if bool(bad[0])]
+    layout = stage_layout_violation(problem, strategy)
+    return found + ([layout] if layout is not None else [])
+
+
+def laid_out(problem: Problem, strategy: Strategy) -> bool:
+    """Whether the strategy can be laid out on the model, to be evaluated: every chunk gets a
+    layer, and its layers_per_stage (if any) matches the model."""
+    return (not chunks_without_layers(problem.model.num_layers, strategy.pp, strategy.vpp)
+            and stage_layout_violation(problem, strategy) is None)
 
 
 def stage_layout_violation(problem: Problem, s: Strategy) -> Violation | None:

@@ -23,6 +23,8 @@ from itertools import accumulate
 
 from ortools.sat.python import cp_model
 
+from planner.feasibility.rules import chunks_without_layers
+
 TIME_UNIT_S = 1e-9
 """CP-SAT works in integers: block times in nanoseconds (rounded to nearest)."""
 MEMORY_UNIT_BYTES = 1024
@@ -243,7 +245,7 @@ def balance_stack(costs: ChainCosts, stack: tuple[int, int], *,
     """
     n, p, v = len(costs.block_time_s), costs.pp, costs.vpp
     start, num_layers = stack
-    if num_layers < p * v:
+    if chunks_without_layers(num_layers, p, v):
         return None
     t = _ints([costs.block_time_s[start]], TIME_UNIT_S, up=False)[0]
     s = _ints([costs.block_state_bytes[start]], MEMORY_UNIT_BYTES, up=True)[0]
