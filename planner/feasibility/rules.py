@@ -19,7 +19,7 @@ import numpy as np
 
 from planner.costing.evaluate import Candidates
 from planner.feasibility.target_rule import Rule, TargetRule, any_offload, largest_divisor_at_most
-from planner.frameworks import deepspeed, megatron, mindspore, torchtitan
+from planner.frameworks import deepspeed, megatron, mindspore, profiles, torchtitan
 from planner.inputs.loader import Problem, fp8_param_gather_allowed
 from planner.schemas.report import Violation
 from cost_models.enums import CpComm, Precision, ZeroStage
@@ -316,7 +316,10 @@ TARGET_CHECKS: dict[Rule, tuple[tuple[LaunchTarget, ...], Callable[[Problem, Can
     Rule.TARGET_PARAMETER_SERVER: (
         tuple(t for t in LaunchTarget if t is not LaunchTarget.TORCHRUN),
         lambda p, c: c.dp_comm == 1),
-    Rule.TARGET_EXPERT_PARALLEL: ((LaunchTarget.TORCHRUN,), lambda p, c: c.ep > 1),
+    # The targets whose framework profile has no expert parallelism (expert_parallel).
+    Rule.TARGET_EXPERT_PARALLEL: (
+        tuple(t for t in LaunchTarget if not profiles.load(t.framework).expert_parallel),
+        lambda p, c: c.ep > 1),
     Rule.TARGET_CONTEXT_PARALLEL: ((LaunchTarget.TORCHRUN,), lambda p, c: c.cp > 1),
     Rule.TARGET_FP8: ((LaunchTarget.TORCHRUN,),
                       lambda p, c: np.full(len(c), p.training.precision is Precision.FP8)),
