@@ -70,7 +70,8 @@ class SearchSpace:
     cross_node_tp: bool = False
     """Allow tensor-parallel groups larger than a node (over the inter-node network)."""
     targets: tuple[LaunchTarget, ...] = ()
-    """Launch targets the plans must run on: their rules apply too."""
+    """Launch targets the plans must run on: their rules apply too (the pricing framework's
+    always do: `rules.rule_targets`)."""
     even_layouts: bool = False
     """Only Megatron-LM's even split (pp * vpp dividing the layers), no balanced layouts."""
     dp_shard: int | None = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from planner.inputs.loader import make_problem
-from planner.feasibility.rules import RuleOptions
+from planner.feasibility.rules import Rule, RuleOptions
 from planner.schemas.strategy import LaunchTarget as T
 from planner.schemas.strategy import Strategy
 from planner.feasibility.validate import validate
@@ -171,3 +171,24 @@ def test_the_pricing_frameworks_rules_apply_without_a_target(framework):
     assert rule in [v.rule for v in validate(problem, strategy).violations]
     other = make_problem("llama2-7b", "dgx-h100", gpus=64, seq_len=8192)       # Megatron-LM
     assert rule not in [v.rule for v in validate(other, strategy).violations]
+
+
+@pytest.mark.parametrize("framework", ["megatron", "deepspeed", "torchtitan", "torchrun",
+                                       "mindspore"])
+def test_a_frameworks_rules_allow_the_kv_exchanges_its_profile_lists(framework):
+    # The search takes its K/V exchanges from the rules, so the profile's context_parallel
+    # list must say what the rules of that framework allow: every kind it lists, no other.
+    from cost_models.enums import CpComm
+    from planner.feasibility.rules import TARGET_CHECKS, rule_violations
+
+    problem = make_problem("llama2-7b", "dgx-h100", gpus=64, seq_len=8192, framework=framework)
+    zero = 1 if framework == "mindspore" else 3      # what each shards with, no rule broken
+    allowed = set()
+    for kind in CpComm:
+        strategy = Strategy(dp=16, cp=4, cp_comm=kind, zero_stage=zero,
+                            cp_a2a=2 if kind is CpComm.A2A_P2P else None,
+                            global_batch=problem.training.global_batch)
+        if not [v for v in rule_violations(problem, strategy)
+                if Rule(v.rule) in TARGET_CHECKS]:
+            allowed.add(kind)
+    assert allowed == set(problem.framework.context_parallel)
