@@ -319,7 +319,6 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
          min_free, **pins):
     """The fastest strategies that fit MODEL on CLUSTER, ranked."""
     from planner.inputs.loader import framework_name
-    from planner.schemas.strategy import LaunchTarget
     from planner.search.solver import search
 
     timings = pins.pop("timings")
@@ -332,9 +331,8 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
                             global_batch=global_batch, global_batch_tokens=global_batch_tokens,
                             precision=precision, optimizer=optimizer, framework=framework,
                             fp8_recipe=fp8_recipe, min_free=min_free)
-    # The plans must run on the framework that prices them: its rules apply too.
-    rules_of = tuple(dict.fromkeys(targets + (LaunchTarget(framework),)))
-    space, settings = _search_space(pins, rules_of)
+    # The rules of the framework that prices the plans apply too (rules.rule_targets).
+    space, settings = _search_space(pins, targets)
     result = search(problem, space, settings, num_tokens=tokens)
     from dataclasses import replace
 

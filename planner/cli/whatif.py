@@ -126,7 +126,6 @@ def sweep(model, cluster, counts, tokens, gpu_hour_price, plot, framework, as_js
     """The best plan of MODEL on CLUSTER for each GPU count: step time, throughput, MFU,
     scaling efficiency, and with --tokens time to train, GPU-hours and cost."""
     from planner.inputs.loader import framework_name
-    from planner.schemas.strategy import LaunchTarget
     from planner.search import sweep as sweeping
 
     if gpu_hour_price is not None and tokens is None:
@@ -136,7 +135,7 @@ def sweep(model, cluster, counts, tokens, gpu_hour_price, plot, framework, as_js
         raise InputError("--plot: empty path")
     pins.pop("timings", None)
     framework = framework_name(framework)
-    space, settings = _search_space(pins, (LaunchTarget(framework),))
+    space, settings = _search_space(pins)
 
     def load(n: int):
         return _load_problem(model, cluster, gpus=n, nodes=nodes, seq_len=seq_len,

@@ -19,7 +19,7 @@ from planner.inputs.loader import (Problem, framework_name, load_framework, reso
                                    validate_file)
 from planner.search.rebalance import layout_advice
 from planner.feasibility.ineffective import ineffective_settings
-from planner.feasibility.rules import RuleOptions
+from planner.feasibility.rules import RuleOptions, balanced_layouts_allowed
 from planner.schemas.model import TrainingSpec
 from planner.schemas.report import PlanReport, Violation
 from planner.schemas.strategy import LaunchTarget, Strategy, strategy_label
@@ -176,7 +176,7 @@ def review_config(problem: Problem, path: str, *, gpus_given: int | None,
         except InfeasibleError as e:
             note = str(e)
     advice = None
-    if check.report is not None and LaunchTarget.DEEPSPEED not in targets:
+    if check.report is not None and balanced_layouts_allowed(problem, options):
         advice = layout_advice(problem, strategy, check.report)
     return Review(problem, path, strategy, parsed.target, parsed.findings + check.violations,
                   check.report, best, note, advice, tuple(parsed.notes))

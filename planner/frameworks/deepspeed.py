@@ -27,7 +27,7 @@ from planner.frameworks import profiles
 from planner.schemas.bounds import MAX_GLOBAL_BATCH
 from planner.schemas.framework import FrameworkProfile
 from planner.feasibility.target_rule import (Rule, TargetRule, context_parallel_rule,
-                                             fp8_rule)
+                                             fp8_rule, uneven_split)
 from planner.inputs.loader import Problem
 from planner.inputs.safe_parse import load_json
 from planner.schemas.strategy import LaunchTarget
@@ -459,6 +459,16 @@ def _explain_offload(problem, s):
             "use optimizer_offload 1, or zero_stage 3")
 
 
+def _explain_uneven_layout(problem: Problem, s) -> tuple[str, str]:
+    why = ("DeepSpeed's pipeline partitions layers in code (partition_method), which its "
+           "config cannot set")
+    if s.layers_per_stage is not None and problem.model.num_layers % (s.pp * s.vpp) == 0:
+        return (f"layers_per_stage {list(s.layers_per_stage)} places layers unevenly: {why}",
+                "leave layers_per_stage out (an even split)")
+    return (f"pp {s.pp} does not split {problem.model.num_layers} layers evenly: {why}",
+            "use a pp that divides the layers")
+
+
 RULES: dict[Rule, TargetRule] = {
     # runtime/zero/config.py @38327e07: "Partial offloading only supported for ZeRO Stage 3"
     # (offload_optimizer.ratio; ZeRO 1-3 at all: the profile's optimizer_min_zero).
@@ -499,11 +509,8 @@ RULES: dict[Rule, TargetRule] = {
                       "tensor-parallel rank", "use sequence_parallel false")),
     # PipelineModule(partition_method="uniform") is all the emitted JSON can ask for.
     Rule.DEEPSPEED_UNEVEN_LAYOUT: TargetRule(
-        "DeepSpeed's config cannot place layers unevenly",
-        lambda p, c: p.model.num_layers % (c.pp * c.vpp) != 0,
-        lambda p, s: (f"pp {s.pp} does not split {p.model.num_layers} layers evenly: DeepSpeed's "
-                      "pipeline partitions layers in code (partition_method), which its config "
-                      "cannot set", "use a pp that divides the layers")),
+        "DeepSpeed's config cannot place layers unevenly", uneven_split,
+        _explain_uneven_layout, even_layout=True),
     # DeepSpeed MiCS (mics_shard_size) is a ZeRO-3 feature (runtime/zero/mics.py).
     Rule.DEEPSPEED_HSDP: TargetRule(
         "DeepSpeed shards within groups (MiCS) only with ZeRO stage 3",

@@ -430,10 +430,11 @@ def check_layout(strategy: Strategy, problem: Problem, *, file: str) -> None:
     """Refuse a strategy that cannot be laid out on the model (`planner memory` prices any
     other, fitting or not): pp * vpp chunks need a layer each, and a layers_per_stage lists one
     count per chunk (pp * vpp of them, in pipeline order) summing to the model's layers."""
-    from planner.feasibility.rules import stage_layout_violation
+    from planner.feasibility.rules import chunks_without_layers, stage_layout_violation
 
     chunks, layers = strategy.pp * strategy.vpp, problem.model.num_layers
-    if strategy.layers_per_stage is None and chunks > layers:
+    if strategy.layers_per_stage is None and chunks_without_layers(layers, strategy.pp,
+                                                                   strategy.vpp):
         what = (f"pp * vpp = {chunks} pipeline chunks" if strategy.vpp > 1 else
                 f"{chunks} pipeline stages")
         raise InputError(f"{file}: pp: {what} exceed the {layers} layers of "

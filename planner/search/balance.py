@@ -23,6 +23,8 @@ from itertools import accumulate
 
 from ortools.sat.python import cp_model
 
+from planner.feasibility.rules import chunks_without_layers
+
 TIME_UNIT_S = 1e-9
 """CP-SAT works in integers: block times in nanoseconds (rounded to nearest)."""
 MEMORY_UNIT_BYTES = 1024
@@ -274,7 +276,7 @@ def balance_stack(costs: ChainCosts, stack: tuple[int, int], *,
     """
     n, p, v = len(costs.block_time_s), costs.pp, costs.vpp
     start, num_layers = stack
-    if num_layers < p * v:
+    if chunks_without_layers(num_layers, p, v):
         return LayoutSolve(None, "INFEASIBLE")
     t = _ints([costs.block_time_s[start]], TIME_UNIT_S, up=False)[0]
     s = _ints([costs.block_state_bytes[start]], MEMORY_UNIT_BYTES, up=True)[0]
@@ -371,7 +373,7 @@ def solve_layout(costs: ChainCosts, *, hint: tuple[int, ...] | None = None,
     """`balance`, with CP-SAT's status and the work it used: a solve stopped by `work_limit`
     stops at the same point on every run; `wall_limit_s` is a safety net only."""
     n, p, v, big_k = len(costs.block_time_s), costs.pp, costs.vpp, costs.num_chunks
-    if sum(costs.is_layer) < big_k:
+    if chunks_without_layers(sum(costs.is_layer), p, v):
         return LayoutSolve(None, "INFEASIBLE")
     runs = _runs(costs)
     stack = _stack(costs, runs)

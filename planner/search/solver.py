@@ -31,7 +31,6 @@ from planner.search.pool import Pool, evaluate_groups, pareto, passes
 from planner.search.rebalance import LAYOUT_WORK, LayoutStats, WallClock, rebalance
 from planner.feasibility.rules import Rule, RuleOptions, memory_violations
 from planner.schemas.report import PlanReport, SearchReport
-from planner.schemas.strategy import LaunchTarget
 from planner.feasibility.validate import validate
 
 US_PER_S = 1e6
@@ -198,19 +197,15 @@ def _search_error(problem: Problem, space: SearchSpace, wider: SearchSpace) -> I
     """Why the widened space has no plan either (its explanation covers the narrow one)."""
     from planner.search.explain import explain_infeasible
 
-    uneven = LaunchTarget.DEEPSPEED not in wider.targets and not wider.even_layouts
-    options = RuleOptions(cross_node_tp=wider.cross_node_tp, targets=wider.targets,
-                          explicit_layouts=uneven)
-    return explain_infeasible(problem, wider, generate(problem, wider), options)
+    return explain_infeasible(problem, wider, generate(problem, wider),
+                              wider.rule_options(problem))
 
 
 def _search(problem: Problem, space: SearchSpace, settings: SolverSettings,
             num_tokens: float | None, wall: WallClock) -> SearchResult:
-    # Plans carry their own layouts, so pp * vpp need not divide the layers, except for
-    # targets that cannot express an uneven split.
-    uneven = LaunchTarget.DEEPSPEED not in space.targets and not space.even_layouts
-    options = RuleOptions(cross_node_tp=space.cross_node_tp, targets=space.targets,
-                          explicit_layouts=uneven)
+    # Plans carry their own layouts (balanced when the rules allow uneven ones).
+    options = space.rule_options(problem)
+    uneven = options.explicit_layouts
     pins = space.pins()
     groups = generate(problem, space)
     num_candidates = sum(len(g.cands) for g in groups)
