@@ -267,8 +267,9 @@ def memory(model, cluster, strategy, framework, as_json, **overrides):
     """Per-GPU memory of STRATEGY (a strategy.yaml), stage by stage. Exit 1 when it does not
     fit."""
     from planner.costing.evaluate import evaluate_strategy
-    from planner.feasibility.ineffective import ineffective_settings
-    from planner.inputs.loader import check_layout, load_strategy, resolve_strategy
+    from planner.rules.ineffective import ineffective_settings
+    from planner.rules.validate import check_layout
+    from planner.inputs.loader import load_strategy, resolve_strategy
 
     from planner.inputs.loader import framework_name
 
@@ -336,7 +337,7 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
     result = search(problem, space, settings, num_tokens=tokens)
     from dataclasses import replace
 
-    from planner.feasibility.ineffective import pinned_settings
+    from planner.rules.ineffective import pinned_settings
 
     result = replace(result, plans=[p.priced(price) for p in result.plans])
     notes = _notes(pinned_settings(problem, space, result.plans))
@@ -420,7 +421,7 @@ def _emit(problem, report, targets, out_dir, force, tokens) -> list:
     from dataclasses import replace
 
     from planner.costing.evaluate import evaluate_strategy
-    from planner.feasibility.review import strategy_of
+    from planner.review.config import strategy_of
     from planner.frameworks import LaunchPlan, emit_files, write_files
     from planner.inputs.loader import load_framework
 
@@ -455,8 +456,8 @@ def validate(model, cluster, strategy, targets, cross_node_tp, no_compare, token
     """Check STRATEGY: a strategy.yaml, DeepSpeed JSON, Megatron-LM script or argument file,
     torchtitan recipe or TOML, MindSpore setup or MindFormers run YAML. Exit 1 when a rule is
     broken or it does not fit."""
-    from planner.feasibility.review import review_config
-    from planner.feasibility.rules import RuleOptions
+    from planner.review.config import review_config
+    from planner.rules.gate import RuleOptions
 
     problem = _load_problem(model, cluster, gpus=gpus, **overrides)
     review = review_config(problem, strategy, gpus_given=gpus,
@@ -501,8 +502,8 @@ def emit(model, cluster, strategy, targets, out_dir, force, cross_node_tp, token
     """Write launch configs for STRATEGY (any file `planner validate` reads), e.g. a
     Megatron-LM script from a DeepSpeed config. Refused, exit 1, when it breaks a rule."""
     from planner.cli import render
-    from planner.feasibility.review import review_config
-    from planner.feasibility.rules import RuleOptions
+    from planner.review.config import review_config
+    from planner.rules.gate import RuleOptions
 
     problem = _load_problem(model, cluster, gpus=gpus, **overrides)
     review = review_config(problem, strategy, gpus_given=gpus,

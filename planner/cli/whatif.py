@@ -32,8 +32,8 @@ def diff(model, cluster, a, b, cross_node_tp, framework, as_json, gpus, **overri
     fit."""
     from planner.cli import render, render_diff
     from planner.costing.diff import diff_plans
-    from planner.feasibility.review import review_config
-    from planner.feasibility.rules import RuleOptions
+    from planner.review.config import review_config
+    from planner.rules.gate import RuleOptions
 
     problem = _load_problem(model, cluster, gpus=gpus, **overrides)
     reviews = [review_config(problem, path, gpus_given=gpus,
@@ -157,7 +157,7 @@ def sweep(model, cluster, counts, tokens, gpu_hour_price, plot, framework, as_js
         rows = sweeping.sweep(load, counts, space, settings, num_tokens=tokens,
                               gpu_hour_price=gpu_hour_price,
                               step=lambda n: progress.advance(task))
-    from planner.feasibility.ineffective import pinned_settings
+    from planner.rules.ineffective import pinned_settings
 
     planned = [r for r in rows if r.plan is not None]
     notes = _notes(pinned_settings(first, space, [r.plan for r in planned],

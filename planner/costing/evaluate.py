@@ -29,7 +29,8 @@ from planner.costing.block_costs import (BlockCost, block_cost, block_model_flop
                                          layer_gemms, pipeline_send_bytes)
 from planner.costing.placement import strided_placement, tp_placement
 from planner.costing.layout import ChainTypes, Layout, layout_from_layer_counts, uniform_layout
-from planner.inputs.loader import Problem, fp8_param_gather_allowed
+from planner.core.problem import Problem
+from planner.inputs.loader import fp8_param_gather_allowed
 from planner.schemas.model import EmbeddingBlock, OutputBlock, TransformerBlock
 from planner.schemas.framework import OverlapDefaults
 from planner.schemas.report import (MemoryReport, PlanReport, StageMemory, StageTime,

@@ -26,7 +26,7 @@ from planner.costing.evaluate import (BlockCosts, Candidates, Evaluation, chain_
                                       grad_copy_bytes_per_param, tp_exposed_s, type_fp8_params,
                                       type_params)
 from planner.costing.layout import Layout
-from planner.inputs.loader import Problem
+from planner.core.problem import Problem
 from planner.schemas.model import OutputBlock
 
 

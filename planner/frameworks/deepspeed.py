@@ -23,12 +23,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from cost_models.enums import CpComm, Optimizer, Precision, Recompute
 from planner.frameworks.base import LaunchPlan, ParsedConfig, closest, did_you_mean, header_lines
 from planner.errors import InputError
-from planner.frameworks import profiles
+from planner.inputs import profiles
 from planner.schemas.bounds import MAX_GLOBAL_BATCH
 from planner.schemas.framework import FrameworkProfile
-from planner.feasibility.target_rule import (Rule, TargetRule, context_parallel_rule,
-                                             fp8_rule, uneven_split)
-from planner.inputs.loader import Problem
+from planner.core.rules import Rule, TargetRule, context_parallel_rule, fp8_rule, uneven_split
+from planner.core.problem import Problem
 from planner.inputs.safe_parse import load_json
 from planner.schemas.strategy import LaunchTarget
 

@@ -17,10 +17,10 @@ from planner.frameworks.megatron_reader import FSDP_STRATEGIES, parse  # noqa: F
 from planner.frameworks.megatron_flags import (CHECKED_AGAINST, CHOICES, KNOWN_FLAGS,  # noqa: F401
                                                MEGATRON_COMMIT, TORCHRUN_FLAGS, check_flags)
 from planner.errors import InputError
-from planner.frameworks import profiles
+from planner.inputs import profiles
 from planner.schemas.framework import FrameworkProfile
-from planner.feasibility.target_rule import Rule, TargetRule, fp8_rule
-from planner.inputs.loader import Problem
+from planner.core.rules import Rule, TargetRule, fp8_rule
+from planner.core.problem import Problem
 
 
 POSITIONS = {PositionKind.LEARNED: "learned_absolute", PositionKind.ROTARY: "rope",

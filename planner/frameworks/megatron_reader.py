@@ -13,7 +13,7 @@ from planner.frameworks.megatron_values import (_COUNTS, _MAX_COUNT, _attention,
 from planner.frameworks import torchrun
 from planner.frameworks.shell import ShellScript
 from planner.schemas.strategy import LaunchTarget
-from planner.inputs.loader import Problem
+from planner.core.problem import Problem
 
 FSDP_STRATEGIES = {ZeroStage.NONE: "no_shard", ZeroStage.OPTIMIZER_STATES: "optim",
                    ZeroStage.GRADIENTS: "optim_grads", ZeroStage.PARAMETERS: "optim_grads_params"}

@@ -1,6 +1,6 @@
 """A framework profile: which features and overlaps a training framework has, and its constants.
 
-One YAML file per framework in planner/frameworks/profiles/, each number with its source. The
+One YAML file per framework in planner/inputs/profiles/, each number with its source. The
 cost model reads a profile; it never branches on a framework's name.
 """
 

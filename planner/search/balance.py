@@ -23,7 +23,7 @@ from itertools import accumulate
 
 from ortools.sat.python import cp_model
 
-from planner.feasibility.rules import chunks_without_layers
+from planner.rules.gate import chunks_without_layers
 
 TIME_UNIT_S = 1e-9
 """CP-SAT works in integers: block times in nanoseconds (rounded to nearest)."""

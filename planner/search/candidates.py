@@ -8,7 +8,7 @@ stage, and the micro-batch the divisors of the per-replica batch.
 
 The space is deliberately wider than what is valid: degrees that break a rule (tp that does not
 divide the heads, a pp that does not divide the layers, a batch dp does not divide) are kept, so
-that the search can name the rule that removes them when nothing is left (`planner.feasibility.rules`).
+that the search can name the rule that removes them when nothing is left (`planner.rules.gate`).
 Where a dimension is cut for speed (micro-batches, vpp, expert pairs, context parallelism, the
 option table), the cut calls the rules themselves (`rules.breaks`), never a copy of them, so
 that a changed rule changes the space; tests/search/test_rule_parity.py holds the search's gate
@@ -24,9 +24,10 @@ import numpy as np
 
 from cost_models.enums import CpComm, Recompute, ZeroStage
 from planner.costing.evaluate import CP_COMM_ORDER, DP_COMM_ORDER, RECOMPUTE_ORDER, Candidates
-from planner.feasibility.rules import (Rule, RuleOptions, balanced_layouts_allowed, breaks,
-                                       chunks_without_layers)
-from planner.inputs.loader import Problem, fp8_param_gather_allowed
+from planner.rules.gate import (Rule, RuleOptions, balanced_layouts_allowed, breaks,
+                                chunks_without_layers)
+from planner.core.problem import Problem
+from planner.inputs.loader import fp8_param_gather_allowed
 from planner.schemas.framework import OverlapDefaults
 from planner.schemas.strategy import DpComm, LaunchTarget, default_cp_a2a
 

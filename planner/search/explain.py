@@ -19,12 +19,12 @@ from cost_models.units import GiB
 from planner.search.candidates import CandidateGroup, SearchSpace, divisors, generate, powers_of_two
 from planner.errors import InfeasibleError, InputError
 from planner.schemas.bounds import MAX_GLOBAL_BATCH, MAX_GPUS
-from planner.inputs.loader import Problem
+from planner.core.problem import Problem
 from planner.search.pool import Pool, evaluate_groups, passes
 from planner.schemas.strategy import strategy_label
-from planner.feasibility.rules import (EXPLAIN, SUMMARY, TARGET_CHECKS, Rule, RuleOptions,
-                                       chunks_without_layers, degree_violations,
-                                       memory_violations, rule_targets)
+from planner.rules.gate import (EXPLAIN, SUMMARY, TARGET_CHECKS, Rule, RuleOptions,
+                                chunks_without_layers, degree_violations, memory_violations,
+                                rule_targets)
 
 MAX_GPU_FACTOR = 64
 """How far beyond the requested GPU count the "more GPUs" suggestion looks."""

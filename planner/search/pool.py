@@ -16,8 +16,8 @@ from planner.search.candidates import CandidateGroup, Pin
 from planner.costing.evaluate import (BlockCosts, Candidates, Evaluation, block_costs, evaluate,
                                       state_floor_bytes)
 from planner.costing.layout import Layout, uniform_layout
-from planner.inputs.loader import Problem
-from planner.feasibility.rules import RuleOptions, degree_violations, host_memory_violations
+from planner.core.problem import Problem
+from planner.rules.gate import RuleOptions, degree_violations, host_memory_violations
 from planner.schemas.strategy import Strategy
 
 

@@ -25,11 +25,11 @@ from planner.costing.evaluate import (Candidates, block_costs, chain_types, ep_e
                                       evaluate, evaluate_strategy, layout_for, tp_exposed_s,
                                       type_params)
 from planner.costing.layout import Layout
-from planner.inputs.loader import Problem
+from planner.core.problem import Problem
 from planner.search.pool import Batch, Pool
 from planner.schemas.report import PlanReport
 from planner.schemas.strategy import Strategy
-from planner.feasibility.rules import memory_violations
+from planner.rules.gate import memory_violations
 from planner.costing.stage_costs import chain_costs, state_bytes_per_stored_param
 
 LAYOUT_WORK = 1.0

@@ -1,6 +1,6 @@
 """Find the fastest strategies that fit, with OR-Tools CP-SAT.
 
-1. `candidates.generate` lists the search space; the degree rules (`planner.feasibility.rules`) and the
+1. `candidates.generate` lists the search space; the degree rules (`planner.rules.gate`) and the
    user's pins remove what is invalid; `costing.evaluate` prices every remaining candidate in
    float arithmetic, in batches that share a pipeline layout.
 2. Within one set of degrees (dp, tp, pp, vpp, micro-batch) a candidate that another beats on
@@ -26,12 +26,12 @@ from ortools.sat.python import cp_model
 from planner.search.candidates import SearchSpace, generate
 from planner.costing.evaluate import report
 from planner.errors import InfeasibleError, InputError
-from planner.inputs.loader import Problem
+from planner.core.problem import Problem
 from planner.search.pool import Pool, evaluate_groups, pareto, passes
 from planner.search.rebalance import LAYOUT_WORK, LayoutStats, WallClock, rebalance
-from planner.feasibility.rules import Rule, RuleOptions, memory_violations
+from planner.rules.gate import Rule, RuleOptions, memory_violations
 from planner.schemas.report import PlanReport, SearchReport
-from planner.feasibility.validate import validate
+from planner.rules.validate import validate
 
 US_PER_S = 1e6
 

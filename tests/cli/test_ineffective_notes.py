@@ -1,5 +1,5 @@
 """Settings with no effect are said, never passed over: `note:` lines and JSON `notes` from
-validate, memory, plan and sweep, and what Megatron-LM scripts hold (planner/feasibility/
+validate, memory, plan and sweep, and what Megatron-LM scripts hold (planner/rules/
 ineffective.py)."""
 
 from __future__ import annotations

@@ -8,9 +8,9 @@ from cost_models.compute import optimizer_step_bytes_per_param
 from cost_models.offload import (activation_copies_s, cpu_optimizer_s, exposed_copy_s,
                                  host_copy_s, offloaded_step_s)
 from planner.costing.evaluate import Candidates, evaluate_strategy
-from planner.feasibility.rules import RuleOptions, degree_violations
-from planner.feasibility.target_rule import Rule
-from planner.feasibility.validate import validate
+from planner.rules.gate import RuleOptions, degree_violations
+from planner.core.rules import Rule
+from planner.rules.validate import validate
 from planner.errors import InfeasibleError
 from planner.inputs.loader import load_cluster, make_problem, resolve_strategy
 from planner.schemas.strategy import LaunchTarget, Strategy

@@ -32,9 +32,8 @@ import pytest
 
 from cost_models.enums import CpComm, Recompute, ZeroStage
 from planner.costing.evaluate import Candidates
-from planner.feasibility.rules import (MIB, degree_violations, memory_violations,
-                                       rule_violations)
-from planner.feasibility.validate import validate
+from planner.rules.gate import MIB, degree_violations, memory_violations, rule_violations
+from planner.rules.validate import validate
 from planner.inputs.loader import make_problem, resolve_strategy
 from planner.schemas.strategy import LaunchTarget, Strategy
 from planner.search.candidates import SearchSpace, generate

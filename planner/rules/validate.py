@@ -1,7 +1,7 @@
 """Check one strategy against every rule, in float arithmetic, and evaluate it.
 
 `planner validate` prints this; the search runs it on every plan it returns, so the search and
-a hand-written strategy are judged by the same rules (`planner.feasibility.rules`) and the same costs.
+a hand-written strategy are judged by the same rules (`planner.rules.gate`) and the same costs.
 """
 
 from __future__ import annotations
@@ -11,9 +11,11 @@ from dataclasses import dataclass
 from cost_models.enums import Recompute, ZeroStage
 from cost_models.units import GiB
 from planner.costing.evaluate import evaluate_strategy
-from planner.inputs.loader import Problem
-from planner.feasibility.rules import (Rule, RuleOptions, host_memory_violations, laid_out,
-                                       memory_violations, rule_violations)
+from planner.errors import InputError
+from planner.core.problem import Problem
+from planner.rules.gate import (Rule, RuleOptions, chunks_without_layers,
+                                host_memory_violations, laid_out, memory_violations,
+                                rule_violations, stage_layout_violation)
 from planner.schemas.report import PlanReport, Violation
 from planner.schemas.strategy import Strategy
 
@@ -96,3 +98,19 @@ def _memory_variants(problem: Problem, s: Strategy):
             and s.layers_per_stage is None:
         yield (f"pp {2 * s.pp} (dp {s.dp // 2})",
                s.model_copy(update={"pp": 2 * s.pp, "dp": s.dp // 2}))
+
+
+def check_layout(strategy: Strategy, problem: Problem, *, file: str) -> None:
+    """Refuse a strategy that cannot be laid out on the model (`planner memory` prices any
+    other, fitting or not): pp * vpp chunks need a layer each, and a layers_per_stage lists one
+    count per chunk (pp * vpp of them, in pipeline order) summing to the model's layers."""
+    chunks, layers = strategy.pp * strategy.vpp, problem.model.num_layers
+    if strategy.layers_per_stage is None and chunks_without_layers(layers, strategy.pp,
+                                                                   strategy.vpp):
+        what = (f"pp * vpp = {chunks} pipeline chunks" if strategy.vpp > 1 else
+                f"{chunks} pipeline stages")
+        raise InputError(f"{file}: pp: {what} exceed the {layers} layers of "
+                         f"{problem.model.name}: every chunk needs a layer")
+    violation = stage_layout_violation(problem, strategy)
+    if violation is not None:
+        raise InputError(f"{file}: {violation.message}; {violation.fix}")

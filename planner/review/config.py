@@ -1,7 +1,7 @@
 """A second opinion on a user's own config: every rule it breaks, what the framework itself
 would get wrong, its memory, time and throughput, and how far it is from the best plan.
 
-The config may be any file `planner.frameworks.read_config` reads; the rules are `planner.feasibility.rules`
+The config may be any file `planner.frameworks.read_config` reads; the rules are `planner.rules.gate`
 (the search uses the same ones), with the rules of the config's framework added.
 """
 
@@ -14,17 +14,17 @@ from planner.costing.layout import explicit_counts
 from planner.search.candidates import SearchSpace
 from planner.frameworks import ParsedConfig, read_config
 from planner.errors import InfeasibleError, InputError
-from planner.inputs.loader import (Problem, framework_name, load_framework, resolve_strategy,
-                                   resolve_training,
-                                   validate_file)
+from planner.core.problem import Problem
+from planner.inputs.loader import (framework_name, load_framework, resolve_strategy,
+                                   resolve_training, validate_file)
 from planner.search.rebalance import layout_advice
-from planner.feasibility.ineffective import ineffective_settings
-from planner.feasibility.rules import RuleOptions, balanced_layouts_allowed
+from planner.rules.ineffective import ineffective_settings
+from planner.rules.gate import RuleOptions, balanced_layouts_allowed
 from planner.schemas.model import TrainingSpec
 from planner.schemas.report import PlanReport, Violation
 from planner.schemas.strategy import LaunchTarget, Strategy, strategy_label
 from planner.search.solver import SolverSettings, search
-from planner.feasibility.validate import validate
+from planner.rules.validate import validate
 
 
 @dataclass(frozen=True)

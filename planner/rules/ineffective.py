@@ -1,7 +1,7 @@
 """Settings that have no effect where they are set: each is a `note:` (JSON `notes`), never
 passed over in silence.
 
-A setting that cannot run is a rule (planner.feasibility.rules); one that runs but changes
+A setting that cannot run is a rule (planner.rules.gate); one that runs but changes
 nothing (parameter servers under all-reduce, sequence parallelism without tensor parallelism)
 is a note here. `validate`, `memory`, `diff` and `calibrate` judge the strategy a file gives;
 `plan` and `sweep` judge the user's pins on each plan the search ranks (`pinned_settings`).
@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Sequence
 
 from cost_models.enums import CpComm, Precision
-from planner.inputs.loader import Problem
+from planner.core.problem import Problem
 from planner.schemas.strategy import DpComm, Strategy
 
 if TYPE_CHECKING:

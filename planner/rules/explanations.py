@@ -1,6 +1,6 @@
 """What `validate` prints when one strategy breaks a planner rule: a sentence with the
 numbers, and a concrete fix. Each framework's own rules carry theirs (`TargetRule.explain`);
-`planner.feasibility.rules.EXPLAIN` gathers both.
+`planner.rules.gate.EXPLAIN` gathers both.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import math
 from typing import Callable
 
 from cost_models.enums import CpComm, ZeroStage
-from planner.feasibility.target_rule import Rule, largest_divisor_at_most
-from planner.inputs.loader import Problem
+from planner.core.rules import Rule, largest_divisor_at_most
+from planner.core.problem import Problem
 from planner.schemas.strategy import Strategy
 
 

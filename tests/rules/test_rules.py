@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 
 from planner.inputs.loader import make_problem
-from planner.feasibility.rules import Rule, RuleOptions
+from planner.rules.gate import Rule, RuleOptions
 from planner.schemas.strategy import LaunchTarget as T
 from planner.schemas.strategy import Strategy
-from planner.feasibility.validate import validate
+from planner.rules.validate import validate
 
 CASES = [
     ("gpu_count", "llama2-7b", "dgx-h100", 64, dict(dp=4, tp=8, pp=1), (),
@@ -133,7 +133,7 @@ def test_a_valid_strategy_breaks_nothing():
 
 
 def test_every_framework_rule_lives_in_its_module_and_is_gathered():
-    from planner.feasibility.rules import EXPLAIN, FRAMEWORK_RULES, SUMMARY, TARGET_CHECKS, Rule
+    from planner.rules.gate import EXPLAIN, FRAMEWORK_RULES, SUMMARY, TARGET_CHECKS, Rule
 
     for target, rules in FRAMEWORK_RULES.items():
         for rule in rules:
@@ -179,7 +179,7 @@ def test_a_frameworks_rules_allow_the_kv_exchanges_its_profile_lists(framework):
     # The search takes its K/V exchanges from the rules, so the profile's context_parallel
     # list must say what the rules of that framework allow: every kind it lists, no other.
     from cost_models.enums import CpComm
-    from planner.feasibility.rules import TARGET_CHECKS, rule_violations
+    from planner.rules.gate import TARGET_CHECKS, rule_violations
 
     problem = make_problem("llama2-7b", "dgx-h100", gpus=64, seq_len=8192, framework=framework)
     zero = 1 if framework == "mindspore" else 3      # what each shards with, no rule broken

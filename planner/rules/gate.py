@@ -6,7 +6,7 @@ The planner's own rules are here; each framework's rules live in its module
 Every rule has a vectorised check over `Candidates` (True where a strategy breaks it), which
 the search turns into CP-SAT constraints, and an explanation for one strategy: a plain
 sentence with the numbers and a concrete fix, which `validate` prints
-(`planner.feasibility.explanations`). The memory rule is checked on evaluated costs; the others
+(`planner.rules.explanations`). The memory rule is checked on evaluated costs; the others
 on the degrees alone.
 
 This is the one gate: which rules apply (`rules_in_force`: always those of the framework that
@@ -23,10 +23,12 @@ from typing import Callable
 import numpy as np
 
 from planner.costing.evaluate import Candidates
-from planner.feasibility.explanations import EXPLAIN as PLANNER_EXPLAIN
-from planner.feasibility.target_rule import Rule, TargetRule, any_offload
-from planner.frameworks import deepspeed, megatron, mindspore, profiles, torchtitan
-from planner.inputs.loader import Problem, fp8_param_gather_allowed
+from planner.rules.explanations import EXPLAIN as PLANNER_EXPLAIN
+from planner.core.rules import Rule, TargetRule, any_offload
+from planner.frameworks import deepspeed, megatron, mindspore, torchtitan
+from planner.inputs import profiles
+from planner.core.problem import Problem
+from planner.inputs.loader import fp8_param_gather_allowed
 from planner.schemas.report import Violation
 from cost_models.enums import CpComm, Precision
 from planner.schemas.strategy import DpComm, LaunchTarget, Strategy

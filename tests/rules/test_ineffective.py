@@ -1,5 +1,5 @@
 """Settings with no effect where they are set get a note, with its exact text
-(planner/feasibility/ineffective.py): one table, each setting once with and once without
+(planner/rules/ineffective.py): one table, each setting once with and once without
 effect."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 
 from cost_models.enums import CpComm
 from planner.costing.evaluate import evaluate_strategy
-from planner.feasibility.ineffective import ineffective_settings, pinned_settings
+from planner.rules.ineffective import ineffective_settings, pinned_settings
 from planner.inputs.loader import make_problem, resolve_strategy
 from planner.schemas.strategy import Strategy
 from planner.search.candidates import SearchSpace
