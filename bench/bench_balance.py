@@ -55,7 +55,7 @@ def main() -> int:
     missed = False
     for name, costs in cases():
         start = time.perf_counter()
-        result = balance(costs, time_limit_s=30)
+        result = balance(costs, work_limit=30)
         seconds = time.perf_counter() - start
         status = result.status if result else "no layout"
         target = "  [target 1 s: " + ("met]" if seconds < 1 else "MISSED]") \

@@ -14,7 +14,7 @@ Two fits, each one set of constants for a whole source, never one per row:
    BLOOM-176B (6 runs) and MT-NLG 530B (3 runs), both Megatron-DeepSpeed.
 
 A grid search minimises the mean absolute percentage error; copy the results into
-planner/inputs/presets/dgx-h100.yaml and planner/frameworks/profiles/{megatron,deepspeed}.yaml.
+planner/inputs/presets/dgx-h100.yaml and planner/inputs/profiles/{megatron,deepspeed}.yaml.
 Strategies are resolved once with the shipped constants (bench/published.py fill rules).
 """
 

@@ -25,7 +25,8 @@ import yaml
 from cost_models.enums import Recompute
 from planner.costing.evaluate import evaluate_strategy
 from planner.errors import InputError
-from planner.inputs.loader import Problem, make_problem, validate_file
+from planner.core.problem import Problem
+from planner.inputs.loader import make_problem, validate_file
 from planner.schemas.cluster import ClusterSpec
 from planner.schemas.model_file import TransformerShorthand
 from planner.schemas.report import PlanReport

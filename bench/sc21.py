@@ -15,7 +15,8 @@ import yaml
 
 from cost_models.enums import Precision, Recompute
 from planner.costing.evaluate import evaluate_strategy
-from planner.inputs.loader import Problem, make_problem
+from planner.core.problem import Problem
+from planner.inputs.loader import make_problem
 from planner.schemas.cluster import ClusterSpec
 from planner.schemas.strategy import Strategy
 

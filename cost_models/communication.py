@@ -3,7 +3,7 @@
 Refs:
 - nccl-tests doc/PERFORMANCE.md: the bus factors. For n ranks and S bytes an all-reduce moves
   2 (n - 1) / n * S per rank; all-gather, reduce-scatter and all-to-all (n - 1) / n * S;
-  broadcast, reduce and send/recv S. "Bus bandwidth" = moved bytes / time.
+  send/recv S. "Bus bandwidth" = moved bytes / time.
 - NVIDIA/nccl src/graph/tuning.cc (commit 5067397c, NCCL 2.30.7): NCCL's own cost model, which
   this module follows. Per (algorithm, protocol): time = base latency + steps x hop latency +
   bytes / (protocol's share of the bus bandwidth); NCCL runs the pair with the lowest predicted
@@ -35,8 +35,6 @@ BUS_FACTOR = {
     Collective.ALL_GATHER: lambda n: (n - 1) / n,
     Collective.REDUCE_SCATTER: lambda n: (n - 1) / n,
     Collective.ALL_TO_ALL: lambda n: (n - 1) / n,
-    Collective.BROADCAST: lambda n: 1 + 0 * n,
-    Collective.REDUCE: lambda n: 1 + 0 * n,
     Collective.SEND_RECV: lambda n: 1 + 0 * n,
 }
 """Bytes each rank moves per byte of message (nccl-tests doc/PERFORMANCE.md, "bus bandwidth")."""
@@ -283,23 +281,6 @@ def reduce_scatter_time_s(message_bytes, group: Group, net: Network):
     return fastest_s(reduce_scatter_lines(group, net), message_bytes)
 
 
-def broadcast_time_s(message_bytes, group: Group, net: Network):
-    """Seconds of a ring (pipelined chain) broadcast of `message_bytes` from one rank.
-
-    Ref: tuning.cc: Broadcast and Reduce run on the ring only, n steps, bus factor 1.
-    """
-    n, nodes = group.size, group.num_nodes
-    return _ring_time_s(Collective.BROADCAST, message_bytes, group, net, steps=n,
-                        inter_steps=np.where(nodes > 1, nodes, 0))
-
-
-def reduce_time_s(message_bytes, group: Group, net: Network):
-    """Seconds of a ring reduce of `message_bytes` to one rank (as broadcast)."""
-    n, nodes = group.size, group.num_nodes
-    return _ring_time_s(Collective.REDUCE, message_bytes, group, net, steps=n,
-                        inter_steps=np.where(nodes > 1, nodes, 0))
-
-
 def all_to_all_time_s(message_bytes, group: Group, net: Network):
     """Seconds of an all-to-all: each rank sends `message_bytes` in total, 1/n to each rank.
 
@@ -334,8 +315,6 @@ def collective_time_s(collective: Collective, message_bytes, group: Group, net: 
         Collective.ALL_GATHER: all_gather_time_s,
         Collective.REDUCE_SCATTER: reduce_scatter_time_s,
         Collective.ALL_TO_ALL: all_to_all_time_s,
-        Collective.BROADCAST: broadcast_time_s,
-        Collective.REDUCE: reduce_time_s,
     }[collective](message_bytes, group, net)
 
 

@@ -337,20 +337,12 @@ def megatron_flops_per_iteration(*, global_batch, seq_len, num_layers, hidden, v
     return 72 * B * s * l * h**2 * (1 + s / (6 * h) + V / (12 * l * h))
 
 
-def palm_flops_per_token(*, num_params, num_layers, hidden, seq_len):
-    """Training FLOPs per token: 6 N + 12 L h s (Chowdhery et al. 2022, PaLM, Appendix B).
+def training_time_s(*, num_tokens, tokens_per_step, step_s):
+    """Seconds to train on `num_tokens`: the steps they take, `tokens_per_step` (global batch
+    x sequence length) each, times the step time.
 
-    6 N for the weight multiplies (forward 2 N, backward 4 N) and 12 L h s for attention.
+    Ref: Narayanan et al. 2021 (arXiv:2104.04473), Sec. 5.1: T / (B s) iterations of Eq. 3's
+    FLOPs at X FLOP/s on each of n GPUs, which they round to 8 T P / (n X) with full
+    recomputation: GPT-3 175B on 300B tokens on 1024 A100s at 140 TFLOP/s, about 34 days.
     """
-    return 6 * num_params + 12 * num_layers * hidden * seq_len
-
-
-def training_time_s(*, num_tokens, num_params, num_gpus, flops_per_gpu, full_recompute: bool):
-    """Time to train on `num_tokens` at an achieved `flops_per_gpu`.
-
-    Ref: Narayanan et al. 2021 (arXiv:2104.04473), Sec. 5.1: about 8 T P / (n X) with full
-    recomputation (6 T P / (n X) without): GPT-3 175B on 300B tokens on 1024 A100s at
-    140 TFLOP/s is about 34 days.
-    """
-    factor = 8 if full_recompute else 6
-    return factor * num_tokens * num_params / (num_gpus * flops_per_gpu)
+    return num_tokens / tokens_per_step * step_s

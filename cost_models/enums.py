@@ -111,8 +111,6 @@ class Collective(str, Enum):
     ALL_GATHER = "all_gather"
     REDUCE_SCATTER = "reduce_scatter"
     ALL_TO_ALL = "all_to_all"
-    BROADCAST = "broadcast"
-    REDUCE = "reduce"
     SEND_RECV = "send_recv"
 
 

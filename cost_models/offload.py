@@ -7,8 +7,9 @@ gradients of that share go to the host (device to host, D2H), the CPU runs Adam 
 host memory, and the updated weights come back (H2D). Activation offload (Megatron-LM
 --cpu-offloading-num-layers through Transformer Engine's CPU offload; DeepSpeed
 activation_checkpointing.cpu_checkpointing): the tensors a layer saves for its backward pass go
-to the host during the forward pass and come back before the layer's backward pass, each copy
-overlapped with the compute of neighbouring layers.
+to the host during the forward pass and come back before the layer's backward pass: on a side
+stream while neighbouring layers compute (Transformer Engine), or in line with the compute
+(DeepSpeed), as the framework profile's `offload.activation_copies_overlap` says.
 
 Bandwidths are achieved bytes per second: the host link per GPU (PCIe or NVLink-C2C) and the
 host memory bandwidth each GPU's CPU optimizer gets (the node's DRAM bandwidth shared by its
@@ -69,3 +70,35 @@ def exposed_copy_pieces(copy_s, compute_s) -> tuple:
 def exposed_copy_s(copy_s, compute_s):
     """Seconds of a host copy left on the critical path (`exposed_copy_pieces`)."""
     return np.maximum(*exposed_copy_pieces(np.asarray(copy_s, dtype=float), compute_s))
+
+
+def activation_copies_pieces(copy_s, *, forward_s, backward_s, overlapped: bool) -> tuple:
+    """Groups of linear pieces: the seconds one offloaded layer's activation copies add to a
+    micro-batch are the sum over groups of each group's largest piece (`activation_copies_s`).
+    Linear in the copy and the compute, so the layout balancer can pass its per-stage sums."""
+    if not overlapped:
+        return ((2 * copy_s,),)
+    return (exposed_copy_pieces(copy_s, forward_s), exposed_copy_pieces(copy_s, backward_s))
+
+
+def activation_copies_s(copy_s, *, forward_s, backward_s, overlapped: bool):
+    """Seconds one offloaded layer's activation copies add to a micro-batch: its saved tensors
+    down during the forward pass, back up before its backward pass (`copy_s` each way).
+
+    Overlapped (Transformer Engine's CPU offload, which Megatron-LM --cpu-offloading-num-layers
+    runs: transformer_engine/pytorch/cpu_offload.py copies on a side stream), each copy hides
+    behind the next layer's `forward_s` or `backward_s` (`exposed_copy_s`). Blocking (DeepSpeed
+    activation_checkpointing.cpu_checkpointing: CheckpointFunction.forward copies the
+    checkpointed inputs with copy_to_device(..., cpu) on the compute stream, and backward moves
+    them back with move_to_device before it recomputes; runtime/activation_checkpointing/
+    checkpointing.py), both copies are on the critical path in full.
+    """
+    groups = activation_copies_pieces(np.asarray(copy_s, dtype=float), forward_s=forward_s,
+                                      backward_s=backward_s, overlapped=overlapped)
+    total = 0.0
+    for group in groups:
+        largest = group[0]
+        for piece in group[1:]:
+            largest = np.maximum(largest, piece)
+        total = total + largest
+    return total

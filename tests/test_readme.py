@@ -48,7 +48,7 @@ def _files() -> dict[str, str]:
 
 def test_readme_examples_print_what_it_shows(cli, tmp_path, monkeypatch):
     examples = _examples()
-    assert len(examples) == 5
+    assert len(examples) == 6
     # Run where the README's relative paths hold, and print as short as it shows them: the
     # files it shows written here, the repository's folders linked.
     root = Path(__file__).resolve().parent.parent

@@ -20,8 +20,9 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, model_validato
 from cost_models.enums import Fp8Recipe
 from cost_models.units import GiB
 from planner.errors import InputError, shown
-from planner.inputs.loader import (Problem, check_layout, make_problem, read_mapping,
-                                   resolve_strategy, validate_file)
+from planner.core.problem import Problem
+from planner.rules.validate import check_layout
+from planner.inputs.loader import make_problem, read_mapping, resolve_strategy, validate_file
 from planner.inputs.safe_parse import read_text
 from planner.schemas.bounds import GlobalBatch, Gpus, SeqLen
 from planner.schemas.strategy import Strategy
@@ -123,7 +124,7 @@ def _beside(base: Path, ref: str) -> str:
 
 def _run(entry: RunEntry, where: str, base: Path, cluster_ref: str, nodes: int | None,
          default_name: str) -> MeasuredRun:
-    from planner.feasibility.review import read_strategy
+    from planner.review.config import read_strategy
 
     try:
         log = _read_log(_beside(base, entry.log)) if entry.log else None

@@ -176,8 +176,15 @@ def search_options(function):
                           "cluster's host link (repeat; default: nothing offloaded)."),
         click.option("--top", "top_k", type=positive, default=5, show_default=True,
                      help="How many plans to rank."),
-        click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=10.0,
-                     show_default=True, help="CP-SAT time limit per solve, seconds."),
+        click.option("--layout-work", type=click.FloatRange(min=0, min_open=True, max=1e6),
+                     default=1.0, show_default=True, metavar="UNITS",
+                     help="CP-SAT work (deterministic units, about a core-second each) the "
+                          "stage-layout solves may use; more proves more layouts optimal. "
+                          "Same input, same result, on any machine load."),
+        click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=300.0,
+                     show_default=True,
+                     help="Wall-clock safety net for the whole search, seconds. Work budgets "
+                          "decide results; when this fires the output says so."),
         click.option("--workers", type=click.IntRange(min=1, max=1024), default=1,
                      show_default=True, help="CP-SAT worker threads."),
         click.option("--seed", type=click.IntRange(min=0, max=2**31 - 1), default=0,
@@ -208,6 +215,7 @@ def _search_space(pins: dict, targets: tuple = ()):
     offload = tuple(dict.fromkeys(pins.pop("offload")))
     comms = (tuple(DpComm) if dp_comm == "both" else (DpComm(dp_comm),))
     settings = SolverSettings(top_k=pins.pop("top_k"), time_limit_s=pins.pop("time_limit"),
+                              layout_work=pins.pop("layout_work"),
                               num_workers=pins.pop("workers"), random_seed=pins.pop("seed"),
                               export_path=pins.pop("export_model"))
     space = SearchSpace(zero_stages=zero, recompute=recompute,
@@ -259,7 +267,9 @@ def memory(model, cluster, strategy, framework, as_json, **overrides):
     """Per-GPU memory of STRATEGY (a strategy.yaml), stage by stage. Exit 1 when it does not
     fit."""
     from planner.costing.evaluate import evaluate_strategy
-    from planner.inputs.loader import check_layout, load_strategy, resolve_strategy
+    from planner.rules.ineffective import ineffective_settings
+    from planner.rules.validate import check_layout
+    from planner.inputs.loader import load_strategy, resolve_strategy
 
     from planner.inputs.loader import framework_name
 
@@ -267,9 +277,10 @@ def memory(model, cluster, strategy, framework, as_json, **overrides):
     plan = resolve_strategy(load_strategy(strategy), problem, file=strategy)
     check_layout(plan, problem, file=strategy)
     report = evaluate_strategy(problem, plan)
+    notes = _notes(ineffective_settings(problem, plan))
     code = ExitCode.OK if report.memory.fits else ExitCode.NOT_FEASIBLE
     if as_json:
-        out = {**_json_head(problem),
+        out = {**_json_head(problem, notes),
                "strategy": report.strategy.model_dump(mode="json"),
                **report.memory.model_dump(mode="json")}
         click.echo(json.dumps(out, indent=2))
@@ -309,7 +320,6 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
          min_free, **pins):
     """The fastest strategies that fit MODEL on CLUSTER, ranked."""
     from planner.inputs.loader import framework_name
-    from planner.schemas.strategy import LaunchTarget
     from planner.search.solver import search
 
     timings = pins.pop("timings")
@@ -322,13 +332,15 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
                             global_batch=global_batch, global_batch_tokens=global_batch_tokens,
                             precision=precision, optimizer=optimizer, framework=framework,
                             fp8_recipe=fp8_recipe, min_free=min_free)
-    # The plans must run on the framework that prices them: its rules apply too.
-    rules_of = tuple(dict.fromkeys(targets + (LaunchTarget(framework),)))
-    space, settings = _search_space(pins, rules_of)
+    # The rules of the framework that prices the plans apply too (rules.rule_targets).
+    space, settings = _search_space(pins, targets)
     result = search(problem, space, settings, num_tokens=tokens)
     from dataclasses import replace
 
+    from planner.rules.ineffective import pinned_settings
+
     result = replace(result, plans=[p.priced(price) for p in result.plans])
+    notes = _notes(pinned_settings(problem, space, result.plans))
     by_comm = _best_per_dp_comm(problem, space, settings, tokens)
     # The wall time differs run to run: only with --timings, so that output is reproducible.
     stats = result.search if timings else result.search.model_copy(update={"seconds": None})
@@ -339,7 +351,7 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
                              f"plan(s)")
         written = _emit(problem, result.plans[plan_rank - 1], targets, out_dir, force, tokens)
     if as_json:
-        out = {**_json_head(problem),
+        out = {**_json_head(problem, notes),
                "plans": [p.model_dump(mode="json") for p in result.plans],
                "search": stats.model_dump(mode="json", exclude={"seconds"} if not timings
                                           else set()),
@@ -381,8 +393,16 @@ def _best_per_dp_comm(problem, space, settings, tokens) -> dict:
     return out
 
 
-def _json_head(problem) -> dict:
-    """The keys every --json output starts with: what was planned, on what."""
+def _notes(notes: list[str]) -> list[str]:
+    """Print `notes` on stderr, one `note:` line each (as the problem's own), and return them."""
+    for note in notes:
+        _stderr(f"note: {note}")
+    return notes
+
+
+def _json_head(problem, notes: list[str] = ()) -> dict:
+    """The keys every --json output starts with: what was planned, on what, and the notes
+    (the problem's, then `notes`)."""
     return {"model": problem.model.name,
             "params": {"total": problem.model.num_params,
                        "active": problem.model.num_active_params},
@@ -392,7 +412,7 @@ def _json_head(problem) -> dict:
             "precision": problem.training.precision.value,
             "fp8_recipe": (problem.training.fp8_recipe.value
                            if problem.training.fp8_recipe is not None else None),
-            "notes": list(problem.notes)}
+            "notes": list(problem.notes) + list(notes)}
 
 
 def _emit(problem, report, targets, out_dir, force, tokens) -> list:
@@ -401,7 +421,7 @@ def _emit(problem, report, targets, out_dir, force, tokens) -> list:
     from dataclasses import replace
 
     from planner.costing.evaluate import evaluate_strategy
-    from planner.feasibility.review import strategy_of
+    from planner.review.config import strategy_of
     from planner.frameworks import LaunchPlan, emit_files, write_files
     from planner.inputs.loader import load_framework
 
@@ -436,8 +456,8 @@ def validate(model, cluster, strategy, targets, cross_node_tp, no_compare, token
     """Check STRATEGY: a strategy.yaml, DeepSpeed JSON, Megatron-LM script or argument file,
     torchtitan recipe or TOML, MindSpore setup or MindFormers run YAML. Exit 1 when a rule is
     broken or it does not fit."""
-    from planner.feasibility.review import review_config
-    from planner.feasibility.rules import RuleOptions
+    from planner.review.config import review_config
+    from planner.rules.gate import RuleOptions
 
     problem = _load_problem(model, cluster, gpus=gpus, **overrides)
     review = review_config(problem, strategy, gpus_given=gpus,
@@ -482,8 +502,8 @@ def emit(model, cluster, strategy, targets, out_dir, force, cross_node_tp, token
     """Write launch configs for STRATEGY (any file `planner validate` reads), e.g. a
     Megatron-LM script from a DeepSpeed config. Refused, exit 1, when it breaks a rule."""
     from planner.cli import render
-    from planner.feasibility.review import review_config
-    from planner.feasibility.rules import RuleOptions
+    from planner.review.config import review_config
+    from planner.rules.gate import RuleOptions
 
     problem = _load_problem(model, cluster, gpus=gpus, **overrides)
     review = review_config(problem, strategy, gpus_given=gpus,

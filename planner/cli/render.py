@@ -322,12 +322,13 @@ def throughput_line(plan: PlanReport) -> Text:
 
 
 def search_line(search: SearchReport) -> Text:
-    verdict = ("optimal" if search.proven_optimal
-               else f"{search.status}, best found before the time limit, not proven optimal")
+    verdict = "optimal" if search.proven_optimal else "best found, not proven optimal"
     took = "" if search.seconds is None else f", {seconds(search.seconds)}"
     text = Text(f"CP-SAT: {verdict}{took}: "
                 f"{search.num_candidates:,} candidates, {search.num_valid:,} pass the rules and "
                 f"pins, {search.num_in_model:,} in the model", style="dim")
+    if search.unproven:
+        text.append(f"\nnot proven optimal: {search.unproven}", style="dim")
     if search.num_layouts_balanced:
         text.append(f"\nstage layouts: {search.num_layouts_balanced} balanced by CP-SAT, "
                     f"{search.num_layouts_improved} better than the even split", style="dim")

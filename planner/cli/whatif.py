@@ -10,8 +10,9 @@ import sys
 
 import click
 
-from planner.cli.commands import (_Count, _json_head, _load_problem, _search_space, _stderr,
-                                  cli, framework_option, problem_options, search_options)
+from planner.cli.commands import (_Count, _json_head, _load_problem, _notes, _search_space,
+                                  _stderr, cli, framework_option, problem_options,
+                                  search_options)
 from planner.errors import ExitCode, InfeasibleError, InputError
 
 
@@ -31,8 +32,8 @@ def diff(model, cluster, a, b, cross_node_tp, framework, as_json, gpus, **overri
     fit."""
     from planner.cli import render, render_diff
     from planner.costing.diff import diff_plans
-    from planner.feasibility.review import review_config
-    from planner.feasibility.rules import RuleOptions
+    from planner.review.config import review_config
+    from planner.rules.gate import RuleOptions
 
     problem = _load_problem(model, cluster, gpus=gpus, **overrides)
     reviews = [review_config(problem, path, gpus_given=gpus,
@@ -125,7 +126,6 @@ def sweep(model, cluster, counts, tokens, gpu_hour_price, plot, framework, as_js
     """The best plan of MODEL on CLUSTER for each GPU count: step time, throughput, MFU,
     scaling efficiency, and with --tokens time to train, GPU-hours and cost."""
     from planner.inputs.loader import framework_name
-    from planner.schemas.strategy import LaunchTarget
     from planner.search import sweep as sweeping
 
     if gpu_hour_price is not None and tokens is None:
@@ -135,7 +135,7 @@ def sweep(model, cluster, counts, tokens, gpu_hour_price, plot, framework, as_js
         raise InputError("--plot: empty path")
     pins.pop("timings", None)
     framework = framework_name(framework)
-    space, settings = _search_space(pins, (LaunchTarget(framework),))
+    space, settings = _search_space(pins)
 
     def load(n: int):
         return _load_problem(model, cluster, gpus=n, nodes=nodes, seq_len=seq_len,
@@ -157,10 +157,15 @@ def sweep(model, cluster, counts, tokens, gpu_hour_price, plot, framework, as_js
         rows = sweeping.sweep(load, counts, space, settings, num_tokens=tokens,
                               gpu_hour_price=gpu_hour_price,
                               step=lambda n: progress.advance(task))
+    from planner.rules.ineffective import pinned_settings
+
+    planned = [r for r in rows if r.plan is not None]
+    notes = _notes(pinned_settings(first, space, [r.plan for r in planned],
+                                   [f"{r.gpus} GPUs" for r in planned]))
     if plot:
         _write_plot(plot, first, rows)
     if as_json:
-        out = {**_json_head(first), "num_gpus": list(counts),
+        out = {**_json_head(first, notes), "num_gpus": list(counts),
                "rows": [{"gpus": r.gpus,
                          "plan": r.plan.model_dump(mode="json") if r.plan else None,
                          "error": r.error, "scaling_efficiency": r.scaling_efficiency}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.inputs.loader import Problem
+from planner.core.problem import Problem
 from planner.schemas.report import PlanReport, StrategyOut
 from planner.schemas.strategy import offload_labels
 

@@ -14,12 +14,13 @@ import numpy as np
 
 from cost_models.communication import ALL_REDUCE_ALGORITHMS
 from cost_models.compute import (attended_keys, gemm_flops, memory_bound_time_s,
-                                 optimizer_step_bytes_per_param)
+                                 optimizer_step_bytes_per_param, training_time_s)
 from cost_models.enums import AttentionKind, CpComm, Recompute, ZeroStage
 from cost_models.memory import reserve_bytes
 from cost_models.offload import cpu_optimizer_s, host_copy_s, offloaded_step_s
 from cost_models.pipeline import in_flight_per_chunk, pipeline_time_s
 from cost_models.units import TFLOPS
+from planner.core.problem import Problem
 from planner.costing.block_costs import BlockCost, block_cost, block_model_flops, layer_gemms
 from planner.costing.data_parallel import step_end_s
 from planner.costing.layout import Layout, layout_from_layer_counts, uniform_layout
@@ -30,7 +31,6 @@ from planner.costing.stage_model import (chain_types, fp8_params_gathered,  # no
                                          state_floor_bytes, type_fp8_params, type_is_layer,
                                          type_params)
 from planner.costing.stage_terms import Linear, Occupancy, stage_values, total_values
-from planner.inputs.loader import Problem
 from planner.schemas.model import EmbeddingBlock, OutputBlock
 from planner.schemas.framework import OverlapDefaults
 from planner.schemas.report import (MemoryReport, PlanReport, StageMemory, StageTime,
@@ -140,6 +140,14 @@ class Candidates:
 
     def take(self, index) -> Candidates:
         return Candidates(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+
+    @classmethod
+    def empty(cls) -> Candidates:
+        """No strategies (each field with the type a strategy gives it)."""
+        defaults = OverlapDefaults(overlap_grad_reduce=False, overlap_param_gather=False,
+                                   tp_comm_overlap=False)
+        one = cls.from_strategy(Strategy(dp=1, tp=1, pp=1, global_batch=1), defaults)
+        return one.take(np.zeros(0, dtype=np.int64))
 
     @classmethod
     def concat(cls, parts: list[Candidates]) -> Candidates:
@@ -545,7 +553,8 @@ def report(problem: Problem, layout: Layout, cands: Candidates, ev: Evaluation, 
     tokens_per_step = float(cands.global_batch[i]) * problem.training.seq_len
     time_to_train = gpu_hours = None
     if num_tokens is not None:
-        time_to_train = num_tokens / tokens_per_step * step
+        time_to_train = training_time_s(num_tokens=num_tokens, tokens_per_step=tokens_per_step,
+                                        step_s=step)
         gpu_hours = time_to_train * num_gpus / 3600
     throughput = ThroughputReport(
         tokens_per_s=tokens_per_step / step, model_tflops_per_gpu=model_tflops,

@@ -23,9 +23,9 @@ import numpy as np
 
 from cost_models.pipeline import in_flight_per_chunk
 from planner.costing.layout import Layout
+from planner.core.problem import Problem
 from planner.costing.stage_model import chain_types, stage_model
 from planner.costing.stage_terms import Linear, Occupancy, Peak, stage_values
-from planner.inputs.loader import Problem
 from planner.schemas.model import REPEATED_KINDS, EmbeddingBlock, OutputBlock
 
 

@@ -18,7 +18,7 @@ from cost_models.data_parallel import fp8_gather_bytes_saved
 from cost_models.fp8 import fp8_value_bytes, fp8_weight_bytes_per_param
 from cost_models.memory import (StateBytes, bf16_grad_copy_bytes_per_param, framework_buffer_bytes,
                                 model_state_bytes, zero3_gather_buffer_bytes)
-from cost_models.offload import exposed_copy_pieces, host_copy_s
+from cost_models.offload import activation_copies_pieces, exposed_copy_pieces, host_copy_s
 from cost_models.pipeline import pipeline_boundary_s, pipeline_kept_output_bytes
 from cost_models.tensor_parallel import tp_exposed_s
 from cost_models.communication import Group, exposed_time_s
@@ -27,7 +27,8 @@ from planner.costing.data_parallel import micro_batch_term
 from planner.costing.layout import ChainTypes
 from planner.costing.placement import strided_placement, tp_placement
 from planner.costing.stage_terms import Linear, Peak, Term
-from planner.inputs.loader import Problem, fp8_param_gather_allowed
+from planner.core.problem import Problem
+from planner.inputs.loader import fp8_param_gather_allowed
 from planner.schemas.model import REPEATED_KINDS, TransformerBlock
 
 
@@ -338,12 +339,17 @@ def stage_model(problem: Problem, cands, costs, *, pp: int, tied_copy: Linear,
     link_bytes_per_s, _ = host_rates(problem)
     if cands.act_offload.any():
         # Each offloaded layer's saved tensors go down while the next layer runs forward and
-        # come back while the one after it runs backward (per layer, the stage's average).
+        # come back while the one after it runs backward, or in line with the compute where
+        # the framework's copies block (`offload.activation_copies_s`); per layer, the
+        # stage's average.
         copy = Linear(block=host_copy_s(costs.activation_bytes * is_layer,
                                         link_bytes_per_s=link_bytes_per_s))
-        for behind in (costs.forward_s, costs.backward_s + costs.recompute_s):
-            offload.append(Term((exposed_copy_pieces(copy, Linear(block=behind * is_layer)),),
-                                cap=cands.act_offload.astype(float)))
+        groups = activation_copies_pieces(
+            copy, forward_s=Linear(block=costs.forward_s * is_layer),
+            backward_s=Linear(block=(costs.backward_s + costs.recompute_s) * is_layer),
+            overlapped=fw.offload is not None and fw.offload.activation_copies_overlap)
+        for group in groups:
+            offload.append(Term((tuple(group),), cap=cands.act_offload.astype(float)))
     if on_host.any():
         # ZeRO-3 shards come up before each of the two gathers and their gradients go down,
         # behind the stage's compute like the gathers they feed.

@@ -14,6 +14,7 @@ from pathlib import Path
 from planner.frameworks import (deepspeed, megatron, mindformers, mindspore, torchrun,
                                 torchtitan)
 from planner.frameworks.base import Emitter, LaunchPlan, ParsedConfig
+from planner.frameworks.megatron_flags import is_launch_text
 from planner.errors import InputError
 from planner.schemas.strategy import LaunchTarget
 
@@ -63,11 +64,18 @@ def write_files(files: dict[str, str], out_dir: str | Path, *, force: bool) -> l
     return paths
 
 
+SHELL_SUFFIXES = (".sh", ".bash")
+"""Launch scripts: read as Megatron-LM (or a torchrun launcher) whatever they hold."""
+READ_SUFFIXES = (".yaml/.yml (strategy, MindFormers), .json (DeepSpeed), .toml (torchtitan), "
+                 ".py (torchtitan recipe, MindSpore), .sh/.bash (Megatron-LM, torchrun)")
+
+
 def read_config(path: str, problem, num_gpus: int | None = None) -> ParsedConfig:
     """A strategy from any file `validate` accepts, by its kind: strategy.yaml, a MindFormers
     run YAML (a top-level parallel_config), a DeepSpeed JSON, a torchtitan TOML or recipe, a
     MindSpore module, a Megatron-LM script or argument file (or a torchrun launcher, which
-    carries only its world size)."""
+    carries only its world size). A file of another suffix is read as Megatron-LM only where
+    its text is an argument file or a launch line (`megatron_flags.is_launch_text`)."""
     from planner.inputs.loader import _read_text, load_strategy
 
     file = Path(path)
@@ -91,6 +99,9 @@ def read_config(path: str, problem, num_gpus: int | None = None) -> ParsedConfig
             raise InputError(f"{path}: a Python file that is neither a torchtitan recipe "
                              f"(ParallelismConfig) nor a MindSpore setup "
                              f"(set_auto_parallel_context)")
+    elif file.suffix not in SHELL_SUFFIXES and not is_launch_text(text):
+        raise InputError(f"{path}: not a launch config: the planner reads {READ_SUFFIXES}, "
+                         f"or a Megatron-LM argument file or launch line of any other suffix")
     elif "torchrun" in text and "--tensor-model-parallel-size" not in text \
             and "pretrain_" not in text:
         module = torchrun

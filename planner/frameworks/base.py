@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from planner import __version__
-from planner.inputs.loader import Problem
+from planner.core.problem import Problem
 from planner.schemas.model import EmbeddingBlock, ModelSpec, OutputBlock, TransformerBlock
 from planner.schemas.report import PlanReport, Violation
 from planner.schemas.strategy import LaunchTarget, Strategy, offload_labels

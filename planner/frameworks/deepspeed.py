@@ -23,12 +23,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from cost_models.enums import CpComm, Optimizer, Precision, Recompute
 from planner.frameworks.base import LaunchPlan, ParsedConfig, closest, did_you_mean, header_lines
 from planner.errors import InputError
-from planner.frameworks import profiles
+from planner.inputs import profiles
 from planner.schemas.bounds import MAX_GLOBAL_BATCH
 from planner.schemas.framework import FrameworkProfile
-from planner.feasibility.target_rule import (Rule, TargetRule, context_parallel_rule,
-                                             fp8_rule)
-from planner.inputs.loader import Problem
+from planner.core.rules import Rule, TargetRule, context_parallel_rule, fp8_rule, uneven_split
+from planner.core.problem import Problem
 from planner.inputs.safe_parse import load_json
 from planner.schemas.strategy import LaunchTarget
 
@@ -459,6 +458,16 @@ def _explain_offload(problem, s):
             "use optimizer_offload 1, or zero_stage 3")
 
 
+def _explain_uneven_layout(problem: Problem, s) -> tuple[str, str]:
+    why = ("DeepSpeed's pipeline partitions layers in code (partition_method), which its "
+           "config cannot set")
+    if s.layers_per_stage is not None and problem.model.num_layers % (s.pp * s.vpp) == 0:
+        return (f"layers_per_stage {list(s.layers_per_stage)} places layers unevenly: {why}",
+                "leave layers_per_stage out (an even split)")
+    return (f"pp {s.pp} does not split {problem.model.num_layers} layers evenly: {why}",
+            "use a pp that divides the layers")
+
+
 RULES: dict[Rule, TargetRule] = {
     # runtime/zero/config.py @38327e07: "Partial offloading only supported for ZeRO Stage 3"
     # (offload_optimizer.ratio; ZeRO 1-3 at all: the profile's optimizer_min_zero).
@@ -494,16 +503,13 @@ RULES: dict[Rule, TargetRule] = {
                       "layers", "use recompute full, or none")),
     Rule.DEEPSPEED_SEQUENCE_PARALLEL: TargetRule(
         "DeepSpeed AutoTP has no Megatron sequence parallelism",
-        lambda p, c: c.sp,
+        lambda p, c: c.sp & (c.tp > 1),       # at tp 1 it changes nothing: a note says so
         lambda p, s: ("sequence_parallel: DeepSpeed AutoTP keeps activations whole on every "
                       "tensor-parallel rank", "use sequence_parallel false")),
     # PipelineModule(partition_method="uniform") is all the emitted JSON can ask for.
     Rule.DEEPSPEED_UNEVEN_LAYOUT: TargetRule(
-        "DeepSpeed's config cannot place layers unevenly",
-        lambda p, c: p.model.num_layers % (c.pp * c.vpp) != 0,
-        lambda p, s: (f"pp {s.pp} does not split {p.model.num_layers} layers evenly: DeepSpeed's "
-                      "pipeline partitions layers in code (partition_method), which its config "
-                      "cannot set", "use a pp that divides the layers")),
+        "DeepSpeed's config cannot place layers unevenly", uneven_split,
+        _explain_uneven_layout, even_layout=True),
     # DeepSpeed MiCS (mics_shard_size) is a ZeRO-3 feature (runtime/zero/mics.py).
     Rule.DEEPSPEED_HSDP: TargetRule(
         "DeepSpeed shards within groups (MiCS) only with ZeRO stage 3",

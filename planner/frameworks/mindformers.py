@@ -21,7 +21,7 @@ from cost_models.enums import Precision, Recompute, ZeroStage
 from planner.errors import InputError
 from planner.frameworks import mindspore
 from planner.frameworks.base import LaunchPlan, ParsedConfig, did_you_mean, header_lines
-from planner.inputs.loader import Problem
+from planner.core.problem import Problem
 from planner.schemas.strategy import LaunchTarget
 
 CHECKED_AGAINST = ("mindspore-lab/mindformers core/parallel_config.py, "

@@ -25,12 +25,11 @@ from cost_models.enums import CpComm, Recompute, ZeroStage
 from planner.frameworks.base import (LaunchPlan, ParsedConfig, closest, did_you_mean,
                                      header_lines, parse_python)
 from planner.errors import InputError
-from planner.frameworks import profiles
+from planner.inputs import profiles
 from planner.schemas.framework import FrameworkProfile
-from planner.feasibility.target_rule import (Rule, TargetRule, context_parallel_rule, everywhere,
-                                             fp8_rule, is_power_of_two, largest_divisor_at_most,
-                                             num_micro_batches)
-from planner.inputs.loader import Problem
+from planner.core.rules import (Rule, TargetRule, context_parallel_rule, everywhere, fp8_rule,
+                                is_power_of_two, largest_divisor_at_most, num_micro_batches)
+from planner.core.problem import Problem
 from planner.schemas.strategy import LaunchTarget
 
 CHECKED_AGAINST = ("mindspore-ai/mindspore mindspore/python/mindspore/parallel/"

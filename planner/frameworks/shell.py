@@ -30,8 +30,9 @@ _UNSET_END = "\x01"
 _UNSET_NAME = re.compile("\x00([^\x01]*)\x01")
 _SEPARATORS = ("(", ")", ";", "&&", "||", "|", "&")
 OTHER_PROGRAMS = frozenset({"nsys", "ncu", "srun", "sbatch", "salloc", "mpirun", "docker",
-                            "numactl", "mkdir", "echo", "rm", "cp", "ls", "pip"})
-"""Commands whose options a launch script may hold next to the trainer's (a profiler, Slurm):
+                            "numactl", "mkdir", "echo", "rm", "cp", "ls", "pip", "deepspeed"})
+"""Commands whose options a launch script may hold next to the trainer's (a profiler, Slurm,
+the deepspeed launcher):
 their options are skipped up to the next command, array end or python program."""
 _NUMBER = re.compile(r"-(\d|\.\d|inf|nan)", re.I)
 """A negative number (or -inf, -nan) after a flag is its value, as argparse takes it."""

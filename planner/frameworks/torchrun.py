@@ -10,9 +10,9 @@ from __future__ import annotations
 from planner.frameworks.base import LaunchPlan, ParsedConfig, header_lines
 from planner.frameworks.shell import ShellScript
 from planner.errors import InputError
-from planner.frameworks import profiles
+from planner.inputs import profiles
 from planner.schemas.framework import FrameworkProfile
-from planner.inputs.loader import Problem
+from planner.core.problem import Problem
 from planner.schemas.cluster import ClusterSpec, LinkKind
 from planner.schemas.strategy import LaunchTarget
 

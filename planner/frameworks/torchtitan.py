@@ -22,11 +22,11 @@ from cost_models.enums import CpComm, Fp8Recipe, Precision, Recompute, ZeroStage
 from planner.frameworks.base import (LaunchPlan, ParsedConfig, did_you_mean, header_lines,
                                parse_python)
 from planner.errors import InputError
-from planner.frameworks import profiles
+from planner.inputs import profiles
 from planner.schemas.framework import FrameworkProfile
-from planner.feasibility.target_rule import (Rule, TargetRule, any_offload, context_parallel_rule, everywhere,
-                                             fp8_rule, largest_divisor_at_most, num_micro_batches)
-from planner.inputs.loader import Problem
+from planner.core.rules import (Rule, TargetRule, any_offload, context_parallel_rule, everywhere,
+                                fp8_rule, largest_divisor_at_most, num_micro_batches)
+from planner.core.problem import Problem
 from planner.inputs.safe_parse import load_toml
 from planner.schemas.strategy import LaunchTarget
 

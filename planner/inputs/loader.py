@@ -9,7 +9,6 @@ from __future__ import annotations
 import difflib
 import types
 import typing
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 import model_zoo
 from cost_models.units import GiB
 from cost_models.enums import CpComm, Fp8Recipe, Precision, ZeroStage
-from planner.inputs import presets
+from planner.inputs import presets, profiles
 from planner.errors import InputError, shown
 from planner.inputs.hf_config import shorthand_from_hf
 from planner.inputs.safe_parse import load_json, load_yaml, read_text
@@ -29,12 +28,11 @@ from planner.schemas.framework import FrameworkProfile
 from planner.schemas.model import ModelSpec, TrainingSpec
 from planner.schemas.model_file import LayersFile, TransformerShorthand
 from planner.schemas.strategy import Strategy, default_cp_a2a
+from planner.core.problem import Problem
 
 
 def load_framework(name: str) -> FrameworkProfile:
-    """A framework profile by LaunchTarget value (imported here: planner.frameworks imports
-    this module)."""
-    from planner.frameworks import profiles
+    """A framework profile by LaunchTarget value."""
     return profiles.load(name)
 
 
@@ -48,31 +46,6 @@ def framework_name(explicit: str | None, targets=(), fallback: str = "megatron")
     return fallback
 
 
-def _default_framework() -> FrameworkProfile:
-    return load_framework("megatron")
-
-
-@dataclass(frozen=True)
-class Problem:
-    """What a plan is for: a model with its training settings, on `num_gpus` GPUs of a cluster,
-    run by a framework (whose profile sets which overlaps exist and its constants)."""
-
-    model: ModelSpec
-    training: TrainingSpec
-    cluster: ClusterSpec
-    num_gpus: int
-    framework: FrameworkProfile = field(default_factory=_default_framework)
-    notes: tuple[str, ...] = ()
-    """What the loader decided that the user should know (a batch rounded to whole sequences,
-    a sequence longer than the model was built for)."""
-    min_free_bytes: float = 0.0
-    """Memory every GPU keeps free (--min-free): a safety margin under the allocator's peaks
-    that the model does not see (NCCL buffers grown at scale, fragmentation spikes)."""
-
-    @property
-    def usable_bytes(self) -> float:
-        """GPU memory a plan may fill: the capacity less the margin kept free."""
-        return float(self.cluster.capacity_bytes) - self.min_free_bytes
 
 
 # --------------------------------------------------------------------------- files and YAML
@@ -424,20 +397,3 @@ def resolve_strategy(strategy: Strategy, problem: Problem, *, file: str = "strat
     if strategy.cp_comm is CpComm.A2A_P2P and strategy.cp_a2a is None:
         update["cp_a2a"] = default_cp_a2a(strategy.cp, strategy.tp, problem.cluster.nvlink_gpus)
     return strategy.model_copy(update=update) if update else strategy
-
-
-def check_layout(strategy: Strategy, problem: Problem, *, file: str) -> None:
-    """Refuse a strategy that cannot be laid out on the model (`planner memory` prices any
-    other, fitting or not): pp * vpp chunks need a layer each, and a layers_per_stage lists one
-    count per chunk (pp * vpp of them, in pipeline order) summing to the model's layers."""
-    from planner.feasibility.rules import stage_layout_violation
-
-    chunks, layers = strategy.pp * strategy.vpp, problem.model.num_layers
-    if strategy.layers_per_stage is None and chunks > layers:
-        what = (f"pp * vpp = {chunks} pipeline chunks" if strategy.vpp > 1 else
-                f"{chunks} pipeline stages")
-        raise InputError(f"{file}: pp: {what} exceed the {layers} layers of "
-                         f"{problem.model.name}: every chunk needs a layer")
-    violation = stage_layout_violation(problem, strategy)
-    if violation is not None:
-        raise InputError(f"{file}: {violation.message}; {violation.fix}")

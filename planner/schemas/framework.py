@@ -1,6 +1,6 @@
 """A framework profile: which features and overlaps a training framework has, and its constants.
 
-One YAML file per framework in planner/frameworks/profiles/, each number with its source. The
+One YAML file per framework in planner/inputs/profiles/, each number with its source. The
 cost model reads a profile; it never branches on a framework's name.
 """
 
@@ -130,8 +130,6 @@ class FrameworkProfile(BaseModel):
     """Share of the dense GEMMs' forward that selective recomputation re-runs."""
     expert_parallel: bool = False
     """Splits an MoE layer's routed experts over expert-parallel ranks."""
-    expert_tensor_parallel: bool = False
-    """Can split each routed expert's matrices over its own tensor-parallel group."""
     ep_comm_overlap_fraction: float = Field(default=0.0, ge=0, le=1)
     """Share of the expert-parallel all-to-all hidden behind compute by default."""
     context_parallel: tuple[CpComm, ...] = ()

@@ -218,8 +218,16 @@ class SearchReport(BaseModel):
 
     model_config = _OUT
     status: str
-    """CP-SAT's status for the best plan: OPTIMAL, or FEASIBLE when the time limit stopped it."""
+    """CP-SAT's status for the best plan: OPTIMAL, or FEASIBLE when a limit stopped it."""
     proven_optimal: bool
+    """The plans are the best in the space: CP-SAT proved the pick, and every candidate whose
+    balanced stage layout could win was balanced to optimality."""
+    unproven: str | None = None
+    """Why the plans are not proven the best, in one plain line (None when they are)."""
+    wall_clock_stopped: bool = False
+    """The wall-clock safety net (--time-limit) stopped part of the search: the result may then
+    differ from run to run. Every other limit is counted in CP-SAT work units and stops at the
+    same point on every run."""
     num_candidates: int
     """Strategies in the search space."""
     num_valid: int

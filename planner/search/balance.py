@@ -29,6 +29,7 @@ from ortools.sat.python import cp_model
 
 from planner.costing.stage_costs import ChainCosts
 from planner.costing.stage_terms import Occupancy
+from planner.rules.gate import chunks_without_layers
 from planner.search.terms_cp import TermEncoder
 
 TIME_UNIT_S = 1e-9
@@ -43,6 +44,34 @@ class Balanced:
     """Chain cut positions: chunk k holds blocks[bounds[k]:bounds[k + 1]]."""
     max_stage_time_s: float
     status: str
+
+
+DEFAULT_WORK_LIMIT = 10.0
+"""CP-SAT deterministic time one layout solve may use when its caller sets no budget. CP-SAT
+counts its work in these units (about a second of one core each, whatever the machine's load),
+so a solve stopped by them stops at the same point on every run; callers that must bound their
+total (the plan search, `planner.search.rebalance`) pass less."""
+
+
+@dataclass(frozen=True)
+class LayoutSolve:
+    """One layout solve: its answer, CP-SAT's status and the work it used."""
+
+    balanced: Balanced | None
+    """The layout, or None when none fits or none was found within the limits."""
+    status: str
+    """CP-SAT's status: OPTIMAL, FEASIBLE (stopped by a limit with a layout), INFEASIBLE (no
+    layout fits), UNKNOWN (stopped by a limit without one)."""
+    work: float = 0.0
+    """CP-SAT deterministic time used (0 when the bounds alone decide)."""
+    bounded: bool = False
+    """The model bounds a term it cannot state exactly (`terms_cp`): its OPTIMAL is optimal
+    for that bound, on the safe side of the chain's costs."""
+
+    @property
+    def stopped(self) -> bool:
+        """A limit stopped the solve: a better layout, or one that fits, may exist."""
+        return self.status in ("FEASIBLE", "UNKNOWN")
 
 
 def _ints(values, unit: float, *, up: bool) -> list[int]:
@@ -192,10 +221,15 @@ def _stack(costs: ChainCosts, runs: list[tuple[int, int]]) -> tuple[int, int] | 
     return layer_runs[0] if len(layer_runs) == 1 else None
 
 
-def _solver(time_limit_s: float, *, presolve: bool = True) -> cp_model.CpSolver:
+def _solver(work_limit: float, wall_limit_s: float | None, *,
+            presolve: bool = True) -> cp_model.CpSolver:
+    """One worker and a limit in deterministic time: the same answer on every run. The wall
+    limit is only a safety net (its caller says so when it fires)."""
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
-    solver.parameters.max_time_in_seconds = time_limit_s
+    solver.parameters.max_deterministic_time = work_limit
+    if wall_limit_s is not None:
+        solver.parameters.max_time_in_seconds = max(wall_limit_s, 1e-3)
     # Probing costs more than it saves on these models (0.5 s of a 0.6 s solve, 200 blocks).
     solver.parameters.cp_model_probing_level = 0
     solver.parameters.cp_model_presolve = presolve
@@ -252,7 +286,7 @@ def stack_tables(costs: ChainCosts, stack: tuple[int, int], *,
 
 
 def _linear_stack(costs: ChainCosts, stack: tuple[int, int], term_time_s, term_bytes, *,
-                  time_limit_s: float) -> Balanced | None:
+                  work_limit: float, wall_limit_s: float | None) -> LayoutSolve:
     """`balance_stack` where the terms add a constant to each stage (`term_time_s`,
     `term_bytes`): a linear model in each stage's layer count and its chunks' split."""
     n, p, v = len(costs.block_time_s), costs.pp, costs.vpp
@@ -290,7 +324,7 @@ def _linear_stack(costs: ChainCosts, stack: tuple[int, int], term_time_s, term_b
             count += 1
         most.append(count)
     if min(most) < v or sum(most) < num_layers:
-        return None
+        return LayoutSolve(None, "INFEASIBLE")
     model = cp_model.CpModel()
     layers = [model.new_int_var(v, most[r], f"layers[{r}]") for r in range(p)]
     model.add(sum(layers) == num_layers)
@@ -313,16 +347,17 @@ def _linear_stack(costs: ChainCosts, stack: tuple[int, int], term_time_s, term_b
     model.minimize(slowest)
     # Presolve turns these p-variable models into harder ones: gpt3-175b, pp 16, vpp 3 took
     # 1.07 s with it and 26 ms without.
-    solver = _solver(time_limit_s, presolve=False)
+    solver = _solver(work_limit, wall_limit_s, presolve=False)
     status = solver.solve(model)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return None
-    return _stack_result(costs, stack, [solver.value(x) for x in layers],
-                         solver.status_name(status))
+        return _unsolved(solver, status)
+    return _solved(solver, status, costs,
+                   _stack_bounds(costs, stack, [solver.value(x) for x in layers]))
 
 
 def _table_stack(costs: ChainCosts, stack: tuple[int, int], counts_of_stage: list[int],
-                 time: np.ndarray, memory: np.ndarray, *, time_limit_s: float) -> Balanced | None:
+                 time: np.ndarray, memory: np.ndarray, *, work_limit: float,
+                 wall_limit_s: float | None) -> LayoutSolve:
     """`balance_stack` over each stage's exact costs per layer count (`stack_tables`)."""
     p, v = costs.pp, costs.vpp
     _, num_layers = stack
@@ -330,7 +365,7 @@ def _table_stack(costs: ChainCosts, stack: tuple[int, int], counts_of_stage: lis
     allowed = [[c for c, ok in zip(counts_of_stage, fits[:, r]) if ok] for r in range(p)]
     if any(not a for a in allowed) or sum(max(a) for a in allowed) < num_layers \
             or sum(min(a) for a in allowed) > num_layers:
-        return None
+        return LayoutSolve(None, "INFEASIBLE")
     stage_time = [_ints(time[:, r], TIME_UNIT_S, up=False) for r in range(p)]
     model = cp_model.CpModel()
     layers = [model.new_int_var_from_domain(cp_model.Domain.from_values(allowed[r]),
@@ -345,17 +380,16 @@ def _table_stack(costs: ChainCosts, stack: tuple[int, int], counts_of_stage: lis
         model.add_element(row, stage_time[r], taken)
         model.add(taken <= slowest)
     model.minimize(slowest)
-    solver = _solver(time_limit_s, presolve=False)
+    solver = _solver(work_limit, wall_limit_s, presolve=False)
     status = solver.solve(model)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return None
-    return _stack_result(costs, stack, [solver.value(x) for x in layers],
-                         solver.status_name(status))
+        return _unsolved(solver, status)
+    return _solved(solver, status, costs,
+                   _stack_bounds(costs, stack, [solver.value(x) for x in layers]))
 
 
-def _stack_result(costs: ChainCosts, stack: tuple[int, int], layers: list[int],
-                  status: str) -> Balanced:
-    """The layout giving stage r `layers[r]` of the stack's layers."""
+def _stack_bounds(costs: ChainCosts, stack: tuple[int, int], layers: list[int]) -> list[int]:
+    """The cuts giving stage r `layers[r]` of the stack's layers."""
     n, p, v = len(costs.block_time_s), costs.pp, costs.vpp
     start, _ = stack
     counts = [0] * (p * v)
@@ -367,12 +401,26 @@ def _stack_result(costs: ChainCosts, stack: tuple[int, int], layers: list[int],
         position += count
         bounds.append(position)
     bounds.append(n)
-    times, _ = stage_totals(costs, bounds)
-    return Balanced(tuple(bounds), max(times), status)
+    return bounds
+
+
+def _unsolved(solver: cp_model.CpSolver, status) -> LayoutSolve:
+    return LayoutSolve(None, solver.status_name(status), solver.deterministic_time)
+
+
+def _solved(solver: cp_model.CpSolver, status, costs: ChainCosts, bounds, *,
+            bounded: bool = False) -> LayoutSolve:
+    times, memory = stage_totals(costs, bounds)
+    # Memory is rounded up and bounded from above: what fits the model fits in bytes.
+    assert max(memory) <= costs.capacity_bytes * (1 + 1e-12), (memory, costs.capacity_bytes)
+    name = solver.status_name(status)
+    return LayoutSolve(Balanced(tuple(bounds), max(times), name), name,
+                       solver.deterministic_time, bounded)
 
 
 def balance_stack(costs: ChainCosts, stack: tuple[int, int], *,
-                  time_limit_s: float = 10.0) -> Balanced | None:
+                  work_limit: float = DEFAULT_WORK_LIMIT,
+                  wall_limit_s: float | None = None) -> LayoutSolve:
     """The balanced layout of a transformer stack, stage by stage.
 
     With identical layers a stage's costs depend only on how many layers n_r it holds
@@ -383,32 +431,40 @@ def balance_stack(costs: ChainCosts, stack: tuple[int, int], *,
     """
     p, v = costs.pp, costs.vpp
     _, num_layers = stack
-    if num_layers < p * v:
-        return None
+    if chunks_without_layers(num_layers, p, v):
+        return LayoutSolve(None, "INFEASIBLE")
+    limits = dict(work_limit=work_limit, wall_limit_s=wall_limit_s)
     if not costs.time_terms and not costs.memory_terms:
-        return _linear_stack(costs, stack, np.zeros(p), np.zeros(p), time_limit_s=time_limit_s)
+        return _linear_stack(costs, stack, np.zeros(p), np.zeros(p), **limits)
     counts_of_stage, term_time, term_memory = stack_tables(costs, stack, linear=False)
     if all(np.ptp(x, axis=0).max(initial=0.0) <= 1e-12 * max(np.abs(x).max(initial=0.0), 1e-300)
            for x in (term_time, term_memory)):
-        return _linear_stack(costs, stack, term_time[0], term_memory[0],
-                             time_limit_s=time_limit_s)
+        return _linear_stack(costs, stack, term_time[0], term_memory[0], **limits)
     _, time, memory = stack_tables(costs, stack)
-    return _table_stack(costs, stack, counts_of_stage, time, memory, time_limit_s=time_limit_s)
+    return _table_stack(costs, stack, counts_of_stage, time, memory, **limits)
 
 
 def balance(costs: ChainCosts, *, hint: tuple[int, ...] | None = None,
-            time_limit_s: float = 10.0) -> Balanced | None:
+            work_limit: float = DEFAULT_WORK_LIMIT) -> Balanced | None:
     """The layout minimising the slowest stage's time with every stage fitting; None when no
-    layout fits (or none is found in the time limit). The status is OPTIMAL only where the
-    model is the chain's costs (up to its integer units): a term it can only bound
-    (`terms_cp`) leaves FEASIBLE."""
+    layout fits (or none is found within `work_limit`, CP-SAT deterministic time)."""
+    return solve_layout(costs, hint=hint, work_limit=work_limit).balanced
+
+
+def solve_layout(costs: ChainCosts, *, hint: tuple[int, ...] | None = None,
+                 work_limit: float = DEFAULT_WORK_LIMIT,
+                 wall_limit_s: float | None = None) -> LayoutSolve:
+    """`balance`, with CP-SAT's status and the work it used: a solve stopped by `work_limit`
+    stops at the same point on every run; `wall_limit_s` is a safety net only. Its layout is
+    OPTIMAL for the chain's costs (up to the integer units) unless `bounded`: a term the model
+    can only bound (`terms_cp`)."""
     n, p, v, big_k = len(costs.block_time_s), costs.pp, costs.vpp, costs.num_chunks
-    if sum(costs.is_layer) < big_k:
-        return None
+    if chunks_without_layers(sum(costs.is_layer), p, v):
+        return LayoutSolve(None, "INFEASIBLE")
     runs = _runs(costs)
     stack = _stack(costs, runs)
     if stack is not None:
-        return balance_stack(costs, stack, time_limit_s=time_limit_s)
+        return balance_stack(costs, stack, work_limit=work_limit, wall_limit_s=wall_limit_s)
     first = [s for s, _ in runs]
     run_time = _ints([costs.block_time_s[s] for s in first], TIME_UNIT_S, up=False)
     run_state = _ints([costs.block_state_bytes[s] for s in first], MEMORY_UNIT_BYTES, up=True)
@@ -461,18 +517,12 @@ def balance(costs: ChainCosts, *, hint: tuple[int, ...] | None = None,
     start = _greedy_cuts(costs) or hint or _even_time_cuts(costs)
     for var, value in zip(cuts[1:-1], start[1:-1]):
         model.add_hint(var, value)
-    solver = _solver(time_limit_s, presolve=False)
+    solver = _solver(work_limit, wall_limit_s, presolve=False)
     status = solver.solve(model)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return None
-    bounds = tuple(int(solver.value(c)) for c in cuts)
-    times, memory = stage_totals(costs, bounds)
-    # Memory is rounded up and bounded from above: what fits the model fits in bytes.
-    assert max(memory) <= costs.capacity_bytes * (1 + 1e-12), (memory, costs.capacity_bytes)
-    name = solver.status_name(status)
-    if name == "OPTIMAL" and not terms.exact:
-        name = "FEASIBLE"
-    return Balanced(bounds, max(times), name)
+        return _unsolved(solver, status)
+    return _solved(solver, status, costs, [int(solver.value(c)) for c in cuts],
+                   bounded=not terms.exact)
 
 
 def exact_partition(costs: ChainCosts) -> tuple[float, tuple[int, ...]] | None:

@@ -8,21 +8,26 @@ stage, and the micro-batch the divisors of the per-replica batch.
 
 The space is deliberately wider than what is valid: degrees that break a rule (tp that does not
 divide the heads, a pp that does not divide the layers, a batch dp does not divide) are kept, so
-that the search can name the rule that removes them when nothing is left (`planner.feasibility.rules`).
+that the search can name the rule that removes them when nothing is left (`planner.rules.gate`).
+Where a dimension is cut for speed (micro-batches, vpp, expert pairs, context parallelism, the
+option table), the cut calls the rules themselves (`rules.breaks`), never a copy of them, so
+that a changed rule changes the space; tests/search/test_rule_parity.py holds the search's gate
+and `validate` to the same verdicts.
 """
 
 from __future__ import annotations
 
 import itertools
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from cost_models.enums import CpComm, Recompute, ZeroStage
 from planner.costing.evaluate import CP_COMM_ORDER, DP_COMM_ORDER, RECOMPUTE_ORDER, Candidates
-from planner.feasibility.rules import cp_all_to_all_breaks, cp_attention_variant_breaks
-from planner.inputs.loader import Problem, fp8_param_gather_allowed
+from planner.rules.gate import (Rule, RuleOptions, balanced_layouts_allowed, breaks,
+                                chunks_without_layers)
+from planner.core.problem import Problem
+from planner.inputs.loader import fp8_param_gather_allowed
 from planner.schemas.framework import OverlapDefaults
 from planner.schemas.strategy import DpComm, LaunchTarget, default_cp_a2a
 
@@ -66,7 +71,8 @@ class SearchSpace:
     cross_node_tp: bool = False
     """Allow tensor-parallel groups larger than a node (over the inter-node network)."""
     targets: tuple[LaunchTarget, ...] = ()
-    """Launch targets the plans must run on: their rules apply too."""
+    """Launch targets the plans must run on: their rules apply too (the pricing framework's
+    always do: `rules.rule_targets`)."""
     even_layouts: bool = False
     """Only Megatron-LM's even split (pp * vpp dividing the layers), no balanced layouts."""
     dp_shard: int | None = None
@@ -86,6 +92,14 @@ class SearchSpace:
         return OverlapDefaults(**{name: getattr(defaults, name) if getattr(self, name) is None
                                   else getattr(self, name)
                                   for name in OverlapDefaults.model_fields})
+
+    def rule_options(self, problem: Problem) -> RuleOptions:
+        """The rules the search applies: those of its targets and of the pricing framework
+        (`rules.rule_targets`); plans carry their own layouts, balanced, so pp * vpp need not
+        divide the layers, unless `even_layouts` or a rule in force refuses uneven ones."""
+        options = RuleOptions(cross_node_tp=self.cross_node_tp, targets=self.targets)
+        balanced = not self.even_layouts and balanced_layouts_allowed(problem, options)
+        return replace(options, explicit_layouts=balanced)
 
     def pins(self) -> list[Pin]:
         """The user's pins and bounds, one per flag, for messages and infeasibility cores."""
@@ -166,24 +180,49 @@ def _tp_values(problem: Problem, space: SearchSpace) -> list[int]:
     return _with_pin(powers, space.tp)
 
 
+# The pre-filters below cut the space for speed only, and only by calling rules
+# (`rules.breaks` on probe candidates): a value is dropped where it breaks one of the rules
+# named, whatever the dimensions the probe leaves neutral; pinned values always stay, for the
+# rules to name. Every other rule is left to the search's gate (`pool.passes`).
+
+def _probe(problem: Problem, **fields) -> Candidates:
+    """Candidates that set `fields` (broadcast together) and leave the rest neutral: one
+    stage, one micro-batch, data parallelism 1, no sequence parallelism, recomputation or
+    ZeRO. For the pre-filters to ask rules that read only the fields given."""
+    arrays = dict(zip(fields, np.broadcast_arrays(*(np.atleast_1d(v) for v in fields.values()))))
+    n = len(next(iter(arrays.values())))
+    one, off = np.ones(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    base = dict(tp=one, pp=one, vpp=one, dp=one, mb=one, sp=off.astype(bool), recompute=off,
+                zero=off, dp_comm=off, overlap=off.astype(bool), param_gather=off.astype(bool),
+                tp_overlap=off.astype(bool),
+                global_batch=np.full(n, problem.training.global_batch))
+    base.update(arrays)
+    base.setdefault("shard", base["dp"])
+    base.setdefault("num_servers", base["dp"])
+    return Candidates(**base)
+
+
 def _pp_values(problem: Problem, space: SearchSpace, tp: int) -> list[int]:
     rest = problem.num_gpus // tp if problem.num_gpus % tp == 0 else 0
     num_layers = problem.model.num_layers
-    values = set(powers_of_two(min(rest, num_layers))) if rest else set()
+    values = set(powers_of_two(rest)) if rest else set()
     if space.any_pp:
         values |= {d for d in divisors(num_layers) if d <= rest}
     if space.wide_pp and rest:
-        values |= {d for d in divisors(rest) if d <= num_layers}
+        values |= set(divisors(rest))
+    values = {p for p in values if not chunks_without_layers(num_layers, p)}
     return _with_pin(values, space.pp)
 
 
-def _vpp_values(problem: Problem, space: SearchSpace, pp: int) -> list[int]:
+def _vpp_values(problem: Problem, space: SearchSpace, options: RuleOptions,
+                pp: int) -> list[int]:
     """Chunks per stage: the divisors of the layers a stage holds (rounded down when pp does
-    not divide them: the layout then gives some chunks one layer more)."""
-    num_layers = problem.model.num_layers
-    if pp == 1:
-        return _with_pin([1], space.vpp)
-    return _with_pin(divisors(max(1, num_layers // pp)), space.vpp)
+    not divide them: the layout then gives some chunks one layer more) that the interleaved
+    schedule runs with pp stages, at the micro-batch count that suits it best (pp of them)."""
+    vpps = np.array(divisors(max(1, problem.model.num_layers // pp)))
+    probe = _probe(problem, pp=pp, vpp=vpps, global_batch=pp)
+    ok = ~breaks(problem, probe, options, (Rule.INTERLEAVED_SCHEDULE,))
+    return _with_pin(vpps[ok].tolist(), space.vpp)
 
 
 def _shard_values(problem: Problem, space: SearchSpace, tp: int, dp: int, zero: int) -> list[int]:
@@ -194,67 +233,88 @@ def _shard_values(problem: Problem, space: SearchSpace, tp: int, dp: int, zero: 
     return _with_pin(values, space.dp_shard)     # the pin masks the rest (Pin.allows)
 
 
-def _micro_batch_values(space: SearchSpace, global_batch: int, dp: int) -> list[int]:
-    if global_batch % dp:
-        return _with_pin([1], space.micro_batch)   # every one breaks batch_divisible; keep one
-    return _with_pin(divisors(global_batch // dp), space.micro_batch)
+def _micro_batch_values(problem: Problem, space: SearchSpace, options: RuleOptions,
+                        dp: int) -> list[int]:
+    """Micro-batches that divide the batch of a data-parallel rank (the batch rule); when dp
+    does not divide the global batch every one breaks it, and 1 stays to name the rule."""
+    mbs = np.arange(1, max(problem.training.global_batch // dp, 1) + 1)
+    ok = ~breaks(problem, _probe(problem, dp=dp, mb=mbs), options, (Rule.BATCH_DIVISIBLE,))
+    return _with_pin(mbs[ok].tolist() or [1], space.micro_batch)
 
 
-def _expert_values(problem: Problem, space: SearchSpace, tp: int,
-                   dp: int) -> list[tuple[int, int]]:
-    """(ep, etp) pairs: for a dense model (1, tp); for an MoE model ep the powers of two that
-    divide the experts and tp * dp, etp 1 or tp (Megatron-LM's default) where the framework
-    splits experts on their own, and the pins."""
-    if not problem.model.is_moe:
-        return [(space.ep or 1, space.etp or tp)]
-    etps = {1, tp} if problem.framework.expert_tensor_parallel else {tp}
-    if space.etp is not None:
-        etps.add(space.etp)
-    eps = set(powers_of_two(math.gcd(problem.model.num_experts, tp * dp)))
-    if not problem.framework.expert_parallel:
-        eps = {1}
-    if space.ep is not None:
-        eps.add(space.ep)
-    return [(e, t) for e in sorted(eps) for t in sorted(etps)
-            if (tp * dp) % (e * t) == 0 or e == space.ep or t == space.etp]
+EXPERT_RULES = (Rule.EP_DIVIDES_EXPERTS, Rule.EXPERT_FOLDING, Rule.TARGET_EXPERT_PARALLEL)
+"""Rules on tp, cp, dp, ep and etp alone that cut the expert pairs."""
 
 
-def _cp_values(problem: Problem, space: SearchSpace, tp: int) -> list[int]:
-    """Context-parallel degrees: powers of two that split the sequence into 2 cp chunks of at
-    least `min_cp_tokens` / 2 tokens and divide the GPUs left by tp, where the framework has
-    context parallelism and every layer runs fused attention; and the pin."""
-    values = [1]
-    if problem.framework.context_parallel and problem.model.fused_attention_only:
-        seq, rest = problem.training.seq_len, problem.num_gpus // tp
-        values = [c for c in powers_of_two(rest) if rest % c == 0 and seq % (2 * c) == 0
-                  and seq // c >= space.min_cp_tokens] or [1]
+def _expert_values(problem: Problem, space: SearchSpace, options: RuleOptions, tp: int,
+                   cp: int, dp: int) -> list[tuple[int, int]]:
+    """(ep, etp) pairs: ep the powers of two up to tp * cp * dp, etp 1 or tp (Megatron-LM's
+    default) for an MoE model and tp for a dense one (where etp splits nothing), the pins
+    added; pairs that break EXPERT_RULES go unless pinned."""
+    eps = _with_pin(powers_of_two(tp * cp * dp), space.ep)
+    etps = _with_pin({1, tp} if problem.model.is_moe else {tp}, space.etp)
+    ep, etp = (a.ravel() for a in np.meshgrid(eps, etps, indexing="ij"))
+    ok = ~breaks(problem, _probe(problem, tp=tp, cp=cp, dp=dp, ep=ep, etp=etp), options,
+                 EXPERT_RULES)
+    ok |= (ep == space.ep) | (etp == space.etp)
+    return [(int(e), int(t)) for e, t in zip(ep[ok], etp[ok])]
+
+
+CONTEXT_PARALLEL_RULES = (
+    Rule.CP_SEQUENCE, Rule.CP_FUSED_ATTENTION, Rule.CP_ALL_TO_ALL, Rule.CP_ATTENTION_VARIANT,
+    Rule.TARGET_CONTEXT_PARALLEL, Rule.DEEPSPEED_CONTEXT_PARALLEL,
+    Rule.TORCHTITAN_CONTEXT_PARALLEL, Rule.MINDSPORE_CONTEXT_PARALLEL)
+"""Rules on tp, cp, cp_comm and cp_a2a alone (cp_sequence probed without sequence
+parallelism, where it is loosest) that cut the context-parallel degrees and exchanges."""
+
+
+def _cp_exchanges(problem: Problem, options: RuleOptions, tp: int,
+                  cp: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every K/V exchange (CP_COMM_ORDER index), its all-to-all group, and the number of
+    CONTEXT_PARALLEL_RULES it breaks at this tp and cp."""
+    node = problem.cluster.nvlink_gpus
+    index = np.arange(len(CP_COMM_ORDER))
+    a2a = np.array([{CpComm.A2A: cp, CpComm.A2A_P2P: default_cp_a2a(cp, tp, node)}.get(k, 1)
+                    for k in CP_COMM_ORDER])
+    probe = _probe(problem, tp=tp, cp=cp, cp_comm=index, cp_a2a=a2a)
+    broken = sum(breaks(problem, probe, options, (rule,)).astype(int)
+                 for rule in CONTEXT_PARALLEL_RULES)
+    return index, a2a, broken
+
+
+def _cp_values(problem: Problem, space: SearchSpace, options: RuleOptions,
+               tp: int) -> list[int]:
+    """Context-parallel degrees: 1, and the powers of two that divide the GPUs left by tp,
+    leave each rank at least `min_cp_tokens` tokens and have a K/V exchange that passes the
+    context-parallel rules; and the pin."""
+    seq, rest = problem.training.seq_len, problem.num_gpus // tp
+    values = [1] + [c for c in powers_of_two(rest) if c > 1 and rest % c == 0
+                    and seq // c >= space.min_cp_tokens
+                    and (_cp_exchanges(problem, options, tp, c)[2] == 0).any()]
     if space.max_cp is not None:
-        values = [c for c in values if c <= space.max_cp] or [1]
+        values = [c for c in values if c <= space.max_cp]
     return _with_pin(values, space.cp)
 
 
-def _cp_kinds(problem: Problem, space: SearchSpace, tp: int, cp: int) -> list[tuple[int, int]]:
-    """(cp_comm index, all-to-all group) pairs for a cp degree: the framework's K/V exchanges
-    (or the pinned ones) that can run this model at this tp and cp; p2p alone for cp 1."""
+def _cp_kinds(problem: Problem, space: SearchSpace, options: RuleOptions, tp: int,
+              cp: int) -> list[tuple[int, int]]:
+    """(cp_comm index, all-to-all group) pairs for a cp degree: the pinned K/V exchanges (all
+    of them, for the rules to name), else those that pass the context-parallel rules at this
+    tp and cp, or the one that breaks the fewest if none does; p2p alone for cp 1."""
     if cp == 1:
         return [(0, 1)]
-    kinds = space.cp_comm or problem.framework.context_parallel or (CpComm.P2P,)
-    window = any(layer.sliding_window is not None for layer in problem.model.attention_layers())
-    if space.cp_comm is None and CpComm.P2P in kinds and not window:
+    index, a2a, broken = _cp_exchanges(problem, options, tp, cp)
+    if space.cp_comm is not None:
+        keep = np.isin(index, [CP_COMM_ORDER.index(k) for k in space.cp_comm])
+    elif (broken == 0).any():
+        keep = broken == 0
         # The all-gather moves the ring's bytes with nothing to hide behind and holds the same
         # K/V: where the ring can run, it is never faster (kept if the ring cannot: windows).
-        kinds = tuple(k for k in kinds if k is not CpComm.ALL_GATHER)
-    node = problem.cluster.nvlink_gpus
-    index = np.array([CP_COMM_ORDER.index(k) for k in kinds])
-    a2a = np.array([{CpComm.A2A: cp, CpComm.A2A_P2P: default_cp_a2a(cp, tp, node)}.get(k, 1)
-                    for k in kinds])
-    # The CP rules themselves, so that the search does not carry kinds that cannot run; pinned
-    # kinds stay, for the rules to name if they fail.
-    bad = (cp_all_to_all_breaks(problem.model, tp=tp, cp=cp, cp_comm=index, cp_a2a=a2a)
-           | cp_attention_variant_breaks(problem.model, cp=cp, cp_comm=index))
-    keep = ~bad | (space.cp_comm is not None)
-    out = [(int(i), int(a)) for i, a, ok in zip(index, a2a, keep) if ok]
-    return out or [(int(index[0]), 1)]
+        if keep[CP_COMM_ORDER.index(CpComm.P2P)]:
+            keep[CP_COMM_ORDER.index(CpComm.ALL_GATHER)] = False
+    else:
+        keep = index == int(np.argmin(broken))
+    return [(int(i), int(a)) for i, a in zip(index[keep], a2a[keep])]
 
 
 def offload_variants(problem: Problem, space: SearchSpace,
@@ -277,17 +337,19 @@ def offload_variants(problem: Problem, space: SearchSpace,
 def degree_tuples(problem: Problem,
                   space: SearchSpace) -> list[tuple[int, int, int, int, int, int]]:
     """Every (tp, cp, pp, dp, vpp, micro_batch) the search considers."""
-    gb = problem.training.global_batch
+    options = space.rule_options(problem)
+    micro_batches: dict[int, list[int]] = {}
     out = []
     for tp in _tp_values(problem, space):
-        for cp in _cp_values(problem, space, tp):
+        for cp in _cp_values(problem, space, options, tp):
             for pp in _pp_values(problem, space, tp * cp):
                 if problem.num_gpus % (tp * cp * pp):
                     continue
                 dp = problem.num_gpus // (tp * cp * pp)
-                for vpp in _vpp_values(problem, space, pp):
-                    out += [(tp, cp, pp, dp, vpp, mb)
-                            for mb in _micro_batch_values(space, gb, dp)]
+                if dp not in micro_batches:
+                    micro_batches[dp] = _micro_batch_values(problem, space, options, dp)
+                for vpp in _vpp_values(problem, space, options, pp):
+                    out += [(tp, cp, pp, dp, vpp, mb) for mb in micro_batches[dp]]
     return out
 
 
@@ -295,17 +357,16 @@ def generate(problem: Problem, space: SearchSpace) -> list[CandidateGroup]:
     """The search space, grouped by (pp, vpp), before any rule or pin is applied (pinned
     values are added to the domains; `Pin.allows` then masks the rest)."""
     overlap = space.overlaps(problem)
-    options = []
-    for sp, rc, zero, dp_comm in itertools.product(
-            (False, True), RECOMPUTE_ORDER, ZeroStage, space.dp_comm):
-        if dp_comm is DpComm.PARAMETER_SERVER and zero is not ZeroStage.NONE:
-            continue                   # a parameter server holds whole gradients: no ZeRO
-        options.append((sp, RECOMPUTE_ORDER.index(rc), int(zero), DP_COMM_ORDER.index(dp_comm)))
-    # The search keeps rule-breaking strategies so it can name the rule that removes them, but
-    # not an MoE model without sequence parallelism under TP unless asked (--no-sp): that rule
-    # is never the one that decides, and it would double the space.
-    moe_needs_sp = problem.model.is_moe and space.sequence_parallel != (False,)
-    option_table = np.array(options, dtype=np.int64).reshape(-1, 4)
+    options = space.rule_options(problem)
+    option_table = np.array(
+        [(sp, RECOMPUTE_ORDER.index(rc), int(zero), DP_COMM_ORDER.index(dp_comm))
+         for sp, rc, zero, dp_comm in itertools.product(
+             (False, True), RECOMPUTE_ORDER, ZeroStage, space.dp_comm)],
+        dtype=np.int64).reshape(-1, 4)
+    # A parameter server holds whole gradients: no ZeRO (its rule, on zero and dp_comm).
+    option_table = option_table[~breaks(
+        problem, _probe(problem, zero=option_table[:, 2], dp_comm=option_table[:, 3]), options,
+        (Rule.PARAMETER_SERVER_ZERO,))]
     # Degrees sharing (tp, pp, dp) share their options, shards and expert pairs: build each
     # such family's cross product in one go.
     families: dict[tuple[int, int, int, int], list[tuple[int, int]]] = {}
@@ -313,14 +374,21 @@ def generate(problem: Problem, space: SearchSpace) -> list[CandidateGroup]:
         families.setdefault((tp, cp, pp, dp), []).append((vpp, mb))
     rows: dict[tuple[int, int], list] = {}
     for (tp, cp, pp, dp), chunks in families.items():
-        pairs = np.array(_expert_values(problem, space, tp, cp * dp), dtype=np.int64)
-        kinds = np.array(_cp_kinds(problem, space, tp, cp), dtype=np.int64)
+        pairs = np.array(_expert_values(problem, space, options, tp, cp, dp), dtype=np.int64)
+        kinds = np.array(_cp_kinds(problem, space, options, tp, cp), dtype=np.int64)
         chunk_mb = np.array(chunks, dtype=np.int64)
         opts = option_table
         if tp == 1:
-            opts = opts[opts[:, 0] == 0]       # sequence parallelism needs tensor parallelism
-        elif moe_needs_sp:
-            opts = opts[opts[:, 0] == 1]
+            # Not a rule: sequence parallelism at tp 1 shards nothing (Megatron-LM turns it
+            # off), the same strategy as without it.
+            opts = opts[opts[:, 0] == 0]
+        elif space.sequence_parallel != (False,):
+            # The search keeps rule-breaking strategies so it can name the rule that removes
+            # them, but not an MoE model without sequence parallelism under TP unless asked
+            # (--no-sp): that rule is never the one that decides, and it would double the
+            # space.
+            opts = opts[~breaks(problem, _probe(problem, tp=tp, sp=opts[:, 0].astype(bool)),
+                                options, (Rule.MOE_SEQUENCE_PARALLEL,))]
         blocks = []
         for zero in np.unique(opts[:, 2]):
             zopts = opts[opts[:, 2] == zero]

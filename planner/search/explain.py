@@ -19,11 +19,12 @@ from cost_models.units import GiB
 from planner.search.candidates import CandidateGroup, SearchSpace, divisors, generate, powers_of_two
 from planner.errors import InfeasibleError, InputError
 from planner.schemas.bounds import MAX_GLOBAL_BATCH, MAX_GPUS
-from planner.inputs.loader import Problem
+from planner.core.problem import Problem
 from planner.search.pool import Pool, evaluate_groups, passes
 from planner.schemas.strategy import strategy_label
-from planner.feasibility.rules import (EXPLAIN, SUMMARY, TARGET_CHECKS, Rule, RuleOptions, degree_violations,
-                           memory_violations)
+from planner.rules.gate import (EXPLAIN, SUMMARY, TARGET_CHECKS, Rule, RuleOptions,
+                                chunks_without_layers, degree_violations, memory_violations,
+                                rule_targets)
 
 MAX_GPU_FACTOR = 64
 """How far beyond the requested GPU count the "more GPUs" suggestion looks."""
@@ -48,8 +49,9 @@ class _Conflicts:
 def _conflicts(problem: Problem, space: SearchSpace, groups: list[CandidateGroup],
                options: RuleOptions) -> _Conflicts:
     layers = problem.model.num_layers
-    pool = evaluate_groups(problem, [(g, np.full(len(g.cands), g.pp * g.vpp <= layers))
-                               for g in groups])
+    pool = evaluate_groups(problem, [(g, np.full(len(g.cands),
+                                                 not chunks_without_layers(layers, g.pp, g.vpp)))
+                                     for g in groups])
     broken: dict[str, list[np.ndarray]] = {}
     for b in pool.batches:
         for rule, bad in degree_violations(problem, b.cands, options).items():
@@ -299,7 +301,7 @@ def explain_infeasible(problem: Problem, space: SearchSpace, groups: list[Candid
     target_rules = {rule.value: targets for rule, (targets, _) in TARGET_CHECKS.items()}
     # Targets of one framework (mindspore, mindformers) share its rules: blame frameworks.
     blamed = sorted({t.framework for name in core for t in target_rules.get(name, ())
-                     if t in options.targets})
+                     if t in rule_targets(problem, options)})
     if len(blamed) > 1:
         for target in blamed:
             relaxed = [n for n in conflicts.broken
@@ -312,7 +314,7 @@ def explain_infeasible(problem: Problem, space: SearchSpace, groups: list[Candid
         # dp of the strategies that only the batch (and memory) rule out.
         others = [n for n in conflicts.broken if n not in (Rule.BATCH_DIVISIBLE.value, memory)]
         ok = conflicts.satisfying(others)
-        dps = sorted({int(d) for d in conflicts.pool.degrees[ok, 0]})
+        dps = sorted({int(d) for d in conflicts.pool.cands.dp[ok]})
         ways += _nearest_batches(problem, space, options, dps)
         ways += _nearest_gpu_counts(problem, space, options)
     if memory in core:

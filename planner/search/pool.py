@@ -16,8 +16,8 @@ from planner.search.candidates import CandidateGroup, Pin
 from planner.costing.evaluate import (BlockCosts, Candidates, Evaluation, block_costs, evaluate,
                                       state_floor_bytes)
 from planner.costing.layout import Layout, uniform_layout
-from planner.inputs.loader import Problem
-from planner.feasibility.rules import RuleOptions, degree_violations, host_memory_violations
+from planner.core.problem import Problem
+from planner.rules.gate import RuleOptions, degree_violations, host_memory_violations
 from planner.schemas.strategy import Strategy
 
 
@@ -46,55 +46,70 @@ class Batch:
         return self.cands.strategy(row, tuple(self.layout.layers_per_chunk(model)))
 
 
-def _columns(batch: Batch, index: int) -> tuple:
-    c, ev = batch.cands, batch.ev
-    return (np.full(len(c), index), np.arange(len(c)), ev.step_s, ev.peak_bytes,
-            np.stack([c.dp, c.tp, c.pp, c.vpp, c.mb, c.ep, c.etp, c.cp], axis=1),
-            np.stack([c.sp.astype(np.int64), c.recompute, c.zero, c.dp_comm, c.cp_comm,
-                      c.cp_a2a], axis=1))
+DEGREES = ("dp", "tp", "pp", "vpp", "mb", "ep", "etp", "cp")
+"""The Candidates fields that make a plan's degrees: plans after the first differ in them."""
+
+DENSE_DEGREES = DEGREES[:5]
+"""The degrees of the dense layers (without ep, etp and cp)."""
 
 
 @dataclass
 class Pool:
-    """Every evaluated candidate, flattened over batches."""
+    """Every evaluated candidate, flattened over batches: row i is `cands` row i, evaluated in
+    batch `batch[i]` at its row `row[i]`."""
 
     batches: list[Batch]
     batch: np.ndarray
     row: np.ndarray
     step_s: np.ndarray
     peak_bytes: np.ndarray
-    degrees: np.ndarray
-    """(N, 8): dp, tp, pp, vpp, micro-batch, ep, etp, cp."""
-    options: np.ndarray
-    """(N, 6): sequence parallel, recompute, zero, dp_comm, cp_comm, cp_a2a."""
+    cands: Candidates
+    """The strategies, by named field (the batches' candidates, concatenated)."""
 
     @classmethod
     def of(cls, batches: list[Batch]) -> Pool:
         if not batches:
-            empty = np.zeros(0, dtype=np.int64)
-            return cls([], empty, empty, np.zeros(0), np.zeros(0), np.zeros((0, 7), np.int64),
-                       np.zeros((0, 4), np.int64))
-        parts = [_columns(b, i) for i, b in enumerate(batches)]
-        return cls(batches, *[np.concatenate(c) for c in zip(*parts)])
+            return cls([], np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64),
+                       np.zeros(0), np.zeros(0), Candidates.empty())
+        return cls(batches,
+                   np.concatenate([np.full(len(b.cands), i) for i, b in enumerate(batches)]),
+                   np.concatenate([np.arange(len(b.cands)) for b in batches]),
+                   np.concatenate([b.ev.step_s for b in batches]),
+                   np.concatenate([b.ev.peak_bytes for b in batches]),
+                   Candidates.concat([b.cands for b in batches]))
 
     def __len__(self) -> int:
         return len(self.row)
 
     def take(self, index) -> Pool:
         return Pool(self.batches, self.batch[index], self.row[index], self.step_s[index],
-                     self.peak_bytes[index], self.degrees[index], self.options[index])
+                    self.peak_bytes[index], self.cands.take(index))
 
     def extend(self, batch: Batch) -> Pool:
         """This pool and one more evaluated batch."""
-        columns = _columns(batch, len(self.batches))
-        return Pool(self.batches + [batch], *[np.concatenate([mine, more]) for mine, more in
-                                             zip((self.batch, self.row, self.step_s,
-                                                  self.peak_bytes, self.degrees, self.options),
-                                                 columns)])
+        if not self.batches:
+            return Pool.of([batch])
+        n = len(batch.cands)
+        return Pool(self.batches + [batch],
+                    np.concatenate([self.batch, np.full(n, len(self.batches))]),
+                    np.concatenate([self.row, np.arange(n)]),
+                    np.concatenate([self.step_s, batch.ev.step_s]),
+                    np.concatenate([self.peak_bytes, batch.ev.peak_bytes]),
+                    Candidates.concat([self.cands, batch.cands]))
+
+    def degree_rows(self, names: tuple[str, ...] = DEGREES) -> np.ndarray:
+        """(N, len(names)) integers, one column per named degree: rows to compare or sort by,
+        never indexed by position outside this class."""
+        return np.stack([np.asarray(getattr(self.cands, name), dtype=np.int64)
+                         for name in names], axis=1)
+
+    def same_degrees(self, i: int) -> np.ndarray:
+        """Where candidates have the degrees of candidate i."""
+        rows = self.degree_rows()
+        return (rows == rows[i]).all(1)
 
     def label(self, i: int) -> str:
-        b = self.batches[self.batch[i]]
-        return b.cands.strategy(int(self.row[i])).degrees_label()
+        return self.cands.strategy(i).degrees_label()
 
 
 EVALUATION_BUDGET = 2**24
@@ -161,7 +176,7 @@ def pareto(pool: Pool) -> Pool:
         return pool
     # The five dense degrees: a candidate beaten on both counts by one with other expert
     # degrees (ep, etp) and the same rest is no better a second plan than the rest of the pool.
-    dense = pool.degrees[:, :5]
+    dense = pool.degree_rows(DENSE_DEGREES)
     order = np.lexsort((pool.peak_bytes, pool.step_s, *dense.T[::-1]))
     keep = np.zeros(len(pool), dtype=bool)
     degrees = dense[order]

@@ -1,6 +1,6 @@
 """Find the fastest strategies that fit, with OR-Tools CP-SAT.
 
-1. `candidates.generate` lists the search space; the degree rules (`planner.feasibility.rules`) and the
+1. `candidates.generate` lists the search space; the degree rules (`planner.rules.gate`) and the
    user's pins remove what is invalid; `costing.evaluate` prices every remaining candidate in
    float arithmetic, in batches that share a pipeline layout.
 2. Within one set of degrees (dp, tp, pp, vpp, micro-batch) a candidate that another beats on
@@ -18,7 +18,6 @@ rounded up (`rules.memory_violations(conservative=True)`).
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -27,13 +26,12 @@ from ortools.sat.python import cp_model
 from planner.search.candidates import SearchSpace, generate
 from planner.costing.evaluate import report
 from planner.errors import InfeasibleError, InputError
-from planner.inputs.loader import Problem
+from planner.core.problem import Problem
 from planner.search.pool import Pool, evaluate_groups, pareto, passes
-from planner.search.rebalance import LayoutStats, rebalance
-from planner.feasibility.rules import Rule, RuleOptions, memory_violations
+from planner.search.rebalance import LAYOUT_WORK, LayoutStats, WallClock, rebalance
+from planner.rules.gate import Rule, RuleOptions, memory_violations
 from planner.schemas.report import PlanReport, SearchReport
-from planner.schemas.strategy import LaunchTarget
-from planner.feasibility.validate import validate
+from planner.rules.validate import validate
 
 US_PER_S = 1e6
 
@@ -41,7 +39,15 @@ US_PER_S = 1e6
 @dataclass(frozen=True)
 class SolverSettings:
     top_k: int = 5
-    time_limit_s: float = 10.0
+    time_limit_s: float = 300.0
+    """Wall-clock safety net for the whole search. Results are decided by the work budgets
+    below, never by wall time; when this fires (a pathological input, an overloaded machine)
+    the report says so, as its result may then differ from run to run."""
+    work_limit: float = 10.0
+    """CP-SAT deterministic time (work units) one pick solve may use. Choosing one of the
+    listed candidates proves optimal in well under 0.1 units (3,470 candidates)."""
+    layout_work: float = LAYOUT_WORK
+    """CP-SAT work the stage-layout solves of one search may use together."""
     num_workers: int = 1
     """One worker: the model is small, and a single worker is deterministic by construction."""
     random_seed: int = 0
@@ -61,8 +67,9 @@ def _objective(pool: Pool) -> list[int]:
     they go to the simpler strategy: lower ZeRO stage, less recomputation, fewer pipeline
     stages and chunks, less tensor parallelism, larger micro-batches, then lower memory."""
     step_us = np.rint(pool.step_s * US_PER_S).astype(np.int64)
-    d, o = pool.degrees.T, pool.options.T          # d: dp tp pp vpp mb; o: sp rc zero comm
-    keys = (pool.peak_bytes, o[3], o[0], -d[4], d[1], d[3], d[2], o[1], o[2], step_us)
+    c = pool.cands
+    keys = (pool.peak_bytes, c.dp_comm, c.sp, -c.mb, c.tp, c.vpp, c.pp, c.recompute, c.zero,
+            step_us)
     order = np.lexsort(keys)                       # the last key sorts first
     tie_break = np.empty(len(pool), dtype=np.int64)
     tie_break[order] = np.arange(len(pool))
@@ -72,8 +79,9 @@ def _objective(pool: Pool) -> list[int]:
 def _fastest_per_degrees(pool: Pool, fits: np.ndarray) -> np.ndarray:
     """Indices of the fastest fitting candidate of each distinct set of degrees."""
     idx = np.flatnonzero(fits)
-    order = idx[np.lexsort((pool.step_s[idx], *pool.degrees[idx].T[::-1]))]
-    degrees = pool.degrees[order]
+    rows = pool.degree_rows()
+    order = idx[np.lexsort((pool.step_s[idx], *rows[idx].T[::-1]))]
+    degrees = rows[order]
     first = np.r_[True, (degrees[1:] != degrees[:-1]).any(1)]
     return np.sort(order[first])
 
@@ -85,14 +93,18 @@ def _heuristic(pool: Pool, fits: np.ndarray) -> int | None:
     idx = np.flatnonzero(fits)
     if not len(idx):
         return None
-    d = pool.degrees[idx]
-    return int(idx[np.lexsort((pool.step_s[idx], d[:, 4], d[:, 3], d[:, 2], -d[:, 1]))[0]])
+    c = pool.cands
+    return int(idx[np.lexsort((pool.step_s[idx], c.mb[idx], c.vpp[idx], c.pp[idx],
+                               -c.tp[idx]))[0]])
 
 
 def make_solver(settings: SolverSettings) -> cp_model.CpSolver:
+    """A solver limited by deterministic work (the same stop on every run), with the wall
+    clock as a safety net only."""
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = settings.num_workers
     solver.parameters.random_seed = settings.random_seed
+    solver.parameters.max_deterministic_time = settings.work_limit
     solver.parameters.max_time_in_seconds = settings.time_limit_s
     # A choice among listed candidates gains nothing from presolve or probing, whose cost
     # grows with the square of the candidates (gpt3-175b on 1,024 GPUs, 3,470 candidates:
@@ -127,16 +139,19 @@ class _PlanModel:
 
     def exclude_degrees(self, i: int) -> None:
         """Plans after the first must differ in their degrees (dp, tp, pp, vpp, micro-batch)."""
-        same = np.flatnonzero((self.pool.degrees == self.pool.degrees[i]).all(1))
+        same = np.flatnonzero(self.pool.same_degrees(i))
         self.model.add_bool_and([~self.choice[j] for j in same])
 
-    def solve(self, settings: SolverSettings) -> tuple[str, int | None]:
+    def solve(self, settings: SolverSettings) -> tuple[str, int | None, bool]:
+        """(status, the chosen candidate or None, whether the wall-clock net stopped it)."""
         solver = make_solver(settings)
         status = solver.solve(self.model)
+        wall_stopped = status not in (cp_model.OPTIMAL, cp_model.INFEASIBLE) and \
+            solver.deterministic_time < settings.work_limit
+        chosen = None
         if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             chosen = next(i for i, x in enumerate(self.choice) if solver.boolean_value(x))
-            return solver.status_name(status), chosen
-        return solver.status_name(status), None
+        return solver.status_name(status), chosen, wall_stopped
 
 
 def search(problem: Problem, space: SearchSpace = SearchSpace(),
@@ -147,15 +162,15 @@ def search(problem: Problem, space: SearchSpace = SearchSpace(),
     Raises InfeasibleError (with the conflicting rules, the closest miss and what would make
     it fit) when no candidate passes every rule.
     """
-    start = time.perf_counter()
+    wall = WallClock(settings.time_limit_s)
     try:
-        return _search(problem, space, settings, num_tokens, start)
+        return _search(problem, space, settings, num_tokens, wall)
     except InfeasibleError:
         wider = widened(problem, space)
         if wider is None:
             raise
     try:
-        result = _search(problem, wider, settings, num_tokens, start)
+        result = _search(problem, wider, settings, num_tokens, wall)
     except InfeasibleError:
         raise _search_error(problem, space, wider) from None
     pps = sorted({p.strategy.pp for p in result.plans})
@@ -182,19 +197,15 @@ def _search_error(problem: Problem, space: SearchSpace, wider: SearchSpace) -> I
     """Why the widened space has no plan either (its explanation covers the narrow one)."""
     from planner.search.explain import explain_infeasible
 
-    uneven = LaunchTarget.DEEPSPEED not in wider.targets and not wider.even_layouts
-    options = RuleOptions(cross_node_tp=wider.cross_node_tp, targets=wider.targets,
-                          explicit_layouts=uneven)
-    return explain_infeasible(problem, wider, generate(problem, wider), options)
+    return explain_infeasible(problem, wider, generate(problem, wider),
+                              wider.rule_options(problem))
 
 
 def _search(problem: Problem, space: SearchSpace, settings: SolverSettings,
-            num_tokens: float | None, start: float) -> SearchResult:
-    # Plans carry their own layouts, so pp * vpp need not divide the layers, except for
-    # targets that cannot express an uneven split.
-    uneven = LaunchTarget.DEEPSPEED not in space.targets and not space.even_layouts
-    options = RuleOptions(cross_node_tp=space.cross_node_tp, targets=space.targets,
-                          explicit_layouts=uneven)
+            num_tokens: float | None, wall: WallClock) -> SearchResult:
+    # Plans carry their own layouts (balanced when the rules allow uneven ones).
+    options = space.rule_options(problem)
+    uneven = options.explicit_layouts
     pins = space.pins()
     groups = generate(problem, space)
     num_candidates = sum(len(g.cands) for g in groups)
@@ -205,7 +216,7 @@ def _search(problem: Problem, space: SearchSpace, settings: SolverSettings,
     pool = pareto(pool)
     layouts = LayoutStats(0, 0, True)
     if uneven:
-        pool, layouts = rebalance(problem, pool)
+        pool, layouts = rebalance(problem, pool, work=settings.layout_work, wall=wall)
     over = memory_violations(pool.peak_bytes, capacity, conservative=True)
     if not len(pool) or over.all():
         from planner.search.explain import explain_infeasible
@@ -219,24 +230,36 @@ def _search(problem: Problem, space: SearchSpace, settings: SolverSettings,
     plan_model = _PlanModel(pool, over, hint)
     if settings.export_path and not plan_model.model.export_to_file(settings.export_path):
         raise InputError(f"--export-model {settings.export_path}: cannot write the model there")
-    chosen, statuses = [], []
+    chosen, statuses, pick_wall_stopped = [], [], False
     for _ in range(settings.top_k):
-        status, i = plan_model.solve(settings)
+        status, i, stopped = plan_model.solve(settings)
+        pick_wall_stopped |= stopped
         if i is None:
             break
         statuses.append(status)
         chosen.append(i)
         plan_model.exclude_degrees(i)
     if not chosen:
-        raise InfeasibleError(f"CP-SAT found no plan within --time-limit {settings.time_limit_s:g} "
-                              f"s ({len(pool):,} candidates); give it more time")
+        limit = (f"the {settings.time_limit_s:g} s wall-clock safety net (--time-limit)"
+                 if pick_wall_stopped else f"{settings.work_limit:g} CP-SAT work units")
+        raise InfeasibleError(f"CP-SAT found no plan within {limit} ({len(pool):,} "
+                              f"candidates)")
     plans = [_checked_report(problem, pool, i, options, num_tokens) for i in chosen]
     heuristic = None if hint is None else float(pool.step_s[hint])
+    unproven = layouts.unproven
+    wall_stopped = layouts.wall_clock_stopped or pick_wall_stopped
+    if statuses[0] != "OPTIMAL":
+        unproven = unproven or (
+            f"the {settings.time_limit_s:g} s wall-clock safety net (--time-limit) stopped "
+            f"CP-SAT; this result may differ from run to run" if pick_wall_stopped else
+            f"CP-SAT reached its work limit ({settings.work_limit:g} units) before proving "
+            f"the best plan")
     stats = SearchReport(
-        status=statuses[0], proven_optimal=statuses[0] == "OPTIMAL" and layouts.complete,
+        status=statuses[0], proven_optimal=unproven is None, unproven=unproven,
+        wall_clock_stopped=wall_stopped,
         num_candidates=num_candidates, num_valid=num_valid, num_in_model=len(pool),
         num_layouts_balanced=layouts.num_balanced, num_layouts_improved=layouts.num_improved,
-        seconds=time.perf_counter() - start, heuristic_step_s=heuristic,
+        seconds=wall.elapsed_s(), heuristic_step_s=heuristic,
         heuristic_strategy=None if hint is None else pool.label(hint))
     return SearchResult(plans=plans, search=stats)
 

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from planner.errors import InfeasibleError
-from planner.inputs.loader import Problem
+from planner.core.problem import Problem
 from planner.schemas.report import PlanReport
 from planner.search.candidates import SearchSpace
 from planner.search.solver import SolverSettings, search

@@ -36,7 +36,7 @@ def busbw_gb(collective, seconds, size, n):
 @pytest.mark.parametrize(("collective", "factor"), [
     (Collective.ALL_REDUCE, 2 * 7 / 8), (Collective.ALL_GATHER, 7 / 8),
     (Collective.REDUCE_SCATTER, 7 / 8), (Collective.ALL_TO_ALL, 7 / 8),
-    (Collective.BROADCAST, 1), (Collective.REDUCE, 1), (Collective.SEND_RECV, 1),
+    (Collective.SEND_RECV, 1),
 ])
 def test_nccl_tests_bus_factors(collective, factor):
     assert comm.BUS_FACTOR[collective](8) == pytest.approx(factor)
@@ -157,7 +157,7 @@ def test_group_placement_sets_the_bottleneck():
 def test_a_group_of_one_costs_nothing():
     n = net("dgx-h100")
     for collective in (Collective.ALL_REDUCE, Collective.ALL_GATHER, Collective.REDUCE_SCATTER,
-                       Collective.ALL_TO_ALL, Collective.BROADCAST, Collective.REDUCE):
+                       Collective.ALL_TO_ALL):
         assert comm.collective_time_s(collective, 1e9, node_group(1), n) == 0
 
 

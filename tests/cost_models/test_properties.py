@@ -12,7 +12,8 @@ from cost_models.enums import AttentionKind, MlpKind, Recompute, ZeroStage
 from cost_models.memory import transformer_layer_activation_bytes
 from planner.costing.evaluate import Candidates, evaluate
 from planner.costing.layout import uniform_layout
-from planner.inputs.loader import Problem, load_cluster
+from planner.core.problem import Problem
+from planner.inputs.loader import load_cluster, load_framework
 from planner.schemas.model_file import TransformerShorthand
 
 ORDER = (Recompute.FULL, Recompute.SELECTIVE, Recompute.NONE)
@@ -51,7 +52,8 @@ def _problem():
     model = TransformerShorthand(name="p", num_layers=16, hidden=256, num_heads=16,
                                  vocab_size=1000, training={"seq_len": 256, "global_batch": 64})
     return Problem(model=model.to_model(), training=model.training,
-                   cluster=load_cluster("dgx-a100-80gb"), num_gpus=64)
+                   cluster=load_cluster("dgx-a100-80gb"), num_gpus=64,
+                   framework=load_framework("megatron"))
 
 
 PROBLEM = _problem()

@@ -10,8 +10,8 @@ from cost_models.context_parallel import (cp_attention_comm, kv_chunk_bytes, rin
                                           ulysses_bytes)
 from cost_models.enums import CpComm, Recompute
 from planner.costing.evaluate import Candidates, evaluate_strategy
-from planner.feasibility.rules import RuleOptions, degree_violations
-from planner.feasibility.target_rule import Rule
+from planner.rules.gate import RuleOptions, degree_violations
+from planner.core.rules import Rule
 from planner.inputs.loader import make_problem
 from planner.schemas.strategy import Strategy, default_cp_a2a
 from planner.search.candidates import SearchSpace

@@ -12,8 +12,8 @@ from cost_models.fp8 import (fp8_copies_bytes, fp8_value_bytes, fp8_weight_bytes
 from cost_models.memory import transformer_layer_activation_bytes
 from planner.costing.evaluate import Candidates, evaluate_strategy
 from planner.errors import InputError
-from planner.feasibility.rules import RuleOptions, degree_violations
-from planner.feasibility.target_rule import Rule
+from planner.rules.gate import RuleOptions, degree_violations
+from planner.core.rules import Rule
 from planner.inputs.loader import load_cluster, make_problem, resolve_strategy
 from planner.schemas.strategy import LaunchTarget, Strategy
 from planner.search.candidates import SearchSpace

@@ -15,8 +15,8 @@ from planner.costing.block_costs import block_cost, layer_gemms
 from planner.costing.evaluate import evaluate_strategy, step_flops_per_sequence
 from planner.costing.placement import tp_placement
 from planner.costing.evaluate import Candidates
-from planner.feasibility.rules import RuleOptions, degree_violations
-from planner.feasibility.target_rule import Rule
+from planner.rules.gate import RuleOptions, degree_violations
+from planner.core.rules import Rule
 from planner.inputs.loader import load_model, make_problem
 from planner.schemas.strategy import Strategy
 

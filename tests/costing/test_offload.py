@@ -5,12 +5,12 @@ import numpy as np
 import pytest
 
 from cost_models.compute import optimizer_step_bytes_per_param
-from cost_models.offload import (cpu_optimizer_s, exposed_copy_s, host_copy_s,
-                                 offloaded_step_s)
+from cost_models.offload import (activation_copies_s, cpu_optimizer_s, exposed_copy_s,
+                                 host_copy_s, offloaded_step_s)
 from planner.costing.evaluate import Candidates, evaluate_strategy
-from planner.feasibility.rules import RuleOptions, degree_violations
-from planner.feasibility.target_rule import Rule
-from planner.feasibility.validate import validate
+from planner.rules.gate import RuleOptions, degree_violations
+from planner.core.rules import Rule
+from planner.rules.validate import validate
 from planner.errors import InfeasibleError
 from planner.inputs.loader import load_cluster, make_problem, resolve_strategy
 from planner.schemas.strategy import LaunchTarget, Strategy
@@ -111,6 +111,33 @@ def test_activation_offload_moves_layer_activations_and_prices_the_exposed_copie
     copy = layer_bytes / load_cluster("dgx-h100").host_link_bytes_per_s
     assert s.offload_s == pytest.approx(16 * (max(copy - fwd, 0) + max(copy - 2 * fwd, 0)),
                                         rel=0.25)
+
+
+def test_activation_copies_hide_behind_compute_only_where_the_framework_overlaps_them():
+    # Down behind a 0.4 s forward (0.6 s exposed), up behind a 2 s backward (hidden).
+    assert activation_copies_s(1.0, forward_s=0.4, backward_s=2.0, overlapped=True) == \
+        pytest.approx(0.6)
+    assert activation_copies_s(1.0, forward_s=0.4, backward_s=2.0, overlapped=False) == 2.0
+
+
+@pytest.mark.parametrize("framework,overlapped", [("deepspeed", False), ("megatron", True)])
+def test_activation_offload_copies_block_on_deepspeed_and_overlap_on_megatron(framework,
+                                                                              overlapped):
+    # DeepSpeed cpu_checkpointing (every layer's checkpoint, full recompute) copies on the
+    # compute stream: at pp 1 (one micro-batch in flight) each of the 32 layers' inputs goes
+    # down and comes back in full, 2 x host bytes / link per micro-batch. Transformer Engine
+    # (Megatron-LM) copies on a side stream: a layer input (2 s b h bytes) hides behind a
+    # layer's compute entirely.
+    problem = make_problem("llama3-8b", "dgx-h100", gpus=8, framework=framework)
+    strategy = resolve_strategy(Strategy(dp=8, zero_stage=1, recompute="full",
+                                         activation_offload_layers=32), problem)
+    report = evaluate_strategy(problem, strategy)
+    assert problem.framework.offload.activation_copies_overlap is overlapped
+    blocking = 2 * report.memory.host_bytes / load_cluster("dgx-h100").host_link_bytes_per_s
+    if overlapped:
+        assert report.time.stages[0].offload_s == 0 < blocking
+    else:
+        assert report.time.stages[0].offload_s == pytest.approx(blocking, rel=1e-9)
 
 
 def test_nvlink_c2c_hides_what_pcie_exposes():

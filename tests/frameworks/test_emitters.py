@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from planner.frameworks import EMITTERS, emit_files
-from planner.feasibility.review import review_config
-from planner.feasibility.rules import RuleOptions
+from planner.review.config import review_config
+from planner.rules.gate import RuleOptions
 from planner.schemas.strategy import LaunchTarget
 from tests.frameworks.cases import CASES
 

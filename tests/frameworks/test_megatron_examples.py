@@ -32,8 +32,8 @@ def _rules(result) -> list[tuple[str, str]]:
 
 
 # (script, model, GPUs it is written for, the findings Megatron-LM @d98e8a64 itself gives it)
-SILENT_SP = ("Megatron-LM silently disables --sequence-parallel when tp is 1 (a warning, not an "
-             "error): drop --sequence-parallel")
+SILENT_SP = ("sequence_parallel has no effect at tp 1: it splits activations over the "
+             "tensor-parallel ranks (Megatron-LM turns it off, with a warning)")
 PUBLISHED = [
     # Their --sequence-parallel at tp 1 is a Megatron-LM warning: a note, exit 0.
     ("train_llama3_8b_h100_fp8.sh", "llama3-8b", 8, []),

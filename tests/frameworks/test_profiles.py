@@ -5,7 +5,7 @@ import json
 import pytest
 
 from planner.costing.evaluate import evaluate_strategy
-from planner.frameworks import profiles
+from planner.inputs import profiles
 from planner.inputs.loader import make_problem
 from planner.schemas.strategy import LaunchTarget, Strategy
 
@@ -164,7 +164,7 @@ def test_hsdp_pays_off_where_the_network_is_thin(write):
     (dict(dp_shard=8, zero_stage=0), "dp_shard 8 with zero_stage 0: there is nothing to shard"),
 ])
 def test_hsdp_rules(fields, message):
-    from planner.feasibility.validate import validate
+    from planner.rules.validate import validate
 
     problem = make_problem("llama3-8b", "dgx-h100", gpus=16)
     strategy = Strategy(**(dict(dp=16, zero_stage=3, global_batch=512) | fields))
@@ -180,8 +180,8 @@ def test_a_dp_shard_pin_that_cannot_divide_dp_is_named_with_its_way_out(cli):
 
 
 def test_deepspeed_shards_within_groups_only_with_zero3():
-    from planner.feasibility.rules import RuleOptions
-    from planner.feasibility.validate import validate
+    from planner.rules.gate import RuleOptions
+    from planner.rules.validate import validate
 
     problem = make_problem("gpt2-xl", "dgx-h100", gpus=16, framework="deepspeed")
     strategy = Strategy(dp=16, zero_stage=1, dp_shard=8, global_batch=512, recompute="full")

@@ -17,7 +17,7 @@ from planner.search.rebalance import layout_advice
 from planner.schemas.strategy import Strategy
 from planner.search.solver import SolverSettings, search
 from planner.costing.stage_costs import chain_costs
-from planner.feasibility.validate import validate
+from planner.rules.validate import validate
 from tests.conftest import compositions
 
 US, KIB = 1e-6, 1024.0

@@ -17,7 +17,7 @@ import pytest
 from planner.costing.evaluate import block_costs, evaluate
 from planner.costing.layout import layout_from_layer_counts, uniform_layout
 from planner.costing.stage_costs import chain_costs
-from planner.feasibility.rules import RuleOptions
+from planner.rules.gate import RuleOptions
 from planner.inputs.loader import make_problem
 from planner.schemas.strategy import DpComm
 from planner.search.balance import stage_totals
@@ -173,7 +173,7 @@ def test_balance_finds_the_fastest_layout_evaluate_lets_fit(write, case):
             slack = 1024.0 * (blocks * (1 + max(map(max, chain.in_flight))) + 16)
             tolerance = blocks * 1e-9
             fits = peak <= capacity - slack
-            result = balance(chain, time_limit_s=20)
+            result = balance(chain, work_limit=20)
             capped = any(getattr(t, "cap", None) is not None for t in chain.memory_terms)
             if result is None:
                 assert not fits.any() or capped, (case, cands.strategy(i))

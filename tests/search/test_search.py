@@ -23,12 +23,13 @@ from cost_models.enums import Recompute, ZeroStage
 from planner.search.candidates import SearchSpace
 from planner.costing.evaluate import Candidates, evaluate
 from planner.costing.layout import layout_from_layer_counts, uniform_layout
-from planner.feasibility.rules import RuleOptions, degree_violations, memory_violations
+from planner.rules.gate import RuleOptions, degree_violations, memory_violations
 from planner.errors import InfeasibleError
-from planner.inputs.loader import Problem, make_problem
+from planner.core.problem import Problem
+from planner.inputs.loader import make_problem
 from planner.schemas.strategy import Strategy
 from planner.search.solver import SolverSettings, search
-from planner.feasibility.validate import validate
+from planner.rules.validate import validate
 from tests.conftest import SMALL_CLUSTER, TINY_MODEL, compositions
 
 GQA_MODEL = """\

@@ -1,22 +1,23 @@
 """Check one strategy against every rule, in float arithmetic, and evaluate it.
 
 `planner validate` prints this; the search runs it on every plan it returns, so the search and
-a hand-written strategy are judged by the same rules (`planner.feasibility.rules`) and the same costs.
+a hand-written strategy are judged by the same rules (`planner.rules.gate`) and the same costs.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from cost_models.enums import Recompute, ZeroStage
 from cost_models.units import GiB
-from planner.costing.evaluate import Candidates, evaluate_strategy
-from planner.inputs.loader import Problem
-from planner.feasibility.rules import (Rule, RuleOptions, degree_violations, host_memory_violations,
-                                       memory_violations,
-                           stage_layout_violation, violation)
+from planner.costing.evaluate import evaluate_strategy
+from planner.errors import InputError
+from planner.core.problem import Problem
+from planner.rules.gate import (Rule, RuleOptions, chunks_without_layers,
+                                host_memory_violations, laid_out, memory_violations,
+                                rule_violations, stage_layout_violation)
 from planner.schemas.report import PlanReport, Violation
-from planner.schemas.strategy import LaunchTarget, Strategy
+from planner.schemas.strategy import Strategy
 
 
 @dataclass(frozen=True)
@@ -35,20 +36,8 @@ def validate(problem: Problem, strategy: Strategy, *, options: RuleOptions = Rul
              num_tokens: float | None = None) -> Validation:
     """Every rule `strategy` breaks, and its memory, time and throughput when it can be laid
     out. `strategy` must be resolved (dp and global_batch set)."""
-    if strategy.layers_per_stage is not None:
-        options = replace(options, explicit_layouts=True)
-    cands = Candidates.from_strategy(strategy, problem.framework.defaults)
-    found = [violation(rule, problem, strategy)
-             for rule, broken in degree_violations(problem, cands, options).items()
-             if bool(broken[0])]
-    uneven = strategy.layers_per_stage is not None and len(set(strategy.layers_per_stage)) > 1
-    if uneven and LaunchTarget.DEEPSPEED in options.targets and \
-            not any(v.rule == Rule.DEEPSPEED_UNEVEN_LAYOUT.value for v in found):
-        found.append(violation(Rule.DEEPSPEED_UNEVEN_LAYOUT, problem, strategy))
-    layout = stage_layout_violation(problem, strategy)
-    if layout is not None:
-        found.append(layout)
-    if layout is not None or strategy.pp * strategy.vpp > problem.model.num_layers:
+    found = rule_violations(problem, strategy, options)
+    if not laid_out(problem, strategy):
         return Validation(strategy, found, None)
     report = evaluate_strategy(problem, strategy, num_tokens=num_tokens)
     if bool(memory_violations(report.memory.peak_bytes, problem.usable_bytes)):
@@ -109,3 +98,19 @@ def _memory_variants(problem: Problem, s: Strategy):
             and s.layers_per_stage is None:
         yield (f"pp {2 * s.pp} (dp {s.dp // 2})",
                s.model_copy(update={"pp": 2 * s.pp, "dp": s.dp // 2}))
+
+
+def check_layout(strategy: Strategy, problem: Problem, *, file: str) -> None:
+    """Refuse a strategy that cannot be laid out on the model (`planner memory` prices any
+    other, fitting or not): pp * vpp chunks need a layer each, and a layers_per_stage lists one
+    count per chunk (pp * vpp of them, in pipeline order) summing to the model's layers."""
+    chunks, layers = strategy.pp * strategy.vpp, problem.model.num_layers
+    if strategy.layers_per_stage is None and chunks_without_layers(layers, strategy.pp,
+                                                                   strategy.vpp):
+        what = (f"pp * vpp = {chunks} pipeline chunks" if strategy.vpp > 1 else
+                f"{chunks} pipeline stages")
+        raise InputError(f"{file}: pp: {what} exceed the {layers} layers of "
+                         f"{problem.model.name}: every chunk needs a layer")
+    violation = stage_layout_violation(problem, strategy)
+    if violation is not None:
+        raise InputError(f"{file}: {violation.message}; {violation.fix}")

@@ -1,7 +1,7 @@
 """A second opinion on a user's own config: every rule it breaks, what the framework itself
 would get wrong, its memory, time and throughput, and how far it is from the best plan.
 
-The config may be any file `planner.frameworks.read_config` reads; the rules are `planner.feasibility.rules`
+The config may be any file `planner.frameworks.read_config` reads; the rules are `planner.rules.gate`
 (the search uses the same ones), with the rules of the config's framework added.
 """
 
@@ -14,16 +14,17 @@ from planner.costing.layout import explicit_counts
 from planner.search.candidates import SearchSpace
 from planner.frameworks import ParsedConfig, read_config
 from planner.errors import InfeasibleError, InputError
-from planner.inputs.loader import (Problem, framework_name, load_framework, resolve_strategy,
-                                   resolve_training,
-                                   validate_file)
+from planner.core.problem import Problem
+from planner.inputs.loader import (framework_name, load_framework, resolve_strategy,
+                                   resolve_training, validate_file)
 from planner.search.rebalance import layout_advice
-from planner.feasibility.rules import RuleOptions
+from planner.rules.ineffective import ineffective_settings
+from planner.rules.gate import RuleOptions, balanced_layouts_allowed
 from planner.schemas.model import TrainingSpec
 from planner.schemas.report import PlanReport, Violation
 from planner.schemas.strategy import LaunchTarget, Strategy, strategy_label
 from planner.search.solver import SolverSettings, search
-from planner.feasibility.validate import validate
+from planner.rules.validate import validate
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,8 @@ class Review:
     advice: str | None = None
     """How to balance its pipeline stages, when that saves time."""
     notes: tuple[str, ...] = ()
-    """Settings the file does not hold (they live in model code) and what was assumed."""
+    """Settings the file does not hold (they live in model code) and what was assumed, and
+    the ones it holds that have no effect (`ineffective_settings`)."""
 
     @property
     def valid(self) -> bool:
@@ -148,7 +150,10 @@ def read_strategy(problem: Problem, path: str, *, gpus_given: int | None,
     options = replace(options, targets=targets)
     if parsed.searched_by is not None:
         _price_searched(problem, parsed, options, settings, num_tokens)
-    return problem, _strategy(problem, parsed, path), parsed, options
+    strategy = _strategy(problem, parsed, path)
+    parsed.notes.extend(note for note in ineffective_settings(problem, strategy)
+                        if note not in parsed.notes)
+    return problem, strategy, parsed, options
 
 
 def review_config(problem: Problem, path: str, *, gpus_given: int | None,
@@ -171,7 +176,7 @@ def review_config(problem: Problem, path: str, *, gpus_given: int | None,
         except InfeasibleError as e:
             note = str(e)
     advice = None
-    if check.report is not None and LaunchTarget.DEEPSPEED not in targets:
+    if check.report is not None and balanced_layouts_allowed(problem, options):
         advice = layout_advice(problem, strategy, check.report)
     return Review(problem, path, strategy, parsed.target, parsed.findings + check.violations,
                   check.report, best, note, advice, tuple(parsed.notes))

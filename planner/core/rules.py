@@ -1,7 +1,7 @@
 """What a framework's own rule is made of, and the names of every rule.
 
 A framework module (`planner/frameworks/<name>.py`) lists the rules of that framework as
-`RULES: dict[Rule, TargetRule]`; `planner.feasibility.rules` gathers them, so the search and
+`RULES: dict[Rule, TargetRule]`; `planner.rules.gate` gathers them, so the search and
 `validate` apply the same ones. This module imports nothing of the planner's costing, so the
 framework modules can use it without a cycle.
 """
@@ -88,6 +88,16 @@ class TargetRule(NamedTuple):
     """(problem, candidates) -> bool array, True where the framework refuses the strategy."""
     explain: Callable
     """(problem, strategy) -> (message, fix)."""
+    even_layout: bool = False
+    """The rule refuses pipeline chunks that hold different numbers of layers: `check` judges
+    the even split (`uneven_split`), and a strategy that gives its own layer counts breaks it
+    where they differ (`planner.rules.gate.degree_violations`)."""
+
+
+def uneven_split(problem, c) -> np.ndarray:
+    """Where the even split leaves pipeline chunks with different numbers of layers (pp * vpp
+    does not divide them; `costing.layout.even_layer_counts`)."""
+    return problem.model.num_layers % (c.pp * c.vpp) != 0
 
 
 def num_micro_batches(c) -> np.ndarray:

@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 
 from planner.inputs.loader import make_problem
-from planner.feasibility.rules import RuleOptions
+from planner.rules.gate import Rule, RuleOptions
 from planner.schemas.strategy import LaunchTarget as T
 from planner.schemas.strategy import Strategy
-from planner.feasibility.validate import validate
+from planner.rules.validate import validate
 
 CASES = [
     ("gpu_count", "llama2-7b", "dgx-h100", 64, dict(dp=4, tp=8, pp=1), (),
@@ -75,6 +75,15 @@ CASES = [
      dict(dp=8, tp=8, sequence_parallel=True), (T.DEEPSPEED,),
      "sequence_parallel: DeepSpeed AutoTP keeps activations whole on every tensor-parallel "
      "rank", "use sequence_parallel false"),
+    ("deepspeed_uneven_layout", "llama2-7b", "dgx-h100", 48, dict(dp=16, tp=1, pp=3),
+     (T.DEEPSPEED,),
+     "pp 3 does not split 32 layers evenly: DeepSpeed's pipeline partitions layers in code "
+     "(partition_method), which its config cannot set", "use a pp that divides the layers"),
+    ("deepspeed_uneven_layout", "llama2-7b", "dgx-h100", 64,
+     dict(dp=16, tp=1, pp=4, layers_per_stage=(9, 7, 7, 9)), (T.DEEPSPEED,),
+     "layers_per_stage [9, 7, 7, 9] places layers unevenly: DeepSpeed's pipeline partitions "
+     "layers in code (partition_method), which its config cannot set",
+     "leave layers_per_stage out (an even split)"),
     ("torchtitan_zero1", "llama2-7b", "dgx-h100", 64, dict(dp=64, zero_stage=1),
      (T.TORCHTITAN,), "zero_stage 1: torchtitan shards with FSDP2, which shards gradients too",
      "use zero_stage 2 (fsdp_reshard_after_forward never) or 3"),
@@ -124,7 +133,7 @@ def test_a_valid_strategy_breaks_nothing():
 
 
 def test_every_framework_rule_lives_in_its_module_and_is_gathered():
-    from planner.feasibility.rules import EXPLAIN, FRAMEWORK_RULES, SUMMARY, TARGET_CHECKS, Rule
+    from planner.rules.gate import EXPLAIN, FRAMEWORK_RULES, SUMMARY, TARGET_CHECKS, Rule
 
     for target, rules in FRAMEWORK_RULES.items():
         for rule in rules:
@@ -135,3 +144,51 @@ def test_every_framework_rule_lives_in_its_module_and_is_gathered():
     framework_specific = {r for r in Rule if r.value.split("_")[0] in
                           {t.value for t in FRAMEWORK_RULES}}
     assert framework_specific == {r for rules in FRAMEWORK_RULES.values() for r in rules}
+
+
+def test_a_tp_that_splits_no_head_count_breaks_tp_divides_heads_alone():
+    # Ring attention (p2p) has no head bound: the K/V exchange is not to blame for tp 16 on 8
+    # key/value heads (its explanation once failed to find the heads it blamed).
+    problem = make_problem("llama3-70b", "dgx-h100", gpus=128, seq_len=16384)
+    strategy = Strategy(dp=4, tp=16, pp=1, cp=2, global_batch=problem.training.global_batch,
+                        sequence_parallel=True)
+    found = validate(problem, strategy, options=RuleOptions(cross_node_tp=True)).violations
+    assert [v.rule for v in found if v.rule.startswith(("tp_", "cp_"))] == ["tp_divides_heads"]
+
+
+@pytest.mark.parametrize("framework", ["deepspeed", "torchrun", "torchtitan", "mindspore"])
+def test_the_pricing_frameworks_rules_apply_without_a_target(framework):
+    # The framework that prices a strategy is always one whose rules it must keep: each
+    # framework's own rule breaks with no --target given.
+    broken = {"deepspeed": (dict(dp=16, pp=4, layers_per_stage=(9, 7, 7, 9)),
+                            "deepspeed_uneven_layout"),
+              "torchrun": (dict(dp=32, cp=2, sequence_parallel=True), "target_context_parallel"),
+              "torchtitan": (dict(dp=64, zero_stage=1), "torchtitan_zero1"),
+              "mindspore": (dict(dp=8, pp=8, vpp=2), "mindspore_interleaved")}
+    fields, rule = broken[framework]
+    problem = make_problem("llama2-7b", "dgx-h100", gpus=64, seq_len=8192, framework=framework)
+    strategy = Strategy(global_batch=problem.training.global_batch, **fields)
+    assert rule in [v.rule for v in validate(problem, strategy).violations]
+    other = make_problem("llama2-7b", "dgx-h100", gpus=64, seq_len=8192)       # Megatron-LM
+    assert rule not in [v.rule for v in validate(other, strategy).violations]
+
+
+@pytest.mark.parametrize("framework", ["megatron", "deepspeed", "torchtitan", "torchrun",
+                                       "mindspore"])
+def test_a_frameworks_rules_allow_the_kv_exchanges_its_profile_lists(framework):
+    # The search takes its K/V exchanges from the rules, so the profile's context_parallel
+    # list must say what the rules of that framework allow: every kind it lists, no other.
+    from cost_models.enums import CpComm
+    from planner.rules.gate import TARGET_CHECKS, rule_violations
+
+    problem = make_problem("llama2-7b", "dgx-h100", gpus=64, seq_len=8192, framework=framework)
+    zero = 1 if framework == "mindspore" else 3      # what each shards with, no rule broken
+    allowed = set()
+    for kind in CpComm:
+        strategy = Strategy(dp=16, cp=4, cp_comm=kind, zero_stage=zero,
+                            cp_a2a=2 if kind is CpComm.A2A_P2P else None,
+                            global_batch=problem.training.global_batch)
+        if not [v for v in rule_violations(problem, strategy)
+                if Rule(v.rule) in TARGET_CHECKS]:
+            allowed.add(kind)
+    assert allowed == set(problem.framework.context_parallel)

@@ -1,0 +1,232 @@
+"""Megatron-LM flag values as its parser takes them, and the readers of one feature each
+(attention, recomputation, the batch schedule, CPU offload, FP8) that `megatron_reader.parse`
+calls."""
+
+from __future__ import annotations
+
+from cost_models.enums import AttentionKind, Fp8Recipe, Precision, Recompute
+from planner.frameworks.base import ParsedConfig
+from planner.frameworks.megatron_flags import CHOICES
+from planner.frameworks.shell import Flag
+from planner.errors import InputError
+
+
+_COUNTS = frozenset({
+    "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
+    "--expert-model-parallel-size", "--expert-tensor-parallel-size", "--micro-batch-size",
+    "--global-batch-size", "--num-layers", "--seq-length", "--num-distributed-optimizer-instances",
+    "--num-virtual-stages-per-pipeline-rank", "--num-layers-per-virtual-pipeline-stage"})
+"""Flags the reader takes as sizes or degrees: argparse takes any int, the planner needs >= 1."""
+_MAX_COUNT = 2**31 - 1
+"""A bound far above any real run and below where products of sizes overflow the cost model's
+int64 arithmetic (argparse itself takes any Python int)."""
+
+
+def _given(flag: Flag, file: str) -> str:
+    """The value of a flag the planner reads, or an InputError naming the flag: argparse stops
+    on a missing value, and a value from a variable the script never sets cannot be read."""
+    if flag.value is not None:
+        return flag.value
+    if flag.unresolved is not None:
+        raise InputError(f"{file}: {flag.name} {flag.unresolved}: the script never sets "
+                         f"{flag.unresolved.split('$')[1].split()[0].strip('{}')}; give a "
+                         f"number, or set the variable in the script")
+    raise InputError(f"{file}: {flag.name}: expects a value (Megatron-LM stops: expected one "
+                     f"argument)")
+
+
+def _int_value(flag: Flag, file: str) -> int:
+    value = _given(flag, file)
+    try:
+        return int(value)
+    except ValueError:
+        raise InputError(f"{file}: {flag.name} {value}: expected an integer") from None
+
+
+def _float_value(flag: Flag, file: str) -> float:
+    """A finite float (argparse's float() takes inf and nan; no setting means them)."""
+    import math
+
+    value = _given(flag, file)
+    try:
+        number = float(value)
+    except ValueError:
+        raise InputError(f"{file}: {flag.name} {value}: expected a number") from None
+    if not math.isfinite(number):
+        raise InputError(f"{file}: {flag.name} {value}: expected a finite number")
+    return number
+
+
+def _value(flags: dict, name: str) -> str | None:
+    flag = flags.get(name)
+    return flag.value if flag is not None else None
+
+
+def _attention(parsed: ParsedConfig, flags: dict) -> AttentionKind | None:
+    """The attention kernel --attention-backend picks (TransformerConfig.attention_backend,
+    default auto): flash and fused (cuDNN) attention keep no s x s scores, and auto lets
+    Transformer Engine pick one of them (megatron/core/extensions/transformer_engine.py);
+    unfused and local (Megatron's own DotProductAttention) keep them. arguments.py: local
+    attention needs --spec local."""
+    backend = _value(flags, "--attention-backend")
+    if backend is None and "--use-flash-attn" in flags:
+        backend = "flash"
+    if backend == "local" and "--spec" not in flags:
+        parsed.finding("megatron_flag", "Megatron-LM stops: --attention-backend local is only "
+                       "supported with --spec local", "use --attention-backend auto")
+    if backend is None or backend not in CHOICES["--attention-backend"]:
+        return None
+    if backend == "auto":
+        parsed.notes.append("--attention-backend auto: priced as flash attention (Transformer "
+                            "Engine picks flash or cuDNN fused attention, neither keeps the "
+                            "s x s scores)")
+    return AttentionKind.FLASH if backend in ("flash", "fused", "auto") \
+        else AttentionKind.STANDARD
+
+
+def _recompute_details(parsed: ParsedConfig, flags: dict, recompute: Recompute | None,
+                       layers_per_stage: int, file: str) -> None:
+    """What --recompute-method, --recompute-num-layers and --recompute-modules do beyond the
+    planner's three levels (none, selective = core attention, full = every layer), as
+    findings; and the argument checks of arguments.py on them."""
+    method = _value(flags, "--recompute-method")
+    if recompute is Recompute.SELECTIVE and method is not None:
+        parsed.finding("megatron_flag", "Megatron-LM stops: recompute method is not yet "
+                       "supported for selective recomputing granularity",
+                       "drop --recompute-method")
+    if "--distribute-saved-activations" in flags:
+        tp_flag = flags.get("--tensor-model-parallel-size")
+        if tp_flag is None or _int_value(tp_flag, file) == 1 or recompute is not Recompute.FULL:
+            parsed.finding("megatron_flag", "Megatron-LM stops: --distribute-saved-activations "
+                           "needs tensor parallelism and --recompute-granularity full",
+                           "drop --distribute-saved-activations")
+    if recompute is Recompute.FULL and method is not None:
+        count_flag = flags.get("--recompute-num-layers")
+        count = _int_value(count_flag, file) if count_flag is not None else 1
+        if method == "block" and count < layers_per_stage:
+            parsed.finding("megatron_unpriced", f"--recompute-method block "
+                           f"--recompute-num-layers {count}: only {count} of the "
+                           f"{layers_per_stage} layers per stage are recomputed; priced as full "
+                           f"recompute of every layer, so memory is underestimated",
+                           "compare with --recompute-num-layers equal to the layers per stage")
+        elif method == "uniform" and count > 1:
+            parsed.finding("megatron_unpriced", f"--recompute-method uniform "
+                           f"--recompute-num-layers {count}: checkpoints every {count} layers; "
+                           f"priced as one checkpoint per layer",
+                           "compare with --recompute-num-layers 1")
+    modules = flags.get("--recompute-modules")
+    names = (modules.value, *modules.more) if modules is not None and modules.value else ()
+    if recompute is Recompute.SELECTIVE and names and names != ("core_attn",):
+        parsed.finding("megatron_unpriced", f"--recompute-modules {' '.join(names)}: the "
+                       f"planner's selective recompute is core attention only (the "
+                       f"default); priced so, so memory is overestimated",
+                       "compare with --recompute-modules core_attn")
+
+
+def _training_schedule(parsed: ParsedConfig, flags: dict, s: dict, file: str) -> None:
+    """The iteration/sample and batch-size schedule checks of arguments.py validate_args
+    @d98e8a64 (the planner does not price the schedule, but Megatron-LM stops on these)."""
+    iters = "--train-iters" in flags
+    samples = "--train-samples" in flags
+    # arguments.py: "expected iteration-based training" and its sample-based twin.
+    for given, others, kind in ((iters, ("--train-samples", "--lr-decay-samples",
+                                         "--lr-warmup-samples"), "iteration"),
+                                (samples, ("--train-iters", "--lr-decay-iters",
+                                           "--lr-warmup-iters"), "sample")):
+        if not given:
+            continue
+        for other in others:
+            if other in flags:
+                parsed.finding("megatron_flag", f"Megatron-LM stops: expected {kind}-based "
+                               f"training, but {other} is set", f"drop {other}")
+    warmups = [f for f in ("--lr-warmup-iters", "--lr-warmup-samples") if f in flags]
+    if "--lr-warmup-fraction" in flags and warmups:
+        parsed.finding("megatron_flag", f"Megatron-LM stops: can only specify one of "
+                       f"--lr-warmup-fraction and {warmups[0]}", f"drop {warmups[0]}")
+    if "--fp16" in flags and "--bf16" in flags:
+        parsed.finding("megatron_flag", "Megatron-LM stops: --fp16 and --bf16 cannot both be "
+                       "set", "keep one of them")
+    schedule = flags.get("--step-batch-size-schedule")
+    if schedule is not None and "--global-batch-size" in flags:
+        # arguments.py: raise ValueError('Cannot specify both ...').
+        parsed.finding("megatron_flag", "Megatron-LM stops: cannot specify both "
+                       "--step-batch-size-schedule and --global-batch-size",
+                       "drop --global-batch-size")
+    if "--rampup-batch-size" in flags:
+        # core/num_microbatches_calculator.py @d98e8a64 warns and drops it (#4411, 2026-04);
+        # arguments.py before that stopped iteration-based runs with it ("expected no
+        # batch-size rampup for iteration-based training", @000c4ac2).
+        old = " (releases before 2026-04 stop: expected no batch-size rampup for " \
+              "iteration-based training)" if iters else ""
+        parsed.notes.append(f"Megatron-LM ignores --rampup-batch-size (deprecated, a warning): "
+                            f"the batch stays at --global-batch-size{old}; use "
+                            f"--step-batch-size-schedule with --train-samples")
+    if schedule is not None and schedule.value is not None and "global_batch" not in s:
+        try:
+            last = int(schedule.value.split()[-1].split(":")[1])
+        except (IndexError, ValueError):
+            raise InputError(f"{file}: --step-batch-size-schedule {schedule.value}: expected "
+                             f"'START:BATCH ...' pairs") from None
+        s["global_batch"] = last
+        parsed.notes.append(f"--step-batch-size-schedule: priced at its last global batch "
+                            f"({last}); the earlier, smaller batches are not priced")
+
+
+
+def _offload(parsed: ParsedConfig, flags: dict, file: str) -> None:
+    """CPU offload as Megatron-LM reads it: --optimizer-cpu-offload with
+    --optimizer-offload-fraction (default 1.0) needs --use-precision-aware-optimizer
+    (arguments.py); --cpu-offloading-num-layers N > 0 turns activation offload on."""
+    if "--optimizer-cpu-offload" in flags:
+        fraction = flags.get("--optimizer-offload-fraction")
+        share = _float_value(fraction, file) if fraction is not None else 1.0
+        if not 0 <= share <= 1:
+            raise InputError(f"{file}: --optimizer-offload-fraction {share:g}: must be between "
+                             f"0 and 1")
+        parsed.strategy["optimizer_offload"] = share
+        if "--use-precision-aware-optimizer" not in flags:
+            parsed.finding("megatron_flag", "Megatron-LM stops: the optimizer cpu offload must "
+                           "be used in conjunction with --use-precision-aware-optimizer",
+                           "add --use-precision-aware-optimizer")
+        if "--overlap-cpu-optimizer-d2h-h2d" not in flags:
+            parsed.finding("megatron_offload", "without --overlap-cpu-optimizer-d2h-h2d the "
+                           "gradient copies, the CPU step and the weight copies run one after "
+                           "another; priced overlapped", "add --overlap-cpu-optimizer-d2h-h2d")
+    if "--cpu-offloading-num-layers" in flags:
+        layers = _int_value(flags["--cpu-offloading-num-layers"], file) or 0
+        if layers < 0:
+            raise InputError(f"{file}: --cpu-offloading-num-layers {layers}: must be 0 or more")
+        parsed.strategy["activation_offload_layers"] = layers
+    if "--fine-grained-activation-offloading" in flags:
+        parsed.finding("megatron_offload", "--fine-grained-activation-offloading offloads the "
+                       "inputs of chosen modules; not priced (the planner prices whole layers, "
+                       "--cpu-offloading-num-layers)", "price it with --cpu-offloading-num-layers")
+
+
+def _fp8(parsed: ParsedConfig, flags: dict, fsdp: bool) -> None:
+    """FP8 as Megatron-LM runs it: --fp8-format turns it on, --fp8-recipe (default delayed)
+    picks the scaling, --fp8-param-gather keeps FP8 parameters (needs the distributed
+    optimizer or FSDP, arguments.py); first/last bf16 layers refuse delayed scaling
+    (transformer_config.py)."""
+    parsed.training["precision"] = Precision.FP8
+    named = flags.get("--fp8-recipe")
+    recipe = named.value if named is not None and named.value else "delayed"
+    if recipe == "custom":
+        parsed.finding("megatron_fp8", "--fp8-recipe custom: a quantizer factory the planner "
+                       "cannot read; priced as tensorwise", "use a named --fp8-recipe")
+        recipe = "tensorwise"
+    if recipe in {r.value for r in Fp8Recipe}:
+        parsed.training["fp8_recipe"] = Fp8Recipe(recipe)
+    gather = "--fp8-param-gather" in flags
+    parsed.strategy["fp8_param_gather"] = gather
+    if gather and not ("--use-distributed-optimizer" in flags or fsdp):
+        parsed.finding("megatron_flag", "Megatron-LM stops: --fp8-param-gather needs "
+                       "--use-distributed-optimizer (or Megatron-FSDP)",
+                       "add --use-distributed-optimizer")
+    if "--first-last-layers-bf16" in flags and recipe == "delayed":
+        parsed.finding("megatron_flag", "Megatron-LM stops: --first-last-layers-bf16 is not "
+                       "supported with delayed scaling", "use --fp8-recipe tensorwise")
+    if "--bf16" not in flags:
+        parsed.finding("megatron_fp8", "--fp8-format without --bf16: the weights and the "
+                       "layers outside FP8 run in fp32; priced as bf16 with FP8 linears",
+                       "add --bf16")

@@ -1,0 +1,88 @@
+"""Settings that have no effect where they are set: each is a `note:` (JSON `notes`), never
+passed over in silence.
+
+A setting that cannot run is a rule (planner.rules.gate); one that runs but changes
+nothing (parameter servers under all-reduce, sequence parallelism without tensor parallelism)
+is a note here. `validate`, `memory`, `diff` and `calibrate` judge the strategy a file gives;
+`plan` and `sweep` judge the user's pins on each plan the search ranks (`pinned_settings`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+from cost_models.enums import CpComm, Precision
+from planner.core.problem import Problem
+from planner.schemas.strategy import DpComm, Strategy
+
+if TYPE_CHECKING:
+    from planner.schemas.report import PlanReport
+    from planner.search.candidates import SearchSpace
+
+
+def ineffective_settings(problem: Problem, strategy: Strategy) -> list[str]:
+    """One note per setting of `strategy` that changes nothing in its context: the model,
+    the precision, the framework and the strategy's own degrees."""
+    s, fw = strategy, problem.framework
+    notes = []
+    if s.num_servers is not None and s.dp_comm is DpComm.ALL_REDUCE:
+        notes.append(f"num_servers {s.num_servers} has no effect with dp_comm all_reduce: only "
+                     f"a parameter server has servers")
+    if s.cp == 1 and s.cp_comm is not CpComm.P2P:
+        notes.append(f"cp_comm {s.cp_comm.value} has no effect at cp 1: no context-parallel "
+                     f"ranks exchange keys and values")
+    if s.cp_a2a is not None and s.cp_comm is not CpComm.A2A_P2P:
+        notes.append(f"cp_a2a {s.cp_a2a} has no effect with cp_comm {s.cp_comm.value}: only "
+                     f"a2a+p2p runs an inner all-to-all group")
+    if s.sequence_parallel and s.tp == 1:
+        notes.append("sequence_parallel has no effect at tp 1: it splits activations over the "
+                     "tensor-parallel ranks (Megatron-LM turns it off, with a warning)")
+    if s.tp_comm_overlap:
+        if s.tp == 1:
+            notes.append("tp_comm_overlap has no effect at tp 1: there are no tensor-parallel "
+                         "collectives to overlap")
+        elif not s.sequence_parallel:
+            notes.append("tp_comm_overlap has no effect without sequence_parallel: what it "
+                         "overlaps are sequence parallelism's all-gathers and reduce-scatters")
+        elif not fw.tp_comm_overlap:
+            notes.append(f"tp_comm_overlap has no effect on {fw.description}: it does not "
+                         f"overlap tensor-parallel collectives with the GEMMs")
+    if s.fp8_param_gather and problem.training.precision is not Precision.FP8:
+        notes.append(f"fp8_param_gather has no effect in {problem.training.precision.value}: "
+                     f"only FP8 linear weights are gathered in FP8")
+    if s.etp is not None and s.etp != s.tp and not problem.model.is_moe:
+        notes.append(f"etp {s.etp} has no effect on {problem.model.name}: a dense model has no "
+                     f"routed experts to split")
+    return notes
+
+
+def pinned_settings(problem: Problem, space: SearchSpace, plans: Sequence[PlanReport],
+                    labels: Sequence[str] | None = None) -> list[str]:
+    """The notes of `ineffective_settings` on the search's pins (--etp, --cp-comm, --sp,
+    --tp-comm-overlap), each judged on each plan with the pins in place of what the plan runs;
+    a note that holds for some of the plans only names them by `labels` ('plan 1', ... by
+    default)."""
+    labels = labels or [f"plan {rank}" for rank in range(1, len(plans) + 1)]
+    by_note: dict[str, list[str]] = {}
+    for label, plan in zip(labels, plans):
+        for note in dict.fromkeys(n for variant in _pinned(plan, space)
+                                  for n in ineffective_settings(problem, variant)):
+            by_note.setdefault(note, []).append(label)
+    return [note if len(which) == len(plans) else f"{note} ({', '.join(which)})"
+            for note, which in by_note.items()]
+
+
+def _pinned(plan: PlanReport, space: SearchSpace) -> list[Strategy]:
+    """The plan's strategy with the pins as the user gave them: one per pinned K/V exchange
+    where the plan has no context parallelism (with cp > 1 it runs one of them)."""
+    fields = plan.strategy.model_dump(exclude={"num_micro_batches", "layers_per_stage"})
+    if space.etp is not None:
+        fields["etp"] = space.etp
+    if space.tp_comm_overlap is not None:
+        fields["tp_comm_overlap"] = space.tp_comm_overlap
+    if tuple(space.sequence_parallel) == (True,):
+        fields["sequence_parallel"] = True
+    base = Strategy(**fields)
+    if plan.strategy.cp > 1 or not space.cp_comm:
+        return [base]
+    return [base.model_copy(update={"cp_comm": kind, "cp_a2a": None}) for kind in space.cp_comm]
