@@ -167,12 +167,18 @@ class Line(NamedTuple):
     seconds_per_byte: object
 
 
+def line_time_s(line: Line, message_bytes):
+    """Seconds of one protocol on `message_bytes` (linear in it: the layout balancer passes its
+    per-stage sums)."""
+    return message_bytes * line.seconds_per_byte + line.latency_s
+
+
 def fastest_s(lines: list[Line], message_bytes):
     """Seconds of the fastest protocol on `message_bytes`: the least of the lines (NCCL runs
     the protocol its model predicts fastest)."""
     best = np.inf
     for line in lines:
-        best = np.minimum(best, line.latency_s + message_bytes * line.seconds_per_byte)
+        best = np.minimum(best, line_time_s(line, message_bytes))
     return best
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cost_models.communication import exposed_time_s, overlap_pieces
+from cost_models.communication import Line, exposed_time_s, overlap_pieces
 from cost_models.enums import ZeroStage
 
 
@@ -72,8 +72,21 @@ def zero_micro_batch_pieces(*, zero_stage, reduce_scatter_s, block_all_gather_s,
     return tuple(pieces)
 
 
+def zero3_block_collectives_s(line: Line, *, message_bytes, fetches):
+    """Seconds of ZeRO-3's collectives of `message_bytes` in all, split into `fetches`
+    collectives of message_bytes / fetches each, on one NCCL protocol line: each pays the
+    latency, so fetches x latency + message_bytes x seconds per byte.
+
+    Ref: Zhao et al. 2023 (FSDP), Sec. 3.2: one FSDP unit per transformer block, gathered and
+    reduced unit by unit; DeepSpeed stage 3 fetches per submodule (zero/parameter_offload.py),
+    the framework profile's fetches_per_block. Linear in the bytes and the fetches.
+    """
+    return fetches * line.latency_s + message_bytes * line.seconds_per_byte
+
+
 def zero_micro_batch_s(**kw):
-    """Seconds of data-parallel traffic per micro-batch (`zero_micro_batch_pieces`, evaluated)."""
+    """Seconds of data-parallel traffic per micro-batch: the largest of
+    `zero_micro_batch_pieces` (Ref: as there)."""
     pieces = zero_micro_batch_pieces(**kw)
     out = pieces[0]
     for p in pieces[1:]:
@@ -110,13 +123,19 @@ def zero_step_end_s(*, zero_stage, gradient_all_reduce_s, gradient_reduce_scatte
 
 def hsdp_replica_bytes(gradient_bytes, *, shard_size):
     """Bytes each rank all-reduces across the HSDP replicas: its 1/shard_size of the
-    gradients (Zhao et al. 2023, Sec. 3.2.2, hybrid sharding)."""
+    gradients.
+
+    Ref: Zhao et al. 2023 (FSDP), Sec. 3.2.2, hybrid sharding.
+    """
     return gradient_bytes / shard_size
 
 
 def fp8_gather_bytes_saved(*, weight_bytes: float, fp8_value_bytes: float, gathered: object):
     """Bytes per FP8 linear parameter the weight all-gather saves when FP8 parameters are
-    gathered in FP8 rather than bf16: Megatron-LM --fp8-param-gather, "50% parameter
-    all-gather" for 1-byte values (megatron/core/transformer/moe/README.md); MXFP8 sends its
-    scales too (`fp8.fp8_value_bytes`). `gathered`: where FP8 parameters are gathered so."""
+    gathered in FP8 rather than bf16.
+
+    Ref: Megatron-LM megatron/core/transformer/moe/README.md: --fp8-param-gather, "50%
+    parameter all-gather" for 1-byte values; MXFP8 sends its scales too
+    (`fp8.fp8_value_bytes`). `gathered`: where FP8 parameters are gathered so.
+    """
     return np.where(gathered, weight_bytes - fp8_value_bytes, 0.0)

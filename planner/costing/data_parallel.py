@@ -17,8 +17,8 @@ import numpy as np
 
 from cost_models import communication as comm
 from cost_models.communication import Group
-from cost_models.data_parallel import (hsdp_replica_bytes, zero_micro_batch_pieces,
-                                       zero_step_end_s)
+from cost_models.data_parallel import (hsdp_replica_bytes, zero3_block_collectives_s,
+                                       zero_micro_batch_pieces, zero_step_end_s)
 from planner.costing.placement import strided_placement
 from planner.costing.stage_terms import Linear, Term
 
@@ -113,10 +113,11 @@ def micro_batch_term(problem, cands, *, dp, shard, stride, params: Linear, gathe
         for rs_line, block_rs_line in pairs:
             # One reduce-scatter of the stage's gradients per micro-batch (ZeRO-2), or per
             # block `fetches` gathers and reductions of its share (ZeRO-3).
-            rs = Linear(const=rs_line.latency_s) + grads * rs_line.seconds_per_byte
-            block_ag = fetches * gather_line.latency_s + gather * gather_line.seconds_per_byte
-            block_rs = (fetches * block_rs_line.latency_s
-                        + grads * block_rs_line.seconds_per_byte)
+            rs = comm.line_time_s(rs_line, grads)
+            block_ag = zero3_block_collectives_s(gather_line, message_bytes=gather,
+                                                 fetches=fetches)
+            block_rs = zero3_block_collectives_s(block_rs_line, message_bytes=grads,
+                                                 fetches=fetches)
             options.append(zero_micro_batch_pieces(
                 zero_stage=cands.zero, reduce_scatter_s=rs, block_all_gather_s=block_ag,
                 block_reduce_scatter_s=block_rs, forward_s=forward, backward_s=backward,

@@ -70,9 +70,10 @@ class Linear:
 
     __array_ufunc__ = None       # numpy arrays times a Linear defer to Linear.__rmul__
 
-    def __add__(self, other: Linear) -> Linear:
-        if isinstance(other, (int, float)) and other == 0:
-            return self
+    def __add__(self, other) -> Linear:
+        """Plus another `Linear`, or a constant (a scalar or an (N, 1) or (N, p) array)."""
+        if not isinstance(other, Linear):
+            other = Linear(const=np.asarray(other, dtype=float))
         return Linear(_add(self.const, other.const),
                       *(_add(getattr(self, f), getattr(other, f)) for f in _PARTS))
 

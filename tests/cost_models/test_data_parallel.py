@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from cost_models.communication import exposed_time_s, overlap_pieces
 from cost_models.data_parallel import (fp8_gather_bytes_saved, hsdp_replica_bytes,
+                                       zero3_block_collectives_s,
                                        zero_micro_batch_pieces, zero_micro_batch_s,
                                        zero_step_end_s)
 from cost_models.enums import ZeroStage
@@ -96,3 +97,15 @@ def test_micro_batch_pieces_select_by_stage_and_overlap():
     # ZeRO-3: the gather before the 0.5 s forward shows 0.5 s, the rest hides; or 2 + 1.
     np.testing.assert_allclose(got, [0, 0, 0, 3, 0.5, 3])
     assert len(zero_micro_batch_pieces(zero_stage=3, overlap=True, **kw)) == 4
+
+
+def test_zero3_pays_the_latency_once_per_fetch():
+    # Zhao et al. 2023, Sec. 3.2: FSDP gathers unit by unit. 32 blocks of 4 fetches each
+    # (DeepSpeed's qkv, out, fc1, fc2 hooks) gather 4 GB in 128 collectives: 128 latencies
+    # and the bytes once at the bus bandwidth, whatever their split.
+    from cost_models.communication import Line
+
+    line = Line(latency_s=20e-6, seconds_per_byte=1 / 100e9)
+    got = zero3_block_collectives_s(line, message_bytes=4e9, fetches=32 * 4)
+    assert got == pytest.approx(128 * 20e-6 + 4e9 / 100e9, rel=1e-12)
+    assert got == pytest.approx(128 * (20e-6 + (4e9 / 128) / 100e9), rel=1e-12)
