@@ -169,13 +169,19 @@ class Line(NamedTuple):
 
 def line_time_s(line: Line, message_bytes):
     """Seconds of one protocol on `message_bytes` (linear in it: the layout balancer passes its
-    per-stage sums)."""
+    per-stage sums).
+
+    Ref: NCCL src/graph/tuning.cc (ncclTopoGetAlgoTime): latency + bytes / bandwidth.
+    """
     return message_bytes * line.seconds_per_byte + line.latency_s
 
 
 def fastest_s(lines: list[Line], message_bytes):
-    """Seconds of the fastest protocol on `message_bytes`: the least of the lines (NCCL runs
-    the protocol its model predicts fastest)."""
+    """Seconds of the fastest protocol on `message_bytes`: the least of the lines.
+
+    Ref: NCCL src/graph/tuning.cc (ncclTopoTuneModel): NCCL runs the (algorithm, protocol) its
+    model predicts fastest.
+    """
     best = np.inf
     for line in lines:
         best = np.minimum(best, line_time_s(line, message_bytes))
@@ -271,7 +277,10 @@ def all_gather_lines(group: Group, net: Network) -> list[Line]:
 
 
 def reduce_scatter_lines(group: Group, net: Network) -> list[Line]:
-    """The protocols of a ring reduce-scatter of a buffer per rank, as lines (as all-gather)."""
+    """The protocols of a ring reduce-scatter of a buffer per rank, as lines.
+
+    Ref: tuning.cc: as all-gather, n - 1 steps, N - 1 over the network.
+    """
     n, nodes = group.size, group.num_nodes
     return _ring_lines(Collective.REDUCE_SCATTER, group, net, steps=n - 1,
                        inter_steps=np.where(nodes > 1, nodes - 1, 0))

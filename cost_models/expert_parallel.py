@@ -22,7 +22,11 @@ from cost_models.communication import (Group, Network, all_gather_time_s, all_to
 def expert_dispatch_bytes(tokens_per_rank, *, top_k: int, hidden: int, imbalance: float,
                           value_bytes: float):
     """Bytes one rank sends in one all-to-all of the token dispatch: T x k routed copies of h
-    values, `imbalance` x that on the busiest rank (the one that sets the time)."""
+    values, `imbalance` x that on the busiest rank (the one that sets the time).
+
+    Ref: Megatron-Core token_dispatcher.py (num_out_tokens = routing_map.sum(), T k without
+    dropping); Liu et al. 2025 (arXiv:2504.14960), Sec. 3.
+    """
     return tokens_per_rank * top_k * imbalance * hidden * value_bytes
 
 
@@ -31,7 +35,10 @@ def expert_dispatch_s(*, tokens_per_rank, pairs, top_k: int, hidden: int, imbala
                       net: Network):
     """Seconds of one pass's token dispatch and combine on one rank of an MoE layer: two
     all-to-alls over the EP group and, with expert TP, an all-gather and a reduce-scatter of
-    the `pairs` (token, expert) rows this rank computes over the expert-TP group."""
+    the `pairs` (token, expert) rows this rank computes over the expert-TP group.
+
+    Ref: Liu et al. 2025 (arXiv:2504.14960), Sec. 3, Fig. 3 (MoEAlltoAllTokenDispatcher).
+    """
     sent = expert_dispatch_bytes(tokens_per_rank, top_k=top_k, hidden=hidden,
                                  imbalance=imbalance, value_bytes=value_bytes)
     a2a = all_to_all_time_s(sent, ep_group, net)

@@ -63,7 +63,11 @@ def exposed_copy_pieces(copy_s, compute_s) -> tuple:
     """The two linear pieces whose larger is the seconds of a host copy left on the critical
     path when it overlaps `compute_s` of compute on another stream (Transformer Engine's CPU
     offload copies a layer's saved tensors while the next layer runs forward, and brings them
-    back while the layer after it runs backward): what the compute does not cover, or none."""
+    back while the layer after it runs backward): what the compute does not cover, or none.
+
+    Ref: Transformer Engine transformer_engine/pytorch/cpu_offload.py (copies on a side
+    stream).
+    """
     return copy_s - compute_s, 0.0 * copy_s
 
 
@@ -75,7 +79,10 @@ def exposed_copy_s(copy_s, compute_s):
 def activation_copies_pieces(copy_s, *, forward_s, backward_s, overlapped: bool) -> tuple:
     """Groups of linear pieces: the seconds one offloaded layer's activation copies add to a
     micro-batch are the sum over groups of each group's largest piece (`activation_copies_s`).
-    Linear in the copy and the compute, so the layout balancer can pass its per-stage sums."""
+    Linear in the copy and the compute, so the layout balancer can pass its per-stage sums.
+
+    Ref: as `activation_copies_s`.
+    """
     if not overlapped:
         return ((2 * copy_s,),)
     return (exposed_copy_pieces(copy_s, forward_s), exposed_copy_pieces(copy_s, backward_s))

@@ -102,7 +102,10 @@ def pipeline_boundary_s(*, elements, value_bytes: float, tp, sequence_parallel: 
 
 
 def pipeline_kept_output_bytes(elements, *, value_bytes: float):
-    """Bytes a pipeline engine keeps per in-flight micro-batch for a chunk's output: DeepSpeed
-    runtime/pipe/engine.py keeps each stage output in pipe_buffers['outputs'] until its
-    backward pass (num_pipe_buffers = min(stages - stage_id, micro_batches), schedule.py)."""
+    """Bytes a pipeline engine keeps per in-flight micro-batch for a chunk's output, whole.
+
+    Ref: DeepSpeed runtime/pipe/engine.py keeps each stage output in pipe_buffers['outputs']
+    until its backward pass (num_pipe_buffers = min(stages - stage_id, micro_batches),
+    runtime/pipe/schedule.py).
+    """
     return elements * value_bytes

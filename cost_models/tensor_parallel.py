@@ -24,24 +24,33 @@ from cost_models.enums import Recompute
 
 def tp_passes(recompute: Recompute) -> int:
     """Passes per micro-batch that run a block's tensor-parallel collectives: the forward and
-    the backward pass, and the forward again under full recompute (Korthikanti et al. 2022,
-    Sec. 5); selective recompute reruns only the attention core, which has none."""
+    the backward pass, and the forward again under full recompute; selective recompute reruns
+    only the attention core, which has none.
+
+    Ref: Korthikanti et al. 2022 (arXiv:2205.05198), Sec. 5.
+    """
     return 3 if recompute is Recompute.FULL else 2
 
 
 def transformer_layer_tp_collectives(*, tp_mlp: bool) -> int:
     """Tensor-parallel all-reduces one pass of a transformer layer runs: one after attention,
-    one after a tensor-parallel MLP (Shoeybi et al. 2019, Fig. 4). An MoE layer's routed experts
-    take their tokens through the expert-parallel all-to-all; only a tensor-parallel MLP
-    (its shared experts, if any) counts."""
+    one after a tensor-parallel MLP. An MoE layer's routed experts take their tokens through
+    the expert-parallel all-to-all; only a tensor-parallel MLP (its shared experts, if any)
+    counts.
+
+    Ref: Shoeybi et al. 2019 (arXiv:1909.08053), Fig. 4 (operators f and g); Narayanan et al.
+    2021, Sec. 2.3.
+    """
     return 1 + int(tp_mlp)
 
 
 def tp_collective_s(elements, *, sequence_parallel: bool, value_bytes: float, group: Group,
                     net: Network):
     """Seconds of one Megatron tensor-parallel all-reduce of `elements` values, or with
-    sequence parallelism of the all-gather plus reduce-scatter that replace it (Korthikanti et
-    al. 2022, Sec. 4.2.2: same volume)."""
+    sequence parallelism of the all-gather plus reduce-scatter that replace it.
+
+    Ref: Korthikanti et al. 2022 (arXiv:2205.05198), Sec. 4.2.2 (same volume).
+    """
     message = elements * value_bytes
     if sequence_parallel:
         return all_gather_time_s(message, group, net) + reduce_scatter_time_s(message, group, net)
@@ -53,6 +62,10 @@ def tp_exposed_s(comm_s, compute_s, *, overlap_share, interference: float):
     overlap (Megatron-LM --tp-comm-overlap: Transformer Engine splits each GEMM and its
     all-gather / reduce-scatter into chunks and pipelines them, which needs sequence
     parallelism; torchtitan's async TP does the same) `overlap_share` of them hides behind the
-    block's compute (`communication.overlap_pieces`); 0 without overlap."""
+    block's compute (`communication.overlap_pieces`); 0 without overlap.
+
+    Ref: Megatron-LM --tp-comm-overlap (Transformer Engine userbuffers); Rashidi et al. 2021
+    (ACE), Sec. 2, for the interference of the hidden part.
+    """
     return exposed_time_s(comm_s, compute_s, interference=interference,
                           share=np.asarray(overlap_share, dtype=float))

@@ -48,6 +48,32 @@ efficiency:
 """
 
 
+TINY_MOE_DENSE = """
+    name: tiny-moe
+    num_layers: 8
+    hidden: 512
+    num_heads: 8
+    ffn_hidden: 2048
+    vocab_size: 32000
+    mlp: swiglu
+    norm: rmsnorm
+    position: rotary
+    bias: false
+    dropout: false
+    attention: flash
+    training: {{seq_len: {seq_len}, global_batch: 64}}
+    """
+TINY_MOE_EXPERTS = """
+    num_experts: 8
+    top_k: 2
+    moe_ffn_hidden: 512
+    first_k_dense: 2
+    mtp_layers: 1
+    """
+"""A small chain of unlike layers (two dense-first, six MoE, an MTP module), and without the
+experts a chain of like ones: the layout tests' models (format `seq_len`)."""
+
+
 def compositions(total: int, parts: int):
     """Every way to give `parts` pipeline chunks at least one of `total` layers, in order."""
     if parts == 1:

@@ -351,14 +351,7 @@ def _linear_stack(costs: ChainCosts, stack: tuple[int, int], term_time_s, term_b
         model.add(s * layers[r] + a * (sum(flights) * per_round + extra_flight)
                   + stage_mem[r] <= capacity)
     model.minimize(slowest)
-    # Presolve turns these p-variable models into harder ones: gpt3-175b, pp 16, vpp 3 took
-    # 1.07 s with it and 26 ms without.
-    solver = _solver(work_limit, wall_limit_s, presolve=False)
-    status = solver.solve(model)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return _unsolved(solver, status)
-    return _solved(solver, status, costs,
-                   _stack_bounds(costs, stack, [solver.value(x) for x in layers]))
+    return _solve_counts(model, layers, costs, stack, work_limit, wall_limit_s)
 
 
 def _level_counts(counts_of_stage: list[int], time: np.ndarray, fits: np.ndarray,
@@ -441,6 +434,15 @@ def _table_stack(costs: ChainCosts, stack: tuple[int, int], counts_of_stage: lis
         model.add_element(row, stage_time[r], taken)
         model.add(taken <= slowest)
     model.minimize(slowest)
+    return _solve_counts(model, layers, costs, stack, work_limit, wall_limit_s)
+
+
+def _solve_counts(model: cp_model.CpModel, layers: list, costs: ChainCosts,
+                  stack: tuple[int, int], work_limit: float,
+                  wall_limit_s: float | None) -> LayoutSolve:
+    """Solve a stack model over per-stage layer counts `layers`."""
+    # Presolve turns these p-variable models into harder ones: gpt3-175b, pp 16, vpp 3 took
+    # 1.07 s with it and 26 ms without.
     solver = _solver(work_limit, wall_limit_s, presolve=False)
     status = solver.solve(model)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):

@@ -18,7 +18,7 @@ from planner.schemas.strategy import Strategy
 from planner.search.solver import SolverSettings, search
 from planner.costing.stage_costs import chain_costs
 from planner.rules.validate import validate
-from tests.conftest import compositions
+from tests.conftest import TINY_MOE_DENSE, TINY_MOE_EXPERTS, compositions
 
 US, KIB = 1e-6, 1024.0
 
@@ -246,27 +246,8 @@ def test_layout_bounds_hold_for_every_layout_of_an_moe_chain(write, moe):
 
     from planner.costing.layout import layout_from_layer_counts
 
-    model = write("moe.yaml", """
-        name: tiny-moe
-        num_layers: 8
-        hidden: 512
-        num_heads: 8
-        ffn_hidden: 2048
-        vocab_size: 32000
-        mlp: swiglu
-        norm: rmsnorm
-        position: rotary
-        bias: false
-        dropout: false
-        attention: flash
-        training: {seq_len: 1024, global_batch: 64}
-        """ + ("""
-        num_experts: 8
-        top_k: 2
-        moe_ffn_hidden: 512
-        first_k_dense: 2
-        mtp_layers: 1
-        """ if moe else ""))
+    model = write("moe.yaml", TINY_MOE_DENSE.format(seq_len=1024)
+                  + (TINY_MOE_EXPERTS if moe else ""))
     problem = make_problem(model, "dgx-h100", gpus=16)
     rows = [dict(tp=1, pp=4, vpp=1, dp=4, mb=1, ep=4 if moe else 1, etp=1, zero=1, rc=0),
             dict(tp=2, pp=2, vpp=2, dp=4, mb=2, ep=8 if moe else 1, etp=1, zero=0, rc=2),

@@ -24,27 +24,9 @@ from planner.search.balance import stage_totals
 from planner.search.candidates import SearchSpace, generate
 from planner.search.pool import Batch, Pool, passes
 from planner.search.rebalance import lower_bounds
+from tests.conftest import TINY_MOE_DENSE, TINY_MOE_EXPERTS
 
-TINY_MOE = """
-    name: tiny-moe
-    num_layers: 8
-    hidden: 512
-    num_heads: 8
-    ffn_hidden: 2048
-    vocab_size: 32000
-    mlp: swiglu
-    norm: rmsnorm
-    position: rotary
-    bias: false
-    dropout: false
-    attention: flash
-    training: {seq_len: 8192, global_batch: 64}
-    num_experts: 8
-    top_k: 2
-    moe_ffn_hidden: 512
-    first_k_dense: 2
-    mtp_layers: 1
-    """
+TINY_MOE = TINY_MOE_DENSE.format(seq_len=8192) + TINY_MOE_EXPERTS
 
 TINY_TIED = """
     name: tiny-tied
