@@ -237,7 +237,6 @@ def stage_model(problem: Problem, cands, costs, *, pp: int, tied_copy: Linear,
     gradient). `reachable_only` (one candidate): terms without the options no layout can
     reach (`data_parallel.micro_batch_term`)."""
     model, cluster, training, fw = problem.model, problem.cluster, problem.training, problem.framework
-    n = len(cands)
     tp = cands.tp.astype(float)
     sharded, replicated, expert = type_params(model)
     is_layer = type_is_layer(model).astype(float)

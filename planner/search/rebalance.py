@@ -255,7 +255,8 @@ def rebalance(problem: Problem, pool: Pool, *, work: float = LAYOUT_WORK,
         eligible[np.argsort(pool.peak_bytes[eligible], kind="stable")])
     tried: set[int] = set()
     balanced = improved = 0
-    used, capped, bounded, wall_stopped, out_of_work = 0.0, 0, 0, False, False
+    used, bounded, wall_stopped, out_of_work = 0.0, 0, False, False
+    stopped: list[float] = []
     while by_peak or by_bound:
         if by_peak and not np.isfinite(best):
             i = int(by_peak.pop(0))
@@ -281,7 +282,12 @@ def rebalance(problem: Problem, pool: Pool, *, work: float = LAYOUT_WORK,
         used += solve.work
         if wall is not None and wall.left_s() <= 0 and solve.stopped:
             wall_stopped = True
-        capped += solve.stopped                    # a better layout (or one that fits) may exist
+        if solve.stopped:                          # a better layout (or one that fits) may exist
+            # ... unless its bound shows that no layout of this candidate beats the best plan
+            # (a step takes at least m times its slowest stage): judged against the final best.
+            stopped.append(-np.inf if solve.bounded else
+                           batch.cands.num_micro_batches[row] * solve.slowest_bound_s
+                           + problem.cluster.efficiency.step_overhead_s)
         bounded += solve.bounded and not solve.stopped
         result = solve.balanced
         if result is None:
@@ -298,6 +304,7 @@ def rebalance(problem: Problem, pool: Pool, *, work: float = LAYOUT_WORK,
         improved += 1
         pool = pool.extend(Batch(layout, cands, block, ev))
         best = min(best, float(ev.step_s[0]))
+    capped = sum(1 for least_step in stopped if least_step < best)
     unproven = None
     if wall_stopped:
         unproven = (f"the {wall.limit_s:g} s wall-clock safety net (--time-limit) stopped the "

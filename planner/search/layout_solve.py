@@ -1,0 +1,142 @@
+"""What a layout solve is: its units, answer and status, the chain's runs of like blocks, the
+CP-SAT settings, for the general model (`balance`) and the stack model (`stack_layout`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from planner.costing.stage_costs import ChainCosts
+
+TIME_UNIT_S = 1e-9
+"""CP-SAT works in integers: block times in nanoseconds (rounded to nearest)."""
+MEMORY_UNIT_BYTES = 1024
+"""Memory in KiB, each block's bytes rounded up, so a layout that fits here fits in bytes."""
+
+
+@dataclass(frozen=True)
+class Balanced:
+    bounds: tuple[int, ...]
+    """Chain cut positions: chunk k holds blocks[bounds[k]:bounds[k + 1]]."""
+    max_stage_time_s: float
+    status: str
+
+
+DEFAULT_WORK_LIMIT = 10.0
+"""CP-SAT deterministic time one layout solve may use when its caller sets no budget. CP-SAT
+counts its work in these units (about a second of one core each, whatever the machine's load),
+so a solve stopped by them stops at the same point on every run; callers that must bound their
+total (the plan search, `planner.search.rebalance`) pass less."""
+
+
+@dataclass(frozen=True)
+class LayoutSolve:
+    """One layout solve: its answer, CP-SAT's status and the work it used."""
+
+    balanced: Balanced | None
+    """The layout, or None when none fits or none was found within the limits."""
+    status: str
+    """CP-SAT's status: OPTIMAL, FEASIBLE (stopped by a limit with a layout), INFEASIBLE (no
+    layout fits), UNKNOWN (stopped by a limit without one)."""
+    work: float = 0.0
+    """CP-SAT deterministic time used (0 when the bounds alone decide)."""
+    bounded: bool = False
+    """The model bounds a term it cannot state exactly (`terms_cp`): its OPTIMAL is optimal
+    for that bound, on the safe side of the chain's costs."""
+    slowest_bound_s: float = 0.0
+    """No layout that fits has a faster slowest stage (seconds per micro-batch): CP-SAT's
+    objective bound less its rounding, the optimum where solved, inf where none fits. No bound
+    where `bounded`."""
+
+    @property
+    def stopped(self) -> bool:
+        """A limit stopped the solve: a better layout, or one that fits, may exist."""
+        return self.status in ("FEASIBLE", "UNKNOWN")
+
+
+def ints(values, unit: float, *, up: bool) -> list[int]:
+    if up:
+        return [int(-(-v // unit)) for v in values]
+    return [int(round(v / unit)) for v in values]
+
+
+def stage_totals(costs: ChainCosts, bounds) -> tuple[list[float], list[float]]:
+    """(time per stage, memory per stage) of a layout, in seconds and bytes (floats)."""
+    return costs.stage_totals(bounds)
+
+
+def allowed_cuts(costs: ChainCosts) -> list[int]:
+    """Positions a chunk may start at: right after a layer (and not at the chain's end)."""
+    n = len(costs.is_layer)
+    return [x for x in range(1, n) if costs.is_layer[x - 1]]
+
+
+def cost_runs(costs: ChainCosts) -> list[tuple[int, int]]:
+    """(start, length) of each run of consecutive blocks with identical costs: an LM chain
+    (embedding, L identical layers, norm, head) is four runs whatever L is."""
+    keys = costs.position_keys()
+    runs, start = [], 0
+    for b in range(1, len(keys) + 1):
+        if b == len(keys) or keys[b] != keys[start]:
+            runs.append((start, b - start))
+            start = b
+    return runs
+
+
+def stack_of(costs: ChainCosts, runs: list[tuple[int, int]]) -> tuple[int, int] | None:
+    """(start, count) of the layers when they are one run of identical blocks with only
+    other blocks (embedding, norm, output) before and after them: a transformer stack."""
+    layer_runs = [(s, n) for s, n in runs if costs.is_layer[s]]
+    return layer_runs[0] if len(layer_runs) == 1 else None
+
+
+PROBING_WITH_TERMS = 2
+"""CP-SAT probing (and presolve) where a chain carries terms with options (data-parallel
+traffic, host copies): deepseek-v3 on 1,024 H100, ZeRO-3, pp 2 x vpp 10, proved its layout in
+0.012 work units with them and did not in 3 without."""
+
+
+def layout_solver(work_limit: float, wall_limit_s: float | None, *,
+            presolve: bool = True, probing: int = 0) -> cp_model.CpSolver:
+    """One worker and a limit in deterministic time: the same answer on every run. The wall
+    limit is only a safety net (its caller says so when it fires)."""
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.parameters.max_deterministic_time = work_limit
+    if wall_limit_s is not None:
+        solver.parameters.max_time_in_seconds = max(wall_limit_s, 1e-3)
+    # Probing costs more than it saves on linear models (0.5 s of a 0.6 s solve, 200 blocks).
+    solver.parameters.cp_model_probing_level = probing
+    solver.parameters.cp_model_presolve = presolve
+    return solver
+
+
+def slowest_bound_s(solver: cp_model.CpSolver, status, costs: ChainCosts) -> float:
+    """CP-SAT's bound on the slowest stage, in seconds, less what rounding each block's time
+    and each term's pieces to whole nanoseconds may have added."""
+    if status == cp_model.INFEASIBLE:
+        return np.inf
+    rounded = len(costs.block_time_s) * (1 + len(costs.time_terms)) + 16
+    return (solver.best_objective_bound - rounded) * TIME_UNIT_S
+
+
+def unsolved(solver: cp_model.CpSolver, status, costs: ChainCosts, *,
+              bounded: bool = False) -> LayoutSolve:
+    return LayoutSolve(None, solver.status_name(status), solver.deterministic_time, bounded,
+                       slowest_bound_s(solver, status, costs))
+
+
+def solved(solver: cp_model.CpSolver, status, costs: ChainCosts, bounds, *,
+            bounded: bool = False) -> LayoutSolve:
+    times, memory = stage_totals(costs, bounds)
+    # Memory is rounded up and bounded from above: what fits the model fits in bytes.
+    assert max(memory) <= costs.capacity_bytes * (1 + 1e-12), (memory, costs.capacity_bytes)
+    name = solver.status_name(status)
+    return LayoutSolve(Balanced(tuple(bounds), max(times), name), name,
+                       solver.deterministic_time, bounded,
+                       slowest_bound_s(solver, status, costs))
+
+
