@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from planner.search.balance import solve_layout
-from cost_models.pipeline import in_flight_per_chunk
+from cost_models.pipeline import in_flight_per_chunk, pipeline_time_s
 from planner.costing.evaluate import (Candidates, block_costs, evaluate, evaluate_strategy,
                                       layout_for)
 from planner.costing.stage_model import chain_types, stage_model, type_is_layer
@@ -102,7 +102,28 @@ def water_level(base: np.ndarray, rate: np.ndarray, amount: float) -> np.ndarray
 
 def lower_bounds(problem: Problem, pool: Pool) -> tuple[np.ndarray, np.ndarray]:
     """Per candidate, bounds no layout can beat: (step time, peak memory of the fullest stage);
-    inf without a pipeline (nothing to balance).
+    inf without a pipeline (nothing to balance). See `stage_bounds`."""
+    slowest, total, memory = stage_bounds(problem, pool)
+    return _step_bound(problem, pool, slowest, total), memory
+
+
+def _step_bound(problem: Problem, pool: Pool, slowest: np.ndarray,
+                total: np.ndarray) -> np.ndarray:
+    """Step times no layout beats, from bounds on the slowest stage and on the stages' sum
+    (`pipeline.pipeline_time_s` rises with both); inf where there is no bound."""
+    out = np.full(len(pool), np.inf)
+    for index, batch in enumerate(pool.batches):
+        rows = np.flatnonzero((pool.batch == index) & np.isfinite(slowest))
+        m, v = batch.cands.num_micro_batches[pool.row[rows]], batch.layout.vpp
+        out[rows] = (pipeline_time_s(max_stage_s=slowest[rows], sum_stage_s=total[rows],
+                                     num_micro_batches=m, vpp=v)
+                     + problem.cluster.efficiency.step_overhead_s)
+    return out
+
+
+def stage_bounds(problem: Problem, pool: Pool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per candidate, bounds no layout can beat: (the slowest stage's time per micro-batch,
+    the sum of the stages' times, the fullest stage's memory); inf without a pipeline.
 
     The bounds come from `evaluate`'s own per-stage terms (`stage_model`), each replaced by a
     linear function below it (`stage_terms.lower_linear`; the working set by its least).
@@ -126,7 +147,8 @@ def lower_bounds(problem: Problem, pool: Pool) -> tuple[np.ndarray, np.ndarray]:
     head = np.bincount(position_type[:layer_positions[0]], minlength=num_types)
     tail = np.bincount(position_type[layer_positions[-1] + 1:], minlength=num_types)
     tied = chain_tied_copy(model, 2) if tied_copy_is_certain(model) else np.zeros(num_types)
-    times, memory = np.full(len(pool), np.inf), np.full(len(pool), np.inf)
+    slowest_all, total_all = np.full(len(pool), np.inf), np.full(len(pool), np.inf)
+    memory = np.full(len(pool), np.inf)
     for index, batch in enumerate(pool.batches):
         p, v = batch.layout.pp, batch.layout.vpp
         if p == 1:
@@ -193,8 +215,7 @@ def lower_bounds(problem: Problem, pool: Pool) -> tuple[np.ndarray, np.ndarray]:
                      totals[0] / p),
             water_level(bases[1], np.ones_like(bases[1]), amounts[1]))
         total = np.maximum(totals[0], totals[1])
-        times[rows] = (m - 1) * slowest + (total + (v - 1) * slowest) / v + \
-            problem.cluster.efficiency.step_overhead_s
+        slowest_all[rows], total_all[rows] = slowest, total
 
         # ---- memory: every chunk holds a layer; the other layers fill the stages.
         scale = 1 + sm.fragmentation
@@ -220,7 +241,7 @@ def lower_bounds(problem: Problem, pool: Pool) -> tuple[np.ndarray, np.ndarray]:
         fullest = np.maximum(fullest, water_level(base, scale * major_rate,
                                                   int(layer_counts[major])))
         memory[rows] = fullest
-    return times, memory
+    return slowest_all, total_all, memory
 
 
 def _rows_linear(x: Linear, rows: np.ndarray, n: int, num_types: int) -> Linear:
@@ -246,7 +267,8 @@ def rebalance(problem: Problem, pool: Pool, *, work: float = LAYOUT_WORK,
     capacity = problem.usable_bytes
     fits = ~memory_violations(pool.peak_bytes, capacity, conservative=True)
     best = float(pool.step_s[fits].min()) if fits.any() else np.inf
-    bounds, memory_bounds = lower_bounds(problem, pool)
+    slowest_bounds, total_bounds, memory_bounds = stage_bounds(problem, pool)
+    bounds = _step_bound(problem, pool, slowest_bounds, total_bounds)
     eligible = np.flatnonzero(np.isfinite(bounds) & (memory_bounds <= capacity))
     by_bound = list(eligible[np.argsort(bounds[eligible], kind="stable")])
     # Nothing fits yet: balance the smallest peaks first until something does; then go by
@@ -283,11 +305,14 @@ def rebalance(problem: Problem, pool: Pool, *, work: float = LAYOUT_WORK,
         if wall is not None and wall.left_s() <= 0 and solve.stopped:
             wall_stopped = True
         if solve.stopped:                          # a better layout (or one that fits) may exist
-            # ... unless its bound shows that no layout of this candidate beats the best plan
-            # (a step takes at least m times its slowest stage): judged against the final best.
-            stopped.append(-np.inf if solve.bounded else
-                           batch.cands.num_micro_batches[row] * solve.slowest_bound_s
-                           + problem.cluster.efficiency.step_overhead_s)
+            # ... unless its bound on the slowest stage, with the candidate's bound on the
+            # stages' sum, shows that no layout of it beats the best plan (judged at the end,
+            # against the final best).
+            slowest = max(slowest_bounds[i], solve.slowest_bound_s)
+            stopped.append(-np.inf if solve.bounded else pipeline_time_s(
+                max_stage_s=slowest, sum_stage_s=max(total_bounds[i], slowest),
+                num_micro_batches=batch.cands.num_micro_batches[row], vpp=batch.layout.vpp)
+                + problem.cluster.efficiency.step_overhead_s)
         bounded += solve.bounded and not solve.stopped
         result = solve.balanced
         if result is None:
