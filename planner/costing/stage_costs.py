@@ -21,10 +21,11 @@ from cost_models.memory import (model_state_bytes,
 from cost_models.pipeline import in_flight_per_chunk
 from cost_models.units import GiB
 from planner.search.balance import ChainCosts
-from planner.costing.evaluate import (BlockCosts, Candidates, Evaluation, chain_types,
-                                      ep_exposed_s, fp8_weight_extra_bytes, framework_buffer_bytes,
+from planner.costing.evaluate import (BlockCosts, Evaluation, chain_types, ep_exposed_s,
+                                      fp8_weight_extra_bytes, framework_buffer_bytes,
                                       grad_copy_bytes_per_param, tp_exposed_s, type_fp8_params,
                                       type_params)
+from planner.core.candidates import Candidates
 from planner.costing.layout import Layout
 from planner.core.problem import Problem
 from planner.schemas.model import OutputBlock

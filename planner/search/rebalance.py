@@ -21,9 +21,9 @@ import numpy as np
 
 from planner.search.balance import solve_layout
 from cost_models.pipeline import in_flight_per_chunk
-from planner.costing.evaluate import (Candidates, block_costs, chain_types, ep_exposed_s,
-                                      evaluate, evaluate_strategy, layout_for, tp_exposed_s,
-                                      type_params)
+from planner.core.candidates import Candidates
+from planner.costing.evaluate import (block_costs, chain_types, ep_exposed_s, evaluate,
+                                      evaluate_strategy, layout_for, tp_exposed_s, type_params)
 from planner.costing.layout import Layout
 from planner.core.problem import Problem
 from planner.search.pool import Batch, Pool
