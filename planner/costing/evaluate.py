@@ -60,30 +60,33 @@ class BlockCosts:
         return BlockCosts(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 
 
+BLOCK_COST_FIELDS = ("tp", "mb", "sp", "recompute", "ep", "etp", "cp", "cp_comm", "cp_a2a")
+"""The Candidates fields a block's costs depend on (not the layout, dp or ZeRO)."""
+
+
 def block_costs(problem: Problem, cands: Candidates) -> BlockCosts:
     """Evaluate every block type once per distinct (tp, micro-batch, SP, recompute) point."""
     types = chain_types(problem.model)
-    keys = np.stack([cands.tp, cands.mb, cands.sp.astype(int), cands.recompute, cands.ep,
-                     cands.etp, cands.cp, cands.cp_comm, cands.cp_a2a], axis=1)
     # Distinct points through one integer code per row (np.unique over rows sorts them all).
     code = np.zeros(len(cands), dtype=np.int64)
-    for column in keys.T:
-        values, index = np.unique(column, return_inverse=True)
+    for name in BLOCK_COST_FIELDS:
+        values, index = np.unique(getattr(cands, name), return_inverse=True)
         code = code * len(values) + index.reshape(-1)
     _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
-    points, inverse = keys[first], inverse.reshape(-1)
+    points, inverse = cands.take(first), inverse.reshape(-1)
     num_types = len(types.unique_blocks)
     out = {name: np.zeros((len(points), num_types)) for name in BlockCost._fields}
-    for sp, rc, kind in np.unique(points[:, [2, 3, 7]], axis=0):
-        mask = (points[:, 2] == sp) & (points[:, 3] == rc) & (points[:, 7] == kind)
-        tp, mb, ep, etp = points[mask, 0], points[mask, 1], points[mask, 4], points[mask, 5]
-        place = tp_placement(tp, problem.cluster.nvlink_gpus)
+    flags = np.stack([points.sp.astype(np.int64), points.recompute, points.cp_comm], axis=1)
+    for sp, rc, kind in np.unique(flags, axis=0):
+        mask = (points.sp == sp) & (points.recompute == rc) & (points.cp_comm == kind)
+        at = points.take(np.flatnonzero(mask))
+        place = tp_placement(at.tp, problem.cluster.nvlink_gpus)
         for u, block in enumerate(types.unique_blocks):
             cost = block_cost(block, training=problem.training, cluster=problem.cluster,
-                              framework=problem.framework, tp=tp, mb=mb,
+                              framework=problem.framework, tp=at.tp, mb=at.mb,
                               sequence_parallel=bool(sp), recompute=RECOMPUTE_ORDER[rc],
-                              place=place, ep=ep, etp=etp, cp=points[mask, 6],
-                              cp_comm=CP_COMM_ORDER[kind], cp_a2a=points[mask, 8])
+                              place=place, ep=at.ep, etp=at.etp, cp=at.cp,
+                              cp_comm=CP_COMM_ORDER[kind], cp_a2a=at.cp_a2a)
             for name, value in zip(BlockCost._fields, cost):
                 out[name][mask, u] = value
     return BlockCosts(**{name: table[inverse] for name, table in out.items()})
