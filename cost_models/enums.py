@@ -153,3 +153,12 @@ class CpComm(str, Enum):
     A2A_P2P = "a2a+p2p"
     """Hierarchical: all-to-all inside an inner group (NVLink), ring p2p across the outer one
     (Megatron-LM --hierarchical-context-parallel-sizes)."""
+
+
+class DpComm(str, Enum):
+    """How data-parallel replicas exchange gradients."""
+
+    ALL_REDUCE = "all_reduce"
+    """Collective all-reduce (or reduce-scatter + all-gather under ZeRO)."""
+    PARAMETER_SERVER = "parameter_server"
+    """Workers push gradients to and pull weights from parameter servers (Li et al. 2014)."""

@@ -15,11 +15,12 @@ import numpy as np
 from cost_models.communication import ALL_REDUCE_ALGORITHMS
 from cost_models.compute import (attended_keys, gemm_flops, memory_bound_time_s,
                                  optimizer_step_bytes_per_param, training_time_s)
-from cost_models.enums import AttentionKind, CpComm, Recompute, ZeroStage
+from cost_models.enums import AttentionKind, CpComm, ZeroStage
 from cost_models.memory import reserve_bytes
 from cost_models.offload import cpu_optimizer_s, host_copy_s, offloaded_step_s
 from cost_models.pipeline import in_flight_per_chunk, pipeline_time_s
 from cost_models.units import TFLOPS
+from planner.core.candidates import CP_COMM_ORDER, DP_COMM_ORDER, RECOMPUTE_ORDER, Candidates
 from planner.core.problem import Problem
 from planner.costing.block_costs import BlockCost, block_cost, block_model_flops, layer_gemms
 from planner.costing.data_parallel import step_end_s
@@ -32,173 +33,12 @@ from planner.costing.stage_model import (chain_types, fp8_params_gathered,  # no
                                          type_params)
 from planner.costing.stage_terms import Linear, Occupancy, stage_values, total_values
 from planner.schemas.model import EmbeddingBlock, OutputBlock
-from planner.schemas.framework import OverlapDefaults
 from planner.schemas.report import (MemoryReport, PlanReport, StageMemory, StageTime,
                                     StrategyOut, ThroughputReport, TimeReport)
 from planner.schemas.strategy import DpComm, Strategy
 
-RECOMPUTE_ORDER = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
-DP_COMM_ORDER = (DpComm.ALL_REDUCE, DpComm.PARAMETER_SERVER)
-CP_COMM_ORDER = tuple(CpComm)
 
 
-@dataclass
-class Candidates:
-    """Strategies as parallel integer arrays, one entry per strategy."""
-
-    tp: np.ndarray
-    pp: np.ndarray
-    vpp: np.ndarray
-    dp: np.ndarray
-    mb: np.ndarray
-    global_batch: np.ndarray
-    sp: np.ndarray
-    recompute: np.ndarray
-    """Index into RECOMPUTE_ORDER."""
-    zero: np.ndarray
-    shard: np.ndarray
-    """Data-parallel ranks ZeRO shards over (= dp, or less for HSDP)."""
-    overlap: np.ndarray
-    """Overlap the gradient reduction (as asked; the framework profile gates it)."""
-    param_gather: np.ndarray
-    """Overlap the parameter all-gather with the next forward."""
-    tp_overlap: np.ndarray
-    """Overlap tensor-parallel collectives with the GEMMs."""
-    dp_comm: np.ndarray
-    """Index into DP_COMM_ORDER."""
-    num_servers: np.ndarray
-    ep: np.ndarray = None  # type: ignore[assignment]
-    """Expert-parallel ranks (None: 1 for every candidate)."""
-    etp: np.ndarray = None  # type: ignore[assignment]
-    """Expert tensor-parallel ranks (None: tp, Megatron-LM's default)."""
-    cp: np.ndarray = None  # type: ignore[assignment]
-    """Context-parallel ranks sharing each sequence (None: 1 for every candidate)."""
-    cp_comm: np.ndarray = None  # type: ignore[assignment]
-    """Index into CP_COMM_ORDER (None: p2p)."""
-    cp_a2a: np.ndarray = None  # type: ignore[assignment]
-    """The all-to-all group of hierarchical CP (a2a+p2p); 1 otherwise (None: 1)."""
-    fp8_gather: np.ndarray = None  # type: ignore[assignment]
-    """FP8 parameters gathered in FP8 (as asked; precision, recipe, ZeRO and the framework
-    gate it). None: False."""
-    opt_offload: np.ndarray = None  # type: ignore[assignment]
-    """Share of the optimizer states in host memory (None: 0)."""
-    param_offload: np.ndarray = None  # type: ignore[assignment]
-    """ZeRO-3 weight and gradient shards in host memory (None: False)."""
-    act_offload: np.ndarray = None  # type: ignore[assignment]
-    """Layers per stage whose saved activations wait in host memory (None: 0)."""
-
-    def __post_init__(self) -> None:
-        n = len(self.tp)
-        if self.ep is None:
-            self.ep = np.ones(n, dtype=int)
-        if self.etp is None:
-            self.etp = np.asarray(self.tp).copy()
-        if self.cp is None:
-            self.cp = np.ones(n, dtype=int)
-        if self.cp_comm is None:
-            self.cp_comm = np.zeros(n, dtype=int)
-        if self.cp_a2a is None:
-            self.cp_a2a = np.ones(n, dtype=int)
-        if self.fp8_gather is None:
-            self.fp8_gather = np.zeros(n, dtype=bool)
-        if self.opt_offload is None:
-            self.opt_offload = np.zeros(n)
-        if self.param_offload is None:
-            self.param_offload = np.zeros(n, dtype=bool)
-        if self.act_offload is None:
-            self.act_offload = np.zeros(n, dtype=int)
-
-    @property
-    def edp(self) -> np.ndarray:
-        """Expert data-parallel ranks, tp x cp x dp / (etp x ep), at least 1 (the expert layers
-        fold onto the tp x cp x dp GPUs of a pipeline stage)."""
-        return np.maximum(self.tp * self.cp * self.dp // (self.ep * self.etp), 1)
-
-    @property
-    def num_gpus(self) -> np.ndarray:
-        return self.dp * self.tp * self.cp * self.pp
-
-    @property
-    def grad_shard(self) -> np.ndarray:
-        """Ranks ZeRO shards the dense model states over: the shard group of every CP rank
-        (CP ranks hold the same weights; Megatron-LM's distributed optimizer and torchtitan's
-        FSDP shard over dp x cp)."""
-        return self.shard * self.cp
-
-    @property
-    def expert_shard(self) -> np.ndarray:
-        """Expert data-parallel ranks ZeRO shards the experts' states over: all of edp, or
-        the same share of it as dp_shard is of dp (HSDP)."""
-        return np.maximum(self.edp * self.shard // self.dp, 1)
-
-    def __len__(self) -> int:
-        return len(self.tp)
-
-    @property
-    def num_micro_batches(self) -> np.ndarray:
-        return self.global_batch / (self.dp * self.mb)
-
-    def take(self, index) -> Candidates:
-        return Candidates(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
-
-    @classmethod
-    def empty(cls) -> Candidates:
-        """No strategies (each field with the type a strategy gives it)."""
-        defaults = OverlapDefaults(overlap_grad_reduce=False, overlap_param_gather=False,
-                                   tp_comm_overlap=False)
-        one = cls.from_strategy(Strategy(dp=1, tp=1, pp=1, global_batch=1), defaults)
-        return one.take(np.zeros(0, dtype=np.int64))
-
-    @classmethod
-    def concat(cls, parts: list[Candidates]) -> Candidates:
-        return cls(**{f.name: np.concatenate([getattr(c, f.name) for c in parts])
-                      for f in fields(cls)})
-
-    @classmethod
-    def from_strategy(cls, s: Strategy, defaults: OverlapDefaults) -> Candidates:
-        """One strategy; overlaps it leaves unsaid take the framework's `defaults`."""
-        one = lambda v: np.array([v])  # noqa: E731
-
-        def overlap(name: str) -> bool:
-            value = getattr(s, name)
-            return getattr(defaults, name) if value is None else value
-
-        return cls(tp=one(s.tp), pp=one(s.pp), vpp=one(s.vpp), dp=one(s.dp),
-                   mb=one(s.micro_batch), global_batch=one(s.global_batch),
-                   sp=one(s.sequence_parallel), recompute=one(RECOMPUTE_ORDER.index(s.recompute)),
-                   zero=one(int(s.zero_stage)), shard=one(s.dp_shard or s.dp),
-                   overlap=one(s.overlap_grad_reduce),
-                   param_gather=one(overlap("overlap_param_gather")),
-                   tp_overlap=one(overlap("tp_comm_overlap")),
-                   dp_comm=one(DP_COMM_ORDER.index(s.dp_comm)),
-                   num_servers=one(s.num_servers or s.dp), ep=one(s.ep), etp=one(s.expert_tp),
-                   cp=one(s.cp), cp_comm=one(CP_COMM_ORDER.index(s.cp_comm)),
-                   cp_a2a=one(s.context_a2a),
-                   fp8_gather=one(overlap("fp8_param_gather")),
-                   opt_offload=one(float(s.optimizer_offload)),
-                   param_offload=one(s.param_offload),
-                   act_offload=one(s.activation_offload_layers))
-
-    def strategy(self, i: int, layers_per_stage: tuple[int, ...] | None = None) -> Strategy:
-        return Strategy(
-            dp=int(self.dp[i]), tp=int(self.tp[i]), pp=int(self.pp[i]), vpp=int(self.vpp[i]),
-            micro_batch=int(self.mb[i]), global_batch=int(self.global_batch[i]),
-            sequence_parallel=bool(self.sp[i]), recompute=RECOMPUTE_ORDER[self.recompute[i]],
-            zero_stage=ZeroStage(int(self.zero[i])),
-            dp_shard=None if self.shard[i] == self.dp[i] else int(self.shard[i]),
-            overlap_grad_reduce=bool(self.overlap[i]),
-            overlap_param_gather=bool(self.param_gather[i]),
-            tp_comm_overlap=bool(self.tp_overlap[i]),
-            dp_comm=DP_COMM_ORDER[self.dp_comm[i]],
-            num_servers=int(self.num_servers[i]) if self.dp_comm[i] else None,
-            ep=int(self.ep[i]), etp=int(self.etp[i]), cp=int(self.cp[i]),
-            cp_comm=CP_COMM_ORDER[self.cp_comm[i]],
-            cp_a2a=int(self.cp_a2a[i]) if CP_COMM_ORDER[self.cp_comm[i]] is CpComm.A2A_P2P
-            else None,
-            fp8_param_gather=bool(self.fp8_gather[i]),
-            optimizer_offload=float(self.opt_offload[i]), param_offload=bool(self.param_offload[i]),
-            activation_offload_layers=int(self.act_offload[i]),
-            layers_per_stage=layers_per_stage)
 
 
 # --------------------------------------------------------------------------- block costs
@@ -221,30 +61,33 @@ class BlockCosts:
         return BlockCosts(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 
 
+BLOCK_COST_FIELDS = ("tp", "mb", "sp", "recompute", "ep", "etp", "cp", "cp_comm", "cp_a2a")
+"""The Candidates fields a block's costs depend on (not the layout, dp or ZeRO)."""
+
+
 def block_costs(problem: Problem, cands: Candidates) -> BlockCosts:
     """Evaluate every block type once per distinct (tp, micro-batch, SP, recompute) point."""
     types = chain_types(problem.model)
-    keys = np.stack([cands.tp, cands.mb, cands.sp.astype(int), cands.recompute, cands.ep,
-                     cands.etp, cands.cp, cands.cp_comm, cands.cp_a2a], axis=1)
     # Distinct points through one integer code per row (np.unique over rows sorts them all).
     code = np.zeros(len(cands), dtype=np.int64)
-    for column in keys.T:
-        values, index = np.unique(column, return_inverse=True)
+    for name in BLOCK_COST_FIELDS:
+        values, index = np.unique(getattr(cands, name), return_inverse=True)
         code = code * len(values) + index.reshape(-1)
     _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
-    points, inverse = keys[first], inverse.reshape(-1)
+    points, inverse = cands.take(first), inverse.reshape(-1)
     num_types = len(types.unique_blocks)
     out = {name: np.zeros((len(points), num_types)) for name in BlockCost._fields}
-    for sp, rc, kind in np.unique(points[:, [2, 3, 7]], axis=0):
-        mask = (points[:, 2] == sp) & (points[:, 3] == rc) & (points[:, 7] == kind)
-        tp, mb, ep, etp = points[mask, 0], points[mask, 1], points[mask, 4], points[mask, 5]
-        place = tp_placement(tp, problem.cluster.nvlink_gpus)
+    flags = np.stack([points.sp.astype(np.int64), points.recompute, points.cp_comm], axis=1)
+    for sp, rc, kind in np.unique(flags, axis=0):
+        mask = (points.sp == sp) & (points.recompute == rc) & (points.cp_comm == kind)
+        at = points.take(np.flatnonzero(mask))
+        place = tp_placement(at.tp, problem.cluster.nvlink_gpus)
         for u, block in enumerate(types.unique_blocks):
             cost = block_cost(block, training=problem.training, cluster=problem.cluster,
-                              framework=problem.framework, tp=tp, mb=mb,
+                              framework=problem.framework, tp=at.tp, mb=at.mb,
                               sequence_parallel=bool(sp), recompute=RECOMPUTE_ORDER[rc],
-                              place=place, ep=ep, etp=etp, cp=points[mask, 6],
-                              cp_comm=CP_COMM_ORDER[kind], cp_a2a=points[mask, 8])
+                              place=place, ep=at.ep, etp=at.etp, cp=at.cp,
+                              cp_comm=CP_COMM_ORDER[kind], cp_a2a=at.cp_a2a)
             for name, value in zip(BlockCost._fields, cost):
                 out[name][mask, u] = value
     return BlockCosts(**{name: table[inverse] for name, table in out.items()})

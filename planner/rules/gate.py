@@ -22,7 +22,7 @@ from typing import Callable
 
 import numpy as np
 
-from planner.costing.evaluate import Candidates
+from planner.core.candidates import Candidates
 from planner.rules.explanations import EXPLAIN as PLANNER_EXPLAIN
 from planner.core.rules import Rule, TargetRule, any_offload
 from planner.frameworks import deepspeed, megatron, mindspore, torchtitan
@@ -142,7 +142,7 @@ def _interleaved_schedule(problem: Problem, c: Candidates, options: RuleOptions)
 
 
 def _parameter_server_zero(problem: Problem, c: Candidates, options: RuleOptions) -> np.ndarray:
-    from planner.costing.evaluate import DP_COMM_ORDER
+    from planner.core.candidates import DP_COMM_ORDER
 
     server = DP_COMM_ORDER.index(DpComm.PARAMETER_SERVER)
     return (c.dp_comm == server) & (c.zero != 0)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from cost_models.enums import CpComm, Recompute, ZeroStage
-from planner.costing.evaluate import CP_COMM_ORDER, DP_COMM_ORDER, RECOMPUTE_ORDER, Candidates
+from planner.core.candidates import CP_COMM_ORDER, DP_COMM_ORDER, RECOMPUTE_ORDER, Candidates
 from planner.rules.gate import (Rule, RuleOptions, balanced_layouts_allowed, breaks,
                                 chunks_without_layers)
 from planner.core.problem import Problem
@@ -358,74 +358,75 @@ def generate(problem: Problem, space: SearchSpace) -> list[CandidateGroup]:
     values are added to the domains; `Pin.allows` then masks the rest)."""
     overlap = space.overlaps(problem)
     options = space.rule_options(problem)
-    option_table = np.array(
-        [(sp, RECOMPUTE_ORDER.index(rc), int(zero), DP_COMM_ORDER.index(dp_comm))
-         for sp, rc, zero, dp_comm in itertools.product(
-             (False, True), RECOMPUTE_ORDER, ZeroStage, space.dp_comm)],
-        dtype=np.int64).reshape(-1, 4)
+    # Every (sequence parallelism, recompute, ZeRO, DP exchange), as named columns.
+    table = list(itertools.product((False, True), RECOMPUTE_ORDER, ZeroStage, space.dp_comm))
+    option = {"sp": np.array([t[0] for t in table], dtype=bool),
+              "recompute": np.array([RECOMPUTE_ORDER.index(t[1]) for t in table], dtype=np.int64),
+              "zero": np.array([int(t[2]) for t in table], dtype=np.int64),
+              "dp_comm": np.array([DP_COMM_ORDER.index(t[3]) for t in table], dtype=np.int64)}
     # A parameter server holds whole gradients: no ZeRO (its rule, on zero and dp_comm).
-    option_table = option_table[~breaks(
-        problem, _probe(problem, zero=option_table[:, 2], dp_comm=option_table[:, 3]), options,
-        (Rule.PARAMETER_SERVER_ZERO,))]
-    # Degrees sharing (tp, pp, dp) share their options, shards and expert pairs: build each
-    # such family's cross product in one go.
+    option = _where(option, ~breaks(
+        problem, _probe(problem, zero=option["zero"], dp_comm=option["dp_comm"]), options,
+        (Rule.PARAMETER_SERVER_ZERO,)))
+    # Degrees sharing (tp, cp, pp, dp) share their options, shards and expert pairs: build
+    # each such family's cross product in one go.
     families: dict[tuple[int, int, int, int], list[tuple[int, int]]] = {}
     for tp, cp, pp, dp, vpp, mb in degree_tuples(problem, space):
         families.setdefault((tp, cp, pp, dp), []).append((vpp, mb))
-    rows: dict[tuple[int, int], list] = {}
+    rows: dict[tuple[int, int], list[dict[str, np.ndarray]]] = {}
     for (tp, cp, pp, dp), chunks in families.items():
-        pairs = np.array(_expert_values(problem, space, options, tp, cp, dp), dtype=np.int64)
-        kinds = np.array(_cp_kinds(problem, space, options, tp, cp), dtype=np.int64)
-        chunk_mb = np.array(chunks, dtype=np.int64)
-        opts = option_table
+        pairs = np.array(_expert_values(problem, space, options, tp, cp, dp),
+                         dtype=np.int64).reshape(-1, 2)
+        kinds = np.array(_cp_kinds(problem, space, options, tp, cp), dtype=np.int64).reshape(-1, 2)
+        vpps = np.array([c[0] for c in chunks], dtype=np.int64)
+        mbs = np.array([c[1] for c in chunks], dtype=np.int64)
+        opts = option
         if tp == 1:
             # Not a rule: sequence parallelism at tp 1 shards nothing (Megatron-LM turns it
             # off), the same strategy as without it.
-            opts = opts[opts[:, 0] == 0]
+            opts = _where(opts, ~opts["sp"])
         elif space.sequence_parallel != (False,):
             # The search keeps rule-breaking strategies so it can name the rule that removes
             # them, but not an MoE model without sequence parallelism under TP unless asked
             # (--no-sp): that rule is never the one that decides, and it would double the
             # space.
-            opts = opts[~breaks(problem, _probe(problem, tp=tp, sp=opts[:, 0].astype(bool)),
-                                options, (Rule.MOE_SEQUENCE_PARALLEL,))]
-        blocks = []
-        for zero in np.unique(opts[:, 2]):
-            zopts = opts[opts[:, 2] == zero]
+            opts = _where(opts, ~breaks(problem, _probe(problem, tp=tp, sp=opts["sp"]),
+                                        options, (Rule.MOE_SEQUENCE_PARALLEL,)))
+        for zero in np.unique(opts["zero"]):
+            zopts = _where(opts, opts["zero"] == zero)
             shards = np.array(_shard_values(problem, space, tp, dp, int(zero)), dtype=np.int64)
             # Every (vpp and micro-batch, option, shard, expert pair, CP kind) combination.
             d, i, j, k, q = (x.ravel() for x in np.meshgrid(
-                np.arange(len(chunk_mb)), np.arange(len(zopts)), np.arange(len(shards)),
+                np.arange(len(chunks)), np.arange(len(zopts["zero"])), np.arange(len(shards)),
                 np.arange(len(pairs)), np.arange(len(kinds)), indexing="ij"))
-            block = np.empty((len(i), 15), dtype=np.int64)
-            block[:, 0], block[:, 1], block[:, 3] = tp, pp, dp
-            block[:, 2], block[:, 4] = chunk_mb[d, 0], chunk_mb[d, 1]
-            block[:, 5:9] = zopts[i]
-            block[:, 9] = shards[j]
-            block[:, 10:12] = pairs[k]
-            block[:, 12] = cp
-            block[:, 13:15] = kinds[q]
-            blocks.append(block)
-        family = np.concatenate(blocks)
-        for vpp in np.unique(family[:, 2]):
-            rows.setdefault((pp, int(vpp)), []).append(family[family[:, 2] == vpp])
+            n = len(i)
+            block = {"tp": np.full(n, tp), "pp": np.full(n, pp), "dp": np.full(n, dp),
+                     "cp": np.full(n, cp), "vpp": vpps[d], "mb": mbs[d],
+                     **{name: values[i] for name, values in zopts.items()},
+                     "shard": shards[j], "ep": pairs[k, 0], "etp": pairs[k, 1],
+                     "cp_comm": kinds[q, 0], "cp_a2a": kinds[q, 1]}
+            for vpp in np.unique(block["vpp"]):
+                rows.setdefault((pp, int(vpp)), []).append(_where(block, block["vpp"] == vpp))
     groups = []
     for (pp, vpp), blocks in sorted(rows.items()):
-        a = np.concatenate(blocks)
+        a = {name: np.concatenate([b[name] for b in blocks]) for name in blocks[0]}
         variants = offload_variants(problem, space, pp)
         if len(variants) > 1:   # every row with each variant
-            a = np.repeat(a, len(variants), axis=0)
-        offload = np.tile(np.array(variants, dtype=float), (len(a) // len(variants), 1))
+            a = {name: np.repeat(values, len(variants)) for name, values in a.items()}
+        n = len(a["tp"])
+        offload = np.tile(np.array(variants, dtype=float), (n // len(variants), 1))
         cands = Candidates(
-            tp=a[:, 0], pp=a[:, 1], vpp=a[:, 2], dp=a[:, 3], mb=a[:, 4], sp=a[:, 5].astype(bool),
-            recompute=a[:, 6], zero=a[:, 7], shard=a[:, 9], overlap=np.full(len(a), overlap.overlap_grad_reduce),
-            param_gather=np.full(len(a), overlap.overlap_param_gather),
-            tp_overlap=np.full(len(a), overlap.tp_comm_overlap),
-            fp8_gather=overlap.fp8_param_gather & fp8_param_gather_allowed(problem, a[:, 7]),
-            dp_comm=a[:, 8], num_servers=a[:, 3].copy(),
-            global_batch=np.full(len(a), problem.training.global_batch), ep=a[:, 10],
-            etp=a[:, 11], cp=a[:, 12], cp_comm=a[:, 13], cp_a2a=a[:, 14],
+            **a, overlap=np.full(n, overlap.overlap_grad_reduce),
+            param_gather=np.full(n, overlap.overlap_param_gather),
+            tp_overlap=np.full(n, overlap.tp_comm_overlap),
+            fp8_gather=overlap.fp8_param_gather & fp8_param_gather_allowed(problem, a["zero"]),
+            num_servers=a["dp"].copy(), global_batch=np.full(n, problem.training.global_batch),
             opt_offload=offload[:, 0], param_offload=offload[:, 1].astype(bool),
             act_offload=offload[:, 2].astype(int))
         groups.append(CandidateGroup(pp=pp, vpp=vpp, cands=cands))
     return groups
+
+
+def _where(columns: dict[str, np.ndarray], keep: np.ndarray) -> dict[str, np.ndarray]:
+    """The rows of named columns where `keep` is true."""
+    return {name: values[keep] for name, values in columns.items()}

@@ -13,8 +13,9 @@ import numpy as np
 
 from planner.errors import InputError
 from planner.search.candidates import CandidateGroup, Pin
-from planner.costing.evaluate import (BlockCosts, Candidates, Evaluation, block_costs, evaluate,
+from planner.costing.evaluate import (BlockCosts, Evaluation, block_costs, evaluate,
                                       state_floor_bytes)
+from planner.core.candidates import Candidates
 from planner.costing.layout import Layout, uniform_layout
 from planner.core.problem import Problem
 from planner.rules.gate import RuleOptions, degree_violations, host_memory_violations
@@ -43,7 +44,7 @@ class Batch:
 
     def strategy(self, row: int, model) -> Strategy:
         """The strategy of a row, with this batch's layer counts per pipeline chunk."""
-        return self.cands.strategy(row, tuple(self.layout.layers_per_chunk(model)))
+        return Strategy.of_candidate(self.cands, row, tuple(self.layout.layers_per_chunk(model)))
 
 
 DEGREES = ("dp", "tp", "pp", "vpp", "mb", "ep", "etp", "cp")
@@ -109,7 +110,7 @@ class Pool:
         return (rows == rows[i]).all(1)
 
     def label(self, i: int) -> str:
-        return self.cands.strategy(i).degrees_label()
+        return Strategy.of_candidate(self.cands, i).degrees_label()
 
 
 EVALUATION_BUDGET = 2**24

@@ -21,8 +21,8 @@ import numpy as np
 
 from planner.search.balance import solve_layout
 from cost_models.pipeline import in_flight_per_chunk, pipeline_time_s
-from planner.costing.evaluate import (Candidates, block_costs, evaluate, evaluate_strategy,
-                                      layout_for)
+from planner.core.candidates import Candidates
+from planner.costing.evaluate import block_costs, evaluate, evaluate_strategy, layout_for
 from planner.costing.stage_model import chain_types, stage_model, type_is_layer
 from planner.costing.stage_terms import (Linear, Occupancy, Peak, Term, active_pieces, by_stage,
                                          lower_linear)

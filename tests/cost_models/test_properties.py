@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from cost_models.enums import AttentionKind, MlpKind, Recompute, ZeroStage
 from cost_models.memory import transformer_layer_activation_bytes
-from planner.costing.evaluate import Candidates, evaluate
+from planner.core.candidates import Candidates
+from planner.costing.evaluate import evaluate
 from planner.costing.layout import uniform_layout
 from planner.core.problem import Problem
 from planner.inputs.loader import load_cluster, load_framework

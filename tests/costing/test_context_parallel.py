@@ -9,7 +9,8 @@ from cost_models.communication import Group, Network
 from cost_models.context_parallel import (cp_attention_comm, kv_chunk_bytes, ring_time_s,
                                           ulysses_bytes)
 from cost_models.enums import CpComm, Recompute
-from planner.costing.evaluate import Candidates, evaluate_strategy
+from planner.core.candidates import Candidates
+from planner.costing.evaluate import evaluate_strategy
 from planner.rules.gate import RuleOptions, degree_violations
 from planner.core.rules import Rule
 from planner.inputs.loader import make_problem

@@ -10,7 +10,8 @@ from cost_models.enums import AttentionKind, Fp8Recipe, MlpKind, Precision, Reco
 from cost_models.fp8 import (fp8_copies_bytes, fp8_value_bytes, fp8_weight_bytes_per_param,
                              quantize_bytes)
 from cost_models.memory import transformer_layer_activation_bytes
-from planner.costing.evaluate import Candidates, evaluate_strategy
+from planner.core.candidates import Candidates
+from planner.costing.evaluate import evaluate_strategy
 from planner.errors import InputError
 from planner.rules.gate import RuleOptions, degree_violations
 from planner.core.rules import Rule

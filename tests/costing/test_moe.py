@@ -14,7 +14,7 @@ from cost_models.compute import gemm_flops
 from planner.costing.block_costs import block_cost, layer_gemms
 from planner.costing.evaluate import evaluate_strategy, step_flops_per_sequence
 from planner.costing.placement import tp_placement
-from planner.costing.evaluate import Candidates
+from planner.core.candidates import Candidates
 from planner.rules.gate import RuleOptions, degree_violations
 from planner.core.rules import Rule
 from planner.inputs.loader import load_model, make_problem

@@ -7,7 +7,8 @@ import pytest
 from cost_models.compute import optimizer_step_bytes_per_param
 from cost_models.offload import (activation_copies_s, cpu_optimizer_s, exposed_copy_s,
                                  host_copy_s, offloaded_step_s)
-from planner.costing.evaluate import Candidates, evaluate_strategy
+from planner.core.candidates import Candidates
+from planner.costing.evaluate import evaluate_strategy
 from planner.rules.gate import RuleOptions, degree_violations
 from planner.core.rules import Rule
 from planner.rules.validate import validate

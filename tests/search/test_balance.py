@@ -10,7 +10,8 @@ import pytest
 
 from planner.search.balance import ChainCosts, balance, exact_partition, stage_totals
 from planner.search.candidates import SearchSpace
-from planner.costing.evaluate import Candidates, block_costs, evaluate
+from planner.core.candidates import Candidates
+from planner.costing.evaluate import block_costs, evaluate
 from planner.costing.layout import uniform_layout
 from planner.inputs.loader import make_problem
 from planner.search.rebalance import layout_advice

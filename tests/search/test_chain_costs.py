@@ -20,7 +20,7 @@ from planner.costing.stage_costs import chain_costs
 from planner.core.rules import Rule
 from planner.rules.gate import RuleOptions, degree_violations
 from planner.inputs.loader import make_problem
-from planner.schemas.strategy import DpComm
+from planner.schemas.strategy import DpComm, Strategy
 from planner.search.balance import stage_totals
 from planner.search.candidates import SearchSpace, generate
 from planner.search.pool import Batch, Pool
@@ -144,7 +144,7 @@ def test_chain_costs_give_evaluate_per_stage_time_and_memory_in_every_layout(wri
             tau = (ev.stage_compute_s + ev.stage_tp_s + ev.stage_ep_s + ev.stage_cp_s
                    + ev.stage_pp_s + ev.stage_dp_s + ev.stage_offload_s)
             for i, chain in enumerate(chains):
-                label = (case, cands.strategy(i), layout.bounds)
+                label = (case, Strategy.of_candidate(cands, i), layout.bounds)
                 times, memory = stage_totals(chain, layout.bounds)
                 assert times == pytest.approx(list(tau[i]), rel=1e-9, abs=1e-15), label
                 assert memory == pytest.approx(list(ev.stage_total[i]), rel=1e-9), label
@@ -193,15 +193,15 @@ def test_balance_finds_the_fastest_layout_evaluate_lets_fit(write, case):
             result = balance(chain, work_limit=20)
             capped = any(getattr(t, "cap", None) is not None for t in chain.memory_terms)
             if result is None:
-                assert not fits.any() or capped, (case, cands.strategy(i))
+                assert not fits.any() or capped, (case, Strategy.of_candidate(cands, i))
                 continue
             index = [layout.bounds for layout in layouts].index(result.bounds)
-            assert peak[index] <= capacity, (case, cands.strategy(i), result)
+            assert peak[index] <= capacity, (case, Strategy.of_candidate(cands, i), result)
             assert result.max_stage_time_s == pytest.approx(tau[index], rel=1e-9)
             best = tau[fits].min() if fits.any() else np.inf
             assert result.max_stage_time_s >= tau[peak <= capacity].min() - tolerance
             if result.status == "OPTIMAL" and (vpp == 1 or not _is_stack(chain)):
-                assert result.max_stage_time_s <= best + tolerance, (case, cands.strategy(i))
+                assert result.max_stage_time_s <= best + tolerance, (case, Strategy.of_candidate(cands, i))
             checked += 1
     assert checked > 0
 
@@ -210,8 +210,7 @@ def test_the_issues_reproduction_llama3_8b_cp4():
     """Issue 23: llama3-8b on 32 H100, seq 16384, pp 4, cp 4. The balancer saw 30.28 / 23.85 /
     23.59 / 31.61 GiB per stage (ZeRO state sharded over dp, not dp x cp); evaluate says
     20.29 / 16.18 / 15.91 / 21.62, and so must the balancer."""
-    from planner.costing.evaluate import Candidates
-    from planner.schemas.strategy import Strategy
+    from planner.core.candidates import Candidates
 
     problem = make_problem("llama3-8b", "dgx-h100", gpus=32, seq_len=16384)
     strategy = Strategy(dp=2, tp=1, pp=4, cp=4, micro_batch=1, zero_stage=1, recompute="full",

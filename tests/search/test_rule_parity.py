@@ -31,7 +31,7 @@ import numpy as np
 import pytest
 
 from cost_models.enums import CpComm, Recompute, ZeroStage
-from planner.costing.evaluate import Candidates
+from planner.core.candidates import Candidates
 from planner.rules.gate import MIB, degree_violations, memory_violations, rule_violations
 from planner.rules.validate import validate
 from planner.inputs.loader import make_problem, resolve_strategy

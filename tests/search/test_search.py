@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 from cost_models.enums import Recompute, ZeroStage
 from planner.search.candidates import SearchSpace
-from planner.costing.evaluate import Candidates, evaluate
+from planner.core.candidates import Candidates
+from planner.costing.evaluate import evaluate
 from planner.costing.layout import layout_from_layer_counts, uniform_layout
 from planner.rules.gate import RuleOptions, degree_violations, memory_violations
 from planner.errors import InfeasibleError
@@ -118,7 +119,7 @@ def brute_force(problem: Problem, *, layouts: bool,
             ok = ok_rules & ~memory_violations(ev.peak_bytes, problem.cluster.capacity_bytes)
             for i in np.flatnonzero(ok):
                 if ev.step_s[i] < best[0]:
-                    best = (float(ev.step_s[i]), cands.strategy(int(i), counts))
+                    best = (float(ev.step_s[i]), Strategy.of_candidate(cands, int(i), counts))
     return best
 
 
