@@ -66,9 +66,15 @@ def zero_micro_batch_pieces(*, zero_stage, reduce_scatter_s, block_all_gather_s,
     pieces = []
     for i in (0, 1):
         for j in (0, 1):
-            pieces.append(stage2 * (on * rs[i] + off * serial2)
-                          + stage3 * (on * (before_forward[i] + before_backward[j])
-                                      + off * serial3))
+            # Each case weighted by where it applies (0 or 1), those that apply nowhere left out.
+            cases = [(stage2 * on, rs[i]), (stage2 * off, serial2),
+                     (stage3 * on, before_forward[i] + before_backward[j]),
+                     (stage3 * off, serial3)]
+            piece = 0.0 * reduce_scatter_s
+            for weight, value in cases:
+                if np.any(weight):
+                    piece = piece + weight * value
+            pieces.append(piece)
     return tuple(pieces)
 
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from cost_models import communication as comm
 from cost_models.communication import Group
+from cost_models.enums import ZeroStage
 from cost_models.data_parallel import (hsdp_replica_bytes, zero3_block_collectives_s,
                                        zero_micro_batch_pieces, zero_step_end_s)
 from planner.costing.placement import strided_placement
@@ -75,35 +76,57 @@ def _fastest_somewhere(lines: list, least_bytes: float, most_bytes: float) -> li
                        and (ends[o], o) < (ends[q], q) for o in range(len(lines)) if o != q)]
 
 
-def micro_batch_term(problem, cands, *, dp, shard, stride, params: Linear, gather: Linear,
-                     forward: Linear, backward: Linear, gate=None,
-                     message_ranges: tuple | None = None) -> Term:
-    """Seconds of data-parallel traffic per micro-batch on each stage (ZeRO 2 and 3), as a
-    term: the least over NCCL's protocols (`communication.fastest_s`) of the largest of
-    `data_parallel.zero_micro_batch_pieces`. `params` are the parameters a rank holds (their
-    gradients travel), `gather` the bytes its weight all-gathers move. ZeRO-3 gathers and
-    reduces block by block, `fetches_per_block` times each, at the framework's share of the
-    bandwidth (NCCL's own latency steps). `message_ranges` (one candidate): the (least, most)
-    bytes of a stage's reduce-scatter (ZeRO-2), of one ZeRO-3 gather and of one ZeRO-3
-    reduction in any layout; the protocols never the fastest in those ranges are left out,
-    which the layout balancer then need not choose between."""
+def _micro_batch_lines(problem, *, dp, shard, stride) -> tuple[list, list, list]:
+    """NCCL's protocol lines of the per-micro-batch collectives over the shard group: the
+    stage's reduce-scatter (ZeRO-2), ZeRO-3's per-block all-gather and reduce-scatter, at the
+    framework's share of the bandwidth (NCCL's own latency steps)."""
     cluster, fw = problem.cluster, problem.framework
     net = cluster.network
     groups = data_parallel_groups(cluster.nvlink_gpus, dp=dp, shard=shard, stride=stride)
     z3_net = replace(net,
                      intra_bus_bytes_per_s=net.intra_bus_bytes_per_s * fw.zero3.collective_efficiency,
                      nic_bus_bytes_per_s=net.nic_bus_bytes_per_s * fw.zero3.collective_efficiency)
+    return (comm.reduce_scatter_lines(groups.shard, net),
+            comm.all_gather_lines(groups.shard, z3_net),
+            comm.reduce_scatter_lines(groups.shard, z3_net))
+
+
+def _pieces(problem, cands, *, reduce_scatter_s, block_all_gather_s, block_reduce_scatter_s,
+            forward, backward) -> tuple:
+    fw = problem.framework
+    return zero_micro_batch_pieces(
+        zero_stage=cands.zero[:, None], reduce_scatter_s=reduce_scatter_s,
+        block_all_gather_s=block_all_gather_s, block_reduce_scatter_s=block_reduce_scatter_s,
+        forward_s=forward, backward_s=backward, overlap=grad_overlap(problem, cands)[:, None],
+        prefetch_share=fw.zero3.overlap_fraction,
+        interference=problem.cluster.efficiency.overlap_interference)
+
+
+def micro_batch_term(problem, cands, *, dp, shard, stride, params: Linear, gather: Linear,
+                     forward: Linear, backward: Linear, gate=None,
+                     message_ranges: tuple | None = None) -> Term:
+    """Seconds of data-parallel traffic per micro-batch on each stage (ZeRO 2 and 3) as a term
+    over what a stage holds, for the layout balancer: the least over NCCL's protocols
+    (`communication.fastest_s`) of the largest of `data_parallel.zero_micro_batch_pieces`,
+    one option per protocol of each collective (the fastest depends on the stage's bytes).
+    `params` are the parameters a rank holds (their gradients travel), `gather` the bytes its
+    weight all-gathers move; zero on a stage without a `gate` block. ZeRO-3 gathers and
+    reduces block by block, `fetches_per_block` times each. `message_ranges` (one candidate):
+    the (least, most) bytes of a stage's reduce-scatter (ZeRO-2), of one ZeRO-3 gather and of
+    one ZeRO-3 reduction in any layout; the protocols never the fastest in those ranges are
+    left out, which the balancer then need not choose between."""
+    fw = problem.framework
+    reduce_scatter, block_gather, block_reduce = _micro_batch_lines(problem, dp=dp, shard=shard,
+                                                                    stride=stride)
     grads = params * problem.training.state_bytes.gradients
     fetches = Linear(block=np.full(params.block.shape, float(fw.zero3.fetches_per_block)))
-    reduce_scatter = comm.reduce_scatter_lines(groups.shard, net)
-    block_gather = comm.all_gather_lines(groups.shard, z3_net)
-    block_reduce = comm.reduce_scatter_lines(groups.shard, z3_net)
     pairs = list(zip(reduce_scatter, block_reduce))
+    if not np.any(cands.zero == ZeroStage.PARAMETERS):
+        block_gather = block_gather[:1]    # only ZeRO-3 gathers per block
     if message_ranges is not None:
         stage_rs, one_gather, one_rs = message_ranges
         if int(cands.zero[0]) == 2:        # one reduce-scatter of the stage's gradients
             pairs = [pairs[q] for q in _fastest_somewhere(reduce_scatter, *stage_rs)]
-            block_gather = block_gather[:1]
         else:                              # per block: a share of its weights and gradients
             pairs = [pairs[q] for q in _fastest_somewhere(block_reduce, *one_rs)]
             block_gather = [block_gather[q]
@@ -111,19 +134,39 @@ def micro_batch_term(problem, cands, *, dp, shard, stride, params: Linear, gathe
     options = []
     for gather_line in block_gather:
         for rs_line, block_rs_line in pairs:
-            # One reduce-scatter of the stage's gradients per micro-batch (ZeRO-2), or per
-            # block `fetches` gathers and reductions of its share (ZeRO-3).
-            rs = comm.line_time_s(rs_line, grads)
-            block_ag = zero3_block_collectives_s(gather_line, message_bytes=gather,
-                                                 fetches=fetches)
-            block_rs = zero3_block_collectives_s(block_rs_line, message_bytes=grads,
-                                                 fetches=fetches)
-            options.append(zero_micro_batch_pieces(
-                zero_stage=cands.zero, reduce_scatter_s=rs, block_all_gather_s=block_ag,
-                block_reduce_scatter_s=block_rs, forward_s=forward, backward_s=backward,
-                overlap=grad_overlap(problem, cands), prefetch_share=fw.zero3.overlap_fraction,
-                interference=cluster.efficiency.overlap_interference))
+            options.append(_pieces(
+                problem, cands, reduce_scatter_s=comm.line_time_s(rs_line, grads),
+                block_all_gather_s=zero3_block_collectives_s(gather_line, message_bytes=gather,
+                                                             fetches=fetches),
+                block_reduce_scatter_s=zero3_block_collectives_s(block_rs_line,
+                                                                 message_bytes=grads,
+                                                                 fetches=fetches),
+                forward=forward, backward=backward))
     return Term(tuple(options), gate=gate)
+
+
+def micro_batch_s(problem, cands, *, dp, shard, stride, params: np.ndarray,
+                  gather: np.ndarray, blocks: np.ndarray, forward: np.ndarray,
+                  backward: np.ndarray) -> np.ndarray:
+    """`micro_batch_term` in one layout, (N, p) seconds from the stages' (N, p) sums: each
+    collective on its fastest protocol there, then the largest piece (the pieces rise with
+    each collective's time, so this is the term's least over the options)."""
+    fw = problem.framework
+    reduce_scatter, block_gather, block_reduce = _micro_batch_lines(problem, dp=dp, shard=shard,
+                                                                    stride=stride)
+    grads = params * problem.training.state_bytes.gradients
+    fetches = blocks * float(fw.zero3.fetches_per_block)
+
+    def fastest(lines, message):
+        times = [zero3_block_collectives_s(line, message_bytes=message, fetches=fetches)
+                 for line in lines]
+        return np.minimum.reduce(np.broadcast_arrays(*times))
+
+    pieces = _pieces(problem, cands, reduce_scatter_s=comm.fastest_s(reduce_scatter, grads),
+                     block_all_gather_s=fastest(block_gather, gather),
+                     block_reduce_scatter_s=fastest(block_reduce, grads),
+                     forward=forward, backward=backward)
+    return np.maximum.reduce(np.broadcast_arrays(*pieces))
 
 
 def step_end_s(problem, cands, *, dp, shard, stride, use_server: np.ndarray,

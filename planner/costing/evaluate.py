@@ -221,9 +221,16 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
     compute = fwd + bwd + values(sm.recompute)
     tp_comm, ep_comm, cp_comm = values(sm.tp), values(sm.ep), values(sm.cp)
     pp_comm = values(sm.pp)
+    dense, dense_gather = values(sm.dense_params), values(sm.dense_gather)
+    experts = expert_gather = None
+    if problem.model.is_moe:
+        experts, expert_gather = values(sm.expert_params), values(sm.expert_gather)
     dp_per_mb = np.zeros_like(compute)
-    for dp_rows, term in sm.dp:
-        dp_per_mb[dp_rows] += stage_values(term, occ, in_flight[dp_rows])
+    for traffic in sm.dp:
+        params, gather = (experts, expert_gather) if traffic.experts else (dense, dense_gather)
+        dp_per_mb[traffic.rows] += traffic.values(problem, cands, params=params, gather=gather,
+                                                  forward=fwd, backward=bwd,
+                                                  held=occ.stage_counts)
     offload = total_values(sm.offload, occ, in_flight)
     tau = compute + tp_comm + ep_comm + cp_comm + pp_comm + dp_per_mb + offload
     slowest = tau.argmax(1)
@@ -231,7 +238,8 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
                                num_micro_batches=m, vpp=v)
 
     # ---- after the last micro-batch: gradient reduction, optimizer step, host copies
-    dp_end, dp_algorithm = _step_end_data_parallel(problem, cands, sm, values, fwd, bwd)
+    dp_end, dp_algorithm = _step_end_data_parallel(problem, cands, dense, dense_gather, experts,
+                                                   expert_gather, fwd, bwd)
     updated, offloaded = values(sm.updated), values(sm.offloaded)
     per_param = training.state_bytes
     optimizer_s = memory_bound_time_s(
@@ -270,23 +278,22 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
         mfu_flops=mfu_flops_per_sequence(model, training.seq_len) * batch)
 
 
-def _step_end_data_parallel(problem: Problem, cands: Candidates, sm, values, fwd, bwd):
+def _step_end_data_parallel(problem: Problem, cands: Candidates, dense, dense_gather, experts,
+                            expert_gather, fwd, bwd):
     """(N, p) seconds of data-parallel traffic after the last micro-batch, and the all-reduce
     algorithm: the dense states over dp x cp, an MoE model's experts over their expert
-    data-parallel group where a stage holds experts."""
+    data-parallel group where a stage holds experts; from the stages' (N, p) parameters and
+    gather bytes."""
     use_server = cands.dp_comm == DP_COMM_ORDER.index(DpComm.PARAMETER_SERVER)
     end, algorithm = step_end_s(problem, cands, dp=cands.dp * cands.cp, shard=cands.grad_shard,
-                                stride=cands.tp, use_server=use_server,
-                                params=values(sm.dense_params),
-                                gather_bytes=values(sm.dense_gather), forward_s=fwd,
-                                backward_s=bwd)
-    if problem.model.is_moe:
-        expert_params = values(sm.expert_params)
+                                stride=cands.tp, use_server=use_server, params=dense,
+                                gather_bytes=dense_gather, forward_s=fwd, backward_s=bwd)
+    if experts is not None:
         moe_end, _ = step_end_s(problem, cands, dp=cands.edp, shard=cands.expert_shard,
                                 stride=cands.etp * cands.ep, use_server=use_server,
-                                params=expert_params, gather_bytes=values(sm.expert_gather),
+                                params=experts, gather_bytes=expert_gather,
                                 forward_s=fwd, backward_s=bwd)
-        end = end + np.where(expert_params > 0, moe_end, 0.0)
+        end = end + np.where(experts > 0, moe_end, 0.0)
     return end, algorithm
 
 

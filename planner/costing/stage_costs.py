@@ -172,7 +172,8 @@ def chain_costs(problem: Problem, cands, costs, layout: Layout, i: int) -> Chain
     layouts of `layout`'s pp and vpp."""
     model = problem.model
     p, v = layout.pp, layout.vpp
-    sm = stage_model(problem, cands.take([i]), costs.take([i]), pp=p,
+    one = cands.take([i])
+    sm = stage_model(problem, one, costs.take([i]), pp=p,
                      tied_copy=Linear(block=chain_tied_copy(model, p)[None, :]),
                      reachable_only=True)
     positions = chain_types(model).type_of_position
@@ -186,7 +187,7 @@ def chain_costs(problem: Problem, cands, costs, layout: Layout, i: int) -> Chain
     time, time_rest = _sum_linear(sm.time_terms)
     time_linear, time_ends = _linear_part(over_chain(time))
     time_terms = [over_chain(t) for t in time_rest]
-    time_terms += [over_chain(term) for rows, term in sm.dp if len(rows)]
+    time_terms += [over_chain(traffic.term(problem, one, sm)) for traffic in sm.dp]
     if time_ends is not None:
         time_terms.append(time_ends)
     memory_terms = [over_chain(t) * scale for t in memory_rest]

@@ -23,7 +23,7 @@ from cost_models.pipeline import pipeline_boundary_s, pipeline_kept_output_bytes
 from cost_models.tensor_parallel import tp_exposed_s
 from cost_models.communication import Group, exposed_time_s
 from cost_models.units import BYTES_16BIT, bytes_per_value
-from planner.costing.data_parallel import micro_batch_term
+from planner.costing.data_parallel import micro_batch_s, micro_batch_term
 from planner.costing.layout import ChainTypes
 from planner.costing.placement import strided_placement, tp_placement
 from planner.costing.stage_terms import Linear, Peak, Term
@@ -151,6 +151,43 @@ def host_rates(problem: Problem) -> tuple[float, float]:
 # --------------------------------------------------------------------------- the stage model
 
 @dataclass(frozen=True)
+class MicroBatchTraffic:
+    """Data-parallel traffic per micro-batch of the candidates at `rows` (ZeRO 2-3) over one
+    group of ranks (`data_parallel.micro_batch_term`)."""
+
+    rows: np.ndarray
+    experts: bool
+    """The routed experts' traffic (over the expert data-parallel group), else the dense."""
+    params: Linear
+    gather: Linear
+    group: dict
+    """dp, shard and stride of the group, at `rows`."""
+    gate: np.ndarray | None
+    """Types that carry the traffic (an MoE model's experts), or None: every stage."""
+    message_ranges: tuple | None
+
+    def term(self, problem: Problem, cands, sm: StageModel) -> Term:
+        """As a term, for the layout balancer (`cands` all the model's rows)."""
+        rows = self.rows
+        return micro_batch_term(problem, cands.take(rows), **self.group,
+                                params=self.params.take(rows), gather=self.gather.take(rows),
+                                forward=sm.forward.take(rows), backward=sm.backward.take(rows),
+                                gate=self.gate, message_ranges=self.message_ranges)
+
+    def values(self, problem: Problem, cands, *, params: np.ndarray, gather: np.ndarray,
+               forward: np.ndarray, backward: np.ndarray, held: np.ndarray) -> np.ndarray:
+        """(rows, p) seconds in a layout, from its (N, p) stage sums and `held` (p, U), the
+        blocks of each type each stage holds."""
+        rows = self.rows
+        seconds = micro_batch_s(problem, cands.take(rows), **self.group, params=params[rows],
+                                gather=gather[rows], blocks=held.sum(1)[None, :],
+                                forward=forward[rows], backward=backward[rows])
+        if self.gate is not None:
+            seconds = np.where(held[:, self.gate].sum(1)[None, :] > 0, seconds, 0.0)
+        return seconds
+
+
+@dataclass(frozen=True)
 class StageModel:
     """Per-stage quantities of N candidates over U block types (`stage_terms`)."""
 
@@ -193,8 +230,8 @@ class StageModel:
     cp: Linear
     pp: Linear | None
     """Pipeline sends and receives per micro-batch (None without a pipeline)."""
-    dp: tuple[tuple[np.ndarray, Term], ...]
-    """(rows, term): data-parallel traffic per micro-batch of those candidates (ZeRO 2-3)."""
+    dp: tuple[MicroBatchTraffic, ...]
+    """Data-parallel traffic per micro-batch of some candidates (ZeRO 2-3)."""
     offload: tuple[Term, ...]
     """Host copies per micro-batch not hidden by compute."""
     framework_bytes: float
@@ -312,7 +349,7 @@ def stage_model(problem: Problem, cands, costs, *, pp: int, tied_copy: Linear,
                                    gathered=gathered_fp8)
     dense_gather = dense * per.weights - fp8_dense * saved
     expert_gather = experts * (per.weights - saved)
-    dp_terms = []
+    dp_traffic = []
     per_micro_batch = cands.zero >= ZeroStage.GRADIENTS
     groups = [(per_micro_batch & (cands.dp * cands.cp > 1), dense, dense_gather,
                dict(dp=cands.dp * cands.cp, shard=cands.grad_shard, stride=cands.tp), None)]
@@ -323,16 +360,14 @@ def stage_model(problem: Problem, cands, costs, *, pp: int, tied_copy: Linear,
     for need, params, gather, group, gate in groups:
         rows = np.flatnonzero(need)
         if len(rows):
-            sub = cands.take(rows)
             ranges = None
             if reachable_only:
                 ranges = _message_ranges(model, params.block[0] * per.gradients,
                                          gather.block[0], gate=gate, pp=pp,
                                          fetches_per_block=fw.zero3.fetches_per_block)
-            dp_terms.append((rows, micro_batch_term(
-                problem, sub, **{name: value[rows] for name, value in group.items()},
-                params=params.take(rows), gather=gather.take(rows), forward=forward.take(rows),
-                backward=backward.take(rows), gate=gate, message_ranges=ranges)))
+            dp_traffic.append(MicroBatchTraffic(
+                rows, gate is not None, params, gather,
+                {name: value[rows] for name, value in group.items()}, gate, ranges))
 
     offload = []
     link_bytes_per_s, _ = host_rates(problem)
@@ -366,7 +401,7 @@ def stage_model(problem: Problem, cands, costs, *, pp: int, tied_copy: Linear,
         working=Peak(costs.recompute_working_bytes), pipe_buffers=pipe_buffers,
         gathered=gathered, buffers=buffers, forward=forward, backward=backward,
         recompute=recompute, tp=tp_comm, ep=ep_comm, cp=cp_comm, pp=pp_comm,
-        dp=tuple(dp_terms), offload=tuple(offload),
+        dp=tuple(dp_traffic), offload=tuple(offload),
         framework_bytes=cluster.reserve.framework_gib * 2**30,
         fragmentation=cluster.reserve.fragmentation_fraction)
 

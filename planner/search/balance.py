@@ -30,7 +30,9 @@ from planner.costing.stage_costs import ChainCosts
 from planner.costing.stage_terms import Term
 from planner.rules.gate import chunks_without_layers
 from planner.search.layout_solve import (DEFAULT_WORK_LIMIT, MEMORY_UNIT_BYTES,  # noqa: F401
-                                         PROBING_WITH_TERMS, TIME_UNIT_S, Balanced, LayoutSolve,
+                                         LINEARIZATION_WITH_TERMS, QUICK_SHARE, TIME_UNIT_S,
+                                         Balanced,
+                                         LayoutSolve,
                                          allowed_cuts, ints, layout_solver, cost_runs, solved,
                                          stack_of, stage_totals, unsolved)
 from planner.search.stack_layout import balance_stack
@@ -221,13 +223,35 @@ def solve_layout(costs: ChainCosts, *, hint: tuple[int, ...] | None = None,
     for var, value in zip(cuts[1:-1], start[1:-1]):
         model.add_hint(var, value)
     with_options = any(isinstance(t, Term) for t in (*costs.time_terms, *costs.memory_terms))
-    solver = layout_solver(work_limit, wall_limit_s, presolve=with_options,
-                     probing=PROBING_WITH_TERMS if with_options else 0)
+    linearization = LINEARIZATION_WITH_TERMS if with_options else None
+    solver = layout_solver(work_limit * (QUICK_SHARE if with_options else 1.0), wall_limit_s,
+                           presolve=False, linearization=linearization)
     status = solver.solve(model)
+    work = solver.deterministic_time
+    if with_options and status not in (cp_model.OPTIMAL, cp_model.INFEASIBLE):
+        # Not settled quickly: again with presolve, in the rest of the work.
+        second = layout_solver(max(work_limit - work, 0.0), wall_limit_s, presolve=True,
+                               linearization=linearization)
+        found = _values(solver, status, cuts)
+        if found:
+            model.clear_hints()
+            for var, value in zip(cuts[1:-1], found):
+                model.add_hint(var, value)
+        second_status = second.solve(model)
+        work += second.deterministic_time
+        if second_status != cp_model.UNKNOWN or status != cp_model.FEASIBLE:
+            solver, status = second, second_status  # else keep the layout the first one found
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return unsolved(solver, status, costs, bounded=not terms.exact)
+        return unsolved(solver, status, costs, bounded=not terms.exact, work=work)
     return solved(solver, status, costs, [int(solver.value(c)) for c in cuts],
-                   bounded=not terms.exact)
+                  bounded=not terms.exact, work=work)
+
+
+def _values(solver: cp_model.CpSolver, status, cuts: list) -> list[int]:
+    """The interior cuts of the layout a solve found, [] if none."""
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return []
+    return [int(solver.value(c)) for c in cuts[1:-1]]
 
 
 def exact_partition(costs: ChainCosts) -> tuple[float, tuple[int, ...]] | None:

@@ -93,14 +93,19 @@ def stack_of(costs: ChainCosts, runs: list[tuple[int, int]]) -> tuple[int, int] 
     return layer_runs[0] if len(layer_runs) == 1 else None
 
 
-PROBING_WITH_TERMS = 2
-"""CP-SAT probing (and presolve) where a chain carries terms with options (data-parallel
-traffic, host copies): deepseek-v3 on 1,024 H100, ZeRO-3, pp 2 x vpp 10, proved its layout in
-0.012 work units with them and did not in 3 without."""
+LINEARIZATION_WITH_TERMS = 2
+"""CP-SAT's linearization level where a chain carries terms with options (data-parallel
+traffic, host copies): their min-max structure leaves the default relaxation weak. Measured on
+the option chains the searches of deepseek-v3 on 1,024 H100 balance (Megatron-LM, torchtitan):
+3.6 s of solves instead of 6.4 s and 8.4 s with presolve and probing, as many proven (presolve
+spends wall time its work units do not count: 0.8 s for pp 16 x vpp 3)."""
+QUICK_SHARE = 0.3
+"""Share of such a solve's work tried without presolve; what that does not settle (prove
+optimal or infeasible) is solved again with presolve in the rest, from the layout found."""
 
 
 def layout_solver(work_limit: float, wall_limit_s: float | None, *,
-            presolve: bool = True, probing: int = 0) -> cp_model.CpSolver:
+                  presolve: bool = True, linearization: int | None = None) -> cp_model.CpSolver:
     """One worker and a limit in deterministic time: the same answer on every run. The wall
     limit is only a safety net (its caller says so when it fires)."""
     solver = cp_model.CpSolver()
@@ -108,9 +113,11 @@ def layout_solver(work_limit: float, wall_limit_s: float | None, *,
     solver.parameters.max_deterministic_time = work_limit
     if wall_limit_s is not None:
         solver.parameters.max_time_in_seconds = max(wall_limit_s, 1e-3)
-    # Probing costs more than it saves on linear models (0.5 s of a 0.6 s solve, 200 blocks).
-    solver.parameters.cp_model_probing_level = probing
+    # Probing costs more than it saves on these models (0.5 s of a 0.6 s solve, 200 blocks).
+    solver.parameters.cp_model_probing_level = 0
     solver.parameters.cp_model_presolve = presolve
+    if linearization is not None:
+        solver.parameters.linearization_level = linearization
     return solver
 
 
@@ -124,19 +131,20 @@ def slowest_bound_s(solver: cp_model.CpSolver, status, costs: ChainCosts) -> flo
 
 
 def unsolved(solver: cp_model.CpSolver, status, costs: ChainCosts, *,
-              bounded: bool = False) -> LayoutSolve:
-    return LayoutSolve(None, solver.status_name(status), solver.deterministic_time, bounded,
+              bounded: bool = False, work: float | None = None) -> LayoutSolve:
+    return LayoutSolve(None, solver.status_name(status),
+                       solver.deterministic_time if work is None else work, bounded,
                        slowest_bound_s(solver, status, costs))
 
 
 def solved(solver: cp_model.CpSolver, status, costs: ChainCosts, bounds, *,
-            bounded: bool = False) -> LayoutSolve:
+           bounded: bool = False, work: float | None = None) -> LayoutSolve:
     times, memory = stage_totals(costs, bounds)
     # Memory is rounded up and bounded from above: what fits the model fits in bytes.
     assert max(memory) <= costs.capacity_bytes * (1 + 1e-12), (memory, costs.capacity_bytes)
     name = solver.status_name(status)
     return LayoutSolve(Balanced(tuple(bounds), max(times), name), name,
-                       solver.deterministic_time, bounded,
+                       solver.deterministic_time if work is None else work, bounded,
                        slowest_bound_s(solver, status, costs))
 
 

@@ -190,9 +190,10 @@ def stage_bounds(problem: Problem, pool: Pool) -> tuple[np.ndarray, np.ndarray, 
         even = Occupancy.of_bounds(p, v, batch.layout.bounds, position_type, is_layer)
         slowest_even = batch.ev.slowest_stage[pool.row[rows]]
         bases, rates = [], []
+        parts = ([(np.arange(n), t) for t in sm.time_terms]
+                 + [(x.rows, x.term(problem, cands, sm)) for x in sm.dp])
         for tight in (True, False):
             base, rate = np.zeros((n, p)), np.zeros((n, num_types))
-            parts = [(np.arange(n), t) for t in sm.time_terms] + list(sm.dp)
             for term_rows, term in parts:
                 active = None
                 if tight and isinstance(term, Term):
