@@ -2,8 +2,11 @@
 
 `evaluate` sums these terms for its layout; the layout balancer (`stage_costs.chain_costs`)
 takes the same terms for one candidate and optimises the layout over them, so both see one
-cost model. Every quantity is a `cost_models` formula; this module says which blocks and
-candidates each applies to, and nothing else.
+cost model. ZeRO-2/3 traffic per micro-batch is the one term `evaluate` does not interpret
+option by option: it runs the same formulas on its layout's stage sums
+(`MicroBatchTraffic.values`), each collective on its fastest protocol, which is the term's
+least over its options (tests/search/test_chain_costs.py holds the two equal). Every quantity
+is a `cost_models` formula; this module says which blocks and candidates each applies to.
 """
 
 from __future__ import annotations
