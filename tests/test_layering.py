@@ -136,3 +136,11 @@ def test_each_package_imports_only_those_before_it():
     for i, package in enumerate(ORDER):
         allowed = set(ORDER[:i]) | {"errors", "__init__"}
         assert graph.get(package, set()) <= allowed, (package, graph[package] - allowed)
+
+
+def test_numpy_runs_one_blas_thread_under_the_planner():
+    code = ("import planner, os, numpy; "
+            "print(os.environ['OPENBLAS_NUM_THREADS'], os.environ['MKL_NUM_THREADS'])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env={"OPENBLAS_NUM_THREADS": "8", "PATH": ""})
+    assert out.stdout.split() == ["1", "1"]
