@@ -414,15 +414,16 @@ def generate(problem: Problem, space: SearchSpace) -> list[CandidateGroup]:
         if len(variants) > 1:   # every row with each variant
             a = {name: np.repeat(values, len(variants)) for name, values in a.items()}
         n = len(a["tp"])
-        offload = np.tile(np.array(variants, dtype=float), (n // len(variants), 1))
+        shares, params, layers = (np.tile(np.array(column), n // len(variants))
+                                  for column in zip(*variants))
         cands = Candidates(
             **a, overlap=np.full(n, overlap.overlap_grad_reduce),
             param_gather=np.full(n, overlap.overlap_param_gather),
             tp_overlap=np.full(n, overlap.tp_comm_overlap),
             fp8_gather=overlap.fp8_param_gather & fp8_param_gather_allowed(problem, a["zero"]),
             num_servers=a["dp"].copy(), global_batch=np.full(n, problem.training.global_batch),
-            opt_offload=offload[:, 0], param_offload=offload[:, 1].astype(bool),
-            act_offload=offload[:, 2].astype(int))
+            opt_offload=shares.astype(float), param_offload=params.astype(bool),
+            act_offload=layers.astype(int))
         groups.append(CandidateGroup(pp=pp, vpp=vpp, cands=cands))
     return groups
 
