@@ -337,7 +337,7 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
     result = search(problem, space, settings, num_tokens=tokens)
     from dataclasses import replace
 
-    from planner.rules.ineffective import pinned_settings
+    from planner.search.pin_notes import pinned_settings
 
     result = replace(result, plans=[p.priced(price) for p in result.plans])
     notes = _notes(pinned_settings(problem, space, result.plans))

@@ -157,7 +157,7 @@ def sweep(model, cluster, counts, tokens, gpu_hour_price, plot, framework, as_js
         rows = sweeping.sweep(load, counts, space, settings, num_tokens=tokens,
                               gpu_hour_price=gpu_hour_price,
                               step=lambda n: progress.advance(task))
-    from planner.rules.ineffective import pinned_settings
+    from planner.search.pin_notes import pinned_settings
 
     planned = [r for r in rows if r.plan is not None]
     notes = _notes(pinned_settings(first, space, [r.plan for r in planned],

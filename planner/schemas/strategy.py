@@ -8,7 +8,6 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field
 
 from cost_models.enums import CpComm, DpComm, Recompute, ZeroStage  # noqa: F401 (DpComm re-exported)
-from planner.core.candidates import CP_COMM_ORDER, DP_COMM_ORDER, RECOMPUTE_ORDER, Candidates
 from planner.schemas.bounds import GlobalBatch, Gpus, Layers, MAX_LAYERS, at_most
 
 
@@ -134,30 +133,6 @@ class Strategy(BaseModel):
     @property
     def expert_tp(self) -> int:
         return self.tp if self.etp is None else self.etp
-
-    @classmethod
-    def of_candidate(cls, c: Candidates, i: int,
-                     layers_per_stage: tuple[int, ...] | None = None) -> Strategy:
-        """Row i of a `Candidates`, with its layer counts per pipeline chunk if given."""
-        return cls(
-            dp=int(c.dp[i]), tp=int(c.tp[i]), pp=int(c.pp[i]), vpp=int(c.vpp[i]),
-            micro_batch=int(c.mb[i]), global_batch=int(c.global_batch[i]),
-            sequence_parallel=bool(c.sp[i]), recompute=RECOMPUTE_ORDER[c.recompute[i]],
-            zero_stage=ZeroStage(int(c.zero[i])),
-            dp_shard=None if c.shard[i] == c.dp[i] else int(c.shard[i]),
-            overlap_grad_reduce=bool(c.overlap[i]),
-            overlap_param_gather=bool(c.param_gather[i]),
-            tp_comm_overlap=bool(c.tp_overlap[i]),
-            dp_comm=DP_COMM_ORDER[c.dp_comm[i]],
-            num_servers=int(c.num_servers[i]) if c.dp_comm[i] else None,
-            ep=int(c.ep[i]), etp=int(c.etp[i]), cp=int(c.cp[i]),
-            cp_comm=CP_COMM_ORDER[c.cp_comm[i]],
-            cp_a2a=int(c.cp_a2a[i]) if CP_COMM_ORDER[c.cp_comm[i]] is CpComm.A2A_P2P
-            else None,
-            fp8_param_gather=bool(c.fp8_gather[i]),
-            optimizer_offload=float(c.opt_offload[i]), param_offload=bool(c.param_offload[i]),
-            activation_offload_layers=int(c.act_offload[i]),
-            layers_per_stage=layers_per_stage)
 
     def degrees_label(self) -> str:
         return degrees_label(self)

@@ -21,10 +21,11 @@ from planner.errors import InfeasibleError, InputError
 from planner.schemas.bounds import MAX_GLOBAL_BATCH, MAX_GPUS
 from planner.core.problem import Problem
 from planner.search.pool import Pool, evaluate_groups, passes
-from planner.schemas.strategy import Strategy, strategy_label
+from planner.schemas.strategy import strategy_label
 from planner.rules.gate import (EXPLAIN, SUMMARY, TARGET_CHECKS, Rule, RuleOptions,
                                 chunks_without_layers, degree_violations, memory_violations,
                                 rule_targets)
+from planner.search.pool import strategy_at
 
 MAX_GPU_FACTOR = 64
 """How far beyond the requested GPU count the "more GPUs" suggestion looks."""
@@ -110,7 +111,7 @@ def _best(conflicts: _Conflicts, names) -> int | None:
 
 def _describe(conflicts: _Conflicts, i: int) -> str:
     pool = conflicts.pool
-    return strategy_label(Strategy.of_candidate(pool.batches[pool.batch[i]].cands, int(pool.row[i])))
+    return strategy_label(strategy_at(pool.batches[pool.batch[i]].cands, int(pool.row[i])))
 
 
 def _gpu_counts(problem: Problem, space: SearchSpace) -> list[int]:
@@ -163,7 +164,7 @@ def _fastest_strategy(problem: Problem, space: SearchSpace, options: RuleOptions
         return None
     idx = np.flatnonzero(fits)
     i = int(idx[np.argmin(pool.step_s[idx])])
-    return Strategy.of_candidate(pool.batches[pool.batch[i]].cands, int(pool.row[i]))
+    return strategy_at(pool.batches[pool.batch[i]].cands, int(pool.row[i]))
 
 
 def _fastest_fit(problem: Problem, space: SearchSpace, options: RuleOptions) -> str | None:
@@ -266,7 +267,7 @@ def explain_infeasible(problem: Problem, space: SearchSpace, groups: list[Candid
             # Broken by every strategy (the precision, the GPU): say why and what to do.
             pool = conflicts.pool
             message, fix = EXPLAIN[Rule(name)](
-                problem, Strategy.of_candidate(pool.batches[pool.batch[0]].cands, int(pool.row[0])))
+                problem, strategy_at(pool.batches[pool.batch[0]].cands, int(pool.row[0])))
             details.append(f"{name}: {message}; {fix}")
         elif name in {r.value for r in Rule}:
             details.append(f"{name}: {SUMMARY[Rule(name)]}")

@@ -15,7 +15,8 @@ from planner.errors import InputError
 from planner.search.candidates import CandidateGroup, Pin
 from planner.costing.evaluate import (BlockCosts, Evaluation, block_costs, evaluate,
                                       state_floor_bytes)
-from planner.core.candidates import Candidates
+from cost_models.enums import CpComm, ZeroStage
+from planner.core.candidates import CP_COMM_ORDER, DP_COMM_ORDER, RECOMPUTE_ORDER, Candidates
 from planner.costing.layout import Layout, uniform_layout
 from planner.core.problem import Problem
 from planner.rules.gate import RuleOptions, degree_violations, host_memory_violations
@@ -33,6 +34,30 @@ def passes(problem: Problem, cands: Candidates, pins: list[Pin],
     return ok
 
 
+def strategy_at(c: Candidates, i: int,
+            layers_per_stage: tuple[int, ...] | None = None) -> Strategy:
+    """Row i of a `Candidates`, with its layer counts per pipeline chunk if given."""
+    return Strategy(
+        dp=int(c.dp[i]), tp=int(c.tp[i]), pp=int(c.pp[i]), vpp=int(c.vpp[i]),
+        micro_batch=int(c.mb[i]), global_batch=int(c.global_batch[i]),
+        sequence_parallel=bool(c.sp[i]), recompute=RECOMPUTE_ORDER[c.recompute[i]],
+        zero_stage=ZeroStage(int(c.zero[i])),
+        dp_shard=None if c.shard[i] == c.dp[i] else int(c.shard[i]),
+        overlap_grad_reduce=bool(c.overlap[i]),
+        overlap_param_gather=bool(c.param_gather[i]),
+        tp_comm_overlap=bool(c.tp_overlap[i]),
+        dp_comm=DP_COMM_ORDER[c.dp_comm[i]],
+        num_servers=int(c.num_servers[i]) if c.dp_comm[i] else None,
+        ep=int(c.ep[i]), etp=int(c.etp[i]), cp=int(c.cp[i]),
+        cp_comm=CP_COMM_ORDER[c.cp_comm[i]],
+        cp_a2a=int(c.cp_a2a[i]) if CP_COMM_ORDER[c.cp_comm[i]] is CpComm.A2A_P2P
+        else None,
+        fp8_param_gather=bool(c.fp8_gather[i]),
+        optimizer_offload=float(c.opt_offload[i]), param_offload=bool(c.param_offload[i]),
+        activation_offload_layers=int(c.act_offload[i]),
+        layers_per_stage=layers_per_stage)
+
+
 @dataclass
 class Batch:
     """Evaluated candidates of one pipeline layout."""
@@ -44,7 +69,7 @@ class Batch:
 
     def strategy(self, row: int, model) -> Strategy:
         """The strategy of a row, with this batch's layer counts per pipeline chunk."""
-        return Strategy.of_candidate(self.cands, row, tuple(self.layout.layers_per_chunk(model)))
+        return strategy_at(self.cands, row, tuple(self.layout.layers_per_chunk(model)))
 
 
 DEGREES = ("dp", "tp", "pp", "vpp", "mb", "ep", "etp", "cp")
@@ -110,7 +135,7 @@ class Pool:
         return (rows == rows[i]).all(1)
 
     def label(self, i: int) -> str:
-        return Strategy.of_candidate(self.cands, i).degrees_label()
+        return strategy_at(self.cands, i).degrees_label()
 
 
 EVALUATION_BUDGET = 2**24

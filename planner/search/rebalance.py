@@ -15,7 +15,7 @@ moving layers off the fullest stage may make them fit.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -70,14 +70,11 @@ class LayoutStats:
     """Candidates whose layout CP-SAT chose."""
     num_improved: int
     """Of those, how many beat their even layout (or fit only when balanced)."""
-    complete: bool
-    """Every candidate whose bound could beat the best plan was balanced, to optimality."""
     unproven: str | None = None
-    """Why `complete` is False, in one plain line."""
+    """Why not every candidate whose bound could beat the best plan was balanced to
+    optimality, in one plain line (None when all were)."""
     wall_clock_stopped: bool = False
     """The wall-clock safety net stopped the layout step (the result may vary run to run)."""
-    work: float = field(default=0.0, compare=False)
-    """CP-SAT work the layout solves used."""
 
 
 def water_level(base: np.ndarray, rate: np.ndarray, amount: float) -> np.ndarray:
@@ -346,8 +343,7 @@ def rebalance(problem: Problem, pool: Pool, *, work: float = LAYOUT_WORK,
         unproven = (f"{bounded} stage layout solve(s) bounded the offloaded activations of "
                     f"unlike layers or interleaved chunks, which their model cannot state "
                     f"exactly, so their layouts are not proven optimal")
-    return pool, LayoutStats(balanced, improved, unproven is None, unproven, wall_stopped,
-                             used)
+    return pool, LayoutStats(balanced, improved, unproven, wall_stopped)
 
 
 ADVICE_MIN_GAIN = 0.005

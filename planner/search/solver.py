@@ -214,7 +214,7 @@ def _search(problem: Problem, space: SearchSpace, settings: SolverSettings,
     pool = evaluate_groups(problem, masks, drop_unfittable=True)
     capacity = problem.usable_bytes
     pool = pareto(pool)
-    layouts = LayoutStats(0, 0, True)
+    layouts = LayoutStats(0, 0)
     if uneven:
         pool, layouts = rebalance(problem, pool, work=settings.layout_work, wall=wall)
     over = memory_violations(pool.peak_bytes, capacity, conservative=True)

@@ -8,7 +8,8 @@ import pytest
 
 from cost_models.enums import CpComm
 from planner.costing.evaluate import evaluate_strategy
-from planner.rules.ineffective import ineffective_settings, pinned_settings
+from planner.rules.ineffective import ineffective_settings
+from planner.search.pin_notes import pinned_settings
 from planner.inputs.loader import make_problem, resolve_strategy
 from planner.schemas.strategy import Strategy
 from planner.search.candidates import SearchSpace

@@ -25,6 +25,7 @@ from planner.search.balance import stage_totals
 from planner.search.candidates import SearchSpace, generate
 from planner.search.pool import Batch, Pool
 from planner.search.rebalance import lower_bounds
+from planner.search.pool import strategy_at
 from tests.conftest import TINY_MOE_DENSE, TINY_MOE_EXPERTS
 
 TINY_MOE = TINY_MOE_DENSE.format(seq_len=8192) + TINY_MOE_EXPERTS
@@ -144,7 +145,7 @@ def test_chain_costs_give_evaluate_per_stage_time_and_memory_in_every_layout(wri
             tau = (ev.stage_compute_s + ev.stage_tp_s + ev.stage_ep_s + ev.stage_cp_s
                    + ev.stage_pp_s + ev.stage_dp_s + ev.stage_offload_s)
             for i, chain in enumerate(chains):
-                label = (case, Strategy.of_candidate(cands, i), layout.bounds)
+                label = (case, strategy_at(cands, i), layout.bounds)
                 times, memory = stage_totals(chain, layout.bounds)
                 assert times == pytest.approx(list(tau[i]), rel=1e-9, abs=1e-15), label
                 assert memory == pytest.approx(list(ev.stage_total[i]), rel=1e-9), label
@@ -193,15 +194,15 @@ def test_balance_finds_the_fastest_layout_evaluate_lets_fit(write, case):
             result = balance(chain, work_limit=20)
             capped = any(getattr(t, "cap", None) is not None for t in chain.memory_terms)
             if result is None:
-                assert not fits.any() or capped, (case, Strategy.of_candidate(cands, i))
+                assert not fits.any() or capped, (case, strategy_at(cands, i))
                 continue
             index = [layout.bounds for layout in layouts].index(result.bounds)
-            assert peak[index] <= capacity, (case, Strategy.of_candidate(cands, i), result)
+            assert peak[index] <= capacity, (case, strategy_at(cands, i), result)
             assert result.max_stage_time_s == pytest.approx(tau[index], rel=1e-9)
             best = tau[fits].min() if fits.any() else np.inf
             assert result.max_stage_time_s >= tau[peak <= capacity].min() - tolerance
             if result.status == "OPTIMAL" and (vpp == 1 or not _is_stack(chain)):
-                assert result.max_stage_time_s <= best + tolerance, (case, Strategy.of_candidate(cands, i))
+                assert result.max_stage_time_s <= best + tolerance, (case, strategy_at(cands, i))
             checked += 1
     assert checked > 0
 

@@ -31,6 +31,7 @@ from planner.inputs.loader import make_problem
 from planner.schemas.strategy import Strategy
 from planner.search.solver import SolverSettings, search
 from planner.rules.validate import validate
+from planner.search.pool import strategy_at
 from tests.conftest import SMALL_CLUSTER, TINY_MODEL, compositions
 
 GQA_MODEL = """\
@@ -119,7 +120,7 @@ def brute_force(problem: Problem, *, layouts: bool,
             ok = ok_rules & ~memory_violations(ev.peak_bytes, problem.cluster.capacity_bytes)
             for i in np.flatnonzero(ok):
                 if ev.step_s[i] < best[0]:
-                    best = (float(ev.step_s[i]), Strategy.of_candidate(cands, int(i), counts))
+                    best = (float(ev.step_s[i]), strategy_at(cands, int(i), counts))
     return best
 
 
