@@ -56,7 +56,13 @@ def rows(cluster: ClusterSpec | None = None) -> list[Row]:
                                global_batch=s["global_batch"])
         # All runs: fp16 mixed precision with loss scaling (Table 1 caption, run_table_1.sh).
         training = problem.training.model_copy(update={"precision": Precision.FP16})
-        problem = replace(problem, training=training, cluster=cluster or problem.cluster)
+        # Megatron-LM of 2021 sent pipeline activations with blocking batched p2p: the
+        # overlap_p2p_comm of the interleaved schedule arrived in May 2023 (commit f9283c5a8a,
+        # "Add option to overlap p2p communication"; the default since October 2023).
+        framework = problem.framework.model_copy(
+            update={"pipeline_p2p_overlap_interleaved": False})
+        problem = replace(problem, training=training, cluster=cluster or problem.cluster,
+                          framework=framework)
         layers_per_chunk = s["layers_per_virtual_stage"]
         per_stage = run["model"]["num_layers"] // s["pp"]
         vpp = 1 if layers_per_chunk is None else per_stage // layers_per_chunk

@@ -101,6 +101,21 @@ def pipeline_boundary_s(*, elements, value_bytes: float, tp, sequence_parallel: 
     return 2 * (transfer + regather)                         # forward + backward
 
 
+def pipeline_boundary_exposed_s(boundary_s, *, overlapped):
+    """Seconds of `pipeline_boundary_s` a stage waits for: all of it, or none where the
+    schedule overlaps its transfers with compute.
+
+    Ref: Megatron-LM core/pipeline_parallel/schedules.py forward_backward_pipelining_with_
+    interleaving with overlap_p2p_comm (on by default with the interleaved schedule,
+    training/arguments.py): each send and receive is posted asynchronously
+    (p2p_communication.py returns wait handles) and waited only before the chunk that needs
+    it, so in the steady state the transfer runs beside another chunk's forward or backward.
+    That chunk's compute is several times the transfer (both scale with s b h / t; a layer's
+    forward does about 24 h FLOPs per byte sent), so the transfer is hidden.
+    """
+    return np.where(np.asarray(overlapped), 0.0, boundary_s)
+
+
 def pipeline_kept_output_bytes(elements, *, value_bytes: float):
     """Bytes a pipeline engine keeps per in-flight micro-batch for a chunk's output, whole.
 

@@ -57,6 +57,18 @@ def tp_collective_s(elements, *, sequence_parallel: bool, value_bytes: float, gr
     return all_reduce_time_s(message, group, net)
 
 
+def tp_overlap_reaches(tp_num_nodes):
+    """Whether GEMM/collective overlap can run over a TP group spanning `tp_num_nodes`
+    NVLink domains: only inside one.
+
+    Ref: Transformer Engine comm+GEMM overlap (userbuffers, module/base.py initialize_ub) and
+    PyTorch's async TP (torch.distributed._symmetric_memory) write into the peers' memory
+    through CUDA IPC / NVLink multicast, which exists only inside an NVLink domain; a TP group
+    across InfiniBand runs its collectives through NCCL, exposed.
+    """
+    return np.asarray(tp_num_nodes) <= 1
+
+
 def tp_exposed_s(comm_s, compute_s, *, overlap_share, interference: float):
     """Seconds of a block's tensor-parallel collectives left on the critical path: with
     overlap (Megatron-LM --tp-comm-overlap: Transformer Engine splits each GEMM and its

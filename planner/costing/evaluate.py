@@ -29,8 +29,8 @@ from planner.costing.placement import tp_placement
 from planner.costing.stage_model import (chain_types, fp8_params_gathered,  # noqa: F401 (API)
                                          fp8_weight_extra_bytes, gpu_states, host_rates,
                                          rank_states, shards_to_host, stage_model,
-                                         state_floor_bytes, type_fp8_params, type_is_layer,
-                                         type_params)
+                                         state_floor_bytes, tp_overlap_applies, type_fp8_params,
+                                         type_is_layer, type_params)
 from planner.costing.stage_terms import Linear, Occupancy, stage_values, total_values
 from planner.schemas.model import EmbeddingBlock, OutputBlock
 from planner.schemas.report import (MemoryReport, PlanReport, StageMemory, StageTime,
@@ -360,7 +360,7 @@ def report(problem: Problem, layout: Layout, cands: Candidates, ev: Evaluation, 
         overlap_grad_reduce=bool(cands.overlap[i] and fw.overlap_grad_reduce
                                  and (p == 1 or fw.overlap_grad_reduce_with_pipeline)),
         overlap_param_gather=bool(cands.param_gather[i] and fw.overlap_param_gather),
-        tp_comm_overlap=bool(cands.tp_overlap[i] and cands.sp[i] and fw.tp_comm_overlap),
+        tp_comm_overlap=bool(tp_overlap_applies(problem, cands)[i]),
         fp8_param_gather=bool(fp8_params_gathered(problem, cands)[i]),
         optimizer_offload=float(cands.opt_offload[i]), param_offload=bool(cands.param_offload[i]),
         activation_offload_layers=int(cands.act_offload[i]),

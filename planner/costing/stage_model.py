@@ -22,8 +22,9 @@ from cost_models.fp8 import fp8_value_bytes, fp8_weight_bytes_per_param
 from cost_models.memory import (StateBytes, bf16_grad_copy_bytes_per_param, framework_buffer_bytes,
                                 model_state_bytes, zero3_gather_buffer_bytes)
 from cost_models.offload import activation_copies_pieces, exposed_copy_pieces, host_copy_s
-from cost_models.pipeline import pipeline_boundary_s, pipeline_kept_output_bytes
-from cost_models.tensor_parallel import tp_exposed_s
+from cost_models.pipeline import (pipeline_boundary_exposed_s, pipeline_boundary_s,
+                                    pipeline_kept_output_bytes)
+from cost_models.tensor_parallel import tp_exposed_s, tp_overlap_reaches
 from cost_models.communication import Group, exposed_time_s
 from cost_models.units import BYTES_16BIT, bytes_per_value
 from planner.costing.data_parallel import micro_batch_s, micro_batch_term
@@ -72,6 +73,14 @@ def type_is_layer(model) -> np.ndarray:
 def fp8_params_gathered(problem: Problem, cands) -> np.ndarray:
     """(N,) bool: the candidate keeps and gathers FP8 parameters (asked and allowed)."""
     return cands.fp8_gather & fp8_param_gather_allowed(problem, cands.zero)
+
+
+def tp_overlap_applies(problem: Problem, cands) -> np.ndarray:
+    """Whether each candidate's TP collectives overlap its GEMMs: asked for, with sequence
+    parallelism, on a framework that has it, and the TP group inside one NVLink domain."""
+    place = tp_placement(cands.tp, problem.cluster.nvlink_gpus)
+    return (cands.tp_overlap & cands.sp & problem.framework.tp_comm_overlap
+            & tp_overlap_reaches(place.num_nodes))
 
 
 def fp8_weight_extra_bytes(problem: Problem, cands) -> np.ndarray:
@@ -335,8 +344,8 @@ def stage_model(problem: Problem, cands, costs, *, pp: int, tied_copy: Linear,
     forward, backward = Linear(block=costs.forward_s), Linear(block=costs.backward_s)
     recompute = Linear(block=costs.recompute_s)
     block_compute = costs.forward_s + costs.backward_s + costs.recompute_s
-    tp_share = np.where(cands.tp_overlap & cands.sp & fw.tp_comm_overlap,
-                        fw.tp_comm_overlap_fraction, 0.0)[:, None]
+    tp_share = np.where(tp_overlap_applies(problem, cands), fw.tp_comm_overlap_fraction,
+                        0.0)[:, None]
     tp_comm = Linear(block=tp_exposed_s(costs.tp_comm_s, block_compute, overlap_share=tp_share,
                                         interference=k))
     # Expert dispatch and combine: the framework's share overlaps with compute (Megatron-LM
@@ -448,7 +457,8 @@ def _pipeline_comm(problem: Problem, cands, costs, pp: int) -> Linear:
     boundary costs the sending stage the transfer of the chunk's last block's output
     (`pipeline.pipeline_boundary_s`); the final chunk only receives (its input: the output of
     the block ending chunk K - 2). The profile's pipeline_micro_batch_overhead_s is added per
-    micro-batch and stage."""
+    micro-batch and stage. Where the framework overlaps the transfers in the interleaved
+    schedule (`pipeline_boundary_exposed_s`) only that overhead remains."""
     cluster, fw = problem.cluster, problem.framework
     tp = cands.tp.astype(float)[:, None]
     pipe = strided_placement(cands.pp, cands.tp * cands.cp * cands.dp, cluster.nvlink_gpus)
@@ -459,4 +469,6 @@ def _pipeline_comm(problem: Problem, cands, costs, pp: int) -> Linear:
         elements=costs.output_elements, value_bytes=bytes_per_value(problem.training.precision),
         tp=tp, sequence_parallel=cands.sp[:, None], scatter_gather=fw.pipeline_scatter_gather,
         across_nodes=(pipe.num_nodes > 1)[:, None], tp_group=tp_group, net=cluster.network)
+    boundary = pipeline_boundary_exposed_s(
+        boundary, overlapped=(fw.pipeline_p2p_overlap_interleaved & (cands.vpp > 1))[:, None])
     return Linear(const=fw.pipeline_micro_batch_overhead_s, end=boundary, final=boundary)

@@ -42,6 +42,10 @@ def ineffective_settings(problem: Problem, strategy: Strategy) -> list[str]:
         elif not fw.tp_comm_overlap:
             notes.append(f"tp_comm_overlap has no effect on {fw.description}: it does not "
                          f"overlap tensor-parallel collectives with the GEMMs")
+        elif s.tp > problem.cluster.nvlink_gpus:
+            notes.append(f"tp_comm_overlap has no effect at tp {s.tp} across NVLink domains of "
+                         f"{problem.cluster.nvlink_gpus} GPUs: the overlap writes into the peers' "
+                         f"memory over NVLink, so collectives over the network stay exposed")
     if s.fp8_param_gather and problem.training.precision is not Precision.FP8:
         notes.append(f"fp8_param_gather has no effect in {problem.training.precision.value}: "
                      f"only FP8 linear weights are gathered in FP8")

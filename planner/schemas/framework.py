@@ -117,6 +117,9 @@ class FrameworkProfile(BaseModel):
     """Share of the tensor-parallel collectives that overlap hides behind the GEMMs."""
     pipeline_scatter_gather: bool
     """Sends 1/tp of a stage's output and all-gathers it (Narayanan et al. 2021, Sec. 4.1)."""
+    pipeline_p2p_overlap_interleaved: bool = False
+    """In the interleaved schedule, each pipeline send and receive runs while the device
+    computes another chunk, so the transfers are hidden (Megatron-LM overlap_p2p_comm)."""
     pipeline_keeps_outputs: bool = False
     """The pipeline engine keeps each in-flight micro-batch's stage output (what it sent) for
     the backward pass, beside the activations the layers store."""

@@ -71,7 +71,7 @@ def _tp_comm(cli, write, cluster_file, tp):
     import json
 
     strategy = write("s.yaml", f"tp: {tp}\npp: 1\nsequence_parallel: true\nzero_stage: 1\n"
-                               f"recompute: full\n")
+                               f"recompute: full\ntp_comm_overlap: false\n")
     _, out, _ = cli("validate", "llama3-70b", cluster_file, strategy, "--gpus", "64",
                     "--no-compare", "--cross-node-tp", "--json")
     return json.loads(out)["time"]["tp_comm_s"]
@@ -80,7 +80,9 @@ def _tp_comm(cli, write, cluster_file, tp):
 def test_cross_node_tp_pays_for_the_nics_it_crosses(cli, write):
     # tp 16 over two DGX H100 nodes: on 8 rails the ring's bus bandwidth is min(NVLink,
     # 8 NICs) (nccl#812's aggregation), so tp 16 costs a few times tp 8 (latency, more steps);
-    # with one NIC per node the same ring crawls at one NIC, over 30x tp 8.
+    # with one NIC per node the same ring crawls at one NIC (50 GB/s against NVLink's ~360
+    # GB/s bus bandwidth, with twice the ring steps): over 10x tp 8. (Raw collective
+    # times: without tp_comm_overlap, which would hide tp 8's and not tp 16's.)
     rails = write("rails.yaml", presets.path("dgx-h100").read_text())
     data = yaml.safe_load(presets.path("dgx-h100").read_text())
     data["inter_node"]["nics_per_node"] = 1
@@ -88,7 +90,7 @@ def test_cross_node_tp_pays_for_the_nics_it_crosses(cli, write):
     tp8, tp16 = _tp_comm(cli, write, rails, 8), _tp_comm(cli, write, rails, 16)
     assert 1.5 < tp16 / tp8 < 4
     assert _tp_comm(cli, write, one, 8) == pytest.approx(tp8)
-    assert _tp_comm(cli, write, one, 16) / tp8 > 30
+    assert _tp_comm(cli, write, one, 16) / tp8 > 10
 
 
 def test_collectives_field_is_refused_with_why(cli, write, tiny_model):

@@ -49,10 +49,12 @@ def mape(predictions):
     ("megatron_lm_readme_h100", 0.070, 0.25),    # 9 runs; the 32B tp8 pp1 run is -22%
     ("bloom_176b_tr11", 0.022, 0.06),            # DeepSpeed pipeline engine (its overhead fitted
     ("mt_nlg_530b", 0.016, 0.04),                # on these two), 384 and 2240-3360 A100
-    # 8192-16384 H100, nothing fitted on it: the 8K rows +13%; the 128K CP16 row (all-gather
-    # CP, priced since issue 14) +36% by Megatron-LM's full-s^2 FLOP count, -3% if Meta counts
-    # the causal half FlashAttention runs (the paper does not say which).
-    ("llama3_405b_table4", 0.207, 0.37),
+    # 8192-16384 H100, nothing fitted on it: the 8K rows +17%; the 128K CP16 row (all-gather
+    # CP, priced since issue 14) +39% by Megatron-LM's full-s^2 FLOP count, -3% if Meta counts
+    # the causal half FlashAttention runs (the paper does not say which). 20.7% -> 23.9% when
+    # the interleaved schedule's pipeline transfers became hidden (Megatron-LM's
+    # overlap_p2p_comm; Meta's schedule is priced as Megatron-LM's).
+    ("llama3_405b_table4", 0.239, 0.39),
     ("fsdp_paper_2023", 0.063, 0.09),            # PyTorch FSDP, GPT-175B on 128-512 A100
     ("torchtitan_perf_2024_a100_h100", 0.069, 0.20),   # torchtitan FSDP2 on 64 A100, 405B H100
     ("torchtitan_llama31_h100_202412", 0.261, 0.38),   # Meta's 500 W H100s: peak unknown
@@ -69,7 +71,11 @@ def test_error_per_source_stays_at_what_was_recorded(by_source, source, recorded
     # FP8 runs, priced since issue 14 with the TE-derived FP8 GEMM efficiency per GPU (nothing
     # fitted on them but torchao's rowwise constant). Dense Megatron-Core FP8 (current scaling
     # on H100, MXFP8 / FP8-CS on B200; delayed in NeMo 24.07):
-    ("megatron_bridge_perf_summary", 0.060, 0.18),   # 14 Llama 3 runs, 8-1024 GPUs
+    # 14 Llama 3 runs, 8-1024 GPUs. 6.0% -> 7.2% when the interleaved schedule's pipeline
+    # transfers became hidden (overlap_p2p_comm, on in these recipes): the 70B rows moved from
+    # -3% to +1%, the 405B rows from +4% to +8% (H100) and +13% (B200, rate assumed as H100);
+    # the rank correlation of the source rose from 0.91 to 0.95.
+    ("megatron_bridge_perf_summary", 0.072, 0.18),
     ("nemo_perf_summary_2407", 0.078, 0.16),         # 9 GPT-3 / Llama runs, 64-512 H100
     ("torchtitan_perf_2024_a100_h100", 0.057, 0.07),  # 405B tensorwise on 128 H100
     ("torchtitan_llama31_8b_h200_trainy_202506", 0.081, 0.09),
