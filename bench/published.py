@@ -33,6 +33,8 @@ from planner.schemas.report import PlanReport
 from planner.schemas.strategy import Strategy
 
 DATA = Path(__file__).resolve().parent / "data"
+EXPERT_INDEX = "expert_configs.yaml"
+"""Not a source: the index of which runs are expert-tuned (bench/bench_expert.py)."""
 PRESET_OF_GPU = {"A100-SXM4-80GB": "dgx-a100-80gb", "A100-SXM4-40GB": "dgx-a100-40gb",
                  "H100-SXM5-80GB": "dgx-h100", "H200": "dgx-h200", "B200": "dgx-b200"}
 FRAMEWORKS = {"megatron": "megatron", "nemo": "megatron", "megatron-deepspeed": "deepspeed",
@@ -156,13 +158,19 @@ def _strategy(run: dict, problem: Problem, framework: str) -> Strategy:
     return strategy
 
 
-def load_runs(tmp: Path, cluster: ClusterSpec | None = None) -> tuple[list[Run], dict[str, int]]:
-    """Every run of bench/data, and how many were skipped for each reason."""
+def load_runs(tmp: Path, cluster: ClusterSpec | None = None,
+              only: set[tuple[str, str]] | None = None) -> tuple[list[Run], dict[str, int]]:
+    """Every run of bench/data (or those whose (source key, run name) are in `only`), and how
+    many were skipped for each reason."""
     runs, skipped = [], {}
     for file in sorted(DATA.glob("*.yaml")):
+        if file.name == EXPERT_INDEX:
+            continue
         data = yaml.safe_load(file.read_text())
         key = data["source"]["key"]
         for run in data["runs"]:
+            if only is not None and (key, run["name"]) not in only:
+                continue
             reason = _skip_reason(run)
             if reason:
                 skipped[reason] = skipped.get(reason, 0) + 1

@@ -79,6 +79,10 @@ def test_error_per_source_stays_at_what_was_recorded(by_source, source, recorded
     ("nemo_perf_summary_2407", 0.078, 0.16),         # 9 GPT-3 / Llama runs, 64-512 H100
     ("torchtitan_perf_2024_a100_h100", 0.057, 0.07),  # 405B tensorwise on 128 H100
     ("torchtitan_llama31_8b_h200_trainy_202506", 0.081, 0.09),
+    # GB200 (issue 24's expert layouts; preset gb200-nvl72 not fitted on any run): Llama 3 8B
+    # +23%, the MXFP8 405B pipeline +35%, the 405B TP4 PP16 -18%; Megatron-FSDP rows within 10%.
+    ("megatron_bridge_gb200_dense", 0.148, 0.35),
+    ("nemo_perf_summary_2504_gb200", 0.094, 0.17),   # 405B TP4 PP8 CP2 +17%, GPT-3 175B +2%
     # Recorded, not good: MoE (the bf16 MoE rows are as far off), Meta's 500 W H100s, and
     # long-context rows whose error grows with the sequence (attention at 32K-256K tokens
     # through torchtitan's all-gather CP / NeMo's ring: the next thing to calibrate).
