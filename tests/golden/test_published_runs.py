@@ -80,9 +80,12 @@ def test_error_per_source_stays_at_what_was_recorded(by_source, source, recorded
     ("torchtitan_perf_2024_a100_h100", 0.057, 0.07),  # 405B tensorwise on 128 H100
     ("torchtitan_llama31_8b_h200_trainy_202506", 0.081, 0.09),
     # GB200 (issue 24's expert layouts; preset gb200-nvl72 not fitted on any run): Llama 3 8B
-    # +23%, the MXFP8 405B pipeline +35%, the 405B TP4 PP16 -18%; Megatron-FSDP rows within 10%.
-    ("megatron_bridge_gb200_dense", 0.148, 0.35),
-    ("nemo_perf_summary_2504_gb200", 0.094, 0.17),   # 405B TP4 PP8 CP2 +17%, GPT-3 175B +2%
+    # on one node +23% (no pipeline, no network: the assumed GB200 rate itself is high), the
+    # MXFP8 405B pipeline +45%, the 405B TP4 PP16 -13%; Megatron-FSDP rows within 10%. Since
+    # the interleaved schedule hides its pipeline transfers the interleaved rows lost the
+    # exposed p2p that offset that rate (405B TP4 PP8 CP2 +17% -> +26%, GPT-3 175B +2% -> +13%).
+    ("megatron_bridge_gb200_dense", 0.154, 0.46),
+    ("nemo_perf_summary_2504_gb200", 0.196, 0.27),
     # Recorded, not good: MoE (the bf16 MoE rows are as far off), Meta's 500 W H100s, and
     # long-context rows whose error grows with the sequence (attention at 32K-256K tokens
     # through torchtitan's all-gather CP / NeMo's ring: the next thing to calibrate).
