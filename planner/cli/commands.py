@@ -243,6 +243,25 @@ def _load_problem(model, cluster, *, gpus, nodes, seq_len, global_batch, global_
     return problem
 
 
+def _config_problem(model, cluster, gpus, overrides: dict):
+    """The problem and the command line's training settings for a command that reads a config
+    file (validate, emit, diff): those settings win over the file's, the file's over the
+    model's. --fp8-recipe without --precision waits for the file's precision."""
+    from planner.review.config import Given
+
+    given = Given.from_options(**overrides)
+    if overrides.get("precision") is None:
+        overrides = {**overrides, "fp8_recipe": None}
+    return _load_problem(model, cluster, gpus=gpus, quiet=True, **overrides), given
+
+
+def _problem_notes(*problems) -> None:
+    """The `note:` lines of problems read from config files (`_config_problem` loads them
+    quietly: a note on the batch waits for the file's seq_len)."""
+    for note in dict.fromkeys(n for p in problems for n in p.notes):
+        _stderr(f"note: {note}")
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="planner")
 @click.option("--debug", is_flag=True, help="Show the traceback of internal errors.")
@@ -459,10 +478,12 @@ def validate(model, cluster, strategy, targets, cross_node_tp, no_compare, token
     from planner.review.config import review_config
     from planner.rules.gate import RuleOptions
 
-    problem = _load_problem(model, cluster, gpus=gpus, **overrides)
+    problem, given = _config_problem(model, cluster, gpus, overrides)
     review = review_config(problem, strategy, gpus_given=gpus,
                            options=RuleOptions(cross_node_tp=cross_node_tp, targets=targets),
-                           compare=not no_compare, num_tokens=tokens, framework=framework)
+                           compare=not no_compare, num_tokens=tokens, framework=framework,
+                           given=given)
+    _problem_notes(review.problem)
     if as_json:
         report = review.report
         out = {**_json_head(review.problem), "file": strategy,
@@ -505,10 +526,11 @@ def emit(model, cluster, strategy, targets, out_dir, force, cross_node_tp, token
     from planner.review.config import review_config
     from planner.rules.gate import RuleOptions
 
-    problem = _load_problem(model, cluster, gpus=gpus, **overrides)
+    problem, given = _config_problem(model, cluster, gpus, overrides)
     review = review_config(problem, strategy, gpus_given=gpus,
                            options=RuleOptions(cross_node_tp=cross_node_tp, targets=targets),
-                           compare=False, num_tokens=tokens)
+                           compare=False, num_tokens=tokens, given=given)
+    _problem_notes(review.problem)
     if review.violations or review.report is None:
         render.print_renderable(render.violations_text(review.violations), stderr=True)
         raise InfeasibleError(f"{strategy}: not written: fix the problems above first")
