@@ -458,28 +458,11 @@ def _json_head(problem, notes: list[str] = ()) -> dict:
 
 
 def _emit(chosen: list, out_dir, force, tokens, *, describe: bool = False) -> list:
-    """Write each target's launch configs from its plan (`cli.targets.TargetPlan`), each
-    file's prediction priced by its own framework's profile; say so on stderr (`describe`:
-    with the plan each target got). The plans with the paths written."""
-    from dataclasses import replace
+    """Write each target's launch configs from its plan (`cli.targets.write_targets`) and
+    say so on stderr (`describe`: with the plan each target got)."""
+    from planner.cli.targets import write_targets, wrote_line
 
-    from planner.cli.targets import with_files, wrote_line
-    from planner.costing.evaluate import evaluate_strategy
-    from planner.review.config import strategy_of
-    from planner.frameworks import LaunchPlan, emit_files, write_files
-    from planner.inputs.loader import load_framework
-
-    files, names = {}, []
-    for c in chosen:
-        strategy = strategy_of(c.plan)
-        priced, own = c.problem, c.plan
-        if c.target.framework != priced.framework.name:
-            priced = replace(priced, framework=load_framework(c.target.framework))
-            own = evaluate_strategy(priced, strategy, num_tokens=tokens)
-        written = emit_files([c.target], LaunchPlan(priced, strategy, own, num_tokens=tokens))
-        files |= written
-        names.append(list(written))
-    chosen = with_files(chosen, write_files(files, out_dir, force=force), names)  # all or none
+    chosen = write_targets(chosen, out_dir, force=force, num_tokens=tokens)
     for c in chosen:
         for path in c.files:
             _stderr(wrote_line(path, c) if describe else f"wrote {path}")

@@ -22,6 +22,10 @@ from rich.text import Text
 from cost_models.units import GiB
 from planner.cli import render
 from planner.core.problem import Problem
+from planner.costing.evaluate import evaluate_strategy
+from planner.frameworks import LaunchPlan, emit_files, write_files
+from planner.inputs.loader import load_framework
+from planner.review.config import strategy_of
 from planner.errors import InfeasibleError, InputError
 from planner.schemas.report import PlanReport
 from planner.schemas.strategy import LaunchTarget
@@ -61,11 +65,22 @@ def plans_per_target(targets: tuple[LaunchTarget, ...], first: tuple[Problem, li
     return out
 
 
-def with_files(chosen: list[TargetPlan], paths: list[Path],
-               names: list[list[str]]) -> list[TargetPlan]:
-    """`chosen` with the paths written for each (`names`: each target's file names; no two
-    targets write a file of the same name)."""
-    by_name = {p.name: p for p in paths}
+def write_targets(chosen: list[TargetPlan], out_dir, *, force: bool,
+                  num_tokens: float | None) -> list[TargetPlan]:
+    """Write each target's launch configs from its own plan, all or none, each file's
+    prediction priced by its own framework's profile; `chosen` with the paths written."""
+    files, names = {}, []
+    for c in chosen:
+        strategy = strategy_of(c.plan)
+        priced, own = c.problem, c.plan
+        if c.target.framework != priced.framework.name:      # --framework priced the search
+            priced = replace(priced, framework=load_framework(c.target.framework))
+            own = evaluate_strategy(priced, strategy, num_tokens=num_tokens)
+        written = emit_files([c.target], LaunchPlan(priced, strategy, own,
+                                                     num_tokens=num_tokens))
+        files |= written               # no two targets write a file of the same name
+        names.append(list(written))
+    by_name = {p.name: p for p in write_files(files, out_dir, force=force)}
     return [replace(c, files=tuple(by_name[n] for n in own)) for c, own in zip(chosen, names)]
 
 
