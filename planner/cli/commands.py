@@ -243,6 +243,25 @@ def _load_problem(model, cluster, *, gpus, nodes, seq_len, global_batch, global_
     return problem
 
 
+def _config_problem(model, cluster, gpus, overrides: dict):
+    """The problem and the command line's training settings for a command that reads a config
+    file (validate, emit, diff): those settings win over the file's, the file's over the
+    model's. --fp8-recipe without --precision waits for the file's precision."""
+    from planner.review.config import Given
+
+    given = Given.from_options(**overrides)
+    if overrides.get("precision") is None:
+        overrides = {**overrides, "fp8_recipe": None}
+    return _load_problem(model, cluster, gpus=gpus, quiet=True, **overrides), given
+
+
+def _problem_notes(*problems) -> None:
+    """The `note:` lines of problems read from config files (`_config_problem` loads them
+    quietly: a note on the batch waits for the file's seq_len)."""
+    for note in dict.fromkeys(n for p in problems for n in p.notes):
+        _stderr(f"note: {note}")
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="planner")
 @click.option("--debug", is_flag=True, help="Show the traceback of internal errors.")
@@ -303,7 +322,8 @@ def memory(model, cluster, strategy, framework, as_json, **overrides):
 @click.option("--emit", "targets", type=_Targets(), default=(),
               help="Write launch configs for the plan: megatron, deepspeed, torchrun, "
                    "torchtitan, mindspore, mindformers (comma-separated). The search then "
-                   "keeps to what those frameworks run.")
+                   "keeps to what the framework runs; with several, each target's files come "
+                   "from its own best plan, and the ranking shown is the first's.")
 @click.option("--out", "out_dir", type=_OutDir(), default=".",
               show_default=True, help="Directory for --emit.")
 @click.option("--plan", "plan_rank", type=click.IntRange(min=1), default=1, show_default=True,
@@ -327,13 +347,16 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
     if price is not None and tokens is None:
         raise InputError("--gpu-hour-price: give --tokens too (the cost is that of training "
                          "them)")
-    framework = framework_name(framework, targets)
-    problem = _load_problem(model, cluster, gpus=gpus, nodes=nodes, seq_len=seq_len,
-                            global_batch=global_batch, global_batch_tokens=global_batch_tokens,
-                            precision=precision, optimizer=optimizer, framework=framework,
-                            fp8_recipe=fp8_recipe, min_free=min_free)
+    # Several targets: the ranking shown is the first's; each target's files come from its
+    # own best plan (cli.targets), as `--emit TARGET` alone would write them.
+    framework_given = framework
+    options = dict(gpus=gpus, nodes=nodes, seq_len=seq_len, global_batch=global_batch,
+                   global_batch_tokens=global_batch_tokens, precision=precision,
+                   optimizer=optimizer, fp8_recipe=fp8_recipe, min_free=min_free)
+    framework = framework_name(framework, targets[:1])
+    problem = _load_problem(model, cluster, framework=framework, **options)
     # The rules of the framework that prices the plans apply too (rules.rule_targets).
-    space, settings = _search_space(pins, targets)
+    space, settings = _search_space(pins, targets[:1])
     result = search(problem, space, settings, num_tokens=tokens)
     from dataclasses import replace
 
@@ -344,18 +367,33 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
     by_comm = _best_per_dp_comm(problem, space, settings, tokens)
     # The wall time differs run to run: only with --timings, so that output is reproducible.
     stats = result.search if timings else result.search.model_copy(update={"seconds": None})
-    written = []
+    chosen = []
     if targets:
-        if plan_rank > len(result.plans):
-            raise InputError(f"--plan {plan_rank}: the search ranked {len(result.plans)} "
-                             f"plan(s)")
-        written = _emit(problem, result.plans[plan_rank - 1], targets, out_dir, force, tokens)
+        from planner.cli.targets import plans_per_target
+
+        def load(target):
+            return _load_problem(model, cluster, quiet=True, **options,
+                                 framework=framework_name(framework_given, (target,)))
+
+        def search_one(priced, target):
+            found = search(priced, replace(space, targets=(target,)),
+                           replace(settings, export_path=None), num_tokens=tokens)
+            return [p.priced(price) for p in found.plans]
+
+        chosen = plans_per_target(targets, (problem, result.plans), load, search_one,
+                                  plan_rank)
+        chosen = _emit(chosen, out_dir, force, tokens, describe=len(targets) > 1)
+    written = [path for c in chosen for path in c.files]
     if as_json:
         out = {**_json_head(problem, notes),
                "plans": [p.model_dump(mode="json") for p in result.plans],
                "search": stats.model_dump(mode="json", exclude={"seconds"} if not timings
                                           else set()),
                "emitted": [str(p) for p in written]}
+        if chosen:
+            from planner.cli.targets import target_json
+
+            out["targets"] = [target_json(c, plan_rank) for c in chosen]
         if by_comm:
             out["dp_comm"] = {comm: (best.model_dump(mode="json") if not isinstance(best, str)
                                      else {"error": best}) for comm, best in by_comm.items()}
@@ -371,6 +409,10 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
                                              search=stats))
     if by_comm:
         render.print_renderable(render.dp_comm_table(by_comm))
+    if len(chosen) > 1:
+        from planner.cli.targets import targets_view
+
+        render.print_renderable(targets_view(chosen, plan_rank))
 
 
 def _best_per_dp_comm(problem, space, settings, tokens) -> dict:
@@ -415,28 +457,16 @@ def _json_head(problem, notes: list[str] = ()) -> dict:
             "notes": list(problem.notes) + list(notes)}
 
 
-def _emit(problem, report, targets, out_dir, force, tokens) -> list:
-    """Write the launch configs of one evaluated plan, each file's prediction priced by its own
-    framework's profile; say so on stderr."""
-    from dataclasses import replace
+def _emit(chosen: list, out_dir, force, tokens, *, describe: bool = False) -> list:
+    """Write each target's launch configs from its plan (`cli.targets.write_targets`) and
+    say so on stderr (`describe`: with the plan each target got)."""
+    from planner.cli.targets import write_targets, wrote_line
 
-    from planner.costing.evaluate import evaluate_strategy
-    from planner.review.config import strategy_of
-    from planner.frameworks import LaunchPlan, emit_files, write_files
-    from planner.inputs.loader import load_framework
-
-    strategy = strategy_of(report)
-    files = {}
-    for target in targets:
-        priced, own = problem, report
-        if target.framework != problem.framework.name:
-            priced = replace(problem, framework=load_framework(target.framework))
-            own = evaluate_strategy(priced, strategy, num_tokens=tokens)
-        files |= emit_files([target], LaunchPlan(priced, strategy, own, num_tokens=tokens))
-    paths = write_files(files, out_dir, force=force)     # all or nothing
-    for path in paths:
-        _stderr(f"wrote {path}")
-    return paths
+    chosen = write_targets(chosen, out_dir, force=force, num_tokens=tokens)
+    for c in chosen:
+        for path in c.files:
+            _stderr(wrote_line(path, c) if describe else f"wrote {path}")
+    return chosen
 
 
 @cli.command()
@@ -459,10 +489,12 @@ def validate(model, cluster, strategy, targets, cross_node_tp, no_compare, token
     from planner.review.config import review_config
     from planner.rules.gate import RuleOptions
 
-    problem = _load_problem(model, cluster, gpus=gpus, **overrides)
+    problem, given = _config_problem(model, cluster, gpus, overrides)
     review = review_config(problem, strategy, gpus_given=gpus,
                            options=RuleOptions(cross_node_tp=cross_node_tp, targets=targets),
-                           compare=not no_compare, num_tokens=tokens, framework=framework)
+                           compare=not no_compare, num_tokens=tokens, framework=framework,
+                           given=given)
+    _problem_notes(review.problem)
     if as_json:
         report = review.report
         out = {**_json_head(review.problem), "file": strategy,
@@ -505,14 +537,18 @@ def emit(model, cluster, strategy, targets, out_dir, force, cross_node_tp, token
     from planner.review.config import review_config
     from planner.rules.gate import RuleOptions
 
-    problem = _load_problem(model, cluster, gpus=gpus, **overrides)
+    problem, given = _config_problem(model, cluster, gpus, overrides)
     review = review_config(problem, strategy, gpus_given=gpus,
                            options=RuleOptions(cross_node_tp=cross_node_tp, targets=targets),
-                           compare=False, num_tokens=tokens)
+                           compare=False, num_tokens=tokens, given=given)
+    _problem_notes(review.problem)
     if review.violations or review.report is None:
         render.print_renderable(render.violations_text(review.violations), stderr=True)
         raise InfeasibleError(f"{strategy}: not written: fix the problems above first")
-    _emit(review.problem, review.report, targets, out_dir, force, tokens)
+    from planner.cli.targets import TargetPlan
+
+    _emit([TargetPlan(t, review.problem, review.report) for t in targets], out_dir, force,
+          tokens)
 
 
 @cli.command()

@@ -10,9 +10,9 @@ import sys
 
 import click
 
-from planner.cli.commands import (_Count, _json_head, _load_problem, _notes, _search_space,
-                                  _stderr, cli, framework_option, problem_options,
-                                  search_options)
+from planner.cli.commands import (_Count, _config_problem, _json_head, _load_problem, _notes,
+                                  _problem_notes, _search_space, _stderr, cli, framework_option,
+                                  problem_options, search_options)
 from planner.errors import ExitCode, InfeasibleError, InputError
 
 
@@ -35,10 +35,11 @@ def diff(model, cluster, a, b, cross_node_tp, framework, as_json, gpus, **overri
     from planner.review.config import review_config
     from planner.rules.gate import RuleOptions
 
-    problem = _load_problem(model, cluster, gpus=gpus, **overrides)
+    problem, given = _config_problem(model, cluster, gpus, overrides)
     reviews = [review_config(problem, path, gpus_given=gpus,
                              options=RuleOptions(cross_node_tp=cross_node_tp), compare=False,
-                             framework=framework) for path in (a, b)]
+                             framework=framework, given=given) for path in (a, b)]
+    _problem_notes(*(r.problem for r in reviews))
     for review in reviews:
         if review.report is None:
             render.print_renderable(render.violations_text(review.violations), stderr=True)

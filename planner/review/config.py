@@ -56,9 +56,56 @@ class Review:
         return self.report.time.step_s / self.best.time.step_s
 
 
+TRAINING_FLAGS = {"seq_len": "--seq-len", "global_batch": "--global-batch",
+                  "precision": "--precision", "fp8_recipe": "--fp8-recipe",
+                  "optimizer": "--optimizer"}
+"""The training settings a config file may state, and the command-line flag that wins over
+the file's value."""
+
+
+@dataclass(frozen=True)
+class Given:
+    """Training settings the command line gave: they win over a config file's, which win over
+    the model's defaults (the problem already holds the command line's values)."""
+
+    names: frozenset[str] = frozenset()
+    """Keys of `TRAINING_FLAGS` the command line set (--global-batch-tokens sets global_batch,
+    --precision mxfp8 sets fp8_recipe too)."""
+    global_batch_tokens: float | None = None
+    """--global-batch-tokens: turned into sequences at the seq_len the run ends up with."""
+    fp8_recipe: str | None = None
+    """--fp8-recipe without --precision: the problem cannot hold it before the file says
+    whether it trains in FP8."""
+
+    @classmethod
+    def from_options(cls, *, seq_len=None, global_batch=None, global_batch_tokens=None,
+                     precision=None, fp8_recipe=None, optimizer=None, **_) -> Given:
+        """From the options of `planner.cli.commands.problem_options` (the others ignored)."""
+        names = {name for name, value in (("seq_len", seq_len), ("precision", precision),
+                                          ("fp8_recipe", fp8_recipe), ("optimizer", optimizer))
+                 if value is not None}
+        if global_batch is not None or global_batch_tokens is not None:
+            names.add("global_batch")
+        if precision == "mxfp8":     # FP8 with the MXFP8 recipe (loader.make_problem)
+            names.add("fp8_recipe")
+        return cls(frozenset(names), global_batch_tokens,
+                   fp8_recipe if precision is None else None)
+
+    def flag(self, name: str) -> str:
+        if name == "global_batch" and self.global_batch_tokens is not None:
+            return "--global-batch-tokens"
+        return TRAINING_FLAGS[name]
+
+
+def _shown(value) -> str:
+    return str(getattr(value, "value", value))
+
+
 def _configured(problem: Problem, parsed: ParsedConfig, *, file: str,
-                gpus_given: int | None) -> Problem:
-    """The problem as the config describes it: its GPU count and training settings."""
+                gpus_given: int | None, given: Given = Given()) -> Problem:
+    """The problem as the config describes it: its GPU count and training settings (global
+    batch, seq_len, precision and FP8 recipe, optimizer), the command line's winning where it
+    gave them, the model's where neither says."""
     s = parsed.strategy
     num_gpus = gpus_given or parsed.world_size
     if num_gpus is None and all(k in s for k in ("dp", "tp", "pp")):
@@ -68,32 +115,76 @@ def _configured(problem: Problem, parsed: ParsedConfig, *, file: str,
     if num_gpus > cluster.num_gpus:
         raise InputError(f"{file}: launches {num_gpus} GPUs but {cluster.name} has "
                          f"{cluster.num_gpus}; pass --nodes to describe a larger cluster")
-    training = problem.training
-    if parsed.training:
-        values = {**training.model_dump(), **parsed.training}
-        if "precision" in parsed.training and "fp8_recipe" not in parsed.training:
-            values["fp8_recipe"] = None        # the file's precision, with its own recipe
-        training = resolve_training(validate_file(TrainingSpec, values, file), problem.cluster,
-                                    problem.framework, file=file)
+    training, notes = _training(problem, parsed, file=file, given=given)
     model = problem.model
     if parsed.model:
         blocks = tuple(b.model_copy(update=parsed.model) if b.kind == "transformer" else b
                        for b in model.blocks)
         model = model.model_copy(update=dict(blocks=blocks))
-    return replace(problem, num_gpus=num_gpus, training=training, model=model)
+    return replace(problem, num_gpus=num_gpus, training=training, model=model, notes=notes)
 
 
-def _strategy(problem: Problem, parsed: ParsedConfig, file: str) -> Strategy:
+def _training(problem: Problem, parsed: ParsedConfig, *, file: str,
+              given: Given) -> tuple[TrainingSpec, tuple[str, ...]]:
+    """The training settings the file states (its global batch among them), the command
+    line's where it gave them; and the problem's notes, the --global-batch-tokens one
+    restated at the file's seq_len. Adds a note to `parsed` for every file value the command
+    line replaces."""
+    training, notes = problem.training, problem.notes
+    stated = dict(parsed.training)
+    if "global_batch" in parsed.strategy:
+        stated["global_batch"] = parsed.strategy["global_batch"]
+    kept = {k: v for k, v in stated.items() if k not in given.names}
+    if kept or given.names:
+        values = {**training.model_dump(), **kept}
+        if "fp8_recipe" not in kept and "fp8_recipe" not in given.names \
+                and ("precision" in kept or "precision" in given.names):
+            values["fp8_recipe"] = None      # the default recipe of the file's framework
+        if given.fp8_recipe is not None:
+            values["fp8_recipe"] = given.fp8_recipe
+        if "fp8_recipe" in given.names and values["precision"] != "fp8":
+            raise InputError(f"--fp8-recipe: {file} trains in {_shown(values['precision'])}, "
+                             f"not fp8; give --precision fp8 too")
+        tokens = given.global_batch_tokens
+        if tokens is not None and values["seq_len"] != training.seq_len:
+            seq_len = values["seq_len"]
+            values["global_batch"] = sequences = max(1, round(tokens / seq_len))
+            notes = tuple(n for n in notes if not n.startswith("--global-batch-tokens "))
+            if sequences * seq_len != tokens:
+                notes += (f"--global-batch-tokens {tokens:,.0f}: {sequences} sequences of "
+                          f"{seq_len} tokens ({sequences * seq_len:,} tokens)",)
+        training = resolve_training(validate_file(TrainingSpec, values, file), problem.cluster,
+                                    problem.framework, file=file)
+    for name in sorted(given.names & stated.keys()):
+        value = getattr(training, name)
+        if stated[name] != value:
+            shown = (f"{given.global_batch_tokens:,.0f} ({value} sequences)"
+                     if given.flag(name) == "--global-batch-tokens" else _shown(value))
+            parsed.notes.append(f"{given.flag(name)} {shown} replaces the file's {name} "
+                                f"{_shown(stated[name])}")
+    return training, notes
+
+
+def _strategy(problem: Problem, parsed: ParsedConfig, file: str,
+              given: Given = Given()) -> tuple[Problem, Strategy]:
+    """The file's strategy, resolved, and the problem at the global batch it runs (the
+    command line's if it gave one), so that a search compares like with like."""
     fields = dict(parsed.strategy)
     tp, pp, cp = fields.get("tp", 1), fields.get("pp", 1), fields.get("cp", 1)
     if "dp" not in fields:
         fields["dp"] = max(1, problem.num_gpus // (tp * cp * pp))  # gpu_count says if it is off
-    if "global_batch" not in fields:
+    if "global_batch" in given.names:
+        fields["global_batch"] = problem.training.global_batch
+    elif "global_batch" not in fields:
         # Megatron-LM's default is one micro-batch per data-parallel rank.
         fields["global_batch"] = (fields.get("micro_batch", 1) * fields["dp"]
                                   if parsed.target is LaunchTarget.MEGATRON
                                   else problem.training.global_batch)
-    return resolve_strategy(validate_file(Strategy, fields, file), problem, file=file)
+    strategy = resolve_strategy(validate_file(Strategy, fields, file), problem, file=file)
+    if strategy.global_batch != problem.training.global_batch:
+        problem = replace(problem, training=problem.training.model_copy(
+            update={"global_batch": strategy.global_batch}))
+    return problem, strategy
 
 
 def strategy_of(report: PlanReport) -> Strategy:
@@ -130,27 +221,29 @@ def read_strategy(problem: Problem, path: str, *, gpus_given: int | None,
                   options: RuleOptions = RuleOptions(),
                   settings: SolverSettings = SolverSettings(top_k=1),
                   num_tokens: float | None = None, framework: str | None = None,
-                  parsed: ParsedConfig | None = None
+                  parsed: ParsedConfig | None = None, given: Given = Given()
                   ) -> tuple[Problem, Strategy, ParsedConfig, RuleOptions]:
     """The problem and strategy a config file describes (`parsed`: the file already read,
     e.g. a Megatron-LM log's arguments), priced by its framework's profile unless `framework`
     is given (a strategy.yaml with --target uses the target's; else Megatron-LM's), and the
-    rule options with the file's framework among the targets."""
+    rule options with the file's framework among the targets. The problem holds the file's
+    GPU count, global batch, seq_len, precision and optimizer, except where the command line
+    `given` its own."""
     if parsed is None:
         parsed = read_config(path, problem, gpus_given)
     if parsed.target is LaunchTarget.TORCHRUN:
         raise InputError(f"{path}: a torchrun launcher carries only its world size "
                          f"({parsed.world_size} GPUs), not a strategy; validate the training "
                          f"config it launches")
-    problem = _configured(problem, parsed, file=path, gpus_given=gpus_given)
     runs_on = framework_name(framework, (parsed.target,) if parsed.target else options.targets,
                              fallback=problem.framework.name)
     problem = replace(problem, framework=load_framework(runs_on))
+    problem = _configured(problem, parsed, file=path, gpus_given=gpus_given, given=given)
     targets = tuple(dict.fromkeys(options.targets + ((parsed.target,) if parsed.target else ())))
     options = replace(options, targets=targets)
     if parsed.searched_by is not None:
         _price_searched(problem, parsed, options, settings, num_tokens)
-    strategy = _strategy(problem, parsed, path)
+    problem, strategy = _strategy(problem, parsed, path, given)
     parsed.notes.extend(note for note in ineffective_settings(problem, strategy)
                         if note not in parsed.notes)
     return problem, strategy, parsed, options
@@ -160,12 +253,14 @@ def review_config(problem: Problem, path: str, *, gpus_given: int | None,
                   options: RuleOptions = RuleOptions(), compare: bool = True,
                   num_tokens: float | None = None,
                   settings: SolverSettings = SolverSettings(top_k=1),
-                  framework: str | None = None) -> Review:
+                  framework: str | None = None, given: Given = Given()) -> Review:
     """Check a config file. Its framework's profile prices it unless `framework` is given
-    (a strategy.yaml with --target uses the target's; else Megatron-LM's)."""
+    (a strategy.yaml with --target uses the target's; else Megatron-LM's). The best plan it
+    is compared with is searched for the same problem: the file's GPU count, global batch,
+    seq_len and precision (the command line's where `given`)."""
     problem, strategy, parsed, options = read_strategy(
         problem, path, gpus_given=gpus_given, options=options, settings=settings,
-        num_tokens=num_tokens, framework=framework)
+        num_tokens=num_tokens, framework=framework, given=given)
     targets = options.targets
     check = validate(problem, strategy, options=options, num_tokens=num_tokens)
     best = note = None
