@@ -40,9 +40,11 @@ def problem_options(function, *, gpus: bool = True):
                      help="FP8 scaling recipe (default: the framework's that the GPU runs)."),
         click.option("--optimizer", type=click.Choice(["adam", "sgd", "sgd_momentum"]),
                      help="Override training.optimizer."),
-        click.option("--min-free", "min_free", type=click.FloatRange(min=0), default=0.0,
+        click.option("--min-free", "min_free", type=click.FloatRange(min=0), default=None,
                      metavar="GIB", help="Keep this much memory free on every GPU (GiB): a "
-                     "safety margin under the predicted peak (default 0)."),
+                     "safety margin under the predicted peak. Default: max(2 GiB, 3% of the "
+                     "GPU), which the search keeps where it can and validate/memory warn "
+                     "about; 0 plans without a margin."),
     ]
     for option in reversed(options):
         function = option(function)
@@ -226,7 +228,7 @@ def _search_space(pins: dict, targets: tuple = ()):
 
 
 def _load_problem(model, cluster, *, gpus, nodes, seq_len, global_batch, global_batch_tokens,
-                  precision, optimizer, framework="megatron", fp8_recipe=None, min_free=0.0,
+                  precision, optimizer, framework="megatron", fp8_recipe=None, min_free=None,
                   quiet=False):
     from planner.inputs.loader import make_problem
 
@@ -287,7 +289,7 @@ def memory(model, cluster, strategy, framework, as_json, **overrides):
     fit."""
     from planner.costing.evaluate import evaluate_strategy
     from planner.rules.ineffective import ineffective_settings
-    from planner.rules.validate import check_layout
+    from planner.rules.validate import check_layout, margin_note
     from planner.inputs.loader import load_strategy, resolve_strategy
 
     from planner.inputs.loader import framework_name
@@ -296,7 +298,8 @@ def memory(model, cluster, strategy, framework, as_json, **overrides):
     plan = resolve_strategy(load_strategy(strategy), problem, file=strategy)
     check_layout(plan, problem, file=strategy)
     report = evaluate_strategy(problem, plan)
-    notes = _notes(ineffective_settings(problem, plan))
+    notes = _notes([*ineffective_settings(problem, plan),
+                    *filter(None, [margin_note(problem, report)])])
     code = ExitCode.OK if report.memory.fits else ExitCode.NOT_FEASIBLE
     if as_json:
         out = {**_json_head(problem, notes),
@@ -382,6 +385,8 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
 
         chosen = plans_per_target(targets, (problem, result.plans), load, search_one,
                                   plan_rank)
+        for c in chosen:
+            notes += _notes(_emit_notes(c.problem, c.plan))
         chosen = _emit(chosen, out_dir, force, tokens, describe=len(targets) > 1)
     written = [path for c in chosen for path in c.files]
     if as_json:
@@ -455,6 +460,15 @@ def _json_head(problem, notes: list[str] = ()) -> dict:
             "fp8_recipe": (problem.training.fp8_recipe.value
                            if problem.training.fp8_recipe is not None else None),
             "notes": list(problem.notes) + list(notes)}
+
+
+def _emit_notes(problem, report) -> list[str]:
+    """What to say before writing `report`'s plan: that it breaks the default memory margin
+    (after --min-free 0, or a pinned plan that cannot keep it)."""
+    from planner.rules.validate import margin_note
+
+    note = margin_note(problem, report, what="the plan written")
+    return [note] if note else []
 
 
 def _emit(chosen: list, out_dir, force, tokens, *, describe: bool = False) -> list:
@@ -545,6 +559,7 @@ def emit(model, cluster, strategy, targets, out_dir, force, cross_node_tp, token
     if review.violations or review.report is None:
         render.print_renderable(render.violations_text(review.violations), stderr=True)
         raise InfeasibleError(f"{strategy}: not written: fix the problems above first")
+    _notes(_emit_notes(review.problem, review.report))
     from planner.cli.targets import TargetPlan
 
     _emit([TargetPlan(t, review.problem, review.report) for t in targets], out_dir, force,

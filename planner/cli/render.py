@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cost_models.units import GiB
+from planner.core.problem import default_min_free_bytes
 from planner.schemas.strategy import strategy_label as strategy_phrase
 from planner.schemas.report import (MemoryReport, PlanReport, SearchReport, StageMemory,
                                     TimeReport)
@@ -84,16 +85,31 @@ def memory_table(memory: MemoryReport, *, title: str | None = None) -> Table:
     return table
 
 
+def default_margin(memory: MemoryReport) -> float:
+    """Bytes the default margin keeps free on this report's GPU (`--min-free` unset)."""
+    return default_min_free_bytes(memory.capacity_bytes)
+
+
+def under_margin(memory: MemoryReport) -> bool:
+    """It fits, with less free than the default margin (which --min-free set lower)."""
+    return memory.fits and memory.headroom_bytes < default_margin(memory)
+
+
 def fit_line(memory: MemoryReport) -> Text:
     headroom = memory.capacity_bytes - memory.peak_bytes
+    margin = default_margin(memory)
     verdict = "fits" if memory.fits else "does NOT fit"
-    kept = (f" keeping {gib(memory.min_free_bytes)} free (--min-free)"
+    if under_margin(memory):
+        verdict = f"fits, but under the default margin of {gib(margin)} free"
+    which = "the default margin" if memory.min_free_bytes == margin else "--min-free"
+    kept = (f" keeping {gib(memory.min_free_bytes)} free ({which})"
             if memory.min_free_bytes else "")
     text = Text(f"peak {gib(memory.peak_bytes)} on stage {memory.peak_stage} of "
                 f"{gib(memory.capacity_bytes)}{kept}: {verdict}, ")
     over = memory.peak_bytes + memory.min_free_bytes - memory.capacity_bytes
+    style = ("yellow" if under_margin(memory) else "green") if memory.fits else "bold red"
     text.append(f"headroom {gib(headroom)}" if memory.fits else f"over by {gib(over)}",
-                style="green" if memory.fits else "bold red")
+                style=style)
     if memory.host_bytes:
         room = ("" if memory.host_capacity_bytes is None
                 else f" of the {gib(memory.host_capacity_bytes)} per GPU its node has")
@@ -199,22 +215,18 @@ PLANS_LEGEND = ("strategy: dp x tp x pp, interleaved chunks (vpp), context paral
                 "peak and free memory per GPU in GiB")
 
 
-LOW_FREE_GIB = 2.0
-"""Plans that leave less free per GPU are flagged: the predicted peak has no room for what the
-model leaves out (allocator spikes, NCCL buffers that grow with the job), which real runs at
-this margin rarely survive."""
-
-
 def low_free_warning(plans: list[PlanReport]) -> Text | None:
-    """One line naming the plans with less than LOW_FREE_GIB free, and the flag that helps."""
-    tight = [str(rank) for rank, p in enumerate(plans, start=1)
-             if p.memory.headroom_bytes < LOW_FREE_GIB * GiB]
+    """One line naming the plans with less free than the default margin (marked !): the
+    predicted peak leaves no room for what the model leaves out (allocator spikes, NCCL
+    buffers that grow with the job), which real runs at this margin rarely survive."""
+    tight = [str(rank) for rank, p in enumerate(plans, start=1) if under_margin(p.memory)]
     if not tight:
         return None
     which = f"plan {tight[0]} leaves" if len(tight) == 1 else \
         f"plans {', '.join(tight)} leave"
-    return Text(f"warning: {which} under {LOW_FREE_GIB:g} GiB free per GPU (marked !); pass "
-                f"--min-free {LOW_FREE_GIB:g} to plan with a safety margin", style="yellow")
+    margin = default_margin(plans[0].memory) / GiB
+    return Text(f"warning: {which} under the default margin of {margin:.1f} GiB free per GPU "
+                f"(marked !): they may run out of memory", style="yellow")
 
 
 def plans_table(plans: list[PlanReport]) -> Table:
@@ -228,8 +240,7 @@ def plans_table(plans: list[PlanReport]) -> Table:
     for rank, plan in enumerate(plans, start=1):
         m, t = plan.memory, plan.time
         degrees, options = compact_strategy(plan)
-        free = f"{m.headroom_bytes / GiB:.1f}" + ("!" if m.headroom_bytes < LOW_FREE_GIB * GiB
-                                                  else "")
+        free = f"{m.headroom_bytes / GiB:.1f}" + ("!" if under_margin(m) else "")
         table.add_row(str(rank), degrees, options, f"{m.peak_bytes / GiB:.1f}", free,
                       seconds(t.step_s),
                       rate(plan.throughput.tokens_per_s), percent(plan.throughput.mfu),

@@ -377,7 +377,7 @@ def report(problem: Problem, layout: Layout, cands: Candidates, ev: Evaluation, 
     capacity = float(problem.cluster.capacity_bytes)
     peak = float(ev.peak_bytes[i])
     memory = MemoryReport(stages=stages, peak_bytes=peak, peak_stage=int(ev.peak_stage[i]),
-                          capacity_bytes=capacity, min_free_bytes=problem.min_free_bytes,
+                          capacity_bytes=capacity, min_free_bytes=problem.min_free_bytes or 0.0,
                           fits=peak <= problem.usable_bytes,
                           host_bytes=float(ev.host_bytes[i]),
                           host_capacity_bytes=problem.cluster.host_bytes_per_gpu)

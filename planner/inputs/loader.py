@@ -282,7 +282,7 @@ def make_problem(model_ref: str, cluster_ref: str, *, gpus: int | None = None,
                  global_batch: int | None = None, global_batch_tokens: float | None = None,
                  precision: str | None = None, optimizer: str | None = None,
                  framework: str = "megatron", fp8_recipe: str | None = None,
-                 min_free_gib: float = 0.0) -> Problem:
+                 min_free_gib: float | None = None) -> Problem:
     """Load a model and a cluster, apply CLI overrides, and check the GPU count."""
     model, training = load_model(model_ref)
     cluster = load_cluster(cluster_ref, nodes=nodes)
@@ -330,14 +330,15 @@ def make_problem(model_ref: str, cluster_ref: str, *, gpus: int | None = None,
         raise InputError(f"--gpus: {num_gpus} exceeds the {cluster.num_gpus} GPUs of "
                          f"{cluster.name} ({cluster.num_nodes} nodes x {cluster.gpus_per_node}); "
                          f"pass --nodes to describe a larger cluster")
-    if not 0 <= min_free_gib < cluster.gpu.memory_gib:
+    if min_free_gib is not None and not 0 <= min_free_gib < cluster.gpu.memory_gib:
         raise InputError(f"--min-free: {min_free_gib:g} GiB leaves nothing of the "
                          f"{cluster.gpu.memory_gib:g} GiB of a {cluster.gpu.name}")
     profile = load_framework(framework)
     training = resolve_training(training, cluster, profile,
                                 file="command line" if overrides else model_ref)
     return Problem(model=model, training=training, cluster=cluster, num_gpus=num_gpus,
-                   framework=profile, notes=tuple(notes), min_free_bytes=min_free_gib * GiB)
+                   framework=profile, notes=tuple(notes),
+                   min_free_bytes=None if min_free_gib is None else min_free_gib * GiB)
 
 
 def fp8_param_gather_allowed(problem: Problem, zero) -> np.ndarray:

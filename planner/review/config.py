@@ -24,7 +24,7 @@ from planner.schemas.model import TrainingSpec
 from planner.schemas.report import PlanReport, Violation
 from planner.schemas.strategy import LaunchTarget, Strategy, strategy_label
 from planner.search.solver import SolverSettings, search
-from planner.rules.validate import validate
+from planner.rules.validate import margin_note, validate
 
 
 @dataclass(frozen=True)
@@ -270,8 +270,11 @@ def review_config(problem: Problem, path: str, *, gpus_given: int | None,
             best = search(problem, space, settings, num_tokens=num_tokens).plans[0]
         except InfeasibleError as e:
             note = str(e)
+    notes = list(parsed.notes)
+    if check.report is not None and (note := margin_note(problem, check.report)):
+        notes.append(note)
     advice = None
     if check.report is not None and balanced_layouts_allowed(problem, options):
         advice = layout_advice(problem, strategy, check.report)
     return Review(problem, path, strategy, parsed.target, parsed.findings + check.violations,
-                  check.report, best, note, advice, tuple(parsed.notes))
+                  check.report, best, note, advice, tuple(notes))

@@ -12,7 +12,7 @@ from cost_models.enums import Recompute, ZeroStage
 from cost_models.units import GiB
 from planner.costing.evaluate import evaluate_strategy
 from planner.errors import InputError
-from planner.core.problem import Problem
+from planner.core.problem import Problem, default_min_free_bytes
 from planner.rules.gate import (Rule, RuleOptions, chunks_without_layers,
                                 host_memory_violations, laid_out, memory_violations,
                                 rule_violations, stage_layout_violation)
@@ -45,6 +45,20 @@ def validate(problem: Problem, strategy: Strategy, *, options: RuleOptions = Rul
     if bool(host_memory_violations(report.memory.host_bytes, problem)):
         found.append(host_memory_violation(problem, report))
     return Validation(strategy, found, report)
+
+
+def margin_note(problem: Problem, report: PlanReport, *, what: str = "it") -> str | None:
+    """A note where `report` fits its GPU but leaves less free than the default margin
+    (`core.problem.default_min_free_bytes`): a warning, not a broken rule."""
+    memory = report.memory
+    margin = default_min_free_bytes(memory.capacity_bytes)
+    if not memory.fits or memory.headroom_bytes >= margin:
+        return None
+    why = (f"--min-free {problem.min_free_bytes / GiB:g} set it lower"
+           if problem.min_free_bytes is not None else "--min-free 0 accepts that")
+    return (f"{what} fits, but under the default margin: {_gib(memory.headroom_bytes)} free "
+            f"per GPU of the {_gib(margin)} kept for allocator spikes and buffers the model "
+            f"leaves out; it may run out of memory ({why})")
 
 
 def _gib(num_bytes: float) -> str:

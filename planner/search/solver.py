@@ -161,8 +161,30 @@ def search(problem: Problem, space: SearchSpace = SearchSpace(),
 
     Raises InfeasibleError (with the conflicting rules, the closest miss and what would make
     it fit) when no candidate passes every rule.
+
+    Without --min-free (`Problem.default_margin`) the plans keep the default margin free;
+    where none can, the plans that fit the whole GPU are returned and the note says that
+    they break the margin (a pinned plan that breaks it, say).
     """
     wall = WallClock(settings.time_limit_s)
+    if not problem.default_margin:
+        return _search_widening(problem, space, settings, num_tokens, wall)
+    try:
+        return _search_widening(problem.with_margin(), space, settings, num_tokens, wall)
+    except InfeasibleError:
+        result = _search_widening(replace(problem, min_free_bytes=0.0), space, settings,
+                                  num_tokens, wall)
+    note = (f"no plan keeps the default margin of {problem.margin_bytes / 2**30:.1f} GiB free "
+            f"per GPU; these fit only without it (marked !): they may run out of memory; "
+            f"pass --min-free 0 to plan without the margin")
+    return SearchResult(result.plans, result.search.model_copy(
+        update={"note": "; ".join(filter(None, (result.search.note, note)))}))
+
+
+def _search_widening(problem: Problem, space: SearchSpace, settings: SolverSettings,
+                     num_tokens: float | None, wall: WallClock) -> SearchResult:
+    """`_search`, and where nothing fits a pp that is a power of two, every pp that divides
+    the GPUs (`widened`), said so in the note."""
     try:
         return _search(problem, space, settings, num_tokens, wall)
     except InfeasibleError:

@@ -73,7 +73,17 @@ def brute_force(problem: Problem, *, layouts: bool,
     """The fastest valid strategy by exhaustive enumeration: tp and pp powers of two (with
     `wide_pp` any pp, where no power of two has a plan the search widens pp), dp the GPUs left, every vpp, micro-batch, SP, recompute and ZeRO stage, and with `layouts` every
     split of the layers over the pipeline chunks (else the even split only). Each batch of
-    one layout is evaluated at once and filtered with the rules `validate` applies."""
+    one layout is evaluated at once and filtered with the rules `validate` applies. Like the
+    search, it keeps the problem's margin free (the default one without --min-free) where
+    any strategy can, else the whole GPU."""
+    found = _brute_force(problem, problem.with_margin().usable_bytes, layouts, wide_pp)
+    if found[1] is None and problem.default_margin:
+        found = _brute_force(problem, problem.cluster.capacity_bytes, layouts, wide_pp)
+    return found
+
+
+def _brute_force(problem: Problem, capacity: float, layouts: bool,
+                 wide_pp: bool) -> tuple[float, Strategy | None]:
     n, layers = problem.num_gpus, problem.model.num_layers
     gb = problem.training.global_batch
     defaults = problem.framework.defaults
@@ -117,7 +127,7 @@ def brute_force(problem: Problem, *, layouts: bool,
             layout = (uniform_layout(problem.model, pp, vpp) if counts is None
                       else layout_from_layer_counts(problem.model, pp, vpp, counts))
             ev = evaluate(problem, layout, cands)
-            ok = ok_rules & ~memory_violations(ev.peak_bytes, problem.cluster.capacity_bytes)
+            ok = ok_rules & ~memory_violations(ev.peak_bytes, capacity)
             for i in np.flatnonzero(ok):
                 if ev.step_s[i] < best[0]:
                     best = (float(ev.step_s[i]), strategy_at(cands, int(i), counts))
