@@ -65,6 +65,8 @@ class ParsedConfig:
     transformer block's."""
     world_size: int | None = None
     """GPUs the file launches on, when it says (torchrun's nnodes x nproc_per_node)."""
+    world_size_source: str | None = None
+    """Where the file says it ('torchrun --nnodes 8 --nproc-per-node 8'), for notes."""
     notes: list[str] = field(default_factory=list)
     """Settings that live elsewhere (model code), with what the planner assumed for them."""
     searched_by: str | None = None

@@ -10,7 +10,7 @@ from planner.errors import InputError
 from planner.frameworks.megatron_flags import check_flags
 from planner.frameworks.megatron_values import (_COUNTS, _MAX_COUNT, _attention, _float_value, _fp8, _int_value, _offload, _recompute_details,
                                                 _training_schedule, _value)
-from planner.frameworks import torchrun
+from planner.frameworks.launchers import read_launch
 from planner.frameworks.shell import ShellScript
 from planner.schemas.strategy import LaunchTarget
 from planner.core.problem import Problem
@@ -185,8 +185,8 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
     itself would refuse or silently change."""
     script = ShellScript(text, file=file)
     flags = {f.name: f for f in script.flags()}
-    parsed = ParsedConfig(strategy={}, target=LaunchTarget.MEGATRON,
-                          world_size=torchrun.world_size(script, file=file))
+    parsed = ParsedConfig(strategy={}, target=LaunchTarget.MEGATRON)
+    read_launch(parsed, script, file=file, problem=problem, num_gpus=num_gpus)
     check_flags(parsed, flags)
     _check_model(parsed, flags, problem, file)
 

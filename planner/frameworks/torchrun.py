@@ -8,6 +8,7 @@ nnodes x nproc_per_node: torchrun carries no parallel strategy of its own.
 from __future__ import annotations
 
 from planner.frameworks.base import LaunchPlan, ParsedConfig, header_lines
+from planner.frameworks.launchers import read_launch
 from planner.frameworks.shell import ShellScript
 from planner.errors import InputError
 from planner.inputs import profiles
@@ -18,8 +19,6 @@ from planner.schemas.strategy import LaunchTarget
 
 CHECKED_AGAINST = "pytorch/pytorch torch/distributed/run.py (torch 2.x option spellings)"
 
-NNODES_FLAGS = ("--nnodes",)
-NPROC_FLAGS = ("--nproc-per-node", "--nproc_per_node")
 
 
 def _comment(lines: list[str]) -> list[str]:
@@ -95,26 +94,11 @@ def emit(plan: LaunchPlan) -> dict[str, str]:
     return {"torchrun.sh": "\n".join(lines)}
 
 
-def world_size(script: ShellScript, *, file: str) -> int | None:
-    """nnodes x nproc_per_node of the script's torchrun command, when both are known."""
-    values = {f.name: f.value for f in script.flags()}
-    nnodes = next((values[f] for f in NNODES_FLAGS if f in values), None)
-    nproc = next((values[f] for f in NPROC_FLAGS if f in values), None)
-    if nnodes is None or nproc is None:
-        return None
-    try:
-        nodes = int(nnodes.split(":")[-1])       # elastic "MIN:MAX": the most it launches
-        per_node = int(nproc)
-    except ValueError:
-        raise InputError(f"{file}: torchrun --nnodes {nnodes} --nproc-per-node {nproc}: "
-                         f"expected numbers") from None
-    return nodes * per_node
-
-
 def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> ParsedConfig:
     script = ShellScript(text, file=file)
-    return ParsedConfig(strategy={}, target=LaunchTarget.TORCHRUN,
-                        world_size=world_size(script, file=file))
+    parsed = ParsedConfig(strategy={}, target=LaunchTarget.TORCHRUN)
+    read_launch(parsed, script, file=file, problem=problem, num_gpus=num_gpus)
+    return parsed
 
 
 # --------------------------------------------------------------------------- profile

@@ -108,6 +108,10 @@ def _configured(problem: Problem, parsed: ParsedConfig, *, file: str,
     gave them, the model's where neither says."""
     s = parsed.strategy
     num_gpus = gpus_given or parsed.world_size
+    if gpus_given and parsed.world_size and gpus_given != parsed.world_size:
+        launched = f" ({parsed.world_size_source})" if parsed.world_size_source else ""
+        parsed.notes.append(f"--gpus {gpus_given} overrides the {parsed.world_size} GPUs "
+                            f"{file} launches{launched}: priced on {gpus_given}")
     if num_gpus is None and all(k in s for k in ("dp", "tp", "pp")):
         num_gpus = s["dp"] * s["tp"] * s.get("cp", 1) * s["pp"]
     num_gpus = num_gpus or problem.num_gpus
