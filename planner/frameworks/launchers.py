@@ -151,7 +151,9 @@ def read_launch(parsed, script: ShellScript, *, file: str, problem, num_gpus: in
     if size is not None:
         parsed.world_size, parsed.world_size_source = size.num_gpus, size.source
         parsed.notes.extend(size.notes)
-    if parsed.world_size is None:
+    flags_only = all(c.words[0].startswith("-") for c in script.commands)
+    if parsed.world_size is None and not (flags_only and num_gpus):
+        # An argument file holds no launcher: with --gpus, the count is the user's own.
         given = (f"--gpus {num_gpus}" if num_gpus else
                  f"the whole {problem.cluster.name} cluster ({problem.num_gpus} GPUs; pass "
                  f"--gpus to price fewer)")

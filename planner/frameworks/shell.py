@@ -106,7 +106,8 @@ class ShellScript:
 
     def __init__(self, text: str, *, file: str) -> None:
         self.file = file
-        self.directory = str(Path(file).parent)
+        self.directory = str(Path(file).resolve().parent)
+        """Where the script runs from: `$(pwd)`, and the place of the files it sources."""
         self.variables: dict[str, str | list[str]] = {}
         self.tokens: list[str] = []
         self.commands: list[Command] = []
@@ -132,9 +133,9 @@ class ShellScript:
     def get(self, name: str) -> sx.Value:
         arguments = self._arguments[-1]
         if name == "0":
-            return self.file
+            return str(Path(self.file).resolve())
         if name == "BASH_SOURCE":
-            return [self._files[-1]]
+            return [str(Path(self._files[-1]).resolve())]
         if name.isdigit():
             if arguments is None:
                 return None
@@ -420,33 +421,41 @@ class ShellScript:
                               f"{sx.as_written(written)}` reads ({names} not set in the "
                               f"script); the settings it holds are not read")
             return None
-        path = Path(written) if os.path.isabs(written) else Path(self.directory) / written
+        path = Path(os.path.normpath(Path(self.directory) / written))
         if not path.is_file():
-            self.notes.append(f"{self._files[-1]} line {line}: `{what} {written}`: {path} not "
-                              f"found; the settings it holds are not read")
+            self.notes.append(f"{self._files[-1]} line {line}: `{what} {self._shown(path)}`: "
+                              f"not found; the settings it holds are not read")
             return None
         return path
+
+    def _shown(self, path: Path) -> str:
+        """A path as the user named the script: relative to where the script was given."""
+        try:
+            inside = path.relative_to(self.directory)
+        except ValueError:
+            return str(path)
+        return os.path.normpath(Path(self.file).parent / inside)
 
     def _read_file(self, path: Path, line: int, what: str):
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:
-            self.notes.append(f"{self._files[-1]} line {line}: `{what} {path}`: cannot read "
+            self.notes.append(f"{self._files[-1]} line {line}: `{what} {self._shown(path)}`: cannot read "
                               f"it ({e}); the settings it holds are not read")
             return None
-        return lex(text, file=str(path))
+        return lex(text, file=self._shown(path))
 
     def _source(self, written: str, line: int) -> None:
         path = self._find(written, line, "source")
-        if path is None or str(path) in self._files or not self._deeper():
+        if path is None or self._shown(path) in self._files or not self._deeper():
             return
         lexed = self._read_file(path, line, "source")
         if lexed is None:
             return
-        self._files.append(str(path))
+        self._files.append(self._shown(path))
         self._depth += 1
         try:
-            self._run(Parser(lexed.tokens, str(path)).parse())
+            self._run(Parser(lexed.tokens, self._shown(path)).parse())
         except _Return:
             pass
         finally:
@@ -461,7 +470,7 @@ class ShellScript:
             self._batch_options(options)
             return
         path = self._find(arguments[at], line, "sbatch")
-        if path is None or str(path) in self._files or not self._deeper():
+        if path is None or self._shown(path) in self._files or not self._deeper():
             self._batch_options(options)
             return
         lexed = self._read_file(path, line, "sbatch")
@@ -469,10 +478,10 @@ class ShellScript:
             return
         self._batch_options({**slurm.read_directives([d for _, d in lexed.directives]),
                              **options})
-        self._files.append(str(path))
+        self._files.append(self._shown(path))
         self._depth += 1
         try:
-            self._run(Parser(lexed.tokens, str(path)).parse())
+            self._run(Parser(lexed.tokens, self._shown(path)).parse())
         finally:
             self._files.pop()
             self._depth -= 1
