@@ -23,6 +23,7 @@ the unquoted expansion `${ARGS[@]}` those scripts use splits them.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 from dataclasses import dataclass
@@ -31,37 +32,15 @@ from pathlib import Path
 from planner.errors import InputError
 from planner.frameworks import shell_expand as sx
 from planner.frameworks import slurm
+from planner.frameworks.shell_flags import Flag, read_flags
 from planner.frameworks.shell_lexer import lex
 from planner.frameworks.shell_parse import AndOr, Case, Function, Group, If, Loop, Parser, Simple
 
 _ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=(.*)$", re.S)
-_SEPARATORS = (";",)
-OTHER_PROGRAMS = frozenset({"nsys", "ncu", "srun", "sbatch", "salloc", "mpirun", "docker",
-                            "numactl", "mkdir", "echo", "rm", "cp", "ls", "pip", "deepspeed"})
-"""Commands whose options a launch script may hold next to the trainer's (a profiler, Slurm,
-the deepspeed launcher):
-their options are skipped up to the next command, array end or python program."""
-_NUMBER = re.compile(r"-(\d|\.\d|inf|nan)", re.I)
-"""A negative number (or -inf, -nan) after a flag is its value, as argparse takes it."""
 _DECLARE = ("export", "declare", "local", "readonly", "typeset")
 _MAX_DEPTH = 20
 """Nested sources, functions and `sh -c` strings read before giving up (a cycle)."""
 _MAX_ITERATIONS = 1000
-
-
-@dataclass(frozen=True)
-class Flag:
-    name: str
-    """With its leading dashes: '--tensor-model-parallel-size'."""
-    value: str | None
-    """None for a switch (no value follows) or a value the script leaves unset."""
-    has_value: bool
-    more: tuple[str, ...] = ()
-    """Further words up to the next flag, for an argparse nargs='+' flag
-    (--recompute-modules core_attn mlp)."""
-    unresolved: str | None = None
-    """The value as written, with `$NAME` for each variable the script never sets, when that
-    left the value unset."""
 
 
 @dataclass(frozen=True)
@@ -79,20 +58,6 @@ class _Exit(Exception):
 
 class _Return(Exception):
     pass
-
-
-def _is_value(token: str) -> bool:
-    """Whether a token after a flag is that flag's value (not a flag, program or array)."""
-    if _NUMBER.match(token):
-        return True
-    return not (token.startswith("-") or token.endswith(".py") or "[@]" in token
-                or token.startswith("$"))
-
-
-def _flag(name: str, value: str, more: tuple[str, ...] = ()) -> Flag:
-    if sx.is_known(value):
-        return Flag(name, value, True, more)
-    return Flag(name, None, True, more, unresolved=sx.as_written(value))
 
 
 def _exits(body: list) -> bool:
@@ -295,7 +260,6 @@ class ShellScript:
             texts = [sx.expand_text(p.text, self) for p in patterns]
             label = f"the arm {'|'.join(p.text for p in patterns)}) (line {patterns[0].line})"
             if sx.is_known(word) and all(sx.is_known(t) for t in texts):
-                import fnmatch
                 value = any(fnmatch.fnmatchcase(word, t) for t in texts)
                 options.append((value, [], body, label))
             else:
@@ -505,35 +469,7 @@ class ShellScript:
 
     def flags(self) -> list[Flag]:
         """Every `--flag [value]` in order; `--flag=value` too."""
-        found = []
-        tokens, other = [], False
-        for token in self.tokens:
-            if token in _SEPARATORS:
-                other = False
-            elif token in OTHER_PROGRAMS:
-                other = True        # its options are not the trainer's, up to the next command
-            elif token.endswith(".py") or token in ("torchrun", "python", "python3"):
-                other = False
-            if not other and token not in _SEPARATORS:
-                tokens.append(token)
-        i = 0
-        while i < len(tokens):
-            token = tokens[i]
-            if token.startswith("--") and len(token) > 2:
-                if "=" in token:
-                    name, value = token.split("=", 1)
-                    found.append(_flag(name, value))
-                elif i + 1 < len(tokens) and _is_value(tokens[i + 1]):
-                    more = []
-                    while i + 2 + len(more) < len(tokens) \
-                            and _is_value(tokens[i + 2 + len(more)]):
-                        more.append(tokens[i + 2 + len(more)])
-                    found.append(_flag(token, tokens[i + 1], tuple(more)))
-                    i += 1 + len(more)
-                else:
-                    found.append(Flag(token, None, False))
-            i += 1
-        return found
+        return read_flags(self.tokens)
 
     def mentions(self, word: str) -> bool:
         return any(word in t for t in self.tokens)

@@ -19,7 +19,7 @@ import fnmatch
 import re
 from typing import Protocol
 
-from planner.frameworks.shell_lexer import _Reader
+from planner.frameworks.shell_lexer import QuoteReader
 
 _UNSET = "\x00"
 _UNSET_END = "\x01"
@@ -147,7 +147,7 @@ def _add(fields: _Fields, value: str, split: bool) -> None:
 
 def _closing(raw: str, start: int, opener: str) -> tuple[str, int]:
     """(the text inside, the index after the close) of a part opened just before `start`."""
-    reader = _Reader(raw, "")
+    reader = QuoteReader(raw, "")
     reader.i = start
     body = reader.closing(opener)
     return body[:-1], reader.i

@@ -42,7 +42,7 @@ class Lexed:
     """(line, options) of each `#SBATCH options` line before the first command."""
 
 
-class _Reader:
+class QuoteReader:
     def __init__(self, text: str, file: str) -> None:
         self.text, self.file, self.i, self.line = text, file, 0, 1
 
@@ -100,7 +100,7 @@ class _Reader:
 
 def lex(text: str, *, file: str) -> Lexed:
     """The tokens of `text`, or an InputError naming the line of an unclosed quote."""
-    r = _Reader(text, file)
+    r = QuoteReader(text, file)
     tokens: list[Token] = []
     directives: list[tuple[int, str]] = []
     heredocs: list[tuple[str, bool]] = []
@@ -188,7 +188,7 @@ def lex(text: str, *, file: str) -> Lexed:
     return Lexed(tokens, directives)
 
 
-def _array_elements(r: _Reader) -> list[str]:
+def _array_elements(r: QuoteReader) -> list[str]:
     """The words of `( ... )` after `NAME=`, comments and line ends skipped."""
     elements, word = [], []
     while True:

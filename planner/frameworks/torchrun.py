@@ -10,7 +10,6 @@ from __future__ import annotations
 from planner.frameworks.base import LaunchPlan, ParsedConfig, header_lines
 from planner.frameworks.launchers import read_launch
 from planner.frameworks.shell import ShellScript
-from planner.errors import InputError
 from planner.inputs import profiles
 from planner.schemas.framework import FrameworkProfile
 from planner.core.problem import Problem
