@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from planner.errors import InputError
 from planner.frameworks import slurm
 from planner.frameworks.shell import ShellScript
+from planner.frameworks.shell_flags import one_line
 from planner.frameworks.shell_expand import as_written, is_known, unknown_names
 
 _TORCH_MODULES = ("torch.distributed.run", "torch.distributed.launch")
@@ -59,16 +60,17 @@ def _number(value: str, what: str, file: str) -> int:
     try:
         number = int(value)
     except ValueError:
-        raise InputError(f"{file}: {what} {value}: expected a number") from None
+        raise InputError(f"{file}: {what} {one_line(value)}: expected a number") from None
     if number < 1:
-        raise InputError(f"{file}: {what} {value}: must be at least 1")
+        raise InputError(f"{file}: {what} {one_line(value)}: must be at least 1")
     return number
 
 
 def _unknown(what: str, value: str, file: str) -> LaunchSize:
     names = ", ".join(f"${n}" for n in unknown_names(value))
-    return LaunchSize(None, f"{what} {as_written(value)}",
-                      (f"{file}: {what} {as_written(value)}: the script never sets {names}, so "
+    shown = one_line(as_written(value))
+    return LaunchSize(None, f"{what} {shown}",
+                      (f"{file}: {what} {shown}: the script never sets {names}, so "
                        f"the GPU count it launches is not known",))
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from cost_models.enums import AttentionKind, Fp8Recipe, Precision, Recompute
 from planner.frameworks.base import ParsedConfig
 from planner.frameworks.megatron_flags import CHOICES
-from planner.frameworks.shell import Flag
+from planner.frameworks.shell_flags import Flag, one_line
 from planner.errors import InputError
 
 
@@ -40,7 +40,7 @@ def _int_value(flag: Flag, file: str) -> int:
     try:
         return int(value)
     except ValueError:
-        raise InputError(f"{file}: {flag.name} {value}: expected an integer") from None
+        raise InputError(f"{file}: {flag.name} {one_line(value)}: expected an integer") from None
 
 
 def _float_value(flag: Flag, file: str) -> float:
@@ -51,7 +51,7 @@ def _float_value(flag: Flag, file: str) -> float:
     try:
         number = float(value)
     except ValueError:
-        raise InputError(f"{file}: {flag.name} {value}: expected a number") from None
+        raise InputError(f"{file}: {flag.name} {one_line(value)}: expected a number") from None
     if not math.isfinite(number):
         raise InputError(f"{file}: {flag.name} {value}: expected a finite number")
     return number

@@ -19,6 +19,7 @@ import fnmatch
 import re
 from typing import Protocol
 
+from planner.errors import InputError
 from planner.frameworks.shell_lexer import QuoteReader
 
 _UNSET = "\x00"
@@ -149,7 +150,10 @@ def _closing(raw: str, start: int, opener: str) -> tuple[str, int]:
     """(the text inside, the index after the close) of a part opened just before `start`."""
     reader = QuoteReader(raw, "")
     reader.i = start
-    body = reader.closing(opener)
+    try:
+        body = reader.closing(opener)
+    except InputError:          # the lexer took it as closed (a quote inside `...`): the rest
+        return raw[start:], len(raw)
     return body[:-1], reader.i
 
 

@@ -243,6 +243,8 @@ class Parser:
                 while self.peek() is not None and not self.is_word("do"):
                     self.pos += 1                       # for ((...)): a C-style loop
             else:
+                if self.peek() is None or not self.peek().is_word:
+                    raise self.error("expected a name after 'for'")
                 variable = self.peek().text
                 self.pos += 1
                 while self.is_op(NEWLINE):
@@ -264,10 +266,14 @@ class Parser:
         line = self.peek().line
         if self.is_word("function"):
             self.pos += 1
+        if self.peek() is None or not self.peek().is_word:
+            raise self.error("expected a function name")
         name = self.peek().text
         self.pos += 1
         if self.is_op("("):
             self.pos += 2
         while self.is_op(NEWLINE):
             self.pos += 1
+        if self.peek() is None:
+            raise self.error(f"function {name} has no body")
         return Function(name, [self.command()], line)
