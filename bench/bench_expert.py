@@ -37,7 +37,7 @@ import json
 import statistics
 import sys
 import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
@@ -46,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import sc21  # noqa: E402
 from bench.published import DATA, EXPERT_INDEX, Prediction, load_runs  # noqa: E402
+from cost_models.enums import Recompute, ZeroStage  # noqa: E402
 from planner.core.problem import Problem  # noqa: E402
 from planner.costing.diff import EQUAL_WITHIN, TIME_TERMS, diff_plans  # noqa: E402
 from planner.costing.evaluate import evaluate_strategy  # noqa: E402
@@ -71,6 +72,9 @@ class Expert:
     problem: Problem
     strategy: Strategy
     measured_step_s: float | None
+    features: dict = field(default_factory=dict)
+    """What the run's framework version could do, as SearchSpace fields (expert_configs.yaml
+    `features`): the search compares with layouts its experts could have run."""
 
 
 @dataclass(frozen=True)
@@ -128,21 +132,42 @@ def load_experts(tmp: Path, only: set[str] | None = None) -> list[Expert]:
             measured = (report.time.step_s * report.throughput.hardware_tflops_per_gpu
                         / row.measured_tflops)
             experts.append(Expert(c["source"], c["run"], c["zoo"], c["why"], row.problem,
-                                  row.strategy, measured))
+                                  row.strategy, measured, _features(c)))
             continue
         run = by_key[(c["source"], c["run"])]
         prediction = Prediction(run, evaluate_strategy(run.problem, run.strategy))
         # error is predicted / measured TFLOP/s - 1, or measured / predicted step - 1: either
         # way the measured step is the predicted one times (1 + error).
         measured = prediction.report.time.step_s * (1 + prediction.error)
-        experts.append(Expert(c["source"], c["run"], c["zoo"], c["why"], run.problem,
-                              run.strategy, measured))
+        experts.append(Expert(c["source"], c["run"], c["zoo"], c["why"],
+                              _older_framework(run.problem, c), run.strategy, measured,
+                              _features(c)))
     return experts
 
 
-def space_for(strategy: Strategy) -> SearchSpace:
-    """The default space, with the overlaps the run pins (what its framework version did)."""
-    pins = {}
+def _features(config: dict) -> dict:
+    """SearchSpace fields of a config's `features` (tuples of enum values)."""
+    out = {}
+    for name, value in (config.get("features") or {}).get("space", {}).items():
+        kind = {"zero_stages": ZeroStage, "recompute": Recompute}.get(name)
+        out[name] = (tuple(kind(v) if kind else v for v in value) if isinstance(value, list)
+                     else value)
+    return out
+
+
+def _older_framework(problem: Problem, config: dict) -> Problem:
+    """The problem priced by the framework version the run used (`features.framework`:
+    profile fields that version lacked, e.g. overlap_p2p_comm before 2023)."""
+    changes = (config.get("features") or {}).get("framework")
+    if not changes:
+        return problem
+    return replace(problem, framework=problem.framework.model_copy(update=changes))
+
+
+def space_for(strategy: Strategy, features: dict | None = None) -> SearchSpace:
+    """The default space, with the overlaps the run pins and the features its framework
+    version had (what its experts could choose from)."""
+    pins = dict(features or {})
     if not strategy.overlap_grad_reduce:
         pins["overlap_grad_reduce"] = False
     for name in ("overlap_param_gather", "tp_comm_overlap", "fp8_param_gather"):
@@ -155,7 +180,7 @@ def run_one(expert: Expert, layout_work: float) -> Outcome:
     priced = evaluate_strategy(expert.problem, expert.strategy)
     settings = SolverSettings(top_k=TOP_K, layout_work=layout_work)
     try:
-        result = search(expert.problem, space_for(expert.strategy), settings)
+        result = search(expert.problem, space_for(expert.strategy, expert.features), settings)
     except InfeasibleError as e:
         return Outcome(expert, priced, [], f"search: {str(e).splitlines()[0]}")
     note = "" if priced.memory.fits else "expert layout does not fit the planner's memory model"
