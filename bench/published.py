@@ -13,6 +13,13 @@ Unknown strategy fields are filled by one rule for all runs, never per row:
 - ep: 1; etp: 1 with ep > 1 (experts whole, as Megatron-Bridge's MoE recipes run them), else tp.
 
 Runs the planner cannot express yet (FP8) are counted as skipped.
+
+Besides the run fields, a file may set in its `source:` block
+- framework_overrides: fields of the framework profile (planner/inputs/profiles/*.yaml) as the
+  source's framework version had them, merged into the profile for every run of the file, e.g.
+  `{pipeline_p2p_overlap_interleaved: false}` for a Megatron-LM older than overlap_p2p_comm;
+- compare: tokens_per_s, to compare the step time that tokens per second give;
+and a run may set cluster_overrides: fields of the cluster preset (a GPU part, a slower NIC).
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from planner.errors import InputError
 from planner.core.problem import Problem
 from planner.inputs.loader import make_problem, validate_file
 from planner.schemas.cluster import ClusterSpec
+from planner.schemas.framework import FrameworkProfile
 from planner.schemas.model_file import TransformerShorthand
 from planner.schemas.report import PlanReport
 from planner.schemas.strategy import Strategy
@@ -187,6 +195,11 @@ def load_runs(tmp: Path, cluster: ClusterSpec | None = None,
                 reason = str(e).split(': ', 2)[-1]
                 skipped[reason] = skipped.get(reason, 0) + 1
                 continue
+            if data["source"].get("framework_overrides"):
+                merged = _merge(problem.framework.model_dump(),
+                                data["source"]["framework_overrides"])
+                problem = replace(problem,
+                                  framework=validate_file(FrameworkProfile, merged, file.name))
             if run.get("cluster_overrides"):
                 merged = _merge(problem.cluster.model_dump(), run["cluster_overrides"])
                 problem = replace(problem, cluster=validate_file(ClusterSpec, merged, file.name))
