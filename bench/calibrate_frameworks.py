@@ -8,13 +8,15 @@ Two fits, each one set of constants for a whole source, never one per row:
    preset and `tp_comm_overlap_fraction` of the Megatron profile, on the Megatron-Core r0.8
    weak-scaling table (bench/data/megatron_lm_readme_h100.yaml, 9 runs, 1.7B-462B on 48-6144
    H100, all with --tp-comm-overlap).
-2. DeepSpeed ZeRO-3: `zero3.collective_efficiency` and `zero3.overlap_fraction` of the DeepSpeed
-   profile, on the six ZeRO-3 runs of SC21 Table 2 (bench/data/sc21_table2_zero3.yaml).
+2. DeepSpeed ZeRO-3 of 2021: `zero3.collective_efficiency` and `zero3.overlap_fraction`, on
+   the six ZeRO-3 runs of SC21 Table 2; they go to that source's `framework_overrides`
+   (bench/data/sc21_table2_zero3.yaml), the version it measured, not to today's profile.
 3. DeepSpeed's pipeline engine: `pipeline_micro_batch_overhead_s` of the DeepSpeed profile, on
    BLOOM-176B (6 runs) and MT-NLG 530B (3 runs), both Megatron-DeepSpeed.
 
 A grid search minimises the mean absolute percentage error; copy the results into
-planner/inputs/presets/dgx-h100.yaml and planner/inputs/profiles/{megatron,deepspeed}.yaml.
+planner/inputs/presets/dgx-h100.yaml, planner/inputs/profiles/{megatron,deepspeed}.yaml and
+the SC21 Table 2 source's framework_overrides.
 Strategies are resolved once with the shipped constants (bench/published.py fill rules).
 """
 

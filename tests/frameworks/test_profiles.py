@@ -83,11 +83,30 @@ def test_deepspeed_buckets_take_memory():
     assert extra == pytest.approx(buckets * 1.05, rel=1e-9)
 
 
-def test_deepspeed_zero3_is_slower_than_fsdp2():
-    # DeepSpeed fetches every submodule separately at 0.11 of NCCL's bandwidth (calibrated on
-    # SC21 Table 2); FSDP2 gathers one unit per block at full bandwidth.
-    shape = dict(dp=16, tp=1, pp=1, zero_stage=3, recompute="full")
-    assert run("deepspeed", **shape).time.step_s > 1.3 * run("torchtitan", **shape).time.step_s
+def test_deepspeed_zero3_fetches_per_submodule_and_its_2021_rate_stays_with_its_runs():
+    # DeepSpeed fetches every submodule separately (4 collectives per GPT block, each paying
+    # the ring's latency); FSDP2 gathers one unit per block. Both at NCCL's bandwidth today.
+    shape = dict(dp=64, tp=1, pp=1, zero_stage=3, recompute="full", micro_batch=1)
+    ds = run("deepspeed", gpus=64, **shape)
+    tt = run("torchtitan", gpus=64, **shape)
+    assert ds.time.dp_comm_s >= tt.time.dp_comm_s
+    assert ds.time.step_s < 1.1 * tt.time.step_s      # no 9x bandwidth penalty (issue 24)
+    # The DeepSpeed of 2021 (SC21 Table 2's fit, 0.11 of NCCL's bandwidth) only where a
+    # source says so: bench/data/sc21_table2_zero3.yaml framework_overrides.
+    import yaml
+    from dataclasses import replace
+    from pathlib import Path
+
+    source = yaml.safe_load((Path(__file__).resolve().parents[2] / "bench" / "data"
+                             / "sc21_table2_zero3.yaml").read_text())["source"]
+    old = source["framework_overrides"]["zero3"]
+    problem = make_problem("llama3-8b", "dgx-h100", gpus=64, framework="deepspeed")
+    fw = problem.framework
+    legacy = replace(problem, framework=fw.model_copy(
+        update={"zero3": fw.zero3.model_copy(update=old)}))
+    slow = evaluate_strategy(legacy, Strategy(global_batch=problem.training.global_batch,
+                                              **shape))
+    assert slow.time.step_s > 1.3 * ds.time.step_s
 
 
 def test_plan_framework_flag_prices_and_constrains(cli):
@@ -232,4 +251,7 @@ def test_converted_configs_carry_their_own_frameworks_prediction(cli, tmp_path):
     assert header == pytest.approx(checked["time"]["step_s"], abs=5e-4)
     code, out, err = cli("validate", "llama3-8b", "dgx-h100", str(source), "--json",
                          "--no-compare")
-    assert json.loads(out)["time"]["step_s"] > 1.2 * header     # DeepSpeed's ZeRO-3 is slower
+    priced = json.loads(out)
+    # The JSON itself is priced as DeepSpeed runs it: a collective per submodule, not per block.
+    assert priced["framework"] == "deepspeed"
+    assert priced["time"]["step_s"] > header
