@@ -9,6 +9,8 @@ import model_zoo
 from bench import sc21
 from bench.published import DATA, EXPERT_INDEX, PRESET_OF_GPU
 from planner.inputs.loader import is_preset, load_model
+from planner.schemas.framework import FrameworkProfile
+from planner.search.candidates import SearchSpace
 
 SC21_TABLE1 = "narayanan2021_table1"
 SC21_CITATION = "arXiv:2104.04473"   # bench/sc21.py: Narayanan et al. 2021, Table 1
@@ -47,7 +49,12 @@ def test_index_names_each_run_once():
 
 @pytest.mark.parametrize("entry", INDEX, ids=lambda e: e["run"])
 def test_entry_is_a_cited_run_with_a_zoo_shape_and_a_preset(entry):
-    assert set(entry) == {"source", "run", "zoo", "why"} and entry["why"].strip()
+    assert set(entry) - {"features"} == {"source", "run", "zoo", "why"} and entry["why"].strip()
+    features = entry.get("features", {})
+    # What the run's framework version could do: SearchSpace fields and profile fields.
+    assert set(features) <= {"space", "framework"}
+    assert set(features.get("space", {})) <= set(SearchSpace.__dataclass_fields__)
+    assert set(features.get("framework", {})) <= set(FrameworkProfile.model_fields)
     run, citation, preset = _run(entry)
     assert citation.strip()
     assert is_preset(preset), preset
