@@ -254,6 +254,14 @@ def summary(outcomes: list[Outcome]) -> dict:
     }
 
 
+def by_source(outcomes: list[Outcome]) -> dict[str, list[Outcome]]:
+    """The outcomes per source, in the order the sources first appear."""
+    out: dict[str, list[Outcome]] = {}
+    for o in outcomes:
+        out.setdefault(o.expert.source, []).append(o)
+    return out
+
+
 def print_table(outcomes: list[Outcome], diff_over: float | None) -> None:
     print(f"{'run':42s} {'GPUs':>5s} {'expert layout':34s} {'pred':>7s} {'meas':>7s} "
           f"{'best':>7s} {'gain':>7s} {'rank':>4s} {'+v/mb':>5s} {'MFU':>4s}  best layout")
@@ -268,6 +276,13 @@ def print_table(outcomes: list[Outcome], diff_over: float | None) -> None:
               f"{mfu:>4s}  "
               f"{'-' if o.best is None else describe(o.best)}"
               f"{'  [' + o.note + ']' if o.note else ''}")
+    print(f"\n{'source':32s} {'configs':>7s} {'median gain':>11s} {'max gain':>9s} "
+          f"{'top 5':>5s} {'on target':>9s} {'gain >10%':>9s}")
+    for source, group in by_source(outcomes).items():
+        g = summary(group)
+        print(f"{source:32s} {g['configs']:7d} {_pct(g['median_gain']):>11s} "
+              f"{_pct(g['max_gain']):>9s} {g['in_top5']:5d} {g['on_target']:9d} "
+              f"{g['gain_over_10pct']:9d}")
     s = summary(outcomes)
     print(f"\n{s['configs']} configurations: median gain {_pct(s['median_gain'])}, "
           f"max {_pct(s['max_gain'])}; expert degrees in the top {TOP_TARGET}: {s['in_top5']}; "
@@ -325,6 +340,8 @@ def main() -> int:
             write_strategies(outcomes, args.write_strategies, Path(tmp))
     if args.json:
         print(json.dumps({"configs": [as_json(o, args.diff_over) for o in outcomes],
+                          "by_source": {source: summary(group)
+                                        for source, group in by_source(outcomes).items()},
                           "summary": summary(outcomes)}, indent=2))
     else:
         print_table(outcomes, args.diff_over)
