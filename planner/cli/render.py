@@ -247,11 +247,13 @@ def ties_line(plans: list[PlanReport], search: SearchReport) -> Text | None:
     tied = [str(rank) for rank, p in enumerate(plans, start=1) if p.tied_with_best]
     if len(tied) < 2:
         return None
+    fastest = min(range(len(plans)), key=lambda r: plans[r].time.step_s) + 1
     return Text(f"{TIED_MARK} tied: plans {', '.join(tied)} are within "
-                f"{percent(search.tie_tolerance)} of the fastest one's step, the model's median "
-                f"error on the gap between two strategies of one published job; they are "
-                f"listed conventional first (fewer exotic features and parallel axes, more free "
-                f"memory, no interleaving), then fastest first", style="dim")
+                f"{percent(search.tie_tolerance)} of plan {fastest}'s step (the fastest found), "
+                f"the model's median error on the gap between two strategies of one published "
+                f"job, so their order is not to be trusted; they are listed conventional first "
+                f"(fewer exotic features and parallel axes, 2 GiB free, no interleaving), then "
+                f"fastest first", style="dim")
 
 
 def band_line(time: TimeReport) -> Text | None:

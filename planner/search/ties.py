@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from cost_models.enums import ZeroStage
 from cost_models.units import GiB
 from planner.core.candidates import CP_COMM_ORDER
 from planner.core.problem import Problem
@@ -49,10 +50,12 @@ def exotic_features(problem: Problem, pool: Pool) -> np.ndarray:
 
 def conventional_key(problem: Problem, pool: Pool) -> tuple[np.ndarray, ...]:
     """Sort keys, most significant first, smaller = more conventional: exotic features, parallel
-    axes beyond data parallelism (tp, pp, cp, ep above 1: each is a dimension the run did not
-    strictly need unless every tied plan has it), a tight memory margin, interleaving."""
+    axes beyond data parallelism (tp, pp, cp, ep above 1, and ZeRO-3's sharded weights: each is
+    a dimension a run needs only when the plans without it do not fit or are clearly slower),
+    a tight memory margin, interleaving."""
     c = pool.cands
-    axes = (c.tp > 1).astype(np.int64) + (c.pp > 1) + (c.cp > 1) + (c.ep > 1)
+    axes = ((c.tp > 1).astype(np.int64) + (c.pp > 1) + (c.cp > 1) + (c.ep > 1)
+            + (c.zero == int(ZeroStage.PARAMETERS)))
     tight = (problem.cluster.capacity_bytes - pool.peak_bytes) < TIGHT_HEADROOM_BYTES
     return exotic_features(problem, pool), axes, tight.astype(np.int64), \
         (c.vpp > 1).astype(np.int64)
@@ -62,8 +65,13 @@ def tied_first(problem: Problem, pool: Pool, best: int, tolerance: float,
                objective: np.ndarray, limit: int) -> list[int]:
     """The candidates tied with candidate `best` (itself included), the conventional first,
     then the faster, then by `objective` (unique per candidate, so the order is total);
-    at most `limit` of them."""
+    at most `limit` of them, `best` always among them when limit > 1 (last, when more
+    conventional ones fill the rest): the fastest found stays in view."""
     tied = np.flatnonzero(tied_with(pool.step_s, float(pool.step_s[best]), tolerance))
     keys = [key[tied] for key in conventional_key(problem, pool)]
-    order = np.lexsort((objective[tied], pool.step_s[tied], *keys[::-1]))
-    return [int(i) for i in tied[order][:limit]]
+    order = [int(i) for i in tied[np.lexsort((objective[tied], pool.step_s[tied],
+                                              *keys[::-1]))]]
+    listed = order[:limit]
+    if limit > 1 and best not in listed:
+        listed[-1] = best
+    return listed
