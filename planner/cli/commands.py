@@ -219,7 +219,7 @@ def _search_space(pins: dict, targets: tuple = ()):
     settings = SolverSettings(top_k=pins.pop("top_k"), time_limit_s=pins.pop("time_limit"),
                               layout_work=pins.pop("layout_work"),
                               num_workers=pins.pop("workers"), random_seed=pins.pop("seed"),
-                              export_path=pins.pop("export_model"))
+                              export_path=pins.pop("export_model"), rank_ties=True)
     space = SearchSpace(zero_stages=zero, recompute=recompute,
                         sequence_parallel=(False, True) if sp is None else (sp,),
                         dp_comm=comms, targets=targets, cp_comm=cp_comm, offload=offload,
@@ -363,10 +363,13 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
     result = search(problem, space, settings, num_tokens=tokens)
     from dataclasses import replace
 
+    from planner.costing.uncertainty import uncertainty_notes
     from planner.search.pin_notes import pinned_settings
 
     result = replace(result, plans=[p.priced(price) for p in result.plans])
-    notes = _notes(pinned_settings(problem, space, result.plans))
+    best = result.plans[0]
+    notes = _notes(pinned_settings(problem, space, result.plans)
+                   + uncertainty_notes(problem, best.strategy.cp, best.time.step_s))
     by_comm = _best_per_dp_comm(problem, space, settings, tokens)
     # The wall time differs run to run: only with --timings, so that output is reproducible.
     stats = result.search if timings else result.search.model_copy(update={"seconds": None})

@@ -237,15 +237,44 @@ def plans_table(plans: list[PlanReport]) -> Table:
                  "bound by"):
         table.add_column(name, justify="left" if name in ("strategy", "options", "bound by")
                          else "right", no_wrap=name != "bound by")
+    ties = sum(bool(p.tied_with_best) for p in plans) > 1
     for rank, plan in enumerate(plans, start=1):
         m, t = plan.memory, plan.time
         degrees, options = compact_strategy(plan)
         free = f"{m.headroom_bytes / GiB:.1f}" + ("!" if under_margin(m) else "")
         table.add_row(str(rank), degrees, options, f"{m.peak_bytes / GiB:.1f}", free,
-                      seconds(t.step_s),
+                      (TIED_MARK if ties and plan.tied_with_best else "") + seconds(t.step_s),
                       rate(plan.throughput.tokens_per_s), percent(plan.throughput.mfu),
                       plan.dominant_cost.replace("_", " "))
     return table
+
+
+TIED_MARK = "\u2248"
+"""Marks the step of plans tied with the fastest (`PlanReport.tied_with_best`)."""
+
+
+def ties_line(plans: list[PlanReport], search: SearchReport) -> Text | None:
+    """The footer that explains the tied mark, when two plans or more are tied."""
+    tied = [str(rank) for rank, p in enumerate(plans, start=1) if p.tied_with_best]
+    if len(tied) < 2:
+        return None
+    fastest = min(range(len(plans)), key=lambda r: plans[r].time.step_s) + 1
+    return Text(f"{TIED_MARK} tied: plans {', '.join(tied)} are within "
+                f"{percent(search.tie_tolerance)} of plan {fastest}'s step (the fastest found), "
+                f"the model's median error on the gap between two strategies of one published "
+                f"job, so their order is not to be trusted; they are listed conventional first "
+                f"(fewer exotic features and parallel axes, 2 GiB free, no interleaving), then "
+                f"fastest first", style="dim")
+
+
+def band_line(time: TimeReport) -> Text | None:
+    """Where the measured step likely lands (`TimeReport.step_s_band`)."""
+    if time.step_s_band is None:
+        return None
+    low, high = time.step_s_band
+    return Text(f"step {seconds(time.step_s)}, likely {seconds(low)} to {seconds(high)}: the "
+                f"model's error on held-out published runs of this kind (10th to 90th "
+                f"percentile)", style="dim")
 
 
 def dp_comm_table(by_comm: dict) -> Group:
@@ -399,6 +428,7 @@ def plan_view(*, heading: str, plans: list[PlanReport], search: SearchReport) ->
         *([Text(f"note: {search.note}", style="bold")] if search.note else []),
         plans_table(plans),
         *([warning] if (warning := low_free_warning(plans)) else []),
+        *([tied] if (tied := ties_line(plans, search)) else []),
         Text(""),
         # The strategy on a line of its own: a table title wraps at the table's width.
         Text(f"best plan, memory per GPU: {strategy_label(best)}", style="italic"),
@@ -406,6 +436,7 @@ def plan_view(*, heading: str, plans: list[PlanReport], search: SearchReport) ->
         fit_line(best.memory),
         Text(""),
         time_table(best.time, title="best plan, time per step"),
+        *([band] if (band := band_line(best.time)) else []),
         throughput_line(best),
     ]
     if best.strategy.pp > 1:
@@ -457,6 +488,7 @@ def review_view(review) -> Group:
         parts += [memory_table(review.report.memory, title="memory per GPU"),
                   fit_line(review.report.memory), Text(""),
                   time_table(review.report.time, title="time per step"),
+                  *([band] if (band := band_line(review.report.time)) else []),
                   throughput_line(review.report)]
         if review.strategy.pp > 1:
             parts += [Text(""), stages_table(review.report, title="pipeline stages"),

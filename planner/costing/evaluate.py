@@ -32,6 +32,7 @@ from planner.costing.stage_model import (chain_types, fp8_params_gathered,  # no
                                          state_floor_bytes, tp_overlap_applies, type_fp8_params,
                                          type_is_layer, type_params)
 from planner.costing.stage_terms import Linear, Occupancy, stage_values, total_values
+from planner.costing.uncertainty import step_band
 from planner.schemas.model import EmbeddingBlock, OutputBlock
 from planner.schemas.report import (MemoryReport, PlanReport, StageMemory, StageTime,
                                     StrategyOut, ThroughputReport, TimeReport)
@@ -397,6 +398,7 @@ def report(problem: Problem, layout: Layout, cands: Candidates, ev: Evaluation, 
         imbalance=float(ev.imbalance[i]),
         dp_algorithm=ALL_REDUCE_ALGORITHMS[int(ev.dp_algorithm[i])].value)
     step = float(ev.step_s[i])
+    time = time.model_copy(update={"step_s_band": step_band(problem, strategy.cp, time.step_s)})
     num_gpus = int(cands.num_gpus[i])
     peak_flops = problem.cluster.gpu.peak_flops(problem.training.precision)
     model_tflops = float(ev.model_flops[i]) / (step * num_gpus) / TFLOPS

@@ -149,6 +149,10 @@ class TimeReport(BaseModel):
     imbalance: float
     """Slowest stage time / mean stage time (1.0 is perfectly balanced)."""
     dp_algorithm: str
+    step_s_band: tuple[float, float] | None = None
+    """Seconds, [low, high]: where the measured step of a run of this kind lands, by the
+    model's error on held-out published runs of that kind (10th to 90th percentile;
+    planner/costing/uncertainty.py). None where no band was attached."""
 
     @computed_field
     @property
@@ -195,6 +199,10 @@ class PlanReport(BaseModel):
     memory: MemoryReport
     time: TimeReport
     throughput: ThroughputReport
+    tied_with_best: bool | None = None
+    """In a ranking (`planner plan`): its predicted step lies within the model's ranking error
+    of the fastest plan's, so the difference is not to be trusted (true for the fastest plan
+    itself). None outside a ranking (validate, diff, memory)."""
 
     @computed_field
     @property
@@ -246,3 +254,7 @@ class SearchReport(BaseModel):
     heuristic_strategy: str | None = None
     note: str | None = None
     """What the search did beyond the asked-for space (pp widened past powers of two)."""
+    tie_tolerance: float = 0.0
+    """Plans whose predicted step lies within this share of the fastest plan's are tied with
+    it (`PlanReport.tied_with_best`): the model's measured error on the gap between two
+    strategies of one job. 0: ties were not ranked (only equal steps tie)."""

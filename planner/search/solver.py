@@ -8,7 +8,9 @@
    heuristic: the memory rule is the only constraint left).
 3. CP-SAT picks one candidate: memory fits (the rule as an assumption literal, so an
    infeasible request names it), step time minimal. Plans 2..K are found by excluding the
-   degrees already chosen and solving again.
+   degrees already chosen and solving again. With `rank_ties`, the first pick gives way to
+   the plans tied with it (within the model's measured ranking error), the conventional first
+   (`search.ties`).
 4. Every plan is checked again by `validate` in float arithmetic; a disagreement is our bug.
 
 Scaling to integers happens in one place (`_objective`): time in microseconds, rounded to
@@ -29,6 +31,8 @@ from planner.errors import InfeasibleError, InputError
 from planner.core.problem import Problem
 from planner.search.pool import Pool, evaluate_groups, pareto, passes
 from planner.search.rebalance import LAYOUT_WORK, LayoutStats, WallClock, rebalance
+from planner.search.ties import tied_first, tied_with
+from planner.costing.uncertainty import ranking_tolerance
 from planner.rules.gate import Rule, RuleOptions, memory_violations
 from planner.schemas.report import PlanReport, SearchReport
 from planner.rules.validate import validate
@@ -53,6 +57,10 @@ class SolverSettings:
     random_seed: int = 0
     export_path: str | None = None
     """Write the CP-SAT model (text proto) here, for debugging."""
+    rank_ties: bool = False
+    """List the plans tied with the fastest (within the model's measured ranking error,
+    `costing.uncertainty.ranking_tolerance`) conventional first (`search.ties`). False: fastest
+    first, and only plans as fast as the best are marked tied with it."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +69,7 @@ class SearchResult:
     search: SearchReport
 
 
-def _objective(pool: Pool) -> list[int]:
+def _objective(pool: Pool) -> np.ndarray:
     """Integer cost per candidate: step time in microseconds, then a deterministic tie-break,
     so the optimum is unique. Ties happen when communication hides entirely behind compute;
     they go to the simpler strategy: lower ZeRO stage, less recomputation, fewer pipeline
@@ -73,7 +81,7 @@ def _objective(pool: Pool) -> list[int]:
     order = np.lexsort(keys)                       # the last key sorts first
     tie_break = np.empty(len(pool), dtype=np.int64)
     tie_break[order] = np.arange(len(pool))
-    return (step_us * len(pool) + tie_break).tolist()
+    return step_us * len(pool) + tie_break
 
 
 def _fastest_per_degrees(pool: Pool, fits: np.ndarray) -> np.ndarray:
@@ -133,7 +141,9 @@ class _PlanModel:
             self.model.add_bool_and([~x for x in too_big]).only_enforce_if(self.enforce_memory)
         self.model.add_assumptions([self.enforce_memory])
         # Objective: the predicted step time for the global batch (microseconds).
-        self.model.minimize(cp_model.LinearExpr.weighted_sum(self.choice, _objective(pool)))
+        self.objective = _objective(pool)
+        self.model.minimize(cp_model.LinearExpr.weighted_sum(self.choice,
+                                                             self.objective.tolist()))
         if hint is not None:
             self.model.add_hint(self.choice[hint], True)
 
@@ -253,20 +263,28 @@ def _search(problem: Problem, space: SearchSpace, settings: SolverSettings,
     if settings.export_path and not plan_model.model.export_to_file(settings.export_path):
         raise InputError(f"--export-model {settings.export_path}: cannot write the model there")
     chosen, statuses, pick_wall_stopped = [], [], False
-    for _ in range(settings.top_k):
+    tolerance = ranking_tolerance(problem) if settings.rank_ties else 0.0
+    while len(chosen) < settings.top_k:
         status, i, stopped = plan_model.solve(settings)
         pick_wall_stopped |= stopped
         if i is None:
             break
         statuses.append(status)
-        chosen.append(i)
-        plan_model.exclude_degrees(i)
+        # After the fastest, the plans tied with it come first, the conventional first; the
+        # picks after them are the fastest of the rest again.
+        picked = (tied_first(problem, pool, i, tolerance, plan_model.objective, settings.top_k)
+                  if not chosen and tolerance else [i])
+        chosen += picked
+        for j in picked:
+            plan_model.exclude_degrees(j)
     if not chosen:
         limit = (f"the {settings.time_limit_s:g} s wall-clock safety net (--time-limit)"
                  if pick_wall_stopped else f"{settings.work_limit:g} CP-SAT work units")
         raise InfeasibleError(f"CP-SAT found no plan within {limit} ({len(pool):,} "
                               f"candidates)")
-    plans = [_checked_report(problem, pool, i, options, num_tokens) for i in chosen]
+    tied = tied_with(pool.step_s[chosen], float(min(pool.step_s[chosen])), tolerance)
+    plans = [_checked_report(problem, pool, i, options, num_tokens)
+             .model_copy(update={"tied_with_best": bool(t)}) for i, t in zip(chosen, tied)]
     heuristic = None if hint is None else float(pool.step_s[hint])
     unproven = layouts.unproven
     wall_stopped = layouts.wall_clock_stopped or pick_wall_stopped
@@ -282,7 +300,8 @@ def _search(problem: Problem, space: SearchSpace, settings: SolverSettings,
         num_candidates=num_candidates, num_valid=num_valid, num_in_model=len(pool),
         num_layouts_balanced=layouts.num_balanced, num_layouts_improved=layouts.num_improved,
         seconds=wall.elapsed_s(), heuristic_step_s=heuristic,
-        heuristic_strategy=None if hint is None else pool.label(hint))
+        heuristic_strategy=None if hint is None else pool.label(hint),
+        tie_tolerance=tolerance)
     return SearchResult(plans=plans, search=stats)
 
 
