@@ -12,16 +12,9 @@ from __future__ import annotations
 import numpy as np
 
 from cost_models.enums import ZeroStage
-from cost_models.units import GiB
 from planner.core.candidates import CP_COMM_ORDER
-from planner.core.problem import Problem
+from planner.core.problem import Problem, default_min_free_bytes
 from planner.search.pool import Pool
-
-TIGHT_HEADROOM_BYTES = 2 * GiB
-"""A plan leaving less free per GPU counts as tight: its predicted peak has no room for what the
-model leaves out (allocator spikes, NCCL buffers that grow with the job). The plan table flags
-the same margin (`cli.render.LOW_FREE_GIB`)."""
-
 
 def tied_with(step_s: np.ndarray, best_step_s: float, tolerance: float) -> np.ndarray:
     """Where a predicted step lies within `tolerance` (relative) of `best_step_s`."""
@@ -52,13 +45,14 @@ def conventional_key(problem: Problem, pool: Pool) -> tuple[np.ndarray, ...]:
     """Sort keys, most significant first, smaller = more conventional: exotic features, parallel
     axes beyond data parallelism (tp, pp, cp, ep above 1, and ZeRO-3's sharded weights: each is
     a dimension a run needs only when the plans without it do not fit or are clearly slower),
-    a tight memory margin, interleaving."""
+    a plan under the default memory margin (`Problem.margin_bytes`; only where --min-free 0
+    let one in). Interleaving is not counted: with a pipeline, NVIDIA's recipes interleave."""
     c = pool.cands
     axes = ((c.tp > 1).astype(np.int64) + (c.pp > 1) + (c.cp > 1) + (c.ep > 1)
             + (c.zero == int(ZeroStage.PARAMETERS)))
-    tight = (problem.cluster.capacity_bytes - pool.peak_bytes) < TIGHT_HEADROOM_BYTES
-    return exotic_features(problem, pool), axes, tight.astype(np.int64), \
-        (c.vpp > 1).astype(np.int64)
+    margin = default_min_free_bytes(problem.cluster.capacity_bytes)
+    tight = (problem.cluster.capacity_bytes - pool.peak_bytes) < margin
+    return exotic_features(problem, pool), axes, tight.astype(np.int64)
 
 
 def tied_first(problem: Problem, pool: Pool, best: int, tolerance: float,
