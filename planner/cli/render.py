@@ -263,8 +263,8 @@ def ties_line(plans: list[PlanReport], search: SearchReport) -> Text | None:
                 f"{percent(search.tie_tolerance)} of plan {fastest}'s step (the fastest found), "
                 f"the model's median error on the gap between two strategies of one published "
                 f"job, so their order is not to be trusted; they are listed conventional first "
-                f"(fewer exotic features and parallel axes, 2 GiB free, no interleaving), then "
-                f"fastest first", style="dim")
+                f"(fewer exotic features and parallel axes, the default memory margin kept), "
+                f"then fastest first", style="dim")
 
 
 def band_line(time: TimeReport) -> Text | None:

@@ -66,8 +66,10 @@ def test_best_plan_is_plans_best_at_the_files_settings(cli, tmp_path, target):
     assert review["num_gpus"] == gpus
     assert review["strategy"]["global_batch"] == settings["global_batch"]
     planned = _json(cli, "plan", "llama3-8b", "dgx-h100", "--gpus", str(gpus), *flags,
-                    "--framework", target, "--top", "1")
-    best = planned["plans"][0]
+                    "--framework", target, "--top", "5")
+    # validate's best is the fastest found; plan lists tied plans conventional first and
+    # keeps the fastest found among them (search.ties).
+    best = min(planned["plans"], key=lambda p: p["time"]["step_s"])
     assert review["best"]["strategy"]["global_batch"] == settings["global_batch"]
     assert review["best"]["time"]["step_s"] == pytest.approx(best["time"]["step_s"], rel=1e-9)
     assert review["speedup"] == pytest.approx(review["time"]["step_s"] / best["time"]["step_s"])
@@ -88,9 +90,9 @@ def test_command_line_wins_over_the_file_and_says_so(cli, tmp_path):
     assert "--global-batch 512 replaces the file's global_batch 1024" in review["notes"]
     assert "--precision bf16 replaces the file's precision fp16" in review["notes"]
     planned = _json(cli, "plan", "llama3-8b", "dgx-h100", "--gpus", "8", "--global-batch",
-                    "512", "--framework", "deepspeed", "--top", "1")
+                    "512", "--framework", "deepspeed", "--top", "5")
     assert review["best"]["time"]["step_s"] == pytest.approx(
-        planned["plans"][0]["time"]["step_s"], rel=1e-9)
+        min(p["time"]["step_s"] for p in planned["plans"]), rel=1e-9)
 
 
 def test_fp8_recipe_without_fp8_is_bad_input(cli, tmp_path):
