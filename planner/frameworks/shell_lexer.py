@@ -174,18 +174,24 @@ def lex(text: str, *, file: str) -> Lexed:
         else:
             if not word:
                 word_line = r.line
-            ch = r.take()
-            if ch == "\\" and r.peek():
-                word.append(ch + r.take())
-            elif ch in "'\"`":
-                word.append(ch + r.closing(ch))
-            elif ch == "$" and r.peek() in "({":
-                opened = r.take()
-                word.append(ch + opened + r.closing(opened))
-            else:
-                word.append(ch)
+            _take_word_part(r, word)
     end_word()
     return Lexed(tokens, directives)
+
+
+def _take_word_part(r: QuoteReader, word: list[str]) -> None:
+    """Append the next piece of a word to `word`: an escaped character, a quoted string, a
+    `$(...)` or `${...}` whole, or one plain character."""
+    ch = r.take()
+    if ch == "\\" and r.peek():
+        word.append(ch + r.take())
+    elif ch in "'\"`":
+        word.append(ch + r.closing(ch))
+    elif ch == "$" and r.peek() in "({":
+        opened = r.take()
+        word.append(ch + opened + r.closing(opened))
+    else:
+        word.append(ch)
 
 
 def _array_elements(r: QuoteReader) -> list[str]:
@@ -208,13 +214,4 @@ def _array_elements(r: QuoteReader) -> list[str]:
             while r.peek() and r.peek() != "\n":
                 r.take()
         else:
-            ch = r.take()
-            if ch == "\\" and r.peek():
-                word.append(ch + r.take())
-            elif ch in "'\"`":
-                word.append(ch + r.closing(ch))
-            elif ch == "$" and r.peek() in "({":
-                opened = r.take()
-                word.append(ch + opened + r.closing(opened))
-            else:
-                word.append(ch)
+            _take_word_part(r, word)
