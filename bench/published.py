@@ -143,6 +143,8 @@ def _strategy(run: dict, problem: Problem, framework: str) -> Strategy:
     for key in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap"):
         if isinstance(s.get(key), bool):
             fields[key] = s[key]
+    if s.get("activation_offload_layers"):   # Megatron --cpu-offloading-num-layers, as the run states
+        fields["activation_offload_layers"] = s["activation_offload_layers"]
     if isinstance(run.get("fp8_param_gather"), bool):
         fields["fp8_param_gather"] = run["fp8_param_gather"]
     recompute = s.get("recompute")
