@@ -84,6 +84,12 @@ def fp8_weight_bytes_per_param(recipe: Fp8Recipe, *, transpose_free: bool, cache
       across micro-batches (TE's weight workspaces, transformer_engine/pytorch/module/linear.py
       with is_first_microbatch); a framework that quantizes in every pass (torchao) keeps none.
     Hopper, per-tensor scaling: 2 + 2 = 4 bytes, or 2 with FP8 parameters.
+    A framework that quantizes in every pass keeps no copies; with FP8 parameter gathering
+    (torchtitan enable_fsdp_float8_all_gather: torchao casts each shard to FP8 before FSDP's
+    all-gather, so the gathered parameter is a Float8 tensor) the weight it holds gathered is
+    that FP8 value: 1 byte, beside the bf16 shard ZeRO counts.
     """
-    kept = fp8_copies_bytes(recipe, transpose_free=transpose_free, weight=True) if caches else 0.0
+    if not caches:
+        return fp8_value_bytes(recipe) if fp8_params else BYTES_16BIT
+    kept = fp8_copies_bytes(recipe, transpose_free=transpose_free, weight=True)
     return (0.0 if fp8_params else BYTES_16BIT) + kept

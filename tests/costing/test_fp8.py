@@ -100,6 +100,11 @@ def test_fp8_param_gather_removes_the_bf16_weight():
     # torchao quantizes in every pass: the bf16 weight is all it keeps.
     assert fp8_weight_bytes_per_param(Fp8Recipe.ROWWISE, transpose_free=False, caches=False,
                                       fp8_params=False) == 2
+    # torchtitan's FSDP float8 all-gather: the gathered parameter is torchao's Float8 tensor,
+    # 1 byte (float8.md: "FSDP2 float8 all-gather"), not nothing: ZeRO-2 (reshard never) keeps
+    # every block's gathered weight from forward to backward.
+    assert fp8_weight_bytes_per_param(Fp8Recipe.TENSORWISE, transpose_free=False, caches=False,
+                                      fp8_params=True) == 1
 
 
 def test_fp8_saves_linear_inputs_in_one_byte():
