@@ -18,6 +18,8 @@ Besides the run fields, a file may set in its `source:` block
 - framework_overrides: fields of the framework profile (planner/inputs/profiles/*.yaml) as the
   source's framework version had them, merged into the profile for every run of the file, e.g.
   `{pipeline_p2p_overlap_interleaved: false}` for a Megatron-LM older than overlap_p2p_comm;
+- training_overrides: fields of the training settings (a model.yaml's `training:`) the source's
+  recipes set for every run, e.g. `{bf16_gradients: true}` where they reduce gradients in bf16;
 - compare: tokens_per_s, to compare the step time that tokens per second give;
 and a run may set cluster_overrides: fields of the cluster preset (a GPU part, a slower NIC).
 """
@@ -36,6 +38,7 @@ from planner.core.problem import Problem
 from planner.inputs.loader import make_problem, validate_file
 from planner.schemas.cluster import ClusterSpec
 from planner.schemas.framework import FrameworkProfile
+from planner.schemas.model import TrainingSpec
 from planner.schemas.model_file import TransformerShorthand
 from planner.schemas.report import PlanReport
 from planner.schemas.strategy import Strategy
@@ -202,6 +205,11 @@ def load_runs(tmp: Path, cluster: ClusterSpec | None = None,
                                 data["source"]["framework_overrides"])
                 problem = replace(problem,
                                   framework=validate_file(FrameworkProfile, merged, file.name))
+            if data["source"].get("training_overrides"):
+                merged = _merge(problem.training.model_dump(),
+                                data["source"]["training_overrides"])
+                problem = replace(problem,
+                                  training=validate_file(TrainingSpec, merged, file.name))
             if run.get("cluster_overrides"):
                 merged = _merge(problem.cluster.model_dump(), run["cluster_overrides"])
                 problem = replace(problem, cluster=validate_file(ClusterSpec, merged, file.name))

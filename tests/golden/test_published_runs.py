@@ -79,8 +79,10 @@ def test_error_per_source_stays_at_what_was_recorded(by_source, source, recorded
     # 14 Llama 3 runs, 8-1024 GPUs. 6.0% -> 7.2% when the interleaved schedule's pipeline
     # transfers became hidden (overlap_p2p_comm, on in these recipes): the 70B rows moved from
     # -3% to +1%, the 405B rows from +4% to +8% (H100) and +13% (B200, rate assumed as H100);
-    # the rank correlation of the source rose from 0.91 to 0.95.
-    ("megatron_bridge_perf_summary", 0.072, 0.18),
+    # the rank correlation of the source rose from 0.91 to 0.95. 7.2% -> 8.3% when the source
+    # stated its recipes' bf16 gradient reduce (training_overrides: half the gradient bytes
+    # and reduce-scatter traffic), the rows a little faster still.
+    ("megatron_bridge_perf_summary", 0.083, 0.19),
     ("nemo_perf_summary_2407", 0.078, 0.16),         # 9 GPT-3 / Llama runs, 64-512 H100
     ("torchtitan_perf_2024_a100_h100", 0.057, 0.07),  # 405B tensorwise on 128 H100
     ("torchtitan_llama31_8b_h200_trainy_202506", 0.081, 0.09),
@@ -94,7 +96,8 @@ def test_error_per_source_stays_at_what_was_recorded(by_source, source, recorded
     # FSDP rows cpu_offloading_num_layers 40 / 95, the 70B MXFP8 run mbs 1) instead of the
     # cheapest recompute that fits, which had picked full for four rows and hid the high
     # GB200 rate: those rows went from within 6% to +27-30%; the MXFP8 405B +45% -> +48%.
-    ("megatron_bridge_gb200_dense", 0.266, 0.49),
+    # With the recipes' bf16 gradient reduce: 27.2% (rank correlation 0.08 -> 0.71).
+    ("megatron_bridge_gb200_dense", 0.272, 0.49),
     ("nemo_perf_summary_2504_gb200", 0.196, 0.27),
     # Recorded, not good: MoE (the bf16 MoE rows are as far off), Meta's 500 W H100s, and
     # long-context rows whose error grows with the sequence (attention at 32K-256K tokens
