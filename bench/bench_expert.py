@@ -46,7 +46,8 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import sc21  # noqa: E402
-from bench.published import DATA, EXPERT_INDEX, Prediction, load_runs  # noqa: E402
+from bench.published import (DATA, EXPERT_INDEX, Prediction, load_runs,  # noqa: E402
+                             with_overrides)
 from cost_models.enums import Recompute, ZeroStage  # noqa: E402
 from planner.core.problem import Problem  # noqa: E402
 from planner.costing.diff import TIME_TERMS, diff_plans  # noqa: E402
@@ -161,9 +162,7 @@ def _older_framework(problem: Problem, config: dict) -> Problem:
     """The problem priced by the framework version the run used (`features.framework`:
     profile fields that version lacked, e.g. overlap_p2p_comm before 2023)."""
     changes = (config.get("features") or {}).get("framework")
-    if not changes:
-        return problem
-    return replace(problem, framework=problem.framework.model_copy(update=changes))
+    return with_overrides(problem, EXPERT_INDEX, framework=changes)
 
 
 def space_for(strategy: Strategy, features: dict | None = None) -> SearchSpace:

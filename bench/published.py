@@ -200,19 +200,10 @@ def load_runs(tmp: Path, cluster: ClusterSpec | None = None,
                 reason = str(e).split(': ', 2)[-1]
                 skipped[reason] = skipped.get(reason, 0) + 1
                 continue
-            if data["source"].get("framework_overrides"):
-                merged = _merge(problem.framework.model_dump(),
-                                data["source"]["framework_overrides"])
-                problem = replace(problem,
-                                  framework=validate_file(FrameworkProfile, merged, file.name))
-            if data["source"].get("training_overrides"):
-                merged = _merge(problem.training.model_dump(),
-                                data["source"]["training_overrides"])
-                problem = replace(problem,
-                                  training=validate_file(TrainingSpec, merged, file.name))
-            if run.get("cluster_overrides"):
-                merged = _merge(problem.cluster.model_dump(), run["cluster_overrides"])
-                problem = replace(problem, cluster=validate_file(ClusterSpec, merged, file.name))
+            problem = with_overrides(problem, file.name,
+                                     framework=data["source"].get("framework_overrides"),
+                                     training=data["source"].get("training_overrides"),
+                                     cluster=run.get("cluster_overrides"))
             if cluster is not None and cluster.gpu.name == problem.cluster.gpu.name:
                 problem = replace(problem, cluster=cluster)
             measured = run["measured"]
@@ -229,6 +220,19 @@ def load_runs(tmp: Path, cluster: ClusterSpec | None = None,
                             bool(run.get("counts_recompute")),
                             run["measured"].get("peak_memory_gib")))
     return runs, skipped
+
+
+def with_overrides(problem: Problem, where: str, *, framework: dict | None = None,
+                   training: dict | None = None, cluster: dict | None = None) -> Problem:
+    """`problem` with fields of its framework profile, training settings and cluster replaced
+    (nested dicts merged), each validated again: a misspelt key fails naming `where`."""
+    for name, kind, update in (("framework", FrameworkProfile, framework),
+                               ("training", TrainingSpec, training),
+                               ("cluster", ClusterSpec, cluster)):
+        if update:
+            merged = _merge(getattr(problem, name).model_dump(), update)
+            problem = replace(problem, **{name: validate_file(kind, merged, where)})
+    return problem
 
 
 def _merge(base: dict, update: dict) -> dict:

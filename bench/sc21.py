@@ -13,6 +13,7 @@ from pathlib import Path
 
 import yaml
 
+from bench.published import with_overrides
 from cost_models.enums import Precision, Recompute
 from planner.costing.evaluate import evaluate_strategy
 from planner.core.problem import Problem
@@ -55,14 +56,13 @@ def rows(cluster: ClusterSpec | None = None) -> list[Row]:
         problem = make_problem(zoo, CLUSTER, gpus=run["cluster"]["num_gpus"],
                                global_batch=s["global_batch"])
         # All runs: fp16 mixed precision with loss scaling (Table 1 caption, run_table_1.sh).
-        training = problem.training.model_copy(update={"precision": Precision.FP16})
         # Megatron-LM of 2021 sent pipeline activations with blocking batched p2p: the
         # overlap_p2p_comm of the interleaved schedule arrived in May 2023 (commit f9283c5a8a,
         # "Add option to overlap p2p communication"; the default since October 2023).
-        framework = problem.framework.model_copy(
-            update={"pipeline_p2p_overlap_interleaved": False})
-        problem = replace(problem, training=training, cluster=cluster or problem.cluster,
-                          framework=framework)
+        problem = with_overrides(problem, DATA.name,
+                                 training={"precision": Precision.FP16.value},
+                                 framework={"pipeline_p2p_overlap_interleaved": False})
+        problem = replace(problem, cluster=cluster or problem.cluster)
         layers_per_chunk = s["layers_per_virtual_stage"]
         per_stage = run["model"]["num_layers"] // s["pp"]
         vpp = 1 if layers_per_chunk is None else per_stage // layers_per_chunk

@@ -273,11 +273,6 @@ class StageModel:
         return tuple(items)
 
 
-def _per_type(values, n: int) -> np.ndarray:
-    """(U,) per block type -> (N, U)."""
-    return np.broadcast_to(np.asarray(values, dtype=float), (n, len(values)))
-
-
 def stage_model(problem: Problem, cands, costs, *, pp: int, tied_copy: Linear,
                 reachable_only: bool = False) -> StageModel:
     """The per-stage terms of `cands` (block costs `costs`) in a pipeline of `pp` stages.

@@ -11,7 +11,9 @@ is a note here. `validate`, `memory`, `diff` and `calibrate` judge the strategy 
 from __future__ import annotations
 
 from cost_models.enums import CpComm, Precision
+from cost_models.tensor_parallel import tp_overlap_reaches
 from planner.core.problem import Problem
+from planner.costing.placement import tp_placement
 from planner.schemas.strategy import DpComm, Strategy
 
 
@@ -42,7 +44,7 @@ def ineffective_settings(problem: Problem, strategy: Strategy) -> list[str]:
         elif not fw.tp_comm_overlap:
             notes.append(f"tp_comm_overlap has no effect on {fw.description}: it does not "
                          f"overlap tensor-parallel collectives with the GEMMs")
-        elif s.tp > problem.cluster.nvlink_gpus:
+        elif not tp_overlap_reaches(tp_placement(s.tp, problem.cluster.nvlink_gpus).num_nodes):
             notes.append(f"tp_comm_overlap has no effect at tp {s.tp} across NVLink domains of "
                          f"{problem.cluster.nvlink_gpus} GPUs: the overlap writes into the peers' "
                          f"memory over NVLink, so collectives over the network stay exposed")
