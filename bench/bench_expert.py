@@ -78,6 +78,10 @@ class Expert:
     features: dict = field(default_factory=dict)
     """What the run's framework version could do, as SearchSpace fields (expert_configs.yaml
     `features`): the search compares with layouts its experts could have run."""
+    demonstration: str = ""
+    """Why the layout's degrees were fixed to show a feature rather than tuned for speed
+    (expert_configs.yaml `demonstration`, quoting the source): priced and shown, not counted
+    in the summary."""
 
 
 @dataclass(frozen=True)
@@ -135,7 +139,8 @@ def load_experts(tmp: Path, only: set[str] | None = None) -> list[Expert]:
             measured = (report.time.step_s * report.throughput.hardware_tflops_per_gpu
                         / row.measured_tflops)
             experts.append(Expert(c["source"], c["run"], c["zoo"], c["why"], row.problem,
-                                  row.strategy, measured, _features(c)))
+                                  row.strategy, measured, _features(c),
+                                  c.get("demonstration", "")))
             continue
         run = by_key[(c["source"], c["run"])]
         prediction = Prediction(run, evaluate_strategy(run.problem, run.strategy))
@@ -144,7 +149,7 @@ def load_experts(tmp: Path, only: set[str] | None = None) -> list[Expert]:
         measured = prediction.report.time.step_s * (1 + prediction.error)
         experts.append(Expert(c["source"], c["run"], c["zoo"], c["why"],
                               _older_framework(run.problem, c), run.strategy, measured,
-                              _features(c)))
+                              _features(c), c.get("demonstration", "")))
     return experts
 
 
@@ -237,6 +242,7 @@ def as_json(o: Outcome, diff_over: float | None) -> dict:
         "rank": o.rank(exact=False), "rank_exact": o.rank(exact=True),
         "top": [{"step_s": round(p.time.step_s, 4), "degrees": describe(p)} for p in o.plans],
         "note": o.note,
+        "demonstration": e.demonstration or None,
     }
     if diff_over is not None and o.gain is not None and o.gain > diff_over:
         out["diagnosis"] = diagnosis(o)
@@ -244,9 +250,13 @@ def as_json(o: Outcome, diff_over: float | None) -> dict:
 
 
 def summary(outcomes: list[Outcome]) -> dict:
+    """The target's counts over the tuned configurations (demonstrations left out)."""
+    shown = len(outcomes)
+    outcomes = [o for o in outcomes if not o.expert.demonstration]
     gains = [o.gain for o in outcomes if o.gain is not None]
     return {
         "configs": len(outcomes),
+        "demonstrations": shown - len(outcomes),
         "median_gain": round(statistics.median(gains), 4) if gains else None,
         "max_gain": round(max(gains), 4) if gains else None,
         "in_top5": sum(1 for o in outcomes if (o.rank(exact=False) or TOP_K + 1) <= TOP_TARGET),
@@ -276,7 +286,8 @@ def print_table(outcomes: list[Outcome], diff_over: float | None) -> None:
               f"{_rank_text(o.rank(exact=False)):>4s} {_rank_text(o.rank(exact=True)):>5s} "
               f"{mfu:>4s}  "
               f"{'-' if o.best is None else describe(o.best)}"
-              f"{'  [' + o.note + ']' if o.note else ''}")
+              f"{'  [' + o.note + ']' if o.note else ''}"
+              f"{'  [demonstration, not counted]' if e.demonstration else ''}")
     print(f"\n{'source':32s} {'configs':>7s} {'median gain':>11s} {'max gain':>9s} "
           f"{'top 5':>5s} {'on target':>9s} {'gain >10%':>9s}")
     for source, group in by_source(outcomes).items():
@@ -289,6 +300,9 @@ def print_table(outcomes: list[Outcome], diff_over: float | None) -> None:
           f"max {_pct(s['max_gain'])}; expert degrees in the top {TOP_TARGET}: {s['in_top5']}; "
           f"in the top {TOP_TARGET} or tied with the best: "
           f"{s['on_target']}; predicted gain over {GAIN_TARGET:.0%}: {s['gain_over_10pct']}")
+    if s["demonstrations"]:
+        print(f"not counted: {s['demonstrations']} feature demonstrations (degrees fixed to "
+              f"show a parallelism, not tuned for speed; expert_configs.yaml `demonstration`)")
     if diff_over is None:
         return
     for o in outcomes:

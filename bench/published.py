@@ -31,7 +31,8 @@ from pathlib import Path
 
 import yaml
 
-from cost_models.enums import Recompute
+from cost_models.enums import PipelinePartition, Recompute
+from cost_models.pipeline import partitioned_layer_counts
 from planner.costing.evaluate import evaluate_strategy
 from planner.errors import InputError
 from planner.core.problem import Problem
@@ -150,6 +151,10 @@ def _strategy(run: dict, problem: Problem, framework: str) -> Strategy:
         fields["activation_offload_layers"] = s["activation_offload_layers"]
     if isinstance(run.get("fp8_param_gather"), bool):
         fields["fp8_param_gather"] = run["fp8_param_gather"]
+    if s.get("pp_partition"):   # DeepSpeed PipelineModule partition_method, as the run states
+        counts = partitioned_layer_counts(problem.model.num_layers, pp,
+                                          PipelinePartition(s["pp_partition"]))
+        fields["layers_per_stage"] = tuple(counts) if len(set(counts)) > 1 else None
     recompute = s.get("recompute")
     recomputes = [Recompute(recompute)] if recompute else list(Recompute)
     layers_per_stage = problem.model.num_layers // pp

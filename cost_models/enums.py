@@ -162,3 +162,16 @@ class DpComm(str, Enum):
     """Collective all-reduce (or reduce-scatter + all-gather under ZeRO)."""
     PARAMETER_SERVER = "parameter_server"
     """Workers push gradients to and pull weights from parameter servers (Li et al. 2014)."""
+
+
+class PipelinePartition(str, Enum):
+    """How a pipeline engine that places layers itself splits them over its stages (DeepSpeed
+    PipelineModule(partition_method=...), deepspeed/runtime/pipe/module.py _partition_layers):
+    balanced over the layer specs whose class name matches the pattern, each weighing 1."""
+
+    TRANSFORMER = "type:transformer"
+    """Transformer layers only (Megatron-DeepSpeed's GPTModelPipe default)."""
+    TRANSFORMER_EMBEDDING = "type:transformer|embedding"
+    """Transformer layers and the two embedding specs (input embedding on the first stage,
+    tied output embedding on the last) count alike: the ends hold one layer fewer (BLOOM,
+    `--pp-partition-method 'type:transformer|embedding'`)."""

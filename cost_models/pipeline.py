@@ -10,6 +10,7 @@ import numpy as np
 
 from cost_models.communication import (Group, Network, all_gather_time_s,
                                       send_recv_time_s)
+from cost_models.enums import PipelinePartition
 
 
 def bubble_fraction(*, pp, num_micro_batches, vpp=1):
@@ -124,3 +125,34 @@ def pipeline_kept_output_bytes(elements, *, value_bytes: float):
     runtime/pipe/schedule.py).
     """
     return elements * value_bytes
+
+
+def partitioned_layer_counts(num_layers: int, num_stages: int,
+                             method: PipelinePartition) -> list[int]:
+    """Transformer layers per stage as DeepSpeed's pipeline places them by itself.
+
+    deepspeed/runtime/utils.py partition_balanced (the linear-partition DP that
+    PipelineModule._partition_layers runs for 'type:...' methods) gives U unit-weight specs over
+    m stages ceil(U/m) on the first U mod m stages and floor(U/m) on the rest. Under
+    TRANSFORMER_EMBEDDING, U counts the two embedding specs too, which sit on the first and the
+    last stage: e.g. 70 layers on 12 stages (BLOOM) -> [5, 6 x 10, 5]."""
+    embeddings = 2 if method is PipelinePartition.TRANSFORMER_EMBEDDING else 0
+    units = num_layers + embeddings
+    base, extra = divmod(units, num_stages)
+    counts = [base + (stage < extra) for stage in range(num_stages)]
+    if embeddings:
+        counts[0] -= 1
+        counts[-1] -= 1
+    return counts
+
+
+def partition_placements(num_layers: int, num_stages: int,
+                         methods) -> list[list[int]]:
+    """The distinct layer counts per stage that `methods` (PipelinePartition) give, those with a
+    layer on every stage, in the order of `methods`."""
+    found: list[list[int]] = []
+    for method in methods:
+        counts = partitioned_layer_counts(num_layers, num_stages, method)
+        if min(counts) >= 1 and counts not in found:
+            found.append(counts)
+    return found

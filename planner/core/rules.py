@@ -88,16 +88,10 @@ class TargetRule(NamedTuple):
     """(problem, candidates) -> bool array, True where the framework refuses the strategy."""
     explain: Callable
     """(problem, strategy) -> (message, fix)."""
-    even_layout: bool = False
-    """The rule refuses pipeline chunks that hold different numbers of layers: `check` judges
-    the even split (`uneven_split`), and a strategy that gives its own layer counts breaks it
-    where they differ (`planner.rules.gate.degree_violations`)."""
-
-
-def uneven_split(problem, c) -> np.ndarray:
-    """Where the even split leaves pipeline chunks with different numbers of layers (pp * vpp
-    does not divide them; `costing.layout.even_layer_counts`)."""
-    return problem.model.num_layers % (c.pp * c.vpp) != 0
+    layouts: Callable | None = None
+    """(num_layers, pp, vpp) -> the only layer counts per chunk the framework runs, where its
+    pipeline places layers by itself: a strategy that gives other counts breaks the rule
+    (`planner.rules.gate.degree_violations`), and the search balances no layouts of its own."""
 
 
 def num_micro_batches(c) -> np.ndarray:

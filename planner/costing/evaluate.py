@@ -24,7 +24,7 @@ from planner.core.candidates import CP_COMM_ORDER, DP_COMM_ORDER, RECOMPUTE_ORDE
 from planner.core.problem import Problem
 from planner.costing.block_costs import BlockCost, block_cost, block_model_flops, layer_gemms
 from planner.costing.data_parallel import step_end_s
-from planner.costing.layout import Layout, layout_from_layer_counts, uniform_layout
+from planner.costing.layout import Layout, framework_layouts, layout_from_layer_counts
 from planner.costing.placement import tp_placement
 from planner.costing.stage_model import (chain_types, fp8_params_gathered,  # noqa: F401 (API)
                                          fp8_weight_extra_bytes, gpu_states, host_rates,
@@ -340,7 +340,7 @@ def layout_for(problem: Problem, strategy: Strategy) -> Layout:
     if strategy.layers_per_stage is not None:
         return layout_from_layer_counts(problem.model, strategy.pp, strategy.vpp,
                                         strategy.layers_per_stage)
-    return uniform_layout(problem.model, strategy.pp, strategy.vpp)
+    return framework_layouts(problem.model, problem.framework, strategy.pp, strategy.vpp)[0]
 
 
 def report(problem: Problem, layout: Layout, cands: Candidates, ev: Evaluation, i: int,

@@ -12,6 +12,8 @@ from functools import cached_property
 
 import numpy as np
 
+from cost_models.pipeline import partition_placements
+from planner.schemas.framework import FrameworkProfile
 from planner.schemas.model import ModelSpec
 
 
@@ -74,6 +76,24 @@ def explicit_counts(layers_per_chunk) -> tuple[int, ...] | None:
 def uniform_layout(model: ModelSpec, pp: int, vpp: int) -> Layout:
     return layout_from_layer_counts(model, pp, vpp,
                                     even_layer_counts(model.num_layers, pp * vpp))
+
+
+def framework_layer_counts(profile: FrameworkProfile, num_layers: int, pp: int,
+                           vpp: int) -> list[list[int]]:
+    """The layer counts per chunk a framework's pipeline runs by itself with pp stages: the
+    placements of its own partitioner (`FrameworkProfile.pipeline_partitions`, one chunk per
+    stage), distinct, each stage holding a layer; else the even split."""
+    found = (partition_placements(num_layers, pp, profile.pipeline_partitions)
+             if vpp == 1 else [])
+    return found or [even_layer_counts(num_layers, pp * vpp)]
+
+
+def framework_layouts(model: ModelSpec, profile: FrameworkProfile, pp: int,
+                      vpp: int) -> list[Layout]:
+    """The layouts a plan with no layer counts of its own runs on (`framework_layer_counts`);
+    the first is the framework's default."""
+    return [layout_from_layer_counts(model, pp, vpp, counts)
+            for counts in framework_layer_counts(profile, model.num_layers, pp, vpp)]
 
 
 @dataclass(frozen=True)

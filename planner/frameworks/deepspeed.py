@@ -20,13 +20,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from cost_models.enums import CpComm, Optimizer, Precision, Recompute
+from cost_models.enums import CpComm, Optimizer, PipelinePartition, Precision, Recompute
+from cost_models.pipeline import partition_placements, partitioned_layer_counts
 from planner.frameworks.base import LaunchPlan, ParsedConfig, closest, did_you_mean, header_lines
 from planner.errors import InputError
 from planner.inputs import profiles
 from planner.schemas.bounds import MAX_GLOBAL_BATCH
 from planner.schemas.framework import FrameworkProfile
-from planner.core.rules import Rule, TargetRule, context_parallel_rule, fp8_rule, uneven_split
+from planner.core.rules import Rule, TargetRule, context_parallel_rule, everywhere, fp8_rule
 from planner.core.problem import Problem
 from planner.inputs.safe_parse import load_json
 from planner.schemas.strategy import LaunchTarget
@@ -201,6 +202,13 @@ def emit(plan: LaunchPlan) -> dict[str, str]:
         comment += [f"Experts: pass ep_size={s.ep} to deepspeed.moe.layer.MoE in the model "
                     f"(Megatron-DeepSpeed: --moe-expert-parallel-size {s.ep}); ds_config has "
                     f"no key for it."]
+    method = _partition_method(plan.problem.model.num_layers, s) if s.pp > 1 else None
+    if method is not None:
+        counts = partitioned_layer_counts(plan.problem.model.num_layers, s.pp, method)
+        comment += [f"Pipeline: layers per stage {counts}, as the model code's",
+                    f"  PipelineModule(partition_method='{method.value}') places them",
+                    f"  (BigScience Megatron-DeepSpeed: --pp-partition-method '{method.value}');",
+                    "  DeepSpeed does not read pipeline.partition, which records it."]
     config = DeepSpeedConfig(
         comment=comment,
         train_batch_size=s.global_batch, train_micro_batch_size_per_gpu=s.micro_batch,
@@ -217,7 +225,8 @@ def emit(plan: LaunchPlan) -> dict[str, str]:
         activation_checkpointing=CheckpointingSection(
             cpu_checkpointing=s.activation_offload_layers > 0) if full else None,
         tensor_parallel=TensorParallelSection(autotp_size=s.tp) if s.tp > 1 else None,
-        pipeline=(PipelineSection(stages=s.pp, activation_checkpoint_interval=int(full))
+        pipeline=(PipelineSection(stages=s.pp, activation_checkpoint_interval=int(full),
+                                  partition=method.value if method else "uniform")
                   if s.pp > 1 else None),
         optimizer=_optimizer(training.optimizer),
         sequence_parallel_size=s.cp if s.cp > 1 else None,
@@ -371,6 +380,13 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
         raise InputError(f"{file}: pipeline.activation_checkpoint_interval: must be a "
                          f"non-negative integer (got {interval!r})")
     full = (interval > 0) if pp > 1 else isinstance(data.get("activation_checkpointing"), dict)
+    partition = pipe.get("partition")
+    if pp > 1 and partition in {m.value for m in profile().pipeline_partitions}:
+        # What the emitter records; DeepSpeed itself takes partition_method in model code.
+        counts = partitioned_layer_counts(problem.model.num_layers, pp,
+                                          PipelinePartition(partition))
+        if len(set(counts)) > 1 and min(counts) >= 1:
+            parsed.strategy["layers_per_stage"] = tuple(counts)
     parsed.strategy.update(tp=tp, pp=pp, zero_stage=stage,
                            recompute=Recompute.FULL if full else Recompute.NONE,
                            overlap_grad_reduce=bool(isinstance(zero, dict)
@@ -458,14 +474,29 @@ def _explain_offload(problem, s):
             "use optimizer_offload 1, or zero_stage 3")
 
 
+def partition_layer_counts(num_layers: int, pp: int, vpp: int = 1) -> list[list[int]]:
+    """The layer counts DeepSpeed's pipeline runs with pp stages: its PipelineModule's
+    partitions (the profile's `pipeline_partitions`); one chunk per stage (no vpp)."""
+    return partition_placements(num_layers, pp, profile().pipeline_partitions) if vpp == 1 else []
+
+
+def _partition_method(num_layers: int, s) -> PipelinePartition | None:
+    """The partition_method that places the strategy's layers (its layers_per_stage, else
+    DeepSpeed's default placement, the first of the profile's)."""
+    for method in profile().pipeline_partitions:
+        counts = partitioned_layer_counts(num_layers, s.pp, method)
+        if s.layers_per_stage is None or list(s.layers_per_stage) == counts:
+            return method
+    return None
+
+
 def _explain_uneven_layout(problem: Problem, s) -> tuple[str, str]:
-    why = ("DeepSpeed's pipeline partitions layers in code (partition_method), which its "
-           "config cannot set")
-    if s.layers_per_stage is not None and problem.model.num_layers % (s.pp * s.vpp) == 0:
-        return (f"layers_per_stage {list(s.layers_per_stage)} places layers unevenly: {why}",
-                "leave layers_per_stage out (an even split)")
-    return (f"pp {s.pp} does not split {problem.model.num_layers} layers evenly: {why}",
-            "use a pp that divides the layers")
+    runs = partition_layer_counts(problem.model.num_layers, s.pp, s.vpp)
+    methods = " or ".join(f"'{m.value}'" for m in profile().pipeline_partitions)
+    return (f"layers_per_stage {list(s.layers_per_stage or ())} is not a placement DeepSpeed's "
+            f"pipeline makes: PipelineModule partitions the layers itself (partition_method "
+            f"{methods})", "use layers_per_stage " + " or ".join(str(c) for c in runs)
+            + ", or leave it out")
 
 
 RULES: dict[Rule, TargetRule] = {
@@ -506,10 +537,12 @@ RULES: dict[Rule, TargetRule] = {
         lambda p, c: c.sp & (c.tp > 1),       # at tp 1 it changes nothing: a note says so
         lambda p, s: ("sequence_parallel: DeepSpeed AutoTP keeps activations whole on every "
                       "tensor-parallel rank", "use sequence_parallel false")),
-    # PipelineModule(partition_method="uniform") is all the emitted JSON can ask for.
+    # runtime/pipe/module.py _partition_layers: the model code's PipelineModule places the
+    # layers (partition_method), for any pp; no config key moves them.
     Rule.DEEPSPEED_UNEVEN_LAYOUT: TargetRule(
-        "DeepSpeed's config cannot place layers unevenly", uneven_split,
-        _explain_uneven_layout, even_layout=True),
+        "DeepSpeed's pipeline places the layers itself (PipelineModule partition_method)",
+        lambda p, c: everywhere(c, False), _explain_uneven_layout,
+        layouts=partition_layer_counts),
     # DeepSpeed MiCS (mics_shard_size) is a ZeRO-3 feature (runtime/zero/mics.py).
     Rule.DEEPSPEED_HSDP: TargetRule(
         "DeepSpeed shards within groups (MiCS) only with ZeRO stage 3",

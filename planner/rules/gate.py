@@ -124,10 +124,15 @@ def chunks_without_layers(num_layers, pp, vpp=1):
 
 def _pp_divides_layers(problem: Problem, c: Candidates, options: RuleOptions) -> np.ndarray:
     # An even split (Megatron-LM's default) needs num_layers divisible by pp * vpp; an explicit
-    # layout needs one layer per chunk at least.
+    # layout needs one layer per chunk at least, and so does a pipeline that partitions the
+    # layers by itself (DeepSpeed's PipelineModule, one chunk per stage).
+    layers = problem.model.num_layers
     if options.explicit_layouts:
-        return chunks_without_layers(problem.model.num_layers, c.pp, c.vpp)
-    return problem.model.num_layers % (c.pp * c.vpp) != 0
+        return chunks_without_layers(layers, c.pp, c.vpp)
+    uneven = layers % (c.pp * c.vpp) != 0
+    if problem.framework.pipeline_partitions:
+        uneven &= c.vpp > 1
+    return uneven | chunks_without_layers(layers, c.pp, c.vpp)
 
 
 def _batch_divisible(problem: Problem, c: Candidates, options: RuleOptions) -> np.ndarray:
@@ -364,21 +369,25 @@ def _check(rule: Rule, problem: Problem, cands: Candidates, options: RuleOptions
     return np.asarray(TARGET_CHECKS[rule][1](problem, cands), dtype=bool)
 
 
-EVEN_LAYOUT_RULES = frozenset(rule for rules in FRAMEWORK_RULES.values()
-                              for rule, r in rules.items() if r.even_layout)
-"""Rules that refuse pipeline chunks holding different numbers of layers."""
+FIXED_LAYOUT_RULES: dict[Rule, Callable] = {
+    rule: r.layouts for rules in FRAMEWORK_RULES.values() for rule, r in rules.items()
+    if r.layouts is not None}
+"""Rules of frameworks whose pipeline places layers by itself, with the layer counts it runs."""
 
 
 def degree_violations(problem: Problem, cands: Candidates, options: RuleOptions, *,
                       layers_per_chunk=None) -> dict[Rule, np.ndarray]:
     """For each rule in force (`rules_in_force`), where `cands` break it. `layers_per_chunk`:
-    the layer counts every candidate is laid out with, when given (else the even split)."""
+    the layer counts every candidate is laid out with, when given (else the framework's own
+    split, `costing.layout.framework_layer_counts`)."""
     found = {rule: _check(rule, problem, cands, options)
              for rule in rules_in_force(problem, options)}
     if layers_per_chunk is not None:
-        uneven = len(set(layers_per_chunk)) > 1
-        for rule in EVEN_LAYOUT_RULES & set(found):
-            found[rule] = np.full(len(cands), uneven)
+        counts = [int(n) for n in layers_per_chunk]
+        for rule in FIXED_LAYOUT_RULES.keys() & found.keys():
+            runs = FIXED_LAYOUT_RULES[rule]
+            found[rule] = np.array([counts not in runs(problem.model.num_layers, int(pp), int(v))
+                                    for pp, v in zip(cands.pp, cands.vpp)], dtype=bool)
     return found
 
 
@@ -394,7 +403,7 @@ def breaks(problem: Problem, cands: Candidates, options: RuleOptions, rules) -> 
 def balanced_layouts_allowed(problem: Problem, options: RuleOptions) -> bool:
     """Whether plans may place different numbers of layers on their pipeline chunks (the search
     then balances them): no rule in force refuses it."""
-    return not EVEN_LAYOUT_RULES & set(rules_in_force(problem, options))
+    return not FIXED_LAYOUT_RULES.keys() & set(rules_in_force(problem, options))
 
 
 MIB = 2**20

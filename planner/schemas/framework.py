@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveInt
 
-from cost_models.enums import CpComm, Fp8Recipe
+from cost_models.enums import CpComm, Fp8Recipe, PipelinePartition
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
@@ -123,6 +123,10 @@ class FrameworkProfile(BaseModel):
     pipeline_keeps_outputs: bool = False
     """The pipeline engine keeps each in-flight micro-batch's stage output (what it sent) for
     the backward pass, beside the activations the layers store."""
+    pipeline_partitions: tuple[PipelinePartition, ...] = ()
+    """The layer placements its pipeline engine makes by itself, whatever pp
+    (`cost_models.pipeline.partitioned_layer_counts`), and the only ones it runs; empty: the
+    even split (pp * vpp dividing the layers) or the layer counts a plan gives."""
     pipeline_micro_batch_overhead_s: NonNegativeFloat = 0
     """Seconds the pipeline engine adds per micro-batch per stage beyond compute and transfers
     (instruction dispatch, blocking send/recv handshakes)."""

@@ -17,7 +17,7 @@ from planner.costing.evaluate import (BlockCosts, Evaluation, block_costs, evalu
                                       state_floor_bytes)
 from cost_models.enums import CpComm, ZeroStage
 from planner.core.candidates import CP_COMM_ORDER, DP_COMM_ORDER, RECOMPUTE_ORDER, Candidates
-from planner.costing.layout import Layout, uniform_layout
+from planner.costing.layout import Layout, framework_layouts
 from planner.core.problem import Problem
 from planner.rules.gate import RuleOptions, degree_violations, host_memory_violations
 from planner.schemas.strategy import Strategy
@@ -177,21 +177,23 @@ def evaluate_groups(problem: Problem, groups: list[tuple[CandidateGroup, np.ndar
     all_costs = block_costs(problem, every)
     batches, start = [], 0
     for group, group_cands in kept:
-        layout = uniform_layout(problem.model, group.pp, group.vpp)
-        step = max(1, SLICE_CELLS // layout.num_chunks)
-        for first in range(0, len(group_cands), step):
-            rows = np.arange(first, min(first + step, len(group_cands)))
-            cands = group_cands.take(rows)
-            costs = all_costs.take(start + rows)
-            ev = evaluate(problem, layout, cands, costs)
-            over_host = host_memory_violations(ev.host_bytes, problem)
-            if over_host.any():     # offloading more than the host holds (only with --offload)
-                keep = np.flatnonzero(~over_host)
-                cands, costs = cands.take(keep), costs.take(keep)
-                if not len(cands):
-                    continue
+        # Each layout the framework runs by itself (one, but for a pipeline engine that
+        # partitions layers its own ways: DeepSpeed's).
+        for layout in framework_layouts(problem.model, problem.framework, group.pp, group.vpp):
+            step = max(1, SLICE_CELLS // layout.num_chunks)
+            for first in range(0, len(group_cands), step):
+                rows = np.arange(first, min(first + step, len(group_cands)))
+                cands = group_cands.take(rows)
+                costs = all_costs.take(start + rows)
                 ev = evaluate(problem, layout, cands, costs)
-            batches.append(Batch(layout, cands, costs, ev))
+                over_host = host_memory_violations(ev.host_bytes, problem)
+                if over_host.any():     # offloading more than the host holds (--offload)
+                    keep = np.flatnonzero(~over_host)
+                    cands, costs = cands.take(keep), costs.take(keep)
+                    if not len(cands):
+                        continue
+                    ev = evaluate(problem, layout, cands, costs)
+                batches.append(Batch(layout, cands, costs, ev))
         start += len(group_cands)
     return Pool.of(batches)
 

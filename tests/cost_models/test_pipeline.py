@@ -4,7 +4,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 import pytest
 
+from cost_models.enums import PipelinePartition
 from cost_models.pipeline import (bubble_fraction, in_flight_chunk_micro_batches,
+                                  partition_placements, partitioned_layer_counts,
                                   in_flight_per_chunk, interleaved_memory_factor,
                                   pipeline_time_s)
 
@@ -82,3 +84,27 @@ def test_boundary_is_a_send_each_way_plus_the_regather():
     whole = send_recv_time_s(elements * 2, across_nodes=True, net=net)
     assert pipeline_boundary_s(sequence_parallel=False, scatter_gather=False, **kw) == \
         pytest.approx(2 * whole)
+
+
+# deepspeed/runtime/utils.py partition_balanced @edaa72212, run on unit weights (the layer specs
+# 'type:...' matches): these are the parts it returns, as transformer layers per stage. The
+# embedding case lays the specs out as Megatron-DeepSpeed's GPTModelPipe does: the input
+# embedding first, the tied output embedding last.
+@pytest.mark.parametrize(("layers", "stages", "method", "counts"), [
+    (70, 12, PipelinePartition.TRANSFORMER, [6] * 10 + [5, 5]),
+    (70, 12, PipelinePartition.TRANSFORMER_EMBEDDING, [5] + [6] * 10 + [5]),    # BLOOM-176B
+    (30, 4, PipelinePartition.TRANSFORMER, [8, 8, 7, 7]),
+    (30, 4, PipelinePartition.TRANSFORMER_EMBEDDING, [7, 8, 8, 7]),
+    (80, 6, PipelinePartition.TRANSFORMER_EMBEDDING, [13, 14, 14, 14, 13, 12]),
+    (96, 7, PipelinePartition.TRANSFORMER_EMBEDDING, [13, 14, 14, 14, 14, 14, 13]),
+    (32, 3, PipelinePartition.TRANSFORMER_EMBEDDING, [11, 11, 10]),
+])
+def test_deepspeed_partitions_as_its_partitioner_does(layers, stages, method, counts):
+    assert partitioned_layer_counts(layers, stages, method) == counts
+
+
+def test_partition_placements_keep_distinct_placements_with_a_layer_per_stage():
+    both = (PipelinePartition.TRANSFORMER, PipelinePartition.TRANSFORMER_EMBEDDING)
+    assert partition_placements(32, 4, both) == [[8, 8, 8, 8], [8, 9, 8, 7]]
+    assert partition_placements(30, 2, both) == [[15, 15]]          # the same placement once
+    assert partition_placements(4, 4, both) == [[1, 1, 1, 1]]       # embeddings would empty an end

@@ -81,7 +81,8 @@ def test_deepspeed_json_parses_back_structurally():
     assert config["zero_optimization"]["stage"] == 1
     assert config["fp16"] == {"enabled": True, "loss_scale": 0, "initial_scale_power": 16,
                               "loss_scale_window": 1000, "hysteresis": 2, "min_loss_scale": 1}
-    assert config["pipeline"] == {"stages": 8, "partition": "uniform",
+    # 96 layers over 8 stages: DeepSpeed's 'type:transformer' partition is the even split.
+    assert config["pipeline"] == {"stages": 8, "partition": "type:transformer",
                                   "activation_checkpoint_interval": 1}
     assert config["tensor_parallel"] == {"autotp_size": 8}
 

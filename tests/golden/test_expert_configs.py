@@ -49,7 +49,8 @@ def test_index_names_each_run_once():
 
 @pytest.mark.parametrize("entry", INDEX, ids=lambda e: e["run"])
 def test_entry_is_a_cited_run_with_a_zoo_shape_and_a_preset(entry):
-    assert set(entry) - {"features"} == {"source", "run", "zoo", "why"} and entry["why"].strip()
+    assert set(entry) - {"features", "demonstration"} == {"source", "run", "zoo", "why"}
+    assert entry["why"].strip() and entry.get("demonstration", "x").strip()
     features = entry.get("features", {})
     # What the run's framework version could do: SearchSpace fields and profile fields.
     assert set(features) <= {"space", "framework"}

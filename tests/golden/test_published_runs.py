@@ -47,8 +47,12 @@ def mape(predictions):
 @pytest.mark.parametrize(("source", "recorded_mape", "worst"), [
     ("narayanan2021_table2", 0.030, 0.10),       # 12 runs: ZeRO-3 (calibrated) and PTD-P
     ("megatron_lm_readme_h100", 0.070, 0.25),    # 9 runs; the 32B tp8 pp1 run is -22%
-    ("bloom_176b_tr11", 0.022, 0.06),            # DeepSpeed pipeline engine (its overhead fitted
-    ("mt_nlg_530b", 0.016, 0.04),                # on these two), 384 and 2240-3360 A100
+    # DeepSpeed pipeline engine: its per-micro-batch overhead is fitted on these two (384 and
+    # 2240-3360 A100), 2.2% on the 9 runs; refitted (0.032 -> 0.04 s) with the A100 constants
+    # SC21 Table 1 gave once each of its rows ran its script's DDP: BLOOM 2.2% -> 1.7%, MT-NLG
+    # 1.6% -> 3.1%.
+    ("bloom_176b_tr11", 0.017, 0.06),
+    ("mt_nlg_530b", 0.031, 0.05),
     # 8192-16384 H100, nothing fitted on it: the 8K rows +17%; the 128K CP16 row (all-gather
     # CP, priced since issue 14) +39% by Megatron-LM's full-s^2 FLOP count, -3% if Meta counts
     # the causal half FlashAttention runs (the paper does not say which). 20.7% -> 23.9% when
@@ -61,7 +65,10 @@ def mape(predictions):
     # inferred: the paper interleaves only 175B and 530B; -6.1% if it ran vpp 2).
     ("megatron_lm_readme_2022_a100", 0.045, 0.11),
     ("fsdp_paper_2023", 0.063, 0.09),            # PyTorch FSDP, GPT-175B on 128-512 A100
-    ("torchtitan_perf_2024_a100_h100", 0.069, 0.20),   # torchtitan FSDP2 on 64 A100, 405B H100
+    # torchtitan FSDP2 on 64 A100, 405B H100. 6.9% -> 9.3% when SC21 Table 1 was refitted with
+    # each row's own DDP (gemm_peak_fraction 0.675 -> 0.72 with half-efficiency dim 0 -> 128):
+    # these tp-1 FSDP runs have the widest GEMMs, which the refit makes 4-6% faster.
+    ("torchtitan_perf_2024_a100_h100", 0.093, 0.20),
     ("torchtitan_llama31_h100_202412", 0.261, 0.38),   # Meta's 500 W H100s: peak unknown
     ("torchtitan_asynctp_h100_202506", 0.222, 0.39),   # the same machines
     ("bloom_176b_prequel", 0.145, 0.57),         # 124 BLOOM topology-search runs, step times

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from planner.costing.evaluate import layout_for
 from planner.inputs.loader import make_problem
 from planner.rules.gate import Rule, RuleOptions
 from planner.schemas.strategy import LaunchTarget as T
@@ -75,15 +76,12 @@ CASES = [
      dict(dp=8, tp=8, sequence_parallel=True), (T.DEEPSPEED,),
      "sequence_parallel: DeepSpeed AutoTP keeps activations whole on every tensor-parallel "
      "rank", "use sequence_parallel false"),
-    ("deepspeed_uneven_layout", "llama2-7b", "dgx-h100", 48, dict(dp=16, tp=1, pp=3),
-     (T.DEEPSPEED,),
-     "pp 3 does not split 32 layers evenly: DeepSpeed's pipeline partitions layers in code "
-     "(partition_method), which its config cannot set", "use a pp that divides the layers"),
     ("deepspeed_uneven_layout", "llama2-7b", "dgx-h100", 64,
      dict(dp=16, tp=1, pp=4, layers_per_stage=(9, 7, 7, 9)), (T.DEEPSPEED,),
-     "layers_per_stage [9, 7, 7, 9] places layers unevenly: DeepSpeed's pipeline partitions "
-     "layers in code (partition_method), which its config cannot set",
-     "leave layers_per_stage out (an even split)"),
+     "layers_per_stage [9, 7, 7, 9] is not a placement DeepSpeed's pipeline makes: "
+     "PipelineModule partitions the layers itself (partition_method 'type:transformer' or "
+     "'type:transformer|embedding')",
+     "use layers_per_stage [8, 8, 8, 8] or [8, 9, 8, 7], or leave it out"),
     ("torchtitan_zero1", "llama2-7b", "dgx-h100", 64, dict(dp=64, zero_stage=1),
      (T.TORCHTITAN,), "zero_stage 1: torchtitan shards with FSDP2, which shards gradients too",
      "use zero_stage 2 (fsdp_reshard_after_forward never) or 3"),
@@ -192,3 +190,19 @@ def test_a_frameworks_rules_allow_the_kv_exchanges_its_profile_lists(framework):
                 if Rule(v.rule) in TARGET_CHECKS]:
             allowed.add(kind)
     assert allowed == set(problem.framework.context_parallel)
+
+
+def test_deepspeed_runs_a_pp_that_does_not_divide_the_layers_with_its_own_partition():
+    # DeepSpeed's PipelineModule partitions 32 layers over 3 stages by itself (11, 11, 10:
+    # deepspeed/runtime/utils.py partition_balanced); Megatron-LM's even split cannot.
+    problem = make_problem("llama2-7b", "dgx-h100", gpus=48, framework="deepspeed")
+    strategy = Strategy(dp=16, pp=3, global_batch=problem.training.global_batch)
+    assert validate(problem, strategy).violations == []
+    assert layout_for(problem, strategy).layers_per_chunk(problem.model) == [11, 11, 10]
+    # 'type:transformer|embedding' counts the two embeddings as layers: 8, 9, 8, 7 on pp 4.
+    four = make_problem("llama2-7b", "dgx-h100", gpus=64, framework="deepspeed")
+    embedding_aware = Strategy(dp=16, pp=4, layers_per_stage=(8, 9, 8, 7),
+                               global_batch=four.training.global_batch)
+    assert validate(four, embedding_aware).violations == []
+    megatron = make_problem("llama2-7b", "dgx-h100", gpus=48)
+    assert [v.rule for v in validate(megatron, strategy).violations] == ["pp_divides_layers"]
