@@ -48,7 +48,9 @@ DATA = Path(__file__).resolve().parent / "data"
 EXPERT_INDEX = "expert_configs.yaml"
 """Not a source: the index of which runs are expert-tuned (bench/bench_expert.py)."""
 PRESET_OF_GPU = {"A100-SXM4-80GB": "dgx-a100-80gb", "A100-SXM4-40GB": "dgx-a100-40gb",
-                 "H100-SXM5-80GB": "dgx-h100", "H200": "dgx-h200", "B200": "dgx-b200"}
+                 "H100-SXM5-80GB": "dgx-h100", "H200": "dgx-h200", "B200": "dgx-b200",
+                 "H800-SXM5-80GB": "dgx-h800", "B300": "dgx-b300", "GB300": "gb300-nvl72",
+                 "MI300X": "amd-mi300x", "MI325X": "amd-mi325x", "MI355X": "amd-mi355x"}
 FRAMEWORKS = {"megatron": "megatron", "nemo": "megatron", "megatron-deepspeed": "deepspeed",
               "deepspeed": "deepspeed", "torchtitan": "torchtitan", "fsdp": "torchtitan",
               "meta-internal": "megatron"}

@@ -18,6 +18,9 @@ _FROZEN = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True,
 class LinkKind(str, Enum):
     NVLINK = "nvlink"
     HCCS = "hccs"
+    XGMI = "xgmi"
+    """AMD Infinity Fabric (xGMI): a full mesh of point-to-point links between a node's GPUs;
+    RCCL reads NCCL's environment variables, so launch files treat it as NCCL."""
     PCIE = "pcie"
     NVLINK_C2C = "nvlink_c2c"
     INFINIBAND = "infiniband"
@@ -34,6 +37,8 @@ class PeakTflops(BaseModel):
     bf16: PositiveFloat
     tf32: PositiveFloat | None = None
     fp8: PositiveFloat | None = None
+    fp4: PositiveFloat | None = None
+    """FP4 (NVFP4 / MXFP4) tensor cores, data only: no training precision prices it yet."""
 
 
 class GpuSpec(BaseModel):

@@ -79,7 +79,8 @@ def test_strategy_file_errors(cli, write, tiny_model, small_cluster, strategy_te
      "zoo`, or give a path to a model.yaml or config.json"),
     (("memory", "llama2-70b", "dgx-a100-80", "s.yaml"),
      "Error: no cluster preset named 'dgx-a100-80' (did you mean 'dgx-a100-80gb'?); presets: "
-     "ascend-910b, dgx-a100-40gb, dgx-a100-80gb, dgx-b200, dgx-h100, dgx-h200, gb200-nvl72"),
+     "amd-mi300x, amd-mi325x, amd-mi355x, ascend-910b, dgx-a100-40gb, dgx-a100-80gb, dgx-b200, "
+     "dgx-b300, dgx-h100, dgx-h200, dgx-h800, gb200-nvl72, gb300-nvl72"),
     (("memory", "missing/model.yaml", "dgx-a100-80gb", "s.yaml"),
      "Error: missing/model.yaml: file not found"),
     (("memory", "llama2-70b", "dgx-a100-80gb", "s.yaml", "--gpus", "99999", "--nodes", "10"),
