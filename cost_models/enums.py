@@ -14,10 +14,10 @@ class Precision(str, Enum):
     BF16 = "bf16"
     """bf16 mixed precision (fp32 master weights, fp32 gradient accumulation in Megatron-LM)."""
     FP8 = "fp8"
-    """bf16 mixed precision whose linear layers multiply in FP8 (Transformer Engine
-    fp8_autocast, torchao float8): QKV, attention output, MLP and expert GEMMs, forward and
-    backward; attention, embedding, output layer, router and norms stay bf16. The scaling
-    recipe is `Fp8Recipe`."""
+    """bf16 mixed precision whose linear layers multiply in a low-precision format
+    (Transformer Engine fp8_autocast, torchao float8): QKV, attention output, MLP and expert
+    GEMMs, forward and backward; attention, embedding, output layer, router and norms stay
+    bf16. The recipe (`Fp8Recipe`) sets the format and its scaling: FP8, or NVFP4's FP4."""
 
 
 class Fp8Recipe(str, Enum):
@@ -36,6 +36,11 @@ class Fp8Recipe(str, Enum):
     """OCP microscaling: one E8M0 scale per 32 values (TE MXFP8BlockScaling; Blackwell)."""
     ROWWISE = "rowwise"
     """One scale per row, from its current amax (torchao float8 rowwise)."""
+    NVFP4 = "nvfp4"
+    """4-bit E2M1 values, one E4M3 scale per 16 and one fp32 scale per tensor, the weights
+    scaled in 16x16 tiles; stochastic rounding of gradients and a random Hadamard transform
+    of the weight-gradient GEMM's operands (TE NVFP4BlockScaling, nvfp4.rst; Megatron-LM
+    --fp4-format e2m1 --fp4-recipe nvfp4; Blackwell FP4 tensor cores)."""
 
 
 class Optimizer(str, Enum):

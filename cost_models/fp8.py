@@ -13,7 +13,11 @@ per-tensor scaling), fp8_current_scaling.rst (current scaling reads the tensor t
 then the cast), fp8_delayed_scaling.rst (one read: the scale comes from earlier steps),
 mxfp8/mxfp8.rst (one E8M0 scale per 32 values; row-wise and column-wise blocks differ, so both
 copies are quantized from the source), fp8_blockwise_scaling.rst (fp32 scales per 1x128
-activation tile and per 128x128 weight tile, both directions kept).
+activation tile and per 128x128 weight tile, both directions kept), nvfp4/nvfp4.rst (NVFP4:
+E2M1 with an E4M3 scale per 16 values and an fp32 scale per tensor from its amax; GEMMs in the
+TN layout only, so row-wise and column-wise copies are both kept; weights scaled per 16x16
+tile; the random Hadamard transform of the weight-gradient operands runs inside their
+column-wise cast and is not priced apart).
 """
 
 from __future__ import annotations
@@ -22,6 +26,11 @@ from cost_models.enums import Fp8Recipe
 from cost_models.units import BYTES_16BIT, BYTES_FP32
 
 BYTES_FP8 = 1
+BYTES_FP4 = 0.5
+NVFP4_BLOCK = 16
+"""Values sharing one 1-byte E4M3 scale in NVFP4's 1D scaling (activations, gradients)."""
+NVFP4_WEIGHT_TILE = 16 * 16
+"""Values of a 16x16 weight tile sharing one E4M3 scale (NVFP4's default 2D weight scaling)."""
 MX_BLOCK = 32
 """Values sharing one 1-byte E8M0 scale in MXFP8 (OCP Microscaling Formats spec v1.0)."""
 ACTIVATION_TILE = 128
@@ -29,10 +38,17 @@ ACTIVATION_TILE = 128
 WEIGHT_TILE = 128 * 128
 """Values of a 128x128 weight tile sharing one fp32 scale in block scaling."""
 
-_AMAX_PASS = {Fp8Recipe.TENSORWISE: True, Fp8Recipe.ROWWISE: True}
+_AMAX_PASS = {Fp8Recipe.TENSORWISE: True, Fp8Recipe.ROWWISE: True, Fp8Recipe.NVFP4: True}
 """Recipes that read a tensor once for its amax before the pass that casts it (current
-scaling; per-block recipes find each block's amax inside the cast kernel, delayed scaling
-takes it from the history)."""
+scaling, and NVFP4, whose fp32 per-tensor scale comes from the global amax: TE nvfp4.rst;
+MXFP8 and FP8 blocks find each block's amax inside the cast kernel, delayed scaling takes
+it from the history)."""
+
+
+def gemm_operand_bytes(recipe: Fp8Recipe) -> float:
+    """Bytes per value a low-precision GEMM streams for its operands (their scales aside): 1
+    for the FP8 formats, 1/2 for NVFP4's E2M1 (TE nvfp4.rst)."""
+    return BYTES_FP4 if recipe is Fp8Recipe.NVFP4 else float(BYTES_FP8)
 
 
 def fp8_value_bytes(recipe: Fp8Recipe) -> float:
@@ -41,6 +57,8 @@ def fp8_value_bytes(recipe: Fp8Recipe) -> float:
     4/128 for block scaling's 1x128 tiles (TE mxfp8.rst, fp8_blockwise_scaling.rst)."""
     if recipe is Fp8Recipe.MXFP8:
         return BYTES_FP8 + 1 / MX_BLOCK
+    if recipe is Fp8Recipe.NVFP4:           # 4.5 bits: E2M1 and an E4M3 scale per 16 values
+        return BYTES_FP4 + 1 / NVFP4_BLOCK
     if recipe is Fp8Recipe.BLOCKWISE:
         return BYTES_FP8 + BYTES_FP32 / ACTIVATION_TILE
     return float(BYTES_FP8)
@@ -60,6 +78,8 @@ def fp8_copies_bytes(recipe: Fp8Recipe, *, transpose_free: bool, weight: bool = 
         return float(BYTES_FP8 if transpose_free else 2 * BYTES_FP8)
     if recipe is Fp8Recipe.BLOCKWISE and weight:
         return 2 * (BYTES_FP8 + BYTES_FP32 / WEIGHT_TILE)
+    if recipe is Fp8Recipe.NVFP4 and weight:    # TN-only GEMMs: both layouts, 16x16 scales
+        return 2 * (BYTES_FP4 + 1 / NVFP4_WEIGHT_TILE)
     return 2 * fp8_value_bytes(recipe)
 
 

@@ -33,9 +33,11 @@ def problem_options(function, *, gpus: bool = True):
         click.option("--global-batch", type=int, help="Override training.global_batch."),
         click.option("--global-batch-tokens", type=_Count(),
                      help="The global batch in tokens (e.g. 4M): whole sequences of seq_len."),
-        click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16", "fp8", "mxfp8"]),
+        click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16", "fp8", "mxfp8",
+                                                       "nvfp4"]),
                      help="Override training.precision (fp8: linear layers in FP8; mxfp8: FP8 "
-                          "with the MXFP8 recipe, Blackwell)."),
+                          "with the MXFP8 recipe; nvfp4: linear layers in NVFP4 (FP4); "
+                          "both Blackwell)."),
         click.option("--fp8-recipe", type=click.Choice([r.value for r in Fp8Recipe]),
                      help="FP8 scaling recipe (default: the framework's that the GPU runs)."),
         click.option("--optimizer", type=click.Choice(["adam", "sgd", "sgd_momentum"]),

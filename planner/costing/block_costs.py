@@ -27,7 +27,7 @@ from cost_models.expert_parallel import expert_dispatch_s
 from cost_models.evoformer import (evoformer_block_activation_bytes,
                                    evoformer_block_elementwise_bytes, evoformer_block_gemms,
                                    evoformer_block_tp_allreduce_elements)
-from cost_models.fp8 import BYTES_FP8, fp8_value_bytes, quantize_bytes
+from cost_models.fp8 import fp8_value_bytes, gemm_operand_bytes, quantize_bytes
 from cost_models.memory import (embedding_activation_bytes, moe_activation_bytes,
                                 output_activation_bytes, transformer_layer_activation_bytes)
 from cost_models.tensor_parallel import (tp_collective_s, tp_passes,
@@ -94,9 +94,10 @@ class _Kernels:
             relative = eff.fp8_gemm_efficiency.get(self.fp8, 0.0) or 1.0   # unsupported: a rule
             self.peak = cluster.gpu.peak_flops(Precision.BF16)
             self._gemm = dict(self._gemm, peak_flops=self.peak)
-            self._linear = dict(self._gemm, peak_flops=cluster.gpu.peak_flops(Precision.FP8),
+            self._linear = dict(self._gemm,
+                                peak_flops=cluster.gpu.linear_peak_flops(self.fp8),
                                 peak_fraction=eff.gemm_peak_fraction * relative,
-                                bytes_per_value=BYTES_FP8)
+                                bytes_per_value=gemm_operand_bytes(self.fp8))
             self.transpose_free = cluster.gpu.fp8_transpose_free
             fp8 = framework.fp8
             self.fp8_caches_weights = fp8 is not None and fp8.caches_weights

@@ -237,6 +237,12 @@ def _training_args(plan: LaunchPlan) -> list[str]:
     training, s = plan.problem.training, plan.strategy
     if training.precision is Precision.BF16:
         args = ["--bf16"]
+    elif training.fp8_recipe is Fp8Recipe.NVFP4:    # bf16 params, linear layers in NVFP4 (TE)
+        # training/arguments.py: --fp4-format and --fp8-format are exclusive; --fp4-param-gather
+        # all-gathers the NVFP4 weights (Megatron-Bridge bf16_with_nvfp4_mixed sets it).
+        args = ["--bf16", "--fp4-format e2m1", "--fp4-recipe nvfp4"]
+        if s.fp8_param_gather and s.zero_stage >= ZeroStage.OPTIMIZER_STATES:
+            args.append("--fp4-param-gather")
     elif training.precision is Precision.FP8:       # bf16 params, linear layers in FP8 (TE)
         recipe = training.fp8_recipe or Fp8Recipe.DELAYED
         args = ["--bf16", f"--fp8-format {FP8_FORMAT.get(recipe, 'hybrid')}",

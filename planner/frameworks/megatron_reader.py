@@ -8,7 +8,7 @@ from planner.frameworks.base import ParsedConfig
 from planner.frameworks.shell import Flag
 from planner.errors import InputError
 from planner.frameworks.megatron_flags import check_flags
-from planner.frameworks.megatron_values import (_COUNTS, _MAX_COUNT, _attention, _float_value, _fp8, _int_value, _offload, _recompute_details,
+from planner.frameworks.megatron_values import (_COUNTS, _MAX_COUNT, _attention, _float_value, _fp4, _fp8, _int_value, _offload, _recompute_details,
                                                 _training_schedule, _value)
 from planner.frameworks.launchers import read_launch
 from planner.frameworks.shell import ShellScript
@@ -315,7 +315,9 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
     _offload(parsed, flags, file)
     if "--fp8-param-gather" in flags and "--fp8-format" not in flags:
         parsed.strategy["fp8_param_gather"] = True     # without FP8: a note says it does nothing
-    if "--fp8-format" in flags:
+    if "--fp4-format" in flags:
+        _fp4(parsed, flags, fsdp)
+    elif "--fp8-format" in flags:
         _fp8(parsed, flags, fsdp)
     elif "--bf16" in flags:
         parsed.training["precision"] = Precision.BF16

@@ -203,6 +203,31 @@ def _offload(parsed: ParsedConfig, flags: dict, file: str) -> None:
                        "--cpu-offloading-num-layers)", "price it with --cpu-offloading-num-layers")
 
 
+def _fp4(parsed: ParsedConfig, flags: dict, fsdp: bool) -> None:
+    """NVFP4 as Megatron-LM runs it (training/arguments.py, core/fp4_utils.py): --fp4-format
+    e2m1 turns it on, --fp4-recipe nvfp4 (the default) is TE's NVFP4BlockScaling, and
+    --fp4-param-gather keeps NVFP4 parameters; --fp8-format alongside stops Megatron-LM."""
+    parsed.training["precision"] = Precision.FP8
+    parsed.training["fp8_recipe"] = Fp8Recipe.NVFP4
+    named = flags.get("--fp4-recipe")
+    if named is not None and named.value == "custom":
+        parsed.finding("megatron_fp8", "--fp4-recipe custom: a quantizer factory the planner "
+                       "cannot read; priced as nvfp4", "use --fp4-recipe nvfp4")
+    if "--fp8-format" in flags:
+        parsed.finding("megatron_flag", "Megatron-LM stops: --fp4-format and --fp8-format "
+                       "cannot be used simultaneously", "remove --fp8-format")
+    gather = "--fp4-param-gather" in flags
+    parsed.strategy["fp8_param_gather"] = gather
+    if gather and not ("--use-distributed-optimizer" in flags or fsdp):
+        parsed.finding("megatron_flag", "Megatron-LM stops: --fp4-param-gather gathers from "
+                       "the distributed optimizer's shards (or Megatron-FSDP's)",
+                       "add --use-distributed-optimizer")
+    if "--bf16" not in flags:
+        parsed.finding("megatron_fp8", "--fp4-format without --bf16: the weights and the "
+                       "layers outside NVFP4 run in fp32; priced as bf16 with NVFP4 linears",
+                       "add --bf16")
+
+
 def _fp8(parsed: ParsedConfig, flags: dict, fsdp: bool) -> None:
     """FP8 as Megatron-LM runs it: --fp8-format turns it on, --fp8-recipe (default delayed)
     picks the scaling, --fp8-param-gather keeps FP8 parameters (needs the distributed

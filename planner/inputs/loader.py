@@ -288,10 +288,11 @@ def make_problem(model_ref: str, cluster_ref: str, *, gpus: int | None = None,
     cluster = load_cluster(cluster_ref, nodes=nodes)
     if global_batch is not None and global_batch_tokens is not None:
         raise InputError("--global-batch-tokens: give it or --global-batch, not both")
-    if precision == MXFP8:      # --precision mxfp8: FP8 with the MXFP8 recipe
-        if fp8_recipe not in (None, MXFP8):
-            raise InputError(f"--fp8-recipe {fp8_recipe}: --precision mxfp8 is the mxfp8 recipe")
-        precision, fp8_recipe = Precision.FP8.value, MXFP8
+    if precision in RECIPE_PRECISIONS:   # --precision mxfp8 / nvfp4: a low-precision recipe
+        if fp8_recipe not in (None, precision):
+            raise InputError(f"--fp8-recipe {fp8_recipe}: --precision {precision} is the "
+                             f"{precision} recipe")
+        precision, fp8_recipe = Precision.FP8.value, precision
     overrides = {k: v for k, v in (("seq_len", seq_len), ("global_batch", global_batch),
                                    ("precision", precision), ("optimizer", optimizer),
                                    ("fp8_recipe", fp8_recipe))
@@ -351,8 +352,9 @@ def fp8_param_gather_allowed(problem: Problem, zero) -> np.ndarray:
     return ok & (np.asarray(zero) >= ZeroStage.OPTIMIZER_STATES)
 
 
-MXFP8 = Fp8Recipe.MXFP8.value
-"""`--precision mxfp8` names FP8 training with the MXFP8 recipe (Blackwell)."""
+RECIPE_PRECISIONS = (Fp8Recipe.MXFP8.value, Fp8Recipe.NVFP4.value)
+"""`--precision mxfp8` and `--precision nvfp4` name the linear layers' low-precision training
+with that recipe (Blackwell): precision fp8 in the TrainingSpec, the recipe its fp8_recipe."""
 
 
 def resolve_training(training: TrainingSpec, cluster: ClusterSpec, framework: FrameworkProfile,

@@ -15,8 +15,8 @@ from planner.search.candidates import SearchSpace
 from planner.frameworks import ParsedConfig, read_config
 from planner.errors import InfeasibleError, InputError
 from planner.core.problem import Problem
-from planner.inputs.loader import (framework_name, load_framework, resolve_strategy,
-                                   resolve_training, validate_file)
+from planner.inputs.loader import (RECIPE_PRECISIONS, framework_name, load_framework,
+                                   resolve_strategy, resolve_training, validate_file)
 from planner.search.rebalance import layout_advice
 from planner.rules.ineffective import ineffective_settings
 from planner.rules.gate import RuleOptions, balanced_layouts_allowed
@@ -86,7 +86,7 @@ class Given:
                  if value is not None}
         if global_batch is not None or global_batch_tokens is not None:
             names.add("global_batch")
-        if precision == "mxfp8":     # FP8 with the MXFP8 recipe (loader.make_problem)
+        if precision in RECIPE_PRECISIONS:     # a low-precision recipe (loader.make_problem)
             names.add("fp8_recipe")
         return cls(frozenset(names), global_batch_tokens,
                    fp8_recipe if precision is None else None)

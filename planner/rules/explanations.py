@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from cost_models.enums import CpComm, ZeroStage
+from cost_models.enums import CpComm, Fp8Recipe, ZeroStage
 from planner.core.rules import Rule, largest_divisor_at_most
 from planner.core.problem import Problem
 from planner.schemas.strategy import Strategy
@@ -240,6 +240,10 @@ def _explain_target_context_parallel(problem: Problem, s: Strategy) -> tuple[str
 def _explain_fp8_hardware(problem: Problem, s: Strategy) -> tuple[str, str]:
     gpu, t = problem.cluster.gpu, problem.training
     runs = tuple(problem.cluster.efficiency.fp8_gemm_efficiency)
+    if t.fp8_recipe is Fp8Recipe.NVFP4 and not gpu.runs_recipe(t.fp8_recipe):
+        fix = "use precision fp8" if runs else "use precision bf16"
+        return (f"precision nvfp4: {gpu.name} has no FP4 tensor cores (NVFP4 training needs "
+                f"Blackwell: B200, GB200, B300, GB300)", fix)
     if gpu.peak_tflops.fp8 is None or not runs:
         return (f"precision fp8: {gpu.name} has no FP8 tensor cores", "use precision bf16")
     return (f"fp8_recipe {t.fp8_recipe.value}: {gpu.name} does not run it (it runs "

@@ -243,7 +243,7 @@ def fp8_hardware_breaks(problem: Problem) -> bool:
     efficiency.fp8_gemm_efficiency lists the recipes it runs; none without FP8 tensor cores)."""
     t, gpu = problem.training, problem.cluster.gpu
     return t.precision is Precision.FP8 and (
-        gpu.peak_tflops.fp8 is None
+        not gpu.runs_recipe(t.fp8_recipe)
         or t.fp8_recipe not in problem.cluster.efficiency.fp8_gemm_efficiency)
 
 

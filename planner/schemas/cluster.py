@@ -38,7 +38,7 @@ class PeakTflops(BaseModel):
     tf32: PositiveFloat | None = None
     fp8: PositiveFloat | None = None
     fp4: PositiveFloat | None = None
-    """FP4 (NVFP4 / MXFP4) tensor cores, data only: no training precision prices it yet."""
+    """Of the FP4 tensor cores (Blackwell: NVFP4 and MXFP4), where the GPU has them."""
 
 
 class GpuSpec(BaseModel):
@@ -60,6 +60,18 @@ class GpuSpec(BaseModel):
         and the fp8_hardware rule refuses the request)."""
         peak = getattr(self.peak_tflops, precision.value)
         return (self.peak_tflops.bf16 if peak is None else peak) * TFLOPS
+
+    def linear_peak_flops(self, recipe: Fp8Recipe) -> float:
+        """Dense peak FLOP/s of the tensor cores a low-precision recipe's GEMMs run on: the FP4
+        ones for NVFP4, the FP8 ones otherwise (the bf16 peak where the GPU lacks them, and
+        the fp8_hardware rule refuses the request)."""
+        peak = self.peak_tflops.fp4 if recipe is Fp8Recipe.NVFP4 else self.peak_tflops.fp8
+        return (self.peak_tflops.bf16 if peak is None else peak) * TFLOPS
+
+    def runs_recipe(self, recipe: Fp8Recipe | None) -> bool:
+        """Whether it has the tensor cores the recipe's GEMMs need (FP4 for NVFP4, else FP8)."""
+        peak = self.peak_tflops.fp4 if recipe is Fp8Recipe.NVFP4 else self.peak_tflops.fp8
+        return peak is not None
 
 
 class LinkSpec(BaseModel):

@@ -350,7 +350,10 @@ class TrainingSpec(BaseModel):
 
     @property
     def precision_label(self) -> str:
-        """'bf16', or 'fp8 (tensorwise)' with the FP8 recipe."""
+        """'bf16', 'fp8 (tensorwise)' with the FP8 recipe, or 'nvfp4' (its linear layers in
+        FP4)."""
+        if self.precision is Precision.FP8 and self.fp8_recipe is Fp8Recipe.NVFP4:
+            return self.fp8_recipe.value
         if self.precision is Precision.FP8 and self.fp8_recipe is not None:
             return f"{self.precision.value} ({self.fp8_recipe.value})"
         return self.precision.value

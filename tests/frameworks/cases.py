@@ -57,6 +57,11 @@ CASES = [
     Case("llama3-8b-mxfp8", T.MEGATRON, "llama3-8b", "dgx-b200", 8,
          dict(dp=4, tp=2, pp=1, micro_batch=1, sequence_parallel=True, recompute="selective",
               zero_stage=1, fp8_param_gather=True), precision="mxfp8"),
+    # NVFP4 (Megatron-Bridge bf16_with_nvfp4_mixed): --fp4-format e2m1 --fp4-recipe nvfp4 with
+    # NVFP4 parameters gathered (--fp4-param-gather), its 26.04.01 GB200 layout.
+    Case("llama3-70b-nvfp4", T.MEGATRON, "llama3-70b", "gb200-nvl72", 64,
+         dict(dp=8, tp=2, pp=4, vpp=5, micro_batch=1, sequence_parallel=True,
+              recompute="none", zero_stage=1, fp8_param_gather=True), precision="nvfp4"),
     Case("llama3-8b-fp8-delayed", T.MEGATRON, "llama3-8b", "dgx-h100", 16,
          dict(dp=4, tp=4, pp=1, micro_batch=1, sequence_parallel=True, recompute="full",
               zero_stage=0, fp8_param_gather=False), precision="fp8", fp8_recipe="delayed"),

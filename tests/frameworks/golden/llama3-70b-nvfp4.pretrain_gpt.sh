@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Megatron-LM launch config written by planner 0.1.0.
+# Model llama3-70b on 64 x GB200 (gb200-nvl72).
+# Strategy: dp 8, tp 2, pp 4, vpp 5, mb 1, global batch 512, seq_len 8192, sequence_parallel
+#   true, recompute none, zero_stage 1, nvfp4.
+# Predicted: 10.517 s per step, peak 133.3 GiB per GPU (stage 0), MFU 56.0%.
+# Keys checked against NVIDIA/Megatron-LM @d98e8a64 (megatron/training/arguments.py and the
+#   config dataclasses it turns into flags).
+# Run on every node: MASTER_ADDR=<first node> [DATA_PATH=<prefix>] bash pretrain_gpt.sh
+set -euo pipefail
+
+MEGATRON_PATH=${MEGATRON_PATH:-/workspace/Megatron-LM}
+CHECKPOINT_PATH=${CHECKPOINT_PATH:-checkpoints/llama3-70b}
+NNODES=${NNODES:-16}            # 64 GPUs = 16 x 4
+NPROC_PER_NODE=${NPROC_PER_NODE:-4}
+MASTER_ADDR=${MASTER_ADDR:?set MASTER_ADDR to the address of the first node}
+MASTER_PORT=${MASTER_PORT:-29500}
+RDZV_ID=${RDZV_ID:-planner-llama3-70b}
+
+# NCCL over infiniband (GPUDirect RDMA); list the HCAs in NCCL_IB_HCA if NCCL picks the wrong ones
+export NCCL_IB_DISABLE=0
+export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+export TORCH_NCCL_ASYNC_ERROR_HANDLING=1   # fail fast on a hung collective
+# Tensor-parallel kernels must be issued in order (Megatron-LM asserts it with tp > 1)
+export CUDA_DEVICE_MAX_CONNECTIONS=1
+
+MODEL_ARGS=(
+  --num-layers 80
+  --hidden-size 8192
+  --num-attention-heads 64
+  --ffn-hidden-size 28672
+  --seq-length 8192
+  --max-position-embeddings 8192
+  --group-query-attention
+  --num-query-groups 8
+  --swiglu
+  --position-embedding-type rope
+  --normalization RMSNorm
+  --disable-bias-linear
+  --untie-embeddings-and-output-weights
+  --attention-dropout 0.0
+  --hidden-dropout 0.0
+  --attention-backend flash
+)
+PARALLEL_ARGS=(
+  --tensor-model-parallel-size 2
+  --pipeline-model-parallel-size 4
+  --num-virtual-stages-per-pipeline-rank 5
+  --sequence-parallel
+  --use-distributed-optimizer
+  --overlap-grad-reduce
+  --overlap-param-gather
+  --tp-comm-overlap
+  --micro-batch-size 1
+  --global-batch-size 512
+)
+TRAINING_ARGS=(
+  --bf16
+  --fp4-format e2m1
+  --fp4-recipe nvfp4
+  --fp4-param-gather
+  --optimizer adam
+  --adam-beta1 0.9
+  --adam-beta2 0.95
+  --train-iters "${TRAIN_ITERS:-500000}"
+  --lr "${LR:-3.0e-4}"
+  --min-lr "${MIN_LR:-3.0e-5}"
+  --lr-decay-style cosine
+  --lr-warmup-fraction 0.01
+  --weight-decay 0.1
+  --clip-grad 1.0
+)
+# NullTokenizer keeps the model's vocabulary; point TOKENIZER_ARGS at your tokenizer.
+TOKENIZER_ARGS=(
+  --tokenizer-type NullTokenizer
+  --vocab-size 128256
+)
+if [ -n "${DATA_PATH:-}" ]; then
+  DATA_ARGS=(--data-path "$DATA_PATH" --split 949,50,1)
+else
+  DATA_ARGS=(--mock-data)             # synthetic tokens: a throughput test
+fi
+LOGGING_ARGS=(
+  --log-interval 10
+  --log-throughput
+  --eval-interval 1000
+  --eval-iters 10
+  --save "$CHECKPOINT_PATH"
+  --load "$CHECKPOINT_PATH"
+  --save-interval 1000
+)
+
+torchrun --nnodes "$NNODES" --nproc-per-node "$NPROC_PER_NODE" \
+  --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" --rdzv-id "$RDZV_ID" \
+  "$MEGATRON_PATH/pretrain_gpt.py" \
+  "${MODEL_ARGS[@]}" "${PARALLEL_ARGS[@]}" "${TRAINING_ARGS[@]}" "${TOKENIZER_ARGS[@]}" \
+  "${DATA_ARGS[@]}" "${LOGGING_ARGS[@]}"
