@@ -110,7 +110,7 @@ def transformer_layer_activation_bytes(
     ffn_hidden: int, mlp: MlpKind, attention: AttentionKind, dropout: bool,
     norms_per_layer: int = 2, tp, sequence_parallel: bool, recompute: Recompute,
     bytes_per_value: int = BYTES_16BIT, mla: MlaDims | None = None,
-    linear_input_bytes: float | None = None,
+    linear_input_bytes: float | None = None, qk_norm: bool = False,
 ):
     """Bytes of activations one transformer layer keeps for its backward pass, per micro-batch.
 
@@ -138,6 +138,15 @@ def transformer_layer_activation_bytes(
     takes: FP8 training with Transformer Engine saves them quantized ("Stores linear layer
     inputs in FP8 instead of BF16", Megatron-LM megatron/core/transformer/moe/README.md),
     `fp8.fp8_value_bytes`.
+    `qk_norm` (Qwen3, Gemma 3, OLMo 2): an RMSNorm over head_dim on the queries and on the keys
+    before RoPE (HF transformers Qwen3Attention.forward: q_norm(q_proj(x)), k_norm(k_proj(x));
+    Megatron-Core megatron/core/transformer/attention.py get_query_key_value_tensors,
+    q_layernorm/k_layernorm @d98e8a64) keeps Q and K before their norms, as the norms' inputs,
+    beside the normalised, rotated Q and K the attention saves, and the fp32 1/rms of each
+    head row (aten._fused_rms_norm saves input and rstd, pytorch derivatives.yaml; TE rmsnorm
+    saves rsigma). They lie outside the attention core, so selective recompute keeps them;
+    they split with the heads over TP. Standard attention only (no MLA model has QK norms).
+    (The layer norms' own per-token 1/rms, 4 / (v h) of their input, is left out.)
     """
     s, b, h, a, t = seq_len, micro_batch, hidden, num_heads, tp
     sbh = s * b * h
@@ -161,6 +170,10 @@ def transformer_layer_activation_bytes(
             + 2 * v * s * b * kv_dim                    # K and V: 4sbh
             + li * s * b * q_dim                        # attention output (Wo input): 2sbh
         )
+        if qk_norm:
+            attention_core = attention_core + (
+                v * s * b * (q_dim + kv_dim)            # Q and K before their norms
+                + BYTES_FP32 * s * b * (num_heads + num_kv_heads))   # 1/rms per head row
     else:
         qk = num_heads * (head_dim + mla.qk_rope_head_dim)
         attention_core = (v * s * b * (2 * qk + num_heads * mla.v_head_dim)
