@@ -33,6 +33,7 @@ import yaml
 
 from cost_models.enums import PipelinePartition, Recompute
 from cost_models.pipeline import partitioned_layer_counts
+from cost_models.units import GB, GiB
 from planner.costing.evaluate import evaluate_strategy
 from planner.errors import InputError
 from planner.core.problem import Problem
@@ -69,8 +70,9 @@ class Run:
     """TFLOP/s per GPU as the source counts it; None where only the step time is trusted."""
     measured_step_s: float | None
     counts_recompute: bool
-    measured_peak_gb: float | None = None
-    """Peak memory per GPU as the source reports it (nvidia-smi GB for BLOOM), if it does."""
+    measured_peak_bytes: float | None = None
+    """Peak memory per GPU as the source reports it, in bytes, if it does: `peak_memory_gib`
+    times the source's `peak_memory_unit` (GiB unless it says GB: BLOOM's nvidia-smi column)."""
 
 
 @dataclass(frozen=True)
@@ -93,10 +95,10 @@ class Prediction:
 
     @property
     def memory_error(self) -> float | None:
-        """Signed relative error of the predicted peak memory (GB, 1e9 bytes), if measured."""
-        if self.run.measured_peak_gb is None:
+        """Signed relative error of the predicted peak memory, if measured."""
+        if self.run.measured_peak_bytes is None:
             return None
-        return self.report.memory.peak_bytes / 1e9 / self.run.measured_peak_gb - 1
+        return self.report.memory.peak_bytes / self.run.measured_peak_bytes - 1
 
     @property
     def measured(self) -> float:
@@ -178,6 +180,18 @@ def _strategy(run: dict, problem: Problem, framework: str) -> Strategy:
     return strategy
 
 
+PEAK_MEMORY_UNITS = {"GiB": GiB, "GB": GB}
+"""Units a source's peak memory may be in: torchtitan logs GiB (components/metrics.py
+DeviceMemoryMonitor._to_gib, 1024**3); BLOOM's tables give nvidia-smi GB."""
+
+
+def _peak_bytes(value: float | None, source: dict) -> float | None:
+    """A run's measured peak memory in bytes (`peak_memory_gib` in the source's unit)."""
+    if value is None:
+        return None
+    return value * PEAK_MEMORY_UNITS[source.get("peak_memory_unit", "GiB")]
+
+
 def load_runs(tmp: Path, cluster: ClusterSpec | None = None,
               only: set[tuple[str, str]] | None = None) -> tuple[list[Run], dict[str, int]]:
     """Every run of bench/data (or those whose (source key, run name) are in `only`), and how
@@ -225,7 +239,7 @@ def load_runs(tmp: Path, cluster: ClusterSpec | None = None,
             runs.append(Run(key, run["name"], framework, problem,
                             _strategy(run, problem, framework), tflops, step_s,
                             bool(run.get("counts_recompute")),
-                            run["measured"].get("peak_memory_gib")))
+                            _peak_bytes(measured.get("peak_memory_gib"), data["source"])))
     return runs, skipped
 
 

@@ -74,6 +74,17 @@ class ZeroStage(IntEnum):
     """P_os+g+p; FSDP full sharding."""
 
 
+class MasterWeights(str, Enum):
+    """Where mixed-precision training keeps its fp32 master weights."""
+
+    OPTIMIZER = "optimizer"
+    """The model's parameters are 16-bit and the optimizer keeps an fp32 copy, sharded with
+    the optimizer states (Megatron-LM's distributed optimizer, DeepSpeed ZeRO)."""
+    PARAMETERS = "parameters"
+    """The parameters themselves are fp32 and are the master; a 16-bit copy exists only
+    unsharded, for compute (FSDP/FSDP2 MixedPrecisionPolicy(param_dtype=bf16), autocast)."""
+
+
 class MlpKind(str, Enum):
     GELU = "gelu"
     """Two matrices h->f->h with an elementwise activation (GeLU, ReLU)."""

@@ -13,7 +13,8 @@ from typing import NamedTuple
 import numpy as np
 
 from cost_models.compute import MlaDims
-from cost_models.enums import AttentionKind, MlpKind, Optimizer, Precision, Recompute, ZeroStage
+from cost_models.enums import (AttentionKind, MasterWeights, MlpKind, Optimizer, Precision,
+                               Recompute, ZeroStage)
 from cost_models.units import BYTES_16BIT, BYTES_FP32, BYTES_MASK, BYTES_TOKEN_ID
 
 
@@ -23,6 +24,8 @@ class StateBytes(NamedTuple):
     weights: float
     gradients: float
     optimizer: float
+    master: float = 0.0
+    """Of `optimizer`, the fp32 master weights (mixed precision); not added again in `total`."""
 
     @property
     def total(self) -> float:
@@ -54,10 +57,11 @@ def state_bytes_per_param(precision: Precision, optimizer: Optimizer, *,
     main_grads = BYTES_FP32 if precision is Precision.FP16 else 0  # fp32 copy of fp16 grads
     moments = {Optimizer.ADAM: 2 * BYTES_FP32, Optimizer.SGD_MOMENTUM: BYTES_FP32,
                Optimizer.SGD: 0}[optimizer]
-    return StateBytes(weights, gradients, master + main_grads + moments)
+    return StateBytes(weights, gradients, master + main_grads + moments, master)
 
 
-def model_state_bytes(*, num_params, dp, zero_stage, per_param: StateBytes) -> StateBytes:
+def model_state_bytes(*, num_params, dp, zero_stage, per_param: StateBytes,
+                      master_weights: MasterWeights = MasterWeights.OPTIMIZER) -> StateBytes:
     """Bytes of weights, gradients and optimizer state one data-parallel rank holds.
 
     Ref: Rajbhandari et al. 2020 (arXiv:1910.02054), Sec. 5 and Figure 1, with K the optimizer
@@ -65,14 +69,39 @@ def model_state_bytes(*, num_params, dp, zero_stage, per_param: StateBytes) -> S
     2 Psi + (2 + K) Psi / d; P_os+g+p (2 + 2 + K) Psi / d. Megatron-LM's distributed optimizer
     is P_os (docs: 18 -> 6 + 12/d for bf16 with fp32 gradients). `zero_stage` may be an array
     of stages (ZeroStage values).
+
+    `master_weights` PARAMETERS (FSDP): the fp32 parameter is the master
+    (`per_param.master`), reported as weights and sharded wherever FSDP shards (ZeRO 2 and 3:
+    fully_shard shards the parameter itself); the 16-bit weight (`per_param.weights`) is only
+    the unsharded compute copy: held whole from forward to backward below ZeRO-3 (FSDP2
+    reshard_after_forward=False; DDP under torch.autocast, whose cast cache keeps it for the
+    backward), and under ZeRO-3 one gathered unit at a time, which `zero3_gather_buffer_bytes`
+    counts, so none here. Below ZeRO-3 the total equals the OPTIMIZER accounting; at ZeRO-3 it
+    is (4 + 4 + 8) Psi / d, not 18 Psi / d, for bf16 Adam (torch FSDP2,
+    torch/distributed/fsdp/_fully_shard/_fsdp_param.py: the sharded parameter keeps its fp32
+    dtype, the all-gather casts to param_dtype; _fsdp_collectives.py foreach_reduce casts the
+    reduced gradient back to it, so the gradients are fp32 whatever the reduce dtype). Without
+    a master (fp32 training) both accountings agree.
     """
     zero = np.asarray(zero_stage)
     w = per_param.weights * num_params
     g = per_param.gradients * num_params
     o = per_param.optimizer * num_params
+    master = per_param.master * num_params
+    fsdp_master = master_weights is MasterWeights.PARAMETERS and per_param.master > 0
+    if fsdp_master:
+        # TODO: fp16 keeps Megatron's fp32 gradient copy in `optimizer` here; FSDP's gradients
+        # are fp32 already, so it over-counts 4 bytes per parameter (no framework of ours runs
+        # FSDP in fp16; torchtitan's mixed_precision_param is bf16 or fp32).
+        o = o - master                                            # the moments
+        g = master                  # the reduced gradient takes the fp32 parameter's dtype
     o = np.where(zero >= ZeroStage.OPTIMIZER_STATES, o / dp, o)
     g = np.where(zero >= ZeroStage.GRADIENTS, g / dp, g)
-    w = np.where(zero >= ZeroStage.PARAMETERS, w / dp, w)
+    if fsdp_master:
+        master = np.where(zero >= ZeroStage.GRADIENTS, master / dp, master)
+        w = np.where(zero >= ZeroStage.PARAMETERS, 0.0, w) + master   # 16-bit copy + fp32 shard
+    else:
+        w = np.where(zero >= ZeroStage.PARAMETERS, w / dp, w)
     return StateBytes(w, g, o)
 
 
@@ -81,7 +110,7 @@ def transformer_layer_activation_bytes(
     ffn_hidden: int, mlp: MlpKind, attention: AttentionKind, dropout: bool,
     norms_per_layer: int = 2, tp, sequence_parallel: bool, recompute: Recompute,
     bytes_per_value: int = BYTES_16BIT, mla: MlaDims | None = None,
-    linear_input_bytes: float | None = None,
+    linear_input_bytes: float | None = None, qk_norm: bool = False,
 ):
     """Bytes of activations one transformer layer keeps for its backward pass, per micro-batch.
 
@@ -109,6 +138,15 @@ def transformer_layer_activation_bytes(
     takes: FP8 training with Transformer Engine saves them quantized ("Stores linear layer
     inputs in FP8 instead of BF16", Megatron-LM megatron/core/transformer/moe/README.md),
     `fp8.fp8_value_bytes`.
+    `qk_norm` (Qwen3, Gemma 3, OLMo 2): an RMSNorm over head_dim on the queries and on the keys
+    before RoPE (HF transformers Qwen3Attention.forward: q_norm(q_proj(x)), k_norm(k_proj(x));
+    Megatron-Core megatron/core/transformer/attention.py get_query_key_value_tensors,
+    q_layernorm/k_layernorm @d98e8a64) keeps Q and K before their norms, as the norms' inputs,
+    beside the normalised, rotated Q and K the attention saves, and the fp32 1/rms of each
+    head row (aten._fused_rms_norm saves input and rstd, pytorch derivatives.yaml; TE rmsnorm
+    saves rsigma). They lie outside the attention core, so selective recompute keeps them;
+    they split with the heads over TP. Standard attention only (no MLA model has QK norms).
+    (The layer norms' own per-token 1/rms, 4 / (v h) of their input, is left out.)
     """
     s, b, h, a, t = seq_len, micro_batch, hidden, num_heads, tp
     sbh = s * b * h
@@ -132,6 +170,10 @@ def transformer_layer_activation_bytes(
             + 2 * v * s * b * kv_dim                    # K and V: 4sbh
             + li * s * b * q_dim                        # attention output (Wo input): 2sbh
         )
+        if qk_norm:
+            attention_core = attention_core + (
+                v * s * b * (q_dim + kv_dim)            # Q and K before their norms
+                + BYTES_FP32 * s * b * (num_heads + num_kv_heads))   # 1/rms per head row
     else:
         qk = num_heads * (head_dim + mla.qk_rope_head_dim)
         attention_core = (v * s * b * (2 * qk + num_heads * mla.v_head_dim)

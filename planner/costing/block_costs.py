@@ -279,7 +279,7 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
             **shape, attention=block.attention, dropout=block.dropout,
             norms_per_layer=block.norms_per_layer, tp=tp, sequence_parallel=sp,
             recompute=recompute, bytes_per_value=k.value_bytes, mla=mla,
-            linear_input_bytes=k.linear_input_bytes)
+            linear_input_bytes=k.linear_input_bytes, qk_norm=block.qk_norm)
         if moe is not None and recompute is not Recompute.FULL:
             kept = kept + moe_activation_bytes(
                 pairs=mean_pairs, tokens_per_rank=tokens_per_rank, hidden=block.hidden,

@@ -16,7 +16,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from cost_models.enums import Precision, ZeroStage
+from cost_models.enums import MasterWeights, Precision, ZeroStage
 from cost_models.data_parallel import fp8_gather_bytes_saved
 from cost_models.fp8 import fp8_value_bytes, fp8_weight_bytes_per_param
 from cost_models.memory import (StateBytes, bf16_grad_copy_bytes_per_param, framework_buffer_bytes,
@@ -118,12 +118,12 @@ def rank_states(problem: Problem, cands, dense, experts, fp8=0.0) -> StateBytes:
     distributed optimizer over the expert-DP group): (N,) or (N, p) arrays of parameters, or
     `Linear` terms. `fp8`: of those, the FP8 linear-layer parameters, whose weights take
     `fp8_weight_extra_bytes` more each."""
-    per = problem.training.state_bytes
+    per, master = problem.training.state_bytes, problem.framework.master_weights
     # Bytes per parameter after ZeRO (`memory.model_state_bytes` of one parameter), per candidate.
     d = model_state_bytes(num_params=1.0, dp=cands.grad_shard.astype(float),
-                          zero_stage=cands.zero, per_param=per)
+                          zero_stage=cands.zero, per_param=per, master_weights=master)
     e = model_state_bytes(num_params=1.0, dp=cands.expert_shard.astype(float),
-                          zero_stage=cands.zero, per_param=per)
+                          zero_stage=cands.zero, per_param=per, master_weights=master)
     extra = fp8_weight_extra_bytes(problem, cands)
     at = lambda x: _per_candidate(np.asarray(x, dtype=float), dense)  # noqa: E731
     return StateBytes(dense * at(d.weights) + experts * at(e.weights) + fp8 * at(extra),
@@ -299,7 +299,9 @@ def stage_model(problem: Problem, cands, costs, *, pp: int, tied_copy: Linear,
                + experts * (1 / np.where(sharded_optimizer, cands.expert_shard, 1)))
     offloaded = updated * cands.opt_offload
     on_host = shards_to_host(cands)
-    host_states = (offloaded * (per.optimizer + per.gradients)
+    # Where the parameters are the fp32 master (FSDP), it moves with the weight shards.
+    beside_params = per.master if fw.master_weights is MasterWeights.PARAMETERS else 0.0
+    host_states = (offloaded * (per.optimizer - beside_params + per.gradients)
                    + (states.weights + states.gradients) * on_host.astype(float))
     states = gpu_states(states, cands)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveInt
 
-from cost_models.enums import CpComm, Fp8Recipe, PipelinePartition
+from cost_models.enums import CpComm, Fp8Recipe, MasterWeights, PipelinePartition
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
@@ -115,6 +115,11 @@ class FrameworkProfile(BaseModel):
     """Can overlap tensor-parallel collectives with the GEMMs (TE userbuffers, async TP)."""
     tp_comm_overlap_fraction: float = Field(ge=0, le=1)
     """Share of the tensor-parallel collectives that overlap hides behind the GEMMs."""
+    master_weights: MasterWeights = MasterWeights.OPTIMIZER
+    """Where mixed precision keeps the fp32 master weights: in the optimizer beside 16-bit
+    parameters (Megatron-LM, DeepSpeed: 18 bytes per parameter for bf16 Adam), or as the fp32
+    parameters themselves with a 16-bit copy only for compute (FSDP: 16 bytes per parameter
+    sharded, plus the gathered copy; `memory.model_state_bytes`)."""
     pipeline_scatter_gather: bool
     """Sends 1/tp of a stage's output and all-gathers it (Narayanan et al. 2021, Sec. 4.1)."""
     pipeline_p2p_overlap_interleaved: bool = False

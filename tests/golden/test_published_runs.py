@@ -119,7 +119,10 @@ def test_error_per_source_stays_at_what_was_recorded(by_source, source, recorded
     # Recorded, not good: MoE (the bf16 MoE rows are as far off), Meta's 500 W H100s, and
     # long-context rows whose error grows with the sequence (attention at 32K-256K tokens
     # through torchtitan's all-gather CP / NeMo's ring: the next thing to calibrate).
-    ("megatron_bridge_moe", 0.373, 2.44),
+    # 0.377 -> 0.365 when Qwen3's QK-norm inputs were counted: the two Qwen3-235B rows on 64
+    # B200 (recompute not stated) no longer fit without it; full recompute: +88%/+44% ->
+    # +43%/+10%.
+    ("megatron_bridge_moe", 0.365, 2.44),
     ("nemo_long_context_cp", 0.330, 0.49),
     ("torchtitan_asynctp_h100_202506", 0.280, 0.66),
     ("torchtitan_llama31_h100_202412", 0.575, 1.51),

@@ -1,0 +1,104 @@
+"""Memory terms against what PyTorch itself keeps, measured by bench/torch_memory.py.
+
+The numbers below were printed by `python bench/torch_memory.py` with torch 2.13.0+cpu (see
+that script for the layer and the counting). They are pinned here so the suite runs without
+torch; where torch is installed, the last tests measure again and must get the same bytes.
+"""
+
+import pytest
+
+from cost_models.enums import AttentionKind, MasterWeights, MlpKind, Optimizer, Precision, \
+    Recompute, ZeroStage
+from cost_models.memory import model_state_bytes, state_bytes_per_param, \
+    transformer_layer_activation_bytes, zero3_gather_buffer_bytes
+from cost_models.units import BYTES_16BIT, BYTES_FP32
+
+# Saved-tensor bytes of one Qwen3-style layer (bench/torch_memory.py LAYER, s 32, b 2, bf16).
+MEASURED_LAYER_BYTES = 591_360                  # no QK norms
+MEASURED_LAYER_QK_NORM_BYTES = 691_200          # q_norm and k_norm on every head
+MEASURED_CHECKPOINTED_BYTES = 32_768            # the layer under torch.utils.checkpoint
+# FSDP2 (fully_shard, MixedPrecisionPolicy bf16 / fp32), AdamW, 2 gloo ranks: rank 0.
+MEASURED_FSDP2 = dict(num_params=65_536, block_params=32_768, weights=131_072,
+                      gradients=131_072, optimizer=262_144, gathered_block=65_536)
+
+S, B = 32, 2
+SHAPE = dict(seq_len=S, micro_batch=B, hidden=256, num_heads=4, num_kv_heads=2, head_dim=128,
+             ffn_hidden=512, mlp=MlpKind.SWIGLU, attention=AttentionKind.FLASH, dropout=False)
+
+
+def _layer(*, qk_norm=False, recompute=Recompute.NONE, tp=1, sequence_parallel=False):
+    return transformer_layer_activation_bytes(**SHAPE, tp=tp, sequence_parallel=sequence_parallel,
+                                              recompute=recompute, qk_norm=qk_norm)
+
+
+def test_qk_norm_term_is_what_pytorch_saves_for_the_norms():
+    # Q and K before their norms (s b (a + g) d bf16 values) and the fp32 1/rms per head row.
+    measured = MEASURED_LAYER_QK_NORM_BYTES - MEASURED_LAYER_BYTES
+    assert _layer(qk_norm=True) - _layer() == pytest.approx(measured, rel=1e-12)
+
+
+@pytest.mark.parametrize(("qk_norm", "measured"), [
+    (False, MEASURED_LAYER_BYTES), (True, MEASURED_LAYER_QK_NORM_BYTES)])
+def test_whole_layer_is_what_pytorch_saves_less_two_known_terms(qk_norm, measured):
+    # Eager PyTorch keeps two things the fused kernels the formula follows do not: SwiGLU's
+    # silu output as its own tensor (Megatron's fused bias_swiglu recomputes it from its
+    # input: 2 s b f bytes), and the two layer norms' fp32 1/rms per token (4 s b each),
+    # which the formula leaves out.
+    eager_silu = BYTES_16BIT * S * B * SHAPE["ffn_hidden"]
+    layer_norm_rstd = 2 * BYTES_FP32 * S * B
+    assert _layer(qk_norm=qk_norm) + eager_silu + layer_norm_rstd == measured
+
+
+def test_full_recompute_keeps_the_layer_input_only():
+    assert _layer(qk_norm=True, recompute=Recompute.FULL) == MEASURED_CHECKPOINTED_BYTES
+
+
+def test_selective_recompute_keeps_the_qk_norm_inputs():
+    # Selective recompute re-runs the attention core; the QK norms run before it.
+    assert (_layer(qk_norm=True, recompute=Recompute.SELECTIVE)
+            - _layer(recompute=Recompute.SELECTIVE)) == _layer(qk_norm=True) - _layer()
+
+
+@pytest.mark.parametrize("sequence_parallel", [False, True])
+def test_qk_norm_term_splits_with_the_heads_over_tp(sequence_parallel):
+    one = _layer(qk_norm=True) - _layer()
+    for tp in (2, 4):
+        got = (_layer(qk_norm=True, tp=tp, sequence_parallel=sequence_parallel)
+               - _layer(tp=tp, sequence_parallel=sequence_parallel))
+        assert got == pytest.approx(one / tp, rel=1e-12)
+
+
+def test_fsdp2_keeps_16_bytes_per_parameter_sharded():
+    # fp32 parameter shard (the master), fp32 gradient shard, AdamW's two fp32 moments.
+    m = MEASURED_FSDP2
+    per = state_bytes_per_param(Precision.BF16, Optimizer.ADAM)
+    got = model_state_bytes(num_params=m["num_params"], dp=2, zero_stage=ZeroStage.PARAMETERS,
+                            per_param=per, master_weights=MasterWeights.PARAMETERS)
+    assert (got.weights, got.gradients, got.optimizer) == (m["weights"], m["gradients"],
+                                                          m["optimizer"])
+    # Megatron's accounting (a bf16 shard beside the fp32 master) would charge 18 / 16.
+    megatron = model_state_bytes(num_params=m["num_params"], dp=2,
+                                 zero_stage=ZeroStage.PARAMETERS, per_param=per)
+    assert megatron.total == pytest.approx(18 / 16 * got.total, rel=1e-12)
+
+
+def test_fsdp2_gathers_one_bf16_block_at_a_time():
+    m = MEASURED_FSDP2
+    per = state_bytes_per_param(Precision.BF16, Optimizer.ADAM)
+    assert zero3_gather_buffer_bytes(largest_block_params_per_rank=m["block_params"],
+                                     weight_bytes=per.weights,
+                                     prefetch_blocks=1) == m["gathered_block"]
+
+
+def test_pytorch_still_measures_the_pinned_layer_bytes():
+    pytest.importorskip("torch")
+    from bench.torch_memory import saved_activation_bytes
+    assert saved_activation_bytes(qk_norm=False) == MEASURED_LAYER_BYTES
+    assert saved_activation_bytes(qk_norm=True) == MEASURED_LAYER_QK_NORM_BYTES
+    assert saved_activation_bytes(qk_norm=True, checkpointed=True) == MEASURED_CHECKPOINTED_BYTES
+
+
+def test_pytorch_still_measures_the_pinned_fsdp2_states():
+    pytest.importorskip("torch")
+    from bench.torch_memory import fsdp2_state_bytes
+    assert fsdp2_state_bytes() == MEASURED_FSDP2
