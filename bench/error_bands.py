@@ -34,6 +34,7 @@ FITTED_ON = {
     ("narayanan2021_table2", "deepspeed"): "DeepSpeed ZeRO-3 efficiency and overlap",
     ("bloom_176b_tr11", "deepspeed"): "DeepSpeed pipeline-engine overhead",
     ("mt_nlg_530b", "deepspeed"): "DeepSpeed pipeline-engine overhead",
+    ("megatron_bridge_nvfp4", "megatron"): "NVFP4 GEMM rate on GB200 (bench/calibrate_nvfp4.py)",
 }
 """(source, framework) whose runs set a constant (bench/calibrate_frameworks.py): not held out."""
 
