@@ -118,7 +118,7 @@ def test_full_recompute_keeps_layer_inputs_plus_one_rebuilt_layer(problem):
 
     layer = problem(1).model.blocks[1]
     shape = dict(seq_len=S, micro_batch=1, hidden=H, num_heads=A, num_kv_heads=A,
-                 head_dim=H // A, ffn_hidden=4 * H, mlp=layer.mlp, attention=AttentionKind.STANDARD,
+                 head_dim=H // A, ffn_hidden=4 * H, mlp=layer.mlp, attention=AttentionKind.UNFUSED,
                  dropout=layer.dropout, norms_per_layer=layer.norms_per_layer, tp=1,
                  sequence_parallel=False, bytes_per_value=2)
     full_layer = transformer_layer_activation_bytes(**shape, recompute=Recompute.NONE)

@@ -48,7 +48,6 @@ position: rotary
 tie_embeddings: false
 bias: false
 dropout: false
-attention: flash
 training: {seq_len: 256, global_batch: 48, precision: bf16}
 """
 
