@@ -19,7 +19,9 @@ Besides the run fields, a file may set in its `source:` block
   source's framework version had them, merged into the profile for every run of the file, e.g.
   `{pipeline_p2p_overlap_interleaved: false}` for a Megatron-LM older than overlap_p2p_comm;
 - training_overrides: fields of the training settings (a model.yaml's `training:`) the source's
-  recipes set for every run, e.g. `{bf16_gradients: true}` where they reduce gradients in bf16;
+  recipes set for every run, e.g. `{bf16_gradients: true}` where they reduce gradients in bf16,
+  `{attention: unfused}` where the runs predate fused attention (the framework's default is
+  flash);
 - compare: tokens_per_s, to compare the step time that tokens per second give;
 and a run may set cluster_overrides: fields of the cluster preset (a GPU part, a slower NIC).
 """
@@ -119,7 +121,6 @@ def _model_file(model: dict | str, run_name: str, tmp: Path) -> str:
         for key, value in dict(norm="rmsnorm", position="rotary", bias=False,
                                dropout=False).items():
             shape.setdefault(key, value)       # unless the run says (gpt-oss has biases)
-    shape.setdefault("attention", "flash")
     path = tmp / f"{run_name}.yaml"
     path.write_text(yaml.safe_dump({"name": run_name, **shape}))
     return str(path)

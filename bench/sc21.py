@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 
 from bench.published import with_overrides
-from cost_models.enums import Precision, Recompute
+from cost_models.enums import AttentionKind, Precision, Recompute
 from planner.costing.evaluate import evaluate_strategy
 from planner.core.problem import Problem
 from planner.inputs.loader import make_problem
@@ -66,11 +66,16 @@ def rows(cluster: ClusterSpec | None = None) -> list[Row]:
         problem = make_problem(zoo, CLUSTER, gpus=run["cluster"]["num_gpus"],
                                global_batch=s["global_batch"])
         # All runs: fp16 mixed precision with loss scaling (Table 1 caption, run_table_1.sh).
+        # Unfused attention: Megatron-LM of 2021 ran its fused scale-mask-softmax
+        # (megatron/model/fused_softmax.py) and kept the s x s softmax output and dropout
+        # mask for the backward pass (Korthikanti et al. 2022, Sec. 4.1: the 5as/h term);
+        # FlashAttention came in 2022 (Dao et al., arXiv:2205.14135).
         # Megatron-LM of 2021 sent pipeline activations with blocking batched p2p: the
         # overlap_p2p_comm of the interleaved schedule arrived in May 2023 (commit f9283c5a8a,
         # "Add option to overlap p2p communication"; the default since October 2023).
         problem = with_overrides(problem, DATA.name,
-                                 training={"precision": Precision.FP16.value},
+                                 training={"precision": Precision.FP16.value,
+                                           "attention": AttentionKind.UNFUSED.value},
                                  framework={"pipeline_p2p_overlap_interleaved": False})
         problem = replace(problem, cluster=cluster or problem.cluster)
         layers_per_chunk = s["layers_per_virtual_stage"]

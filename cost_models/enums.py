@@ -108,10 +108,22 @@ class NormKind(str, Enum):
 
 
 class AttentionKind(str, Enum):
-    STANDARD = "standard"
-    """Materialises the s x s scores, softmax and dropout (kept for the backward pass)."""
+    """The attention kernel a run uses: a setting of the run (its framework's default, or
+    --attention), not of the model, whose layers compute the same function either way."""
+
     FLASH = "flash"
     """Fused kernel (Dao et al. 2022, arXiv:2205.14135): no s x s tensor is stored."""
+    UNFUSED = "unfused"
+    """Materialises the s x s scores, softmax and dropout (kept for the backward pass): the
+    attention of 2020-2022 training (Megatron-LM's fused softmax, Korthikanti et al. 2022,
+    arXiv:2205.05198, Sec. 4.1), Megatron-LM's --attention-backend unfused."""
+    @classmethod
+    def _missing_(cls, value):
+        # "standard", the value before issue 25, still reads as unfused (old model files).
+        return cls.UNFUSED if value == "standard" else None
+
+
+AttentionKind.STANDARD = AttentionKind.UNFUSED   # the member's name before issue 25 (not a member)
 
 
 class PositionKind(str, Enum):

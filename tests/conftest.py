@@ -60,7 +60,6 @@ TINY_MOE_DENSE = """
     position: rotary
     bias: false
     dropout: false
-    attention: flash
     training: {{seq_len: {seq_len}, global_batch: 64}}
     """
 TINY_MOE_EXPERTS = """

@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, model_validator
 
-from cost_models.enums import Fp8Recipe
+from cost_models.enums import AttentionKind, Fp8Recipe
 from cost_models.units import GiB
 from planner.errors import InputError, shown
 from planner.core.problem import Problem
@@ -61,6 +61,8 @@ class RunEntry(BaseModel):
     global_batch: GlobalBatch | None = None
     precision: Literal["fp32", "fp16", "bf16", "fp8", "mxfp8"] | None = None
     fp8_recipe: Fp8Recipe | None = None
+    attention: AttentionKind | None = None
+    """The attention kernel the run used (default: its framework's, fused flash)."""
     framework: Literal["megatron", "deepspeed", "torchtitan", "torchrun", "mindspore"] | None = None
     """Whose profile prices the run (default: the config's framework, else megatron)."""
     strategy: Strategy | None = None
@@ -142,7 +144,8 @@ def _run(entry: RunEntry, where: str, base: Path, cluster_ref: str, nodes: int |
         problem = make_problem(_beside(base, entry.model), cluster_ref, gpus=gpus, nodes=nodes,
                                seq_len=entry.seq_len, global_batch=entry.global_batch,
                                precision=entry.precision, framework=entry.framework or "megatron",
-                               fp8_recipe=entry.fp8_recipe.value if entry.fp8_recipe else None)
+                               fp8_recipe=entry.fp8_recipe.value if entry.fp8_recipe else None,
+                               attention=entry.attention.value if entry.attention else None)
     except InputError as e:
         raise InputError(f"{where}: {e}") from None
     if entry.strategy is not None:

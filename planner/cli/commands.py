@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from cost_models.enums import Fp8Recipe
+from cost_models.enums import AttentionKind, Fp8Recipe
 from planner.errors import ExitCode, InfeasibleError, InputError, one_line
 
 INTERNAL_ERROR = 3
@@ -42,6 +42,10 @@ def problem_options(function, *, gpus: bool = True):
                      help="FP8 scaling recipe (default: the framework's that the GPU runs)."),
         click.option("--optimizer", type=click.Choice(["adam", "sgd", "sgd_momentum"]),
                      help="Override training.optimizer."),
+        click.option("--attention", type=click.Choice([a.value for a in AttentionKind]),
+                     help="The attention kernel (training.attention; default: the framework's, "
+                          "fused flash attention). unfused keeps the s x s scores, as "
+                          "2020-2022 runs did (--attention-backend unfused)."),
         click.option("--min-free", "min_free", type=click.FloatRange(min=0), default=None,
                      metavar="GIB", help="Keep this much memory free on every GPU (GiB): a "
                      "safety margin under the predicted peak. Default: max(2 GiB, 3% of the "
@@ -230,8 +234,8 @@ def _search_space(pins: dict, targets: tuple = ()):
 
 
 def _load_problem(model, cluster, *, gpus, nodes, seq_len, global_batch, global_batch_tokens,
-                  precision, optimizer, framework="megatron", fp8_recipe=None, min_free=None,
-                  quiet=False):
+                  precision, optimizer, framework="megatron", fp8_recipe=None, attention=None,
+                  min_free=None, quiet=False):
     from planner.inputs.loader import make_problem
 
     for flag, value in (("--seq-len", seq_len), ("--global-batch", global_batch),
@@ -241,7 +245,7 @@ def _load_problem(model, cluster, *, gpus, nodes, seq_len, global_batch, global_
     problem = make_problem(model, cluster, gpus=gpus, nodes=nodes, seq_len=seq_len,
                            global_batch=global_batch, global_batch_tokens=global_batch_tokens,
                            precision=precision, optimizer=optimizer, framework=framework,
-                           fp8_recipe=fp8_recipe, min_free_gib=min_free)
+                           fp8_recipe=fp8_recipe, min_free_gib=min_free, attention=attention)
     for note in () if quiet else problem.notes:
         click.echo(f"note: {note}", err=True)
     return problem
@@ -342,7 +346,7 @@ def memory(model, cluster, strategy, framework, as_json, **overrides):
               "then differs from run to run).")
 def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, as_json, gpus,
          nodes, seq_len, global_batch, global_batch_tokens, precision, optimizer, fp8_recipe,
-         min_free, **pins):
+         attention, min_free, **pins):
     """The fastest strategies that fit MODEL on CLUSTER, ranked."""
     from planner.inputs.loader import framework_name
     from planner.search.solver import search
@@ -357,7 +361,8 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
     framework_given = framework
     options = dict(gpus=gpus, nodes=nodes, seq_len=seq_len, global_batch=global_batch,
                    global_batch_tokens=global_batch_tokens, precision=precision,
-                   optimizer=optimizer, fp8_recipe=fp8_recipe, min_free=min_free)
+                   optimizer=optimizer, fp8_recipe=fp8_recipe, attention=attention,
+                   min_free=min_free)
     framework = framework_name(framework, targets[:1])
     problem = _load_problem(model, cluster, framework=framework, **options)
     # The rules of the framework that prices the plans apply too (rules.rule_targets).
@@ -414,7 +419,7 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
     t = problem.training
     heading = (f"{problem.model.name} ({render.params_label(problem.model)}) on "
                f"{problem.num_gpus} x {problem.cluster.gpu.name}: batch {t.global_batch} x "
-               f"{t.seq_len} tokens, {t.precision_label}, {problem.framework.name}")
+               f"{t.seq_len} tokens, {render.run_label(problem)}, {problem.framework.name}")
     render.print_renderable(render.plan_view(heading=heading, plans=result.plans,
                                              search=stats))
     if by_comm:
@@ -464,6 +469,7 @@ def _json_head(problem, notes: list[str] = ()) -> dict:
             "precision": problem.training.precision.value,
             "fp8_recipe": (problem.training.fp8_recipe.value
                            if problem.training.fp8_recipe is not None else None),
+            "attention": problem.attention.value,
             "notes": list(problem.notes) + list(notes)}
 
 

@@ -7,6 +7,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from cost_models.enums import AttentionKind
 from cost_models.units import GiB
 from planner.core.problem import default_min_free_bytes
 from planner.schemas.strategy import strategy_label as strategy_phrase
@@ -159,6 +160,13 @@ def rate(value: float) -> str:
 ROLLOVER = 0.9995
 """A value that rounds to 1,000 at three significant digits shows in the next unit (1M, not
 1e+03K)."""
+
+
+def run_label(problem) -> str:
+    """'bf16', 'fp8 (tensorwise)', with ', unfused attention' where the run's attention kernel
+    is not the fused one every framework defaults to."""
+    unfused = problem.attention is not AttentionKind.FLASH
+    return problem.training.precision_label + (", unfused attention" if unfused else "")
 
 
 def params_label(model) -> str:
@@ -480,7 +488,7 @@ def review_view(review) -> Group:
     heading = (f"{review.file}{what}: {p.model.name} ({params_label(p.model)}) on "
                f"{p.num_gpus} x {p.cluster.gpu.name}, "
                f"global batch {review.strategy.global_batch} x {p.training.seq_len} tokens, "
-               f"{p.training.precision_label}: {strategy_phrase(review.strategy)}")
+               f"{run_label(p)}: {strategy_phrase(review.strategy)}")
     parts = [Text(heading, style="bold"), violations_text(review.violations)]
     parts += [Text(f"note: {note}", style="dim") for note in review.notes]
     parts.append(Text(""))

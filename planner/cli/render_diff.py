@@ -8,7 +8,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from planner.cli.render import (MEMORY_ROWS, OPTIONAL_TIME_ROWS, TIME_ROWS, count, gib,
+from planner.cli.render import (MEMORY_ROWS, OPTIONAL_TIME_ROWS, TIME_ROWS, count, gib, run_label,
                                 percent, rate, seconds, strategy_phrase, violations_text)
 
 
@@ -104,7 +104,7 @@ def _side_line(tag: str, label: str, review) -> Text:
     fits = "fits" if report.memory.fits else "does NOT fit"
     return Text(f"{name}{where}: {strategy_phrase(review.strategy)}; "
                 f"{p.num_gpus} GPUs, batch {review.strategy.global_batch} x "
-                f"{p.training.seq_len}, {p.training.precision_label}, {p.framework.name}; "
+                f"{p.training.seq_len}, {run_label(p)}, {p.framework.name}; "
                 f"{fits}")
 
 

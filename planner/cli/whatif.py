@@ -81,7 +81,7 @@ def _diff_side(review, label: str) -> dict:
             "target": review.target.value if review.target else None,
             "num_gpus": p.num_gpus, "framework": p.framework.name,
             "global_batch": review.strategy.global_batch, "seq_len": p.training.seq_len,
-            "precision": p.training.precision.value,
+            "precision": p.training.precision.value, "attention": p.attention.value,
             "valid": review.valid, "fits": report.memory.fits,
             "violations": [v.model_dump(mode="json") for v in review.violations],
             **report.model_dump(mode="json"), "step_s": report.time.step_s,
@@ -123,7 +123,7 @@ class _Counts(click.ParamType):
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def sweep(model, cluster, counts, tokens, gpu_hour_price, plot, framework, as_json, nodes,
           seq_len, global_batch, global_batch_tokens, precision, optimizer, fp8_recipe,
-          min_free, **pins):
+          attention, min_free, **pins):
     """The best plan of MODEL on CLUSTER for each GPU count: step time, throughput, MFU,
     scaling efficiency, and with --tokens time to train, GPU-hours and cost."""
     from planner.inputs.loader import framework_name
@@ -143,7 +143,7 @@ def sweep(model, cluster, counts, tokens, gpu_hour_price, plot, framework, as_js
                              global_batch=global_batch,
                              global_batch_tokens=global_batch_tokens, precision=precision,
                              optimizer=optimizer, framework=framework, fp8_recipe=fp8_recipe,
-                             min_free=min_free, quiet=True)
+                             attention=attention, min_free=min_free, quiet=True)
 
     first = load(counts[0])
     for note in first.notes:            # once, not once per count
@@ -178,7 +178,7 @@ def sweep(model, cluster, counts, tokens, gpu_hour_price, plot, framework, as_js
     t = first.training
     heading = (f"{first.model.name} ({render.params_label(first.model)}) on "
                f"{first.cluster.gpu.name}: batch {t.global_batch} x {t.seq_len} tokens, "
-               f"{t.precision_label}, {first.framework.name}")
+               f"{render.run_label(first)}, {first.framework.name}")
     render.print_renderable(render.sweep_view(heading, rows))
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from cost_models.enums import AttentionKind
 from cost_models.units import GiB
 
 DEFAULT_MIN_FREE_GIB = 2.0
@@ -50,6 +51,12 @@ class Problem:
     that the model does not see (NCCL buffers grown at scale, fragmentation spikes). None: the
     default margin (`default_min_free_bytes`), which the search keeps wherever a plan can
     (`with_margin`) and which `validate` and `memory` warn about but do not fail on."""
+
+    @property
+    def attention(self) -> AttentionKind:
+        """The attention kernel of the run's transformer layers: the training setting's, else
+        the framework's default (a run setting, not the model's: `TrainingSpec.attention`)."""
+        return self.training.attention_kernel(self.framework)
 
     @property
     def usable_bytes(self) -> float:

@@ -85,6 +85,7 @@ class _Kernels:
         self._hbm = dict(hbm_bytes_per_s=cluster.gpu.hbm_gb_per_s * 1e9,
                          hbm_fraction=eff.hbm_fraction)
         self.flash_fraction = eff.flash_attention_fraction
+        self.attention = training.attention_kernel(framework)    # the run's, for every layer
         self.framework = framework
         # FP8: the linear layers' GEMMs at the FP8 peak, times the recipe's efficiency on this
         # GPU relative to bf16 (cluster data), reading 1-byte operands; the bf16 peak for the rest.
@@ -204,13 +205,13 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
     g = transformer_layer_gemms(**shape, tp=tp, mla=mla, moe=moe,
                                 tokens_per_rank=tokens_per_rank, ep=ep, etp=etp,
                                 imbalance=imbalance)
-    flash = block.attention is AttentionKind.FLASH
+    flash = k.attention is AttentionKind.FLASH
     # The weight GEMMs: the linear layers (FP8 under precision fp8) and the router (bf16).
     linears = g.projections + g.mlp + g.experts
     weights_s = k.linear_s(linears) + k.gemms_s((g.router,))
     elementwise = dict(**shape, position=block.position, dropout=block.dropout,
                        norms_per_layer=block.norms_per_layer, tp=tp, sequence_parallel=sp)
-    traffic = transformer_layer_elementwise_bytes(**elementwise, attention=block.attention)
+    traffic = transformer_layer_elementwise_bytes(**elementwise, attention=k.attention)
     # Elementwise kernels tied to the scores (softmax, dropout) belong to the attention core.
     core_traffic = traffic - transformer_layer_elementwise_bytes(**elementwise,
                                                                  attention=AttentionKind.FLASH)
@@ -276,7 +277,7 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
 
     def stored(recompute):
         kept = transformer_layer_activation_bytes(
-            **shape, attention=block.attention, dropout=block.dropout,
+            **shape, attention=k.attention, dropout=block.dropout,
             norms_per_layer=block.norms_per_layer, tp=tp, sequence_parallel=sp,
             recompute=recompute, bytes_per_value=k.value_bytes, mla=mla,
             linear_input_bytes=k.linear_input_bytes, qk_norm=block.qk_norm)

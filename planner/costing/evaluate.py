@@ -109,17 +109,18 @@ def step_flops_per_sequence(model, seq_len: int) -> tuple[float, float, float]:
 
 
 @lru_cache(maxsize=32)
-def mfu_flops_per_sequence(model, seq_len: int) -> float:
+def mfu_flops_per_sequence(model, seq_len: int, attention: AttentionKind) -> float:
     """Model FLOPs per sequence per step as the time model runs them: Megatron-LM's count
     (`step_flops_per_sequence`) less the attention blocks a fused kernel skips, the masked
     half of a causal score matrix and everything outside a sliding window (Dao 2023,
     FlashAttention-2, Sec. 3.1.1; `compute.attended_keys`). The numerator of MFU, so that MFU
-    and the step time agree; Megatron-LM's count stays the "model TFLOP/s per GPU"."""
+    and the step time agree; Megatron-LM's count stays the "model TFLOP/s per GPU".
+    `attention` is the run's kernel: an unfused one computes every score."""
     full, _, _ = step_flops_per_sequence(model, seq_len)
+    if attention is not AttentionKind.FLASH:
+        return full
     skipped = 0.0
     for layer in model.attention_layers():
-        if layer.attention is not AttentionKind.FLASH:
-            continue
         g = layer_gemms(layer, seq_len=seq_len)
         kept = float(attended_keys(seq_len, causal=layer.causal,
                                    window=layer.sliding_window)) / seq_len
@@ -276,7 +277,7 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
         slowest_stage=slowest, imbalance=tau.max(1) / tau.mean(1),
         dp_algorithm=dp_algorithm[rows, last],
         model_flops=model_flops * batch, hardware_flops=(model_flops + extra) * batch,
-        mfu_flops=mfu_flops_per_sequence(model, training.seq_len) * batch)
+        mfu_flops=mfu_flops_per_sequence(model, training.seq_len, problem.attention) * batch)
 
 
 def _step_end_data_parallel(problem: Problem, cands: Candidates, dense, dense_gather, experts,

@@ -59,10 +59,8 @@ class ParsedConfig:
     findings: list[Violation] = field(default_factory=list)
     """Problems the framework itself would hit or silently get wrong (a misspelled key)."""
     training: dict[str, Any] = field(default_factory=dict)
-    """Training settings the file fixes (precision, seq_len): they override the model's."""
-    model: dict[str, Any] = field(default_factory=dict)
-    """Transformer-layer settings the file fixes (the attention kernel): they override every
-    transformer block's."""
+    """Training settings the file fixes (precision, seq_len, the attention kernel): they
+    override the model's."""
     world_size: int | None = None
     """GPUs the file launches on, when it says (torchrun's nnodes x nproc_per_node)."""
     world_size_source: str | None = None

@@ -20,7 +20,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from cost_models.enums import CpComm, Optimizer, PipelinePartition, Precision, Recompute
+from cost_models.enums import (AttentionKind, CpComm, Optimizer, PipelinePartition, Precision,
+                               Recompute)
 from cost_models.pipeline import partition_placements, partitioned_layer_counts
 from planner.frameworks.base import LaunchPlan, ParsedConfig, closest, did_you_mean, header_lines
 from planner.errors import InputError
@@ -197,6 +198,15 @@ def emit(plan: LaunchPlan) -> dict[str, str]:
         comment += [f"Sequence parallelism (Ulysses, cp {s.cp}): wrap the attention in "
                     f"deepspeed.sequence.layer.DistributedAttention over the sequence-parallel "
                     f"group; each rank feeds seq_len / {s.cp} tokens."]
+    # The attention kernel is the model code's choice; ds_config has no key for it.
+    if plan.problem.attention is AttentionKind.FLASH:
+        comment += ["Attention: priced as fused flash attention; run the model with it "
+                    "(Megatron-DeepSpeed: --use-flash-attn-v2; Hugging Face: attn_implementation "
+                    "sdpa or flash_attention_2). ds_config has no key for it."]
+    else:
+        comment += ["Attention: priced as unfused attention (the s x s scores kept for the "
+                    "backward pass); a fused kernel needs less memory. ds_config has no key "
+                    "for it."]
     if plan.problem.model.is_moe:
         # DeepSpeed MoE takes its expert-parallel size in model code (deepspeed/moe/layer.py).
         comment += [f"Experts: pass ep_size={s.ep} to deepspeed.moe.layer.MoE in the model "

@@ -83,9 +83,10 @@ def _model_args(plan: LaunchPlan) -> list[str]:
         args.append("--untie-embeddings-and-output-weights")
     if not layer.dropout:
         args += ["--attention-dropout 0.0", "--hidden-dropout 0.0"]
-    flash = layer.attention is AttentionKind.FLASH
-    # The planner's memory assumes flash attention keeps no s x s scores and the unfused
-    # kernel keeps them all; say which one to run.
+    # The run's kernel (training.attention, else the profile's default): the planner's memory
+    # assumes flash attention keeps no s x s scores and the unfused kernel keeps them all; say
+    # which one to run (megatron_values._attention reads it back).
+    flash = plan.problem.attention is AttentionKind.FLASH
     args.append(f"--attention-backend {'flash' if flash else 'unfused'}")
     if layer.sliding_window is not None:
         args += _window_args(shape)

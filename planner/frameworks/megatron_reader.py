@@ -342,7 +342,7 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
                        f"or SGD states; priced as adam", "compare with --optimizer adam")
     attention = _attention(parsed, flags)
     if attention is not None:
-        parsed.model["attention"] = attention
+        parsed.training["attention"] = attention
     if "--seq-length" in flags:
         parsed.training["seq_len"] = number("--seq-length")
     _training_schedule(parsed, flags, s, file)

@@ -81,7 +81,7 @@ def _attention(parsed: ParsedConfig, flags: dict) -> AttentionKind | None:
                             "Engine picks flash or cuDNN fused attention, neither keeps the "
                             "s x s scores)")
     return AttentionKind.FLASH if backend in ("flash", "fused", "auto") \
-        else AttentionKind.STANDARD
+        else AttentionKind.UNFUSED
 
 
 def _recompute_details(parsed: ParsedConfig, flags: dict, recompute: Recompute | None,

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from cost_models.enums import Precision, Recompute, ZeroStage
+from cost_models.enums import AttentionKind, Precision, Recompute, ZeroStage
 from planner.errors import InputError
 from planner.frameworks import mindspore
 from planner.frameworks.base import LaunchPlan, ParsedConfig, did_you_mean, header_lines
@@ -89,8 +89,11 @@ def emit(plan: LaunchPlan) -> dict[str, str]:
         parallel_config["context_parallel_algo"] = mindspore.CP_ALGORITHMS[s.cp_comm]
     if p.model.is_moe:
         parallel_config["expert_parallel"] = s.ep
+    # The run's attention kernel: FlashAttentionScore, or the unfused scores (LlamaConfig
+    # use_flash_attention, whose own default is False).
     model_config = {"seq_length": p.training.seq_len, "num_layers": p.model.num_layers,
-                    "compute_dtype": precision}
+                    "compute_dtype": precision,
+                    "use_flash_attention": p.attention is AttentionKind.FLASH}
     if s.layers_per_stage is not None:
         model_config["offset"] = [n - p.model.num_layers // s.pp for n in s.layers_per_stage]
     lines = [*(f"# {line}" for line in header_lines(plan, "MindFormers", CHECKED_AGAINST)),
@@ -249,6 +252,14 @@ def _model(parsed: ParsedConfig, doc: dict, problem: Problem, *, pp: int, file: 
     dtype = model_config.get("compute_dtype")
     if dtype in DTYPES:
         parsed.training["precision"] = DTYPES[dtype]
+    flash = model_config.get("use_flash_attention")
+    if isinstance(flash, bool):
+        parsed.training["attention"] = AttentionKind.FLASH if flash else AttentionKind.UNFUSED
+    else:
+        parsed.notes.append("model.model_config.use_flash_attention not set: priced with the "
+                            "run's attention kernel (flash unless --attention says); "
+                            "LlamaConfig's own default is False, unfused (MindFormers' "
+                            "pretraining recipes set it true)")
     layers = model_config.get("num_layers", model_config.get("num_hidden_layers"))
     shapes = {"num_layers": (layers, problem.model.num_layers)}
     hidden = model_config.get("hidden_size")

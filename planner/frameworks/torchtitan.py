@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import ast
 import math
+import textwrap
 from typing import Any
 
 import numpy as np
 
-from cost_models.enums import CpComm, Fp8Recipe, Precision, Recompute, ZeroStage
+from cost_models.enums import AttentionKind, CpComm, Fp8Recipe, Precision, Recompute, ZeroStage
 from planner.frameworks.base import (LaunchPlan, ParsedConfig, did_you_mean, header_lines,
                                parse_python)
 from planner.errors import InputError
@@ -165,10 +166,24 @@ def _toml_value(value: Any) -> str:
     return str(value)
 
 
+UNFUSED_NOTE = ("Planned with unfused attention (--attention unfused), which torchtitan "
+                "cannot run: its models call SDPA or FlexAttention, fused kernels that keep "
+                "less memory than planned.")
+"""Written into the files when the run's kernel is unfused: torchtitan has no setting for it
+(torchtitan/models/attention.py)."""
+
+
+def _header(plan: LaunchPlan, target: str) -> list[str]:
+    lines = header_lines(plan, target, CHECKED_AGAINST)
+    if plan.problem.attention is not AttentionKind.FLASH:
+        lines += textwrap.wrap(UNFUSED_NOTE, width=94)
+    return [f"# {line}" for line in lines]
+
+
 def _toml(plan: LaunchPlan) -> str:
     name = plan.problem.model.name
     flavor = LLAMA3_FLAVORS.get(name)
-    lines = [*(f"# {line}" for line in header_lines(plan, "torchtitan 0.2.x", CHECKED_AGAINST)),
+    lines = [*_header(plan, "torchtitan 0.2.x"),
              "# Run: torchrun ... -m torchtitan.train --job.config_file torchtitan.toml", "",
              "[job]", f'description = "planner plan for {name}"', "", "[model]"]
     if flavor:
@@ -208,7 +223,7 @@ def _recipe(plan: LaunchPlan) -> str:
         return f"{head}({inner}\n        )"
 
     lines = [
-        *(f"# {line}" for line in header_lines(plan, "torchtitan", CHECKED_AGAINST)),
+        *_header(plan, "torchtitan"),
         "# Run: torchrun ... -m torchtitan.train --module torchtitan_recipe --config planner_plan",
         "",
         "from dataclasses import replace", "",

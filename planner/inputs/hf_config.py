@@ -4,6 +4,10 @@ Key names follow huggingface/transformers src/transformers/models/<type>/configu
 (checked against transformers 5.23), including each class's attribute_map aliases (gpt2's
 n_embd, bloom's n_layer) and defaults for absent keys (gpt2 n_inner=None means 4*n_embd;
 bloom has no ffn key; falcon ffn_hidden_size=None means 4*hidden).
+
+A config.json describes the architecture only: the attention kernel it trains with is a
+setting of the run (training.attention, --attention; the framework's fused kernel by default),
+as transformers' own attn_implementation is chosen when the model is loaded, not stored.
 """
 
 from __future__ import annotations
@@ -62,8 +66,7 @@ def _llama_like(k: _Keys) -> dict[str, Any]:
         ffn_hidden=k.need("intermediate_size"), vocab_size=k.need("vocab_size"),
         mlp="swiglu", norm="rmsnorm", position="rotary",
         tie_embeddings=bool(k.get("tie_word_embeddings", default=False)),
-        bias=False, qkv_bias=bool(k.get("attention_bias", default=False)), dropout=False,
-        attention="flash")
+        bias=False, qkv_bias=bool(k.get("attention_bias", default=False)), dropout=False)
     if k.get("num_local_experts"):
         out.update(num_experts=k.get("num_local_experts"), top_k=k.get("num_experts_per_tok",
                                                                          default=2))
@@ -134,7 +137,7 @@ def _gemma(k: _Keys, *, period: int) -> dict[str, Any]:
         vocab_size=k.need("vocab_size"), mlp="geglu", norm="rmsnorm", norms_per_layer=4,
         position="rotary", tie_embeddings=bool(k.get("tie_word_embeddings", default=True)),
         bias=False, qkv_bias=bool(k.get("attention_bias", default=False)), dropout=False,
-        attention="flash", sliding_window=window if pattern else None,
+        sliding_window=window if pattern else None,
         sliding_window_pattern=pattern or 1)
 
 
@@ -226,7 +229,7 @@ def _deepseek(k: _Keys) -> dict[str, Any]:
         mlp="swiglu", norm="rmsnorm", position="rotary",
         tie_embeddings=bool(k.get("tie_word_embeddings", default=False)),
         bias=False, qkv_bias=bool(k.get("attention_bias", default=False)), dropout=False,
-        attention="flash", num_experts=k.need("n_routed_experts"),
+        num_experts=k.need("n_routed_experts"),
         top_k=k.need("num_experts_per_tok"), moe_ffn_hidden=moe_ffn,
         shared_ffn_hidden=k.get("n_shared_experts", default=0) * moe_ffn,
         first_k_dense=k.get("first_k_dense_replace", default=0),
@@ -244,7 +247,7 @@ def _gpt_oss(k: _Keys) -> dict[str, Any]:
         head_dim=k.get("head_dim"), ffn_hidden=k.need("intermediate_size"),
         vocab_size=k.need("vocab_size"), mlp="swiglu", norm="rmsnorm", position="rotary",
         tie_embeddings=bool(k.get("tie_word_embeddings", default=False)),
-        bias=True, dropout=False, attention="flash", attention_sinks=True,
+        bias=True, dropout=False, attention_sinks=True,
         sliding_window=k.get("sliding_window") if pattern else None,
         sliding_window_pattern=pattern or 1, num_experts=k.need("num_local_experts"),
         top_k=k.need("num_experts_per_tok", "experts_per_token"), router_bias=True)

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 import model_zoo
 from cost_models.units import GiB
-from cost_models.enums import CpComm, Fp8Recipe, Precision, ZeroStage
+from cost_models.enums import AttentionKind, CpComm, Fp8Recipe, Precision, ZeroStage
 from planner.inputs import presets, profiles
 from planner.errors import InputError, shown
 from planner.inputs.hf_config import shorthand_from_hf
@@ -182,7 +182,58 @@ def validate_file(cls: type[BaseModel], data: dict[str, Any], file: str | Path) 
 
 # --------------------------------------------------------------------------- models
 
+def _attention_in_model(data: dict[str, Any], file: str) -> tuple[dict[str, Any], str | None]:
+    """A model file's `attention:` (at the top, or on its transformer layers), from before the
+    attention kernel became a run setting (issue 25): read as the file's training.attention
+    unless that says otherwise, with a note either way. Returns the mapping without it, and
+    the note."""
+    data = dict(data)
+    found: dict[str, Any] = {}
+    if "attention" in data:
+        found["attention"] = data.pop("attention")
+    layers = data.get("layers")
+    if isinstance(layers, list):
+        stripped = []
+        for i, entry in enumerate(layers):
+            if isinstance(entry, dict) and entry.get("kind") == "transformer" \
+                    and "attention" in entry:
+                entry = dict(entry)
+                found[f"layers[{i}].attention"] = entry.pop("attention")
+            stripped.append(entry)
+        data["layers"] = stripped
+    if not found:
+        return data, None
+    kinds = {}
+    for where, value in found.items():
+        try:
+            kinds[where] = AttentionKind(value)
+        except ValueError:
+            raise InputError(f"{file}: {where}: Input should be 'flash' or 'unfused' (got "
+                             f"{value!r:.40})") from None
+    if len(set(kinds.values())) > 1:
+        raise InputError(f"{file}: attention differs between layers "
+                         f"({', '.join(sorted({k.value for k in kinds.values()}))}); the attention "
+                         f"kernel is a setting of the run: give one in training.attention")
+    where, kind = next(iter(kinds.items()))
+    training = data.get("training", {})
+    if isinstance(training, dict) and training.get("attention") is not None:
+        return data, (f"{file}: {where} {kind.value} has no effect: the attention kernel is a "
+                      f"setting of the run, and training.attention sets it")
+    if isinstance(training, dict):
+        data["training"] = {**training, "attention": kind.value}
+    return data, (f"{file}: {where} {kind.value} read as training.attention: the attention "
+                  f"kernel is a setting of the run (move it there, or pass --attention)")
+
+
 def _model_from_mapping(data: dict[str, Any], file: str) -> tuple[ModelSpec, TrainingSpec]:
+    data, note = _attention_in_model(data, file)
+    model, training = _parsed_model(data, file)
+    if note is not None:
+        model = model.model_copy(update={"notes": (*model.notes, note)})
+    return model, training
+
+
+def _parsed_model(data: dict[str, Any], file: str) -> tuple[ModelSpec, TrainingSpec]:
     if "layers" in data:
         data = dict(data)
         layers = data.get("layers")
@@ -282,7 +333,7 @@ def make_problem(model_ref: str, cluster_ref: str, *, gpus: int | None = None,
                  global_batch: int | None = None, global_batch_tokens: float | None = None,
                  precision: str | None = None, optimizer: str | None = None,
                  framework: str = "megatron", fp8_recipe: str | None = None,
-                 min_free_gib: float | None = None) -> Problem:
+                 min_free_gib: float | None = None, attention: str | None = None) -> Problem:
     """Load a model and a cluster, apply CLI overrides, and check the GPU count."""
     model, training = load_model(model_ref)
     cluster = load_cluster(cluster_ref, nodes=nodes)
@@ -295,12 +346,20 @@ def make_problem(model_ref: str, cluster_ref: str, *, gpus: int | None = None,
         precision, fp8_recipe = Precision.FP8.value, precision
     overrides = {k: v for k, v in (("seq_len", seq_len), ("global_batch", global_batch),
                                    ("precision", precision), ("optimizer", optimizer),
-                                   ("fp8_recipe", fp8_recipe))
+                                   ("fp8_recipe", fp8_recipe), ("attention", attention))
                  if v is not None}
+    notes = list(model.notes)
+    stated = training.attention
     if overrides:   # validated like the file's own training section, enums included
         training = validate_file(TrainingSpec, {**training.model_dump(), **overrides},
                                  "command line")
-    notes = list(model.notes)
+    if attention is not None and stated is not None and stated is not training.attention:
+        notes.append(f"--attention {training.attention.value} replaces the model file's "
+                     f"attention {stated.value}")
+    if training.attention is not None and not any(True for _ in model.attention_layers()):
+        notes.append(f"attention {training.attention.value} has no effect on {model.name}: it "
+                     f"sets the kernel of transformer layers, and it has none (an Evoformer "
+                     f"block's kernel is its own `attention`)")
     tokens = global_batch_tokens
     if tokens is None and training.global_batch is None:
         tokens = DEFAULT_TOKENS_PER_BATCH

@@ -58,7 +58,7 @@ class Review:
 
 TRAINING_FLAGS = {"seq_len": "--seq-len", "global_batch": "--global-batch",
                   "precision": "--precision", "fp8_recipe": "--fp8-recipe",
-                  "optimizer": "--optimizer"}
+                  "optimizer": "--optimizer", "attention": "--attention"}
 """The training settings a config file may state, and the command-line flag that wins over
 the file's value."""
 
@@ -79,10 +79,12 @@ class Given:
 
     @classmethod
     def from_options(cls, *, seq_len=None, global_batch=None, global_batch_tokens=None,
-                     precision=None, fp8_recipe=None, optimizer=None, **_) -> Given:
+                     precision=None, fp8_recipe=None, optimizer=None, attention=None,
+                     **_) -> Given:
         """From the options of `planner.cli.commands.problem_options` (the others ignored)."""
         names = {name for name, value in (("seq_len", seq_len), ("precision", precision),
-                                          ("fp8_recipe", fp8_recipe), ("optimizer", optimizer))
+                                          ("fp8_recipe", fp8_recipe), ("optimizer", optimizer),
+                                          ("attention", attention))
                  if value is not None}
         if global_batch is not None or global_batch_tokens is not None:
             names.add("global_batch")
@@ -104,8 +106,8 @@ def _shown(value) -> str:
 def _configured(problem: Problem, parsed: ParsedConfig, *, file: str,
                 gpus_given: int | None, given: Given = Given()) -> Problem:
     """The problem as the config describes it: its GPU count and training settings (global
-    batch, seq_len, precision and FP8 recipe, optimizer), the command line's winning where it
-    gave them, the model's where neither says."""
+    batch, seq_len, precision and FP8 recipe, optimizer, attention kernel), the command
+    line's winning where it gave them, the model's where neither says."""
     s = parsed.strategy
     num_gpus = gpus_given or parsed.world_size
     if gpus_given and parsed.world_size and gpus_given != parsed.world_size:
@@ -120,12 +122,7 @@ def _configured(problem: Problem, parsed: ParsedConfig, *, file: str,
         raise InputError(f"{file}: launches {num_gpus} GPUs but {cluster.name} has "
                          f"{cluster.num_gpus}; pass --nodes to describe a larger cluster")
     training, notes = _training(problem, parsed, file=file, given=given)
-    model = problem.model
-    if parsed.model:
-        blocks = tuple(b.model_copy(update=parsed.model) if b.kind == "transformer" else b
-                       for b in model.blocks)
-        model = model.model_copy(update=dict(blocks=blocks))
-    return replace(problem, num_gpus=num_gpus, training=training, model=model, notes=notes)
+    return replace(problem, num_gpus=num_gpus, training=training, notes=notes)
 
 
 def _training(problem: Problem, parsed: ParsedConfig, *, file: str,

@@ -199,12 +199,12 @@ def _explain_cp_sequence(problem: Problem, s: Strategy) -> tuple[str, str]:
 
 
 def _explain_cp_fused_attention(problem: Problem, s: Strategy) -> tuple[str, str]:
-    if any(b.kind == "evoformer" for b in problem.model.blocks):
+    if problem.model.has_evoformer:
         return (f"cp {s.cp} on a model with Evoformer blocks: their pair attention has no "
                 f"context parallelism", "use cp 1")
     return (f"cp {s.cp} with unfused attention: context parallelism runs inside fused "
             f"attention kernels (Megatron-LM: TEDotProductAttention only)",
-            "set attention: flash on the model's layers, or use cp 1")
+            "run with --attention flash (training.attention), or use cp 1")
 
 
 def _explain_cp_all_to_all(problem: Problem, s: Strategy) -> tuple[str, str]:

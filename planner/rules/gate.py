@@ -30,7 +30,7 @@ from planner.inputs import profiles
 from planner.core.problem import Problem
 from planner.inputs.loader import fp8_param_gather_allowed
 from planner.schemas.report import Violation
-from cost_models.enums import CpComm, Precision
+from cost_models.enums import AttentionKind, CpComm, Precision
 from planner.schemas.strategy import DpComm, LaunchTarget, Strategy
 
 
@@ -192,8 +192,10 @@ def _cp_sequence(problem: Problem, c: Candidates, options: RuleOptions) -> np.nd
 
 def _cp_fused_attention(problem: Problem, c: Candidates, options: RuleOptions) -> np.ndarray:
     # megatron/core/transformer/dot_product_attention.py: "Context parallelism is only
-    # supported by TEDotProductAttention!"; an Evoformer's pair attention has none.
-    return (c.cp > 1) & (not problem.model.fused_attention_only)
+    # supported by TEDotProductAttention!" (the run's kernel must be fused); an Evoformer's
+    # pair attention has none.
+    fused = problem.attention is AttentionKind.FLASH and not problem.model.has_evoformer
+    return (c.cp > 1) & (not fused)
 
 
 def cp_all_to_all_breaks(model, *, tp, cp, cp_comm, cp_a2a) -> np.ndarray:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveInt
 
-from cost_models.enums import CpComm, Fp8Recipe, MasterWeights, PipelinePartition
+from cost_models.enums import AttentionKind, CpComm, Fp8Recipe, MasterWeights, PipelinePartition
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
@@ -140,6 +140,9 @@ class FrameworkProfile(BaseModel):
     2022, Sec. 5); False where the framework saves the attention output instead."""
     selective_recompute_gemm_share: float = Field(default=0.0, ge=0, le=1)
     """Share of the dense GEMMs' forward that selective recomputation re-runs."""
+    attention: AttentionKind
+    """The attention kernel a run gets unless it says (training.attention, --attention):
+    flash wherever the framework runs a fused kernel by default."""
     expert_parallel: bool = False
     """Splits an MoE layer's routed experts over expert-parallel ranks."""
     ep_comm_overlap_fraction: float = Field(default=0.0, ge=0, le=1)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -14,6 +14,9 @@ from cost_models.memory import StateBytes, state_bytes_per_param
 from cost_models.parameters import (ParamCount, attention_params, embedding_params, mla_params,
                                     mlp_params, moe_params, norm_params, output_head_params)
 from planner.schemas.bounds import GlobalBatch, NonNegativeInt, PositiveInt, SeqLen
+
+if TYPE_CHECKING:
+    from planner.schemas.framework import FrameworkProfile
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True,
                      allow_inf_nan=False)
@@ -60,7 +63,6 @@ class TransformerBlock(BaseModel):
     norms_per_layer: Literal[1, 2, 4] = 2
     """Falcon-7B's parallel attention shares one norm; Gemma 2/3 normalise each sub-layer's
     input and output (pre- and post-norm: 4), and every norm keeps its input for backward."""
-    attention: AttentionKind = AttentionKind.STANDARD
     position: PositionKind = PositionKind.LEARNED
     """Rotary embeddings add a memory-bound kernel on Q and K."""
     causal: bool = True
@@ -300,7 +302,10 @@ class EvoformerBlock(BaseModel):
     tri_mul_dim: PositiveInt = 128
     transition_factor: PositiveInt = 4
     num_msa_rows: PositiveInt = 128
-    attention: AttentionKind = AttentionKind.STANDARD
+    attention: AttentionKind = AttentionKind.UNFUSED
+    """The kernel of its MSA and pair attention (OpenFold's default: unfused; its
+    use_flash / use_deepspeed_evo_attention are fused). A block setting, beside the run's
+    `attention` that sets the transformer layers' kernel."""
 
     @property
     def shape(self) -> EvoformerShape:
@@ -341,6 +346,15 @@ class TrainingSpec(BaseModel):
     bf16_gradients: bool = False
     """Mixed precision: accumulate and reduce the gradients in bf16 (Megatron-LM
     --grad-reduce-in-bf16); False: in fp32, Megatron-LM's default for bf16 and FP8."""
+    attention: AttentionKind | None = None
+    """The attention kernel of the transformer layers: flash (fused, no s x s scores kept) or
+    unfused (the scores, softmax and dropout mask stored for the backward pass, as 2020-2022
+    runs did). A setting of the run, not of the model: None is the framework's default
+    (`FrameworkProfile.attention`: flash wherever the framework has it)."""
+
+    def attention_kernel(self, framework: FrameworkProfile) -> AttentionKind:
+        """The attention kernel the run uses: its own, else its framework's default."""
+        return framework.attention if self.attention is None else self.attention
 
     @property
     def state_bytes(self) -> StateBytes:
@@ -454,12 +468,9 @@ class ModelSpec(BaseModel):
         return tuple(sorted(counts))
 
     @property
-    def fused_attention_only(self) -> bool:
-        """Every attention layer runs a fused kernel and there is no Evoformer block: what
-        context parallelism needs (Megatron-LM: "Context parallelism is only supported by
-        TEDotProductAttention")."""
-        return (all(layer.attention is AttentionKind.FLASH for layer in self.attention_layers())
-                and not any(b.kind == "evoformer" for b in self.blocks))
+    def has_evoformer(self) -> bool:
+        """Has Evoformer blocks (whose pair attention has no context parallelism)."""
+        return any(b.kind == "evoformer" for b in self.blocks)
 
     @property
     def tp_head_counts(self) -> tuple[int, ...]:

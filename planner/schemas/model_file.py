@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from cost_models.enums import AttentionKind, LoadBalancing, MlpKind, NormKind, PositionKind
+from cost_models.enums import LoadBalancing, MlpKind, NormKind, PositionKind
 from planner.schemas.bounds import MAX_LAYERS, Layers, NonNegativeInt, PositiveInt
 from planner.schemas.model import (Block, EmbeddingBlock, ModelSpec, MtpBlock, NormBlock,
                                    OutputBlock, Source, TrainingSpec, TransformerBlock)
@@ -44,7 +44,6 @@ class TransformerShorthand(BaseModel):
     bias: bool = True
     qkv_bias: bool = False
     dropout: bool = True
-    attention: AttentionKind = AttentionKind.STANDARD
     causal: bool = True
     final_norm: bool = True
     qk_norm: bool = False
@@ -96,9 +95,8 @@ class TransformerShorthand(BaseModel):
         common = dict(
             hidden=self.hidden, num_heads=self.num_heads, num_kv_heads=self.num_kv_heads,
             head_dim=self.head_dim, ffn_hidden=self.ffn_hidden, mlp=self.mlp, norm=self.norm,
-            norms_per_layer=self.norms_per_layer, attention=self.attention,
-            position=self.position, causal=self.causal, bias=self.bias,
-            qkv_bias=self.qkv_bias, dropout=self.dropout, qk_norm=self.qk_norm,
+            norms_per_layer=self.norms_per_layer, position=self.position, causal=self.causal,
+            bias=self.bias, qkv_bias=self.qkv_bias, dropout=self.dropout, qk_norm=self.qk_norm,
             attention_sinks=self.attention_sinks, q_lora_rank=self.q_lora_rank,
             kv_lora_rank=self.kv_lora_rank, qk_rope_head_dim=self.qk_rope_head_dim,
             v_head_dim=self.v_head_dim)

@@ -32,7 +32,7 @@ def test_more_recompute_never_increases_activations(s, b, heads, head_dim, ffn_m
         seq_len=s, micro_batch=b, hidden=h, num_heads=heads, num_kv_heads=heads,
         head_dim=head_dim, ffn_hidden=ffn_mult * h,
         mlp=MlpKind.SWIGLU if swiglu else MlpKind.GELU,
-        attention=AttentionKind.FLASH if flash else AttentionKind.STANDARD, dropout=dropout,
+        attention=AttentionKind.FLASH if flash else AttentionKind.UNFUSED, dropout=dropout,
         tp=t, sequence_parallel=sp, recompute=rc) for rc in ORDER]
     assert values[0] <= values[1] <= values[2]
 
@@ -44,7 +44,7 @@ def test_tp_never_increases_activations_with_sequence_parallelism(s, b, rc, flas
     values = [transformer_layer_activation_bytes(
         seq_len=s, micro_batch=b, hidden=1024, num_heads=16, num_kv_heads=16, head_dim=64,
         ffn_hidden=4096, mlp=MlpKind.GELU,
-        attention=AttentionKind.FLASH if flash else AttentionKind.STANDARD, dropout=True,
+        attention=AttentionKind.FLASH if flash else AttentionKind.UNFUSED, dropout=True,
         tp=t, sequence_parallel=True, recompute=rc) for t in (1, 2, 4, 8, 16)]
     assert all(a >= b for a, b in zip(values, values[1:]))
 

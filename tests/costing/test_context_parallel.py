@@ -140,9 +140,11 @@ def test_cp_rules():
 
 
 def test_cp_needs_fused_attention_and_rings_need_full_attention():
-    gpt3 = make_problem("gpt3-175b", "dgx-h100", gpus=64, seq_len=8192)   # standard attention
-    if not gpt3.model.fused_attention_only:
-        assert Rule.CP_FUSED_ATTENTION in _broken(gpt3, _strategy(dp=2, cp=4, pp=1))
+    # The rule follows the run's kernel, not the model: unfused attention has no CP.
+    unfused = make_problem("gpt3-175b", "dgx-h100", gpus=64, seq_len=8192, attention="unfused")
+    assert Rule.CP_FUSED_ATTENTION in _broken(unfused, _strategy(dp=2, cp=4, pp=1))
+    flash = make_problem("gpt3-175b", "dgx-h100", gpus=64, seq_len=8192)
+    assert Rule.CP_FUSED_ATTENTION not in _broken(flash, _strategy(dp=2, cp=4, pp=1))
     # gpt-oss: sliding windows and attention sinks; Transformer Engine runs those with a2a only.
     oss = make_problem("gpt-oss-120b", "dgx-h100", gpus=64, seq_len=8192)
     ring = Strategy(tp=1, dp=16, cp=4, ep=8, micro_batch=1, global_batch=16)

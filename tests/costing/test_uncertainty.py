@@ -108,7 +108,9 @@ def test_plans_within_the_tolerance_are_tied_and_the_conventional_comes_first(
 
 
 def test_plans_clearly_apart_are_not_tied(write, small_cluster, tiny_model):
-    problem = make_problem(tiny_model, small_cluster, gpus=8)
+    # With unfused attention the tiny model's three best plans lie clearly apart (with flash
+    # the second comes within the tolerance of the first).
+    problem = make_problem(tiny_model, small_cluster, gpus=8, attention="unfused")
     plain = search(problem, SearchSpace(), SolverSettings(top_k=3)).plans
     ranked = search(problem, SearchSpace(), SolverSettings(top_k=3, rank_ties=True)).plans
     assert [p.strategy for p in ranked] == [p.strategy for p in plain]

@@ -53,7 +53,13 @@ def test_emit_then_validate_round_trips(case, tmp_path):
         want = {f: getattr(plan.strategy, f) for f in STRATEGY_FIELDS + ("dp_shard",)}
         assert got == want, name
         assert review.problem.num_gpus == plan.problem.num_gpus
-        assert review.problem.training == plan.problem.training
+        # The file states the attention kernel the plan was priced with (Megatron-LM
+        # --attention-backend, MindFormers use_flash_attention): the framework's default
+        # where the run left it unsaid.
+        unsaid = {"attention": None}
+        assert review.problem.training.model_copy(update=unsaid) == \
+            plan.problem.training.model_copy(update=unsaid)
+        assert review.problem.attention is plan.problem.attention
         assert review.violations == [] and review.valid
         assert review.report.time.step_s == pytest.approx(plan.report.time.step_s, rel=1e-12)
 

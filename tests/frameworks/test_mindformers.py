@@ -195,3 +195,23 @@ def test_a_config_for_another_model(cli, write):
          "than the one planned", "use num_layers 40, or plan for the config's model"),
         ("model_config.hidden_size is 4096 but llama2-13b has 5120: the config trains another "
          "model than the one planned", "use hidden_size 5120, or plan for the config's model")]
+
+
+def test_use_flash_attention_sets_the_runs_attention_kernel(cli, write):
+    # The finetune config leaves model_config.use_flash_attention unset: priced with the run's
+    # kernel (flash), with a note that LlamaConfig's own default is False.
+    _, unset = _validate(cli, write, LLAMA31_8B)
+    assert unset["attention"] == "flash"
+    assert any(n.startswith("model.model_config.use_flash_attention not set")
+               for n in unset["notes"])
+    _, result = _validate(cli, write, LLAMA31_8B + "    use_flash_attention: True\n")
+    assert result["attention"] == "flash"
+    _, unfused = _validate(cli, write, LLAMA31_8B + "    use_flash_attention: False\n")
+    assert unfused["attention"] == "unfused"
+    first = [r["memory"]["stages"][0]["activations_bytes"] for r in (result, unfused)]
+    assert first[0] < first[1]
+    # The command line wins over the file, and says so.
+    _, given = _validate(cli, write, LLAMA31_8B + "    use_flash_attention: False\n",
+                         "--attention", "flash")
+    assert given["attention"] == "flash"
+    assert "--attention flash replaces the file's attention unfused" in given["notes"]

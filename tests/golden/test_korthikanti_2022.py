@@ -13,7 +13,7 @@ def gpt_layer(s, b, h, a, t, sp, rc):
     """The paper's assumptions: MHA, ffn = 4h, GeLU, dropout, two LayerNorms."""
     return transformer_layer_activation_bytes(
         seq_len=s, micro_batch=b, hidden=h, num_heads=a, num_kv_heads=a, head_dim=h // a,
-        ffn_hidden=4 * h, mlp=MlpKind.GELU, attention=AttentionKind.STANDARD, dropout=True,
+        ffn_hidden=4 * h, mlp=MlpKind.GELU, attention=AttentionKind.UNFUSED, dropout=True,
         tp=t, sequence_parallel=sp, recompute=rc)
 
 

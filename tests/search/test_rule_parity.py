@@ -46,7 +46,6 @@ hidden: 64
 num_heads: 8
 num_kv_heads: 4
 vocab_size: 512
-attention: {attention}
 training:
   seq_len: 256
   global_batch: 16
@@ -62,7 +61,6 @@ num_kv_heads: 4
 ffn_hidden: 128
 vocab_size: 512
 mlp: swiglu
-attention: flash
 num_experts: 8
 top_k: 2
 training:
@@ -75,7 +73,7 @@ training:
 @dataclass(frozen=True)
 class World:
     model: str
-    """'dense', 'dense-unfused' (standard attention: no context parallelism) or 'moe'."""
+    """'dense', 'dense-unfused' (unfused attention: no context parallelism) or 'moe'."""
     gpus: int
     framework: str = "megatron"
     precision: str | None = None
@@ -121,13 +119,13 @@ WORLDS = [
 
 
 def _problem(world: World, tmp_path):
-    text = MOE if world.model == "moe" else DENSE.format(
-        attention="standard" if world.model == "dense-unfused" else "flash")
+    text = MOE if world.model == "moe" else DENSE
     path = tmp_path / f"{world.model}.yaml"
     path.write_text(text)
     return make_problem(str(path), "dgx-h100", gpus=world.gpus, framework=world.framework,
                         precision=world.precision, fp8_recipe=world.fp8_recipe,
-                        min_free_gib=world.min_free_gib)
+                        min_free_gib=world.min_free_gib,
+                        attention="unfused" if world.model == "dense-unfused" else None)
 
 
 BOX_MICRO_BATCH = (1, 2)
