@@ -124,6 +124,9 @@ class Group:
     size: object
     ranks_per_node: object
     num_nodes: object
+    nvls: object = True
+    """NCCL may run NVLS on this communicator: NCCL_NVLS_ENABLE, on by default where the
+    NVSwitch supports it (NCCL docs, env.html#nccl-nvls-enable); NVIDIA's recipes often set 0."""
 
 
 def _hop_latency(p: Protocol, net: Network):
@@ -232,7 +235,9 @@ def all_reduce(message_bytes, group: Group, net: Network) -> AllReduceTime:
       up to two nodes is NVLink's (tuning.cc takes bwIntra when nNodes <= 2).
     - NVLS / NVLSTree (Hopper NVSwitch reduction): 25 us (+18 us and 2 log2(N) network steps
       across nodes); bandwidth the measured NVLS plateau, across nodes at most k NICs (twice that
-      for two nodes, tuning.cc interBw x 2).
+      for two nodes, tuning.cc interBw x 2). Not where the group says NVLS is off
+      (NCCL_NVLS_ENABLE=0): NVIDIA/nccl#2140 measures 8x B300 at 695 GB/s busbw without it
+      and 845 GB/s with it.
     """
     n, k, nodes = group.size, group.ranks_per_node, group.num_nodes
     ring = _ring_time_s(Collective.ALL_REDUCE, message_bytes, group, net,
@@ -252,7 +257,9 @@ def all_reduce(message_bytes, group: Group, net: Network) -> AllReduceTime:
                             net.nvls_bus_bytes_per_s)
         nvls_latency = NVLS_LATENCY_S + np.where(
             nodes > 1, NVLS_NETWORK_LATENCY_S + 2 * log_nodes * net.inter_hop_s, 0.0)
-        nvls = np.where(k > 1, nvls_latency + moved / nvls_bus, np.inf)   # needs ranks sharing a switch
+        # Needs ranks sharing a switch, and NCCL_NVLS_ENABLE not 0.
+        nvls = np.where((k > 1) & np.asarray(group.nvls, dtype=bool),
+                        nvls_latency + moved / nvls_bus, np.inf)
         options.append(nvls)
     else:
         options.append(np.full(np.shape(ring), np.inf))

@@ -152,6 +152,22 @@ class CollectiveAlgorithm(str, Enum):
     """NVSwitch in-switch reduction (Hopper and later; NVLSTree across nodes)."""
 
 
+class RankOrder(str, Enum):
+    """How global ranks map to the parallel axes, innermost (consecutive ranks) first.
+
+    Megatron-LM megatron/core/parallel_state.py RankGenerator `order` (initialize.py:
+    'tp-cp-ep-dp-pp', or 'tp-cp-ep-pp-dp' with --use-tp-pp-dp-mapping). torchtitan's device
+    mesh ["pp", "dp_replicate", "dp_shard", "cp", "tp"] (torchtitan/distributed/parallel_dims.py,
+    row-major: tp innermost) and DeepSpeed's PipeModelDataParallelTopology axes
+    ['pipe', 'data', 'model'] (deepspeed/runtime/pipe/topology.py) are the first order."""
+
+    TP_CP_EP_DP_PP = "tp-cp-ep-dp-pp"
+    """Pipeline outermost: pipeline neighbours sit tp x cp x dp ranks apart."""
+    TP_CP_EP_PP_DP = "tp-cp-ep-pp-dp"
+    """Data parallelism outermost: pipeline neighbours sit tp x cp apart, data-parallel peers
+    tp x cp x pp apart."""
+
+
 class LoadBalancing(str, Enum):
     """How an MoE router keeps experts evenly loaded."""
 

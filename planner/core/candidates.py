@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from cost_models.enums import CpComm, DpComm, Recompute
+from cost_models.enums import CpComm, DpComm, RankOrder, Recompute
 
 if TYPE_CHECKING:
     from planner.schemas.framework import OverlapDefaults
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 RECOMPUTE_ORDER = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
 DP_COMM_ORDER = (DpComm.ALL_REDUCE, DpComm.PARAMETER_SERVER)
 CP_COMM_ORDER = tuple(CpComm)
+RANK_ORDER = tuple(RankOrder)
 
 
 @dataclass
@@ -64,6 +65,10 @@ class Candidates:
     """ZeRO-3 weight and gradient shards in host memory (None: False)."""
     act_offload: np.ndarray = None  # type: ignore[assignment]
     """Layers per stage whose saved activations wait in host memory (None: 0)."""
+    nvls: np.ndarray = None  # type: ignore[assignment]
+    """NCCL may use NVLS (NCCL_NVLS_ENABLE; None: True, NCCL's default)."""
+    rank_order: np.ndarray = None  # type: ignore[assignment]
+    """Index into RANK_ORDER (None: 0, tp-cp-ep-dp-pp)."""
 
     def __post_init__(self) -> None:
         n = len(self.tp)
@@ -85,6 +90,10 @@ class Candidates:
             self.param_offload = np.zeros(n, dtype=bool)
         if self.act_offload is None:
             self.act_offload = np.zeros(n, dtype=int)
+        if self.nvls is None:
+            self.nvls = np.ones(n, dtype=bool)
+        if self.rank_order is None:
+            self.rank_order = np.zeros(n, dtype=int)
 
     @property
     def edp(self) -> np.ndarray:
@@ -123,8 +132,9 @@ class Candidates:
     def empty(cls) -> Candidates:
         """No strategies, each field with the dtype one strategy gives it."""
         ints = ("tp", "pp", "vpp", "dp", "mb", "global_batch", "recompute", "zero", "shard",
-                "dp_comm", "num_servers", "ep", "etp", "cp", "cp_comm", "cp_a2a", "act_offload")
-        bools = ("sp", "overlap", "param_gather", "tp_overlap", "fp8_gather", "param_offload")
+                "dp_comm", "num_servers", "ep", "etp", "cp", "cp_comm", "cp_a2a", "act_offload", "rank_order")
+        bools = ("sp", "overlap", "param_gather", "tp_overlap", "fp8_gather", "param_offload",
+                 "nvls")
         return cls(**{f.name: np.zeros(0, dtype=int if f.name in ints else
                                        bool if f.name in bools else float)
                       for f in fields(cls)})
@@ -157,5 +167,6 @@ class Candidates:
                    fp8_gather=one(overlap("fp8_param_gather")),
                    opt_offload=one(float(s.optimizer_offload)),
                    param_offload=one(s.param_offload),
-                   act_offload=one(s.activation_offload_layers))
+                   act_offload=one(s.activation_offload_layers), nvls=one(s.nvls),
+                   rank_order=one(RANK_ORDER.index(overlap("rank_order"))))
 

@@ -38,6 +38,7 @@ class Rule(str, Enum):
     OFFLOAD_HOST = "offload_host"
     OFFLOAD_FRAMEWORK = "offload_framework"
     PARAM_OFFLOAD_ZERO3 = "param_offload_zero3"
+    RANK_ORDER_EXPERTS = "rank_order_experts"
     MEMORY_FITS = "memory_fits"
     HOST_MEMORY_FITS = "host_memory_fits"
     # Rules of one launch target: what that framework cannot run or refuses.
@@ -46,6 +47,7 @@ class Rule(str, Enum):
     TARGET_EXPERT_TP = "target_expert_tp"
     TARGET_CONTEXT_PARALLEL = "target_context_parallel"
     TARGET_FP8 = "target_fp8"
+    TARGET_RANK_ORDER = "target_rank_order"
     MEGATRON_FP8 = "megatron_fp8"
     DEEPSPEED_FP8 = "deepspeed_fp8"
     TORCHTITAN_FP8 = "torchtitan_fp8"

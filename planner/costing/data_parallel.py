@@ -3,8 +3,9 @@ the per-micro-batch time as a `stage_terms.Term` (what the layout balancer sees 
 step-end time. The collectives and their overlap are `cost_models.data_parallel`'s.
 
 Dense gradients are reduced over the dp x cp ranks holding the same weights (CP ranks sit tp
-apart, DP ranks tp x cp apart: the group is every rank tp apart); an MoE model's routed experts
-over their expert data-parallel group (edp ranks etp x ep apart). ZeRO collectives run inside
+apart, DP ranks tp x cp apart, or tp x cp x pp where the rank order puts pp inside dp); an MoE
+model's routed experts over their expert data-parallel group (edp ranks etp x ep apart, times
+pp likewise): `placement.strided_placement` with `inner` cp ranks and a `gap` of pp or 1. ZeRO collectives run inside
 the shard group (consecutive data-parallel ranks, so inside a node when they fit one); under
 HSDP each rank also all-reduces its shard with its peers of the other replicas.
 """
@@ -39,15 +40,23 @@ class DataParallelGroups:
 def _column(group: Group) -> Group:
     return Group(size=np.asarray(group.size, dtype=float)[:, None],
                  ranks_per_node=np.asarray(group.ranks_per_node)[:, None],
-                 num_nodes=np.asarray(group.num_nodes)[:, None])
+                 num_nodes=np.asarray(group.num_nodes)[:, None],
+                 nvls=np.asarray(group.nvls, dtype=bool)[:, None])
 
 
-def data_parallel_groups(gpus_per_node: int, *, dp, shard, stride) -> DataParallelGroups:
+def data_parallel_groups(gpus_per_node: int, *, dp, shard, stride, inner=1, gap=1,
+                         nvls=True) -> DataParallelGroups:
+    """The groups of `dp` data-parallel ranks: `inner` (cp) of them `stride` apart, the rest
+    in blocks `gap` (pp or 1) further apart; ZeRO shards over the first `shard` of them."""
     replicas = np.maximum(dp // shard, 1)     # a dp_shard over dp breaks a rule
+    nvls = np.broadcast_to(np.asarray(nvls, dtype=bool), np.shape(dp))
     return DataParallelGroups(
-        everyone=_column(strided_placement(dp, stride, gpus_per_node)),
-        shard=_column(strided_placement(shard, stride, gpus_per_node)),
-        replicas=_column(strided_placement(replicas, stride * shard, gpus_per_node)))
+        everyone=_column(strided_placement(dp, stride, gpus_per_node, inner=inner, gap=gap,
+                                           nvls=nvls)),
+        shard=_column(strided_placement(shard, stride, gpus_per_node, inner=inner, gap=gap,
+                                        nvls=nvls)),
+        replicas=_column(strided_placement(replicas, stride * shard * gap, gpus_per_node,
+                                           nvls=nvls)))
 
 
 def grad_overlap(problem, cands) -> np.ndarray:
@@ -76,13 +85,15 @@ def _fastest_somewhere(lines: list, least_bytes: float, most_bytes: float) -> li
                        and (ends[o], o) < (ends[q], q) for o in range(len(lines)) if o != q)]
 
 
-def _micro_batch_lines(problem, *, dp, shard, stride) -> tuple[list, list, list]:
+def _micro_batch_lines(problem, *, dp, shard, stride, inner, gap,
+                       nvls) -> tuple[list, list, list]:
     """NCCL's protocol lines of the per-micro-batch collectives over the shard group: the
     stage's reduce-scatter (ZeRO-2), ZeRO-3's per-block all-gather and reduce-scatter, at the
     framework's share of the bandwidth (NCCL's own latency steps)."""
     cluster, fw = problem.cluster, problem.framework
     net = cluster.network
-    groups = data_parallel_groups(cluster.nvlink_gpus, dp=dp, shard=shard, stride=stride)
+    groups = data_parallel_groups(cluster.nvlink_gpus, dp=dp, shard=shard, stride=stride,
+                                  inner=inner, gap=gap, nvls=nvls)
     z3_net = replace(net,
                      intra_bus_bytes_per_s=net.intra_bus_bytes_per_s * fw.zero3.collective_efficiency,
                      nic_bus_bytes_per_s=net.nic_bus_bytes_per_s * fw.zero3.collective_efficiency)
@@ -102,7 +113,8 @@ def _pieces(problem, cands, *, reduce_scatter_s, block_all_gather_s, block_reduc
         interference=problem.cluster.efficiency.overlap_interference)
 
 
-def micro_batch_term(problem, cands, *, dp, shard, stride, params: Linear, gather: Linear,
+def micro_batch_term(problem, cands, *, dp, shard, stride, inner, gap, nvls, params: Linear,
+                     gather: Linear,
                      forward: Linear, backward: Linear, gate=None,
                      message_ranges: tuple | None = None) -> Term:
     """Seconds of data-parallel traffic per micro-batch on each stage (ZeRO 2 and 3) as a term
@@ -116,8 +128,8 @@ def micro_batch_term(problem, cands, *, dp, shard, stride, params: Linear, gathe
     one ZeRO-3 reduction in any layout; the protocols never the fastest in those ranges are
     left out, which the balancer then need not choose between."""
     fw = problem.framework
-    reduce_scatter, block_gather, block_reduce = _micro_batch_lines(problem, dp=dp, shard=shard,
-                                                                    stride=stride)
+    reduce_scatter, block_gather, block_reduce = _micro_batch_lines(
+        problem, dp=dp, shard=shard, stride=stride, inner=inner, gap=gap, nvls=nvls)
     grads = params * problem.training.state_bytes.gradients
     fetches = Linear(block=np.full(params.block.shape, float(fw.zero3.fetches_per_block)))
     pairs = list(zip(reduce_scatter, block_reduce))
@@ -145,15 +157,15 @@ def micro_batch_term(problem, cands, *, dp, shard, stride, params: Linear, gathe
     return Term(tuple(options), gate=gate)
 
 
-def micro_batch_s(problem, cands, *, dp, shard, stride, params: np.ndarray,
+def micro_batch_s(problem, cands, *, dp, shard, stride, inner, gap, nvls, params: np.ndarray,
                   gather: np.ndarray, blocks: np.ndarray, forward: np.ndarray,
                   backward: np.ndarray) -> np.ndarray:
     """`micro_batch_term` in one layout, (N, p) seconds from the stages' (N, p) sums: each
     collective on its fastest protocol there, then the largest piece (the pieces rise with
     each collective's time, so this is the term's least over the options)."""
     fw = problem.framework
-    reduce_scatter, block_gather, block_reduce = _micro_batch_lines(problem, dp=dp, shard=shard,
-                                                                    stride=stride)
+    reduce_scatter, block_gather, block_reduce = _micro_batch_lines(
+        problem, dp=dp, shard=shard, stride=stride, inner=inner, gap=gap, nvls=nvls)
     grads = params * problem.training.state_bytes.gradients
     fetches = blocks * float(fw.zero3.fetches_per_block)
 
@@ -169,7 +181,7 @@ def micro_batch_s(problem, cands, *, dp, shard, stride, params: np.ndarray,
     return np.maximum.reduce(np.broadcast_arrays(*pieces))
 
 
-def step_end_s(problem, cands, *, dp, shard, stride, use_server: np.ndarray,
+def step_end_s(problem, cands, *, dp, shard, stride, inner, gap, use_server: np.ndarray,
                params: np.ndarray, gather_bytes: np.ndarray, forward_s: np.ndarray,
                backward_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(seconds of data-parallel traffic at the step's end, index of the all-reduce algorithm
@@ -181,14 +193,14 @@ def step_end_s(problem, cands, *, dp, shard, stride, use_server: np.ndarray,
     # The collectives depend on the groups and what a rank holds (set by tp, ep, etp and the
     # FP8 gather in this layout), not on the micro-batch or recompute: time each once.
     code = np.zeros(len(cands), dtype=np.int64)
-    for column in (dp, shard, stride, cands.num_servers, cands.tp, cands.ep, cands.etp,
-                   cands.fp8_gather & (cands.zero > 0)):
+    for column in (dp, shard, stride, inner, gap, cands.nvls, cands.num_servers, cands.tp,
+                   cands.ep, cands.etp, cands.fp8_gather & (cands.zero > 0)):
         values, index = np.unique(column, return_inverse=True)
         code = code * len(values) + index.reshape(-1)
     _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
     inverse = inverse.reshape(-1)
     groups = data_parallel_groups(cluster.nvlink_gpus, dp=dp[first], shard=shard[first],
-                                  stride=stride[first])
+                                  stride=stride[first], inner=inner[first], gap=gap[first], nvls=cands.nvls[first])
     grads = params[first] * problem.training.state_bytes.gradients
     nodes = groups.everyone.num_nodes
     all_reduce, algorithm = comm.all_reduce(grads, groups.everyone, net)

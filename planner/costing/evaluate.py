@@ -20,12 +20,13 @@ from cost_models.memory import reserve_bytes
 from cost_models.offload import cpu_optimizer_s, host_copy_s, offloaded_step_s
 from cost_models.pipeline import in_flight_per_chunk, pipeline_time_s
 from cost_models.units import TFLOPS
-from planner.core.candidates import CP_COMM_ORDER, DP_COMM_ORDER, RECOMPUTE_ORDER, Candidates
+from planner.core.candidates import (CP_COMM_ORDER, DP_COMM_ORDER, RANK_ORDER, RECOMPUTE_ORDER,
+                                     Candidates)
 from planner.core.problem import Problem
 from planner.costing.block_costs import BlockCost, block_cost, block_model_flops, layer_gemms
 from planner.costing.data_parallel import step_end_s
 from planner.costing.layout import Layout, framework_layouts, layout_from_layer_counts
-from planner.costing.placement import tp_placement
+from planner.costing.placement import data_parallel_gap, tp_placement
 from planner.costing.stage_model import (chain_types, fp8_params_gathered,  # noqa: F401 (API)
                                          fp8_weight_extra_bytes, gpu_states, host_rates,
                                          rank_states, shards_to_host, stage_model,
@@ -62,7 +63,8 @@ class BlockCosts:
         return BlockCosts(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 
 
-BLOCK_COST_FIELDS = ("tp", "mb", "sp", "recompute", "ep", "etp", "cp", "cp_comm", "cp_a2a")
+BLOCK_COST_FIELDS = ("tp", "mb", "sp", "recompute", "ep", "etp", "cp", "cp_comm", "cp_a2a",
+                     "nvls")
 """The Candidates fields a block's costs depend on (not the layout, dp or ZeRO)."""
 
 
@@ -82,7 +84,7 @@ def block_costs(problem: Problem, cands: Candidates) -> BlockCosts:
     for sp, rc, kind in np.unique(flags, axis=0):
         mask = (points.sp == sp) & (points.recompute == rc) & (points.cp_comm == kind)
         at = points.take(np.flatnonzero(mask))
-        place = tp_placement(at.tp, problem.cluster.nvlink_gpus)
+        place = tp_placement(at.tp, problem.cluster.nvlink_gpus, nvls=at.nvls)
         for u, block in enumerate(types.unique_blocks):
             cost = block_cost(block, training=problem.training, cluster=problem.cluster,
                               framework=problem.framework, tp=at.tp, mb=at.mb,
@@ -287,12 +289,15 @@ def _step_end_data_parallel(problem: Problem, cands: Candidates, dense, dense_ga
     data-parallel group where a stage holds experts; from the stages' (N, p) parameters and
     gather bytes."""
     use_server = cands.dp_comm == DP_COMM_ORDER.index(DpComm.PARAMETER_SERVER)
+    gap = data_parallel_gap(cands)
     end, algorithm = step_end_s(problem, cands, dp=cands.dp * cands.cp, shard=cands.grad_shard,
-                                stride=cands.tp, use_server=use_server, params=dense,
+                                stride=cands.tp, inner=cands.cp, gap=gap,
+                                use_server=use_server, params=dense,
                                 gather_bytes=dense_gather, forward_s=fwd, backward_s=bwd)
     if experts is not None:
         moe_end, _ = step_end_s(problem, cands, dp=cands.edp, shard=cands.expert_shard,
-                                stride=cands.etp * cands.ep, use_server=use_server,
+                                stride=cands.etp * cands.ep, inner=np.ones_like(cands.ep),
+                                gap=gap, use_server=use_server,
                                 params=experts, gather_bytes=expert_gather,
                                 forward_s=fwd, backward_s=bwd)
         end = end + np.where(experts > 0, moe_end, 0.0)
@@ -367,7 +372,8 @@ def report(problem: Problem, layout: Layout, cands: Candidates, ev: Evaluation, 
         optimizer_offload=float(cands.opt_offload[i]), param_offload=bool(cands.param_offload[i]),
         activation_offload_layers=int(cands.act_offload[i]),
         dp_comm=DP_COMM_ORDER[cands.dp_comm[i]],
-        layers_per_stage=layers)
+        layers_per_stage=layers, nvls=bool(cands.nvls[i]),
+        rank_order=RANK_ORDER[cands.rank_order[i]])
     stages = [StageMemory(stage=r, weights_bytes=float(ev.stage_weights[i, r]),
                           gradients_bytes=float(ev.stage_gradients[i, r]),
                           optimizer_bytes=float(ev.stage_optimizer[i, r]),

@@ -29,7 +29,7 @@ from cost_models.communication import Group, exposed_time_s
 from cost_models.units import BYTES_16BIT, bytes_per_value
 from planner.costing.data_parallel import micro_batch_s, micro_batch_term
 from planner.costing.layout import ChainTypes
-from planner.costing.placement import strided_placement, tp_placement
+from planner.costing.placement import data_parallel_gap, pipeline_placement, tp_placement
 from planner.costing.stage_terms import Linear, Peak, Term
 from planner.core.problem import Problem
 from planner.inputs.loader import fp8_param_gather_allowed
@@ -173,7 +173,7 @@ class MicroBatchTraffic:
     params: Linear
     gather: Linear
     group: dict
-    """dp, shard and stride of the group, at `rows`."""
+    """dp, shard, stride, inner, gap and nvls of the group (`data_parallel_groups`), at `rows`."""
     gate: np.ndarray | None
     """Types that carry the traffic (an MoE model's experts), or None: every stage."""
     message_ranges: tuple | None
@@ -361,10 +361,13 @@ def stage_model(problem: Problem, cands, costs, *, pp: int, tied_copy: Linear,
     dp_traffic = []
     per_micro_batch = cands.zero >= ZeroStage.GRADIENTS
     groups = [(per_micro_batch & (cands.dp * cands.cp > 1), dense, dense_gather,
-               dict(dp=cands.dp * cands.cp, shard=cands.grad_shard, stride=cands.tp), None)]
+               dict(dp=cands.dp * cands.cp, shard=cands.grad_shard, stride=cands.tp,
+                    inner=cands.cp, gap=data_parallel_gap(cands), nvls=cands.nvls), None)]
     if model.is_moe:   # expert gradients and weights travel over the expert data-parallel group
         groups.append((per_micro_batch & (cands.edp > 1), experts, expert_gather,
-                       dict(dp=cands.edp, shard=cands.expert_shard, stride=cands.etp * cands.ep),
+                       dict(dp=cands.edp, shard=cands.expert_shard, stride=cands.etp * cands.ep,
+                            inner=np.ones_like(cands.ep), gap=data_parallel_gap(cands),
+                            nvls=cands.nvls),
                        expert > 0))
     for need, params, gather, group, gate in groups:
         rows = np.flatnonzero(need)
@@ -458,7 +461,7 @@ def _pipeline_comm(problem: Problem, cands, costs, pp: int) -> Linear:
     schedule (`pipeline_boundary_exposed_s`) only that overhead remains."""
     cluster, fw = problem.cluster, problem.framework
     tp = cands.tp.astype(float)[:, None]
-    pipe = strided_placement(cands.pp, cands.tp * cands.cp * cands.dp, cluster.nvlink_gpus)
+    pipe = pipeline_placement(cands, cluster.nvlink_gpus)
     place = tp_placement(cands.tp, cluster.nvlink_gpus)
     tp_group = Group(size=tp, ranks_per_node=place.ranks_per_node[:, None],
                            num_nodes=place.num_nodes[:, None])

@@ -10,7 +10,7 @@ data/megatron_args.txt); a test checks every emitted flag against it.
 from __future__ import annotations
 
 from cost_models.enums import AttentionKind, CpComm, Fp8Recipe, LoadBalancing, MlpKind, NormKind, \
-    Optimizer, PositionKind, Precision, Recompute, ZeroStage
+    Optimizer, PositionKind, Precision, RankOrder, Recompute, ZeroStage
 from planner.frameworks import torchrun
 from planner.frameworks.base import LaunchPlan, header_lines, transformer_shape
 from planner.frameworks.megatron_reader import FSDP_STRATEGIES, parse  # noqa: F401
@@ -200,6 +200,8 @@ def _parallel_args(plan: LaunchPlan) -> list[str]:
         if s.cp_comm is CpComm.A2A_P2P:
             args.append(f"--hierarchical-context-parallel-sizes {s.context_a2a} "
                         f"{s.cp // s.context_a2a}")
+    if plan.overlap("rank_order") is RankOrder.TP_CP_EP_PP_DP:
+        args.append("--use-tp-pp-dp-mapping")     # initialize.py: order 'tp-cp-ep-pp-dp'
     if plan.problem.model.is_moe:
         args += [f"--expert-model-parallel-size {s.ep}",
                  f"--expert-tensor-parallel-size {s.expert_tp}"]
@@ -305,7 +307,8 @@ def emit(plan: LaunchPlan) -> dict[str, str]:
         f"CHECKPOINT_PATH=${{CHECKPOINT_PATH:-checkpoints/{p.model.name}}}",
         *torchrun.launcher(plan), "",
         *torchrun.environment(p.cluster, tp=plan.strategy.tp,
-                              ordered_kernels=plan.strategy.zero_stage < ZeroStage.GRADIENTS),
+                              ordered_kernels=plan.strategy.zero_stage < ZeroStage.GRADIENTS,
+                              nvls=plan.strategy.nvls),
         "",
         *_array("MODEL_ARGS", _model_args(plan)),
         *_array("PARALLEL_ARGS", _parallel_args(plan)),

@@ -3,7 +3,7 @@ under torchrun or srun), into a strategy, training settings and findings."""
 
 from __future__ import annotations
 
-from cost_models.enums import CpComm, Optimizer, Precision, Recompute, ZeroStage
+from cost_models.enums import CpComm, Optimizer, Precision, RankOrder, Recompute, ZeroStage
 from planner.frameworks.base import ParsedConfig
 from planner.frameworks.shell import Flag
 from planner.errors import InputError
@@ -303,6 +303,11 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
     if "--overlap-param-gather" in flags and not ("--use-distributed-optimizer" in flags or fsdp):
         parsed.finding("megatron_flag", "Megatron-LM stops: --overlap-param-gather needs "
                        "--use-distributed-optimizer", "add --use-distributed-optimizer")
+    if "--use-tp-pp-dp-mapping" in flags:   # initialize.py: order 'tp-cp-ep-pp-dp'
+        s["rank_order"] = RankOrder.TP_CP_EP_PP_DP
+    nvls = script.variables.get("NCCL_NVLS_ENABLE")
+    if nvls in ("0", "1"):          # NCCL docs, env.html: NCCL_NVLS_ENABLE 0 or 1 (default 1)
+        s["nvls"] = nvls == "1"
     connections = script.variables.get("CUDA_DEVICE_MAX_CONNECTIONS")
     if fsdp and connections == "1":
         parsed.finding("megatron_environment", "Megatron-LM stops: Megatron-FSDP needs "

@@ -24,9 +24,12 @@ def _comment(lines: list[str]) -> list[str]:
     return [f"# {line}" for line in lines]
 
 
-def environment(cluster: ClusterSpec, *, tp: int, ordered_kernels: bool = True) -> list[str]:
+def environment(cluster: ClusterSpec, *, tp: int, ordered_kernels: bool = True,
+                nvls: bool = True) -> list[str]:
     """`export` lines for the cluster's collective library and network. `ordered_kernels`:
-    whether tensor parallelism may ask for one CUDA connection (Megatron-FSDP refuses it)."""
+    whether tensor parallelism may ask for one CUDA connection (Megatron-FSDP refuses it);
+    `nvls`: False turns NCCL's NVSwitch reduction off (NCCL_NVLS_ENABLE=0, NCCL docs
+    env.html; on by default where the switch has it)."""
     lines = []
     hccl = cluster.intra_node.kind is LinkKind.HCCS      # Ascend: HCCL, else NCCL
     if not hccl:
@@ -42,6 +45,9 @@ def environment(cluster: ClusterSpec, *, tp: int, ordered_kernels: bool = True) 
             if kind is LinkKind.ROCE:
                 lines.append("export NCCL_IB_GID_INDEX=${NCCL_IB_GID_INDEX:-3}"
                              "   # RoCE v2 GID on most fabrics")
+        if not nvls:
+            lines += ["# No NVLS (NVSwitch in-switch reduction): NCCL runs ring and tree inside "
+                      "the node", "export NCCL_NVLS_ENABLE=0"]
         lines += ["export NCCL_DEBUG=${NCCL_DEBUG:-WARN}",
                   "export TORCH_NCCL_ASYNC_ERROR_HANDLING=1   # fail fast on a hung collective"]
     else:
@@ -88,7 +94,8 @@ def emit(plan: LaunchPlan) -> dict[str, str]:
     lines = ["#!/usr/bin/env bash", *_comment(header_lines(plan, "torchrun", CHECKED_AGAINST)),
              "# Run on every node: MASTER_ADDR=<first node> bash torchrun.sh train.py [args]",
              "set -euo pipefail", "", *launcher(plan), "",
-             *environment(plan.problem.cluster, tp=plan.strategy.tp), "",
+             *environment(plan.problem.cluster, tp=plan.strategy.tp,
+                          nvls=plan.strategy.nvls), "",
              f'{TORCHRUN} \\\n  "$@"', ""]
     return {"torchrun.sh": "\n".join(lines)}
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from cost_models.enums import CpComm, Fp8Recipe, ZeroStage
+from cost_models.enums import CpComm, Fp8Recipe, RankOrder, ZeroStage
 from planner.core.rules import Rule, largest_divisor_at_most
 from planner.core.problem import Problem
 from planner.schemas.strategy import Strategy
@@ -237,6 +237,21 @@ def _explain_target_context_parallel(problem: Problem, s: Strategy) -> tuple[str
             "use cp 1, or emit for megatron, torchtitan or deepspeed")
 
 
+def _explain_target_rank_order(problem: Problem, s: Strategy) -> tuple[str, str]:
+    return (f"rank_order {RankOrder.TP_CP_EP_PP_DP.value}: only Megatron-LM builds its process "
+            f"groups with data parallelism outermost (--use-tp-pp-dp-mapping); torchtitan's "
+            f"device mesh and DeepSpeed's topology put the pipeline outermost",
+            f"use rank_order {RankOrder.TP_CP_EP_DP_PP.value}, or emit for megatron")
+
+
+def _explain_rank_order_experts(problem: Problem, s: Strategy) -> tuple[str, str]:
+    return (f"rank_order {RankOrder.TP_CP_EP_PP_DP.value} with pp {s.pp}: the expert "
+            f"data-parallel size ({s.edp}) must equal dp ({s.dp}) (Megatron-LM asserts it "
+            f"when the pipeline is not outermost)",
+            f"use etp * ep = tp * cp ({s.tp * s.cp}), or rank_order "
+            f"{RankOrder.TP_CP_EP_DP_PP.value}")
+
+
 def _explain_fp8_hardware(problem: Problem, s: Strategy) -> tuple[str, str]:
     gpu, t = problem.cluster.gpu, problem.training
     runs = tuple(problem.cluster.efficiency.fp8_gemm_efficiency)
@@ -343,4 +358,6 @@ EXPLAIN.update({
     Rule.FP8_HARDWARE: _explain_fp8_hardware,
     Rule.FP8_PARAM_GATHER: _explain_fp8_param_gather,
     Rule.TARGET_FP8: _explain_target_fp8,
+    Rule.TARGET_RANK_ORDER: _explain_target_rank_order,
+    Rule.RANK_ORDER_EXPERTS: _explain_rank_order_experts,
 })

@@ -22,7 +22,7 @@ from typing import Callable
 
 import numpy as np
 
-from planner.core.candidates import Candidates
+from planner.core.candidates import RANK_ORDER, Candidates
 from planner.rules.explanations import EXPLAIN as PLANNER_EXPLAIN
 from planner.core.rules import Rule, TargetRule, any_offload
 from planner.frameworks import deepspeed, megatron, mindspore, torchtitan
@@ -30,7 +30,7 @@ from planner.inputs import profiles
 from planner.core.problem import Problem
 from planner.inputs.loader import fp8_param_gather_allowed
 from planner.schemas.report import Violation
-from cost_models.enums import AttentionKind, CpComm, Precision
+from cost_models.enums import AttentionKind, CpComm, Precision, RankOrder
 from planner.schemas.strategy import DpComm, LaunchTarget, Strategy
 
 
@@ -69,6 +69,8 @@ SUMMARY: dict[Rule, str] = {
     Rule.OFFLOAD_HOST: "CPU offload needs the cluster's host block (host link and memory)",
     Rule.OFFLOAD_FRAMEWORK: "offload only what the framework keeps in host memory",
     Rule.PARAM_OFFLOAD_ZERO3: "param_offload needs zero_stage 3",
+    Rule.RANK_ORDER_EXPERTS: "rank order tp-cp-ep-pp-dp with pp > 1 needs the expert "
+                             "data-parallel size equal to dp (etp * ep = tp * cp)",
     Rule.MEMORY_FITS: "the peak stage must fit in GPU memory",
     Rule.HOST_MEMORY_FITS: "what a node's GPUs offload must fit in its host memory",
     Rule.TARGET_PARAMETER_SERVER: "no launch target implements a parameter server",
@@ -76,6 +78,8 @@ SUMMARY: dict[Rule, str] = {
     Rule.TARGET_EXPERT_TP: "etp must be 1 or tp on this launch target",
     Rule.TARGET_CONTEXT_PARALLEL: "torchrun (plain PyTorch) has no context parallelism",
     Rule.TARGET_FP8: "torchrun (plain PyTorch) has no FP8 setting",
+    Rule.TARGET_RANK_ORDER: "rank order tp-cp-ep-pp-dp only on Megatron-LM "
+                            "(--use-tp-pp-dp-mapping)",
 }
 SUMMARY.update({rule: r.summary for rules in FRAMEWORK_RULES.values() for rule, r in rules.items()})
 """One line per rule, for messages that name rules without a particular strategy."""
@@ -292,6 +296,14 @@ def _param_offload_zero3(problem: Problem, c: Candidates, options: RuleOptions) 
     return c.param_offload & (c.zero != 3)
 
 
+def _rank_order_experts(problem: Problem, c: Candidates, options: RuleOptions) -> np.ndarray:
+    # Megatron-LM megatron/core/parallel_state.py initialize_model_parallel: "When not using
+    # pp-last rank ordering, the data parallel size of the attention and moe layers must be
+    # the same" (asserted unless pp is 1).
+    return (problem.model.is_moe & (c.rank_order == RANK_ORDER.index(RankOrder.TP_CP_EP_PP_DP))
+            & (c.pp > 1) & (c.edp != c.dp))
+
+
 def host_memory_violations(host_bytes, problem: Problem) -> np.ndarray:
     """Where the GPUs of a node offload more than its host memory (each GPU's fullest stage;
     `Evaluation.host_bytes`, against an equal share of the node's host memory)."""
@@ -322,6 +334,7 @@ DEGREE_CHECKS: dict[Rule, Callable[[Problem, Candidates, RuleOptions], np.ndarra
     Rule.OFFLOAD_HOST: _offload_host,
     Rule.OFFLOAD_FRAMEWORK: _offload_framework,
     Rule.PARAM_OFFLOAD_ZERO3: _param_offload_zero3,
+    Rule.RANK_ORDER_EXPERTS: _rank_order_experts,
 }
 """Rules decided by the degrees alone, in the order `validate` reports them."""
 
@@ -338,6 +351,11 @@ TARGET_CHECKS: dict[Rule, tuple[tuple[LaunchTarget, ...], Callable[[Problem, Can
     Rule.TARGET_CONTEXT_PARALLEL: ((LaunchTarget.TORCHRUN,), lambda p, c: c.cp > 1),
     Rule.TARGET_FP8: ((LaunchTarget.TORCHRUN,),
                       lambda p, c: np.full(len(c), p.training.precision is Precision.FP8)),
+    # The targets whose framework builds its process groups in one order only (rank_orders).
+    Rule.TARGET_RANK_ORDER: (
+        tuple(t for t in LaunchTarget
+              if RankOrder.TP_CP_EP_PP_DP not in profiles.load(t.framework).rank_orders),
+        lambda p, c: c.rank_order == RANK_ORDER.index(RankOrder.TP_CP_EP_PP_DP)),
     # DeepSpeed MoE experts are whole unless enable_expert_tensor_parallelism shards them like
     # the model's TP (deepspeed/moe/layer.py); MindSpore's experts follow model_parallel.
     Rule.TARGET_EXPERT_TP: ((LaunchTarget.DEEPSPEED, LaunchTarget.MINDSPORE,

@@ -10,7 +10,7 @@ is a note here. `validate`, `memory`, `diff` and `calibrate` judge the strategy 
 
 from __future__ import annotations
 
-from cost_models.enums import CpComm, Precision
+from cost_models.enums import CpComm, Precision, RankOrder
 from cost_models.tensor_parallel import tp_overlap_reaches
 from planner.core.problem import Problem
 from planner.costing.placement import tp_placement
@@ -51,6 +51,14 @@ def ineffective_settings(problem: Problem, strategy: Strategy) -> list[str]:
     if s.fp8_param_gather and problem.training.precision is not Precision.FP8:
         notes.append(f"fp8_param_gather has no effect in {problem.training.precision.value}: "
                      f"only FP8 linear weights are gathered in FP8")
+    if not s.nvls and problem.cluster.efficiency.nvls_bus_fraction is None:
+        notes.append(f"nvls false has no effect on {problem.cluster.name}: its NVLink switch "
+                     f"has no NVLS (no efficiency.nvls_bus_fraction), so NCCL runs ring and "
+                     f"tree anyway")
+    if s.rank_order is RankOrder.TP_CP_EP_PP_DP and (s.pp == 1 or s.dp == 1):
+        notes.append(f"rank_order {s.rank_order.value} has no effect at "
+                     f"{'pp 1' if s.pp == 1 else 'dp 1'}: the order of the pipeline and "
+                     f"data-parallel axes only matters when both have more than one rank")
     if s.etp is not None and s.etp != s.tp and not problem.model.is_moe:
         notes.append(f"etp {s.etp} has no effect on {problem.model.name}: a dense model has no "
                      f"routed experts to split")

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveInt
 
-from cost_models.enums import AttentionKind, CpComm, Fp8Recipe, MasterWeights, PipelinePartition
+from cost_models.enums import (AttentionKind, CpComm, Fp8Recipe, MasterWeights, PipelinePartition,
+                               RankOrder)
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
@@ -95,6 +96,8 @@ class OverlapDefaults(BaseModel):
     tp_comm_overlap: bool
     fp8_param_gather: bool = False
     """FP8 parameters gathered in FP8, where the recipe and ZeRO allow (`Fp8Profile`)."""
+    rank_order: RankOrder = RankOrder.TP_CP_EP_DP_PP
+    """The rank order the framework builds its process groups in (`RankOrder`)."""
 
 
 class FrameworkProfile(BaseModel):
@@ -114,6 +117,9 @@ class FrameworkProfile(BaseModel):
     tp_comm_overlap: bool
     """Can overlap tensor-parallel collectives with the GEMMs (TE userbuffers, async TP)."""
     tp_comm_overlap_fraction: float = Field(ge=0, le=1)
+    rank_orders: tuple[RankOrder, ...] = (RankOrder.TP_CP_EP_DP_PP,)
+    """The rank orders the framework can build its process groups in (Megatron-LM: both, the
+    second with --use-tp-pp-dp-mapping; torchtitan's mesh and DeepSpeed's topology: the first)."""
     """Share of the tensor-parallel collectives that overlap hides behind the GEMMs."""
     master_weights: MasterWeights = MasterWeights.OPTIMIZER
     """Where mixed precision keeps the fp32 master weights: in the optimizer beside 16-bit

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, computed_field
 
-from cost_models.enums import CpComm, Recompute, ZeroStage
+from cost_models.enums import CpComm, RankOrder, Recompute, ZeroStage
 from planner.schemas.strategy import DpComm
 
 _OUT = ConfigDict(frozen=True, use_attribute_docstrings=True)
@@ -53,6 +53,10 @@ class StrategyOut(BaseModel):
     dp_comm: DpComm
     layers_per_stage: list[int]
     """Repeated layers on each pipeline chunk (pp * vpp entries, pipeline order)."""
+    nvls: bool = True
+    """NCCL may reduce inside the NVSwitch (NCCL_NVLS_ENABLE not 0)."""
+    rank_order: RankOrder = RankOrder.TP_CP_EP_DP_PP
+    """The rank order the process groups are built in."""
 
 
 class StageMemory(BaseModel):

@@ -7,7 +7,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from cost_models.enums import CpComm, DpComm, Recompute, ZeroStage  # noqa: F401 (DpComm re-exported)
+from cost_models.enums import (CpComm, DpComm, RankOrder, Recompute,  # noqa: F401 (re-exported)
+                                ZeroStage)
 from planner.schemas.bounds import GlobalBatch, Gpus, Layers, MAX_LAYERS, at_most
 
 
@@ -104,6 +105,14 @@ class Strategy(BaseModel):
     """Parameter servers (with dp_comm: parameter_server); None: one per data-parallel rank."""
     layers_per_stage: tuple[Layers, ...] | None = None
     """Repeated layers on each of the pp * vpp pipeline chunks, in order; None: an even split."""
+    nvls: bool = True
+    """Let NCCL reduce inside the NVSwitch (NVLS) where the switch can (Hopper and later
+    NVSwitch: presets with efficiency.nvls_bus_fraction). True is NCCL's default; False is
+    NCCL_NVLS_ENABLE=0, which NVIDIA's own recipes often set (NCCL docs, env.html)."""
+    rank_order: RankOrder | None = None
+    """Which parallel axes consecutive ranks share, innermost first: tp-cp-ep-dp-pp (pipeline
+    outermost) or tp-cp-ep-pp-dp (Megatron-LM --use-tp-pp-dp-mapping: data parallelism
+    outermost). It decides which groups share a node. None: the framework's order."""
 
     @property
     def num_micro_batches(self) -> float:

@@ -22,8 +22,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from cost_models.enums import CpComm, Recompute, ZeroStage
-from planner.core.candidates import CP_COMM_ORDER, DP_COMM_ORDER, RECOMPUTE_ORDER, Candidates
+from cost_models.enums import CpComm, RankOrder, Recompute, ZeroStage
+from planner.core.candidates import (CP_COMM_ORDER, DP_COMM_ORDER, RANK_ORDER, RECOMPUTE_ORDER,
+                                     Candidates)
 from planner.rules.gate import (Rule, RuleOptions, balanced_layouts_allowed, breaks,
                                 chunks_without_layers)
 from planner.core.problem import Problem
@@ -85,6 +86,11 @@ class SearchSpace:
     strategy is tried with and without each (`offload_variants`)."""
     fp8_param_gather: bool | None = None
     """Overlap pins (None: the framework's default), e.g. what an older framework version did."""
+    rank_order: RankOrder | None = None
+    """The rank order every candidate uses; None: the framework's (trying both would double
+    the space for a choice only Megatron-LM offers)."""
+    nvls: bool = True
+    """NCCL may use NVLS (False: NCCL_NVLS_ENABLE=0)."""
 
     def overlaps(self, problem: Problem) -> OverlapDefaults:
         """The overlaps every candidate uses: the pins, else the framework's defaults."""
@@ -423,7 +429,8 @@ def generate(problem: Problem, space: SearchSpace) -> list[CandidateGroup]:
             fp8_gather=overlap.fp8_param_gather & fp8_param_gather_allowed(problem, a["zero"]),
             num_servers=a["dp"].copy(), global_batch=np.full(n, problem.training.global_batch),
             opt_offload=shares.astype(float), param_offload=params.astype(bool),
-            act_offload=layers.astype(int))
+            act_offload=layers.astype(int), nvls=np.full(n, space.nvls),
+            rank_order=np.full(n, RANK_ORDER.index(overlap.rank_order)))
         groups.append(CandidateGroup(pp=pp, vpp=vpp, cands=cands))
     return groups
 

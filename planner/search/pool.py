@@ -16,7 +16,8 @@ from planner.search.candidates import CandidateGroup, Pin
 from planner.costing.evaluate import (BlockCosts, Evaluation, block_costs, evaluate,
                                       state_floor_bytes)
 from cost_models.enums import CpComm, ZeroStage
-from planner.core.candidates import CP_COMM_ORDER, DP_COMM_ORDER, RECOMPUTE_ORDER, Candidates
+from planner.core.candidates import (CP_COMM_ORDER, DP_COMM_ORDER, RANK_ORDER, RECOMPUTE_ORDER,
+                                     Candidates)
 from planner.costing.layout import Layout, framework_layouts
 from planner.core.problem import Problem
 from planner.rules.gate import RuleOptions, degree_violations, host_memory_violations
@@ -55,7 +56,8 @@ def strategy_at(c: Candidates, i: int,
         fp8_param_gather=bool(c.fp8_gather[i]),
         optimizer_offload=float(c.opt_offload[i]), param_offload=bool(c.param_offload[i]),
         activation_offload_layers=int(c.act_offload[i]),
-        layers_per_stage=layers_per_stage)
+        layers_per_stage=layers_per_stage, nvls=bool(c.nvls[i]),
+        rank_order=RANK_ORDER[c.rank_order[i]])
 
 
 @dataclass

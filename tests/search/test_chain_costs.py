@@ -20,7 +20,7 @@ from planner.costing.stage_costs import chain_costs
 from planner.core.rules import Rule
 from planner.rules.gate import RuleOptions, degree_violations
 from planner.inputs.loader import make_problem
-from planner.schemas.strategy import DpComm, Strategy
+from planner.schemas.strategy import DpComm, RankOrder, Strategy
 from planner.search.balance import stage_totals
 from planner.search.candidates import SearchSpace, generate
 from planner.search.pool import Batch, Pool
@@ -55,6 +55,12 @@ CASES = {
     "mixtral-fp8": ("mixtral-8x7b", "dgx-h100", 64, dict(precision="fp8"), "megatron", ()),
     "gpt3": ("gpt3-175b", "dgx-a100-80gb", 256, {}, "megatron", ()),
     "evoformer": ("alphafold2-evoformer", "dgx-a100-80gb", 16, {}, "megatron", ()),
+    # Megatron-LM --use-tp-pp-dp-mapping (pp inside dp) with NCCL_NVLS_ENABLE=0: the
+    # data-parallel groups, the pipeline and the TP all-reduces placed and priced as run.
+    "gpt3-tp-pp-dp": ("gpt3-175b", "dgx-h100", 256, {}, "megatron", (),
+                      dict(rank_order=RankOrder.TP_CP_EP_PP_DP, nvls=False)),
+    "moe-tp-pp-dp": (TINY_MOE, "dgx-h100", 16, {}, "megatron", ("optimizer",),
+                     dict(rank_order=RankOrder.TP_CP_EP_PP_DP)),
 }
 ROWS_PER_GROUP = 6
 LAYOUTS_PER_GROUP = 3
@@ -62,12 +68,13 @@ SEED = 23
 
 
 def _problem(write, case: str):
-    model, cluster, gpus, overrides, framework, offload = CASES[case]
+    model, cluster, gpus, overrides, framework, offload, *pins = CASES[case]
     if "\n" in model:
         model = write(f"{case}.yaml", model)
     problem = make_problem(model, cluster, gpus=gpus, framework=framework, **overrides)
     space = SearchSpace(offload=offload, any_pp=True,
-                        dp_comm=(DpComm.ALL_REDUCE, DpComm.PARAMETER_SERVER))
+                        dp_comm=(DpComm.ALL_REDUCE, DpComm.PARAMETER_SERVER),
+                        **(pins[0] if pins else {}))
     return problem, space
 
 
