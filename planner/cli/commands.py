@@ -178,6 +178,14 @@ def search_options(function):
         click.option("--tp-comm-overlap/--no-tp-comm-overlap", default=None,
                      help="Pin overlapping TP collectives with GEMMs (Megatron-LM "
                           "--tp-comm-overlap, torchtitan async TP; needs --sp)."),
+        click.option("--rank-order", type=click.Choice(["tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp"]),
+                     default=None,
+                     help="Pin the order ranks are numbered in, which decides the groups "
+                          "inside a node (default: the framework's; tp-cp-ep-pp-dp is "
+                          "Megatron-LM's --use-tp-pp-dp-mapping)."),
+        click.option("--nvls/--no-nvls", default=True, show_default=True,
+                     help="Let NCCL use NVLink SHARP where the NVSwitch has it (--no-nvls: "
+                          "NCCL_NVLS_ENABLE=0, as many recipes set)."),
         click.option("--offload", type=click.Choice(["optimizer", "params", "activations"]),
                      multiple=True,
                      help="Let the search keep these in host memory too, priced on the "
@@ -208,7 +216,7 @@ def search_options(function):
 
 def _search_space(pins: dict, targets: tuple = ()):
     """SearchSpace and SolverSettings from the options of `search_options`."""
-    from cost_models.enums import CpComm, Recompute, ZeroStage
+    from cost_models.enums import CpComm, RankOrder, Recompute, ZeroStage
     from planner.search.candidates import SearchSpace
     from planner.schemas.strategy import DpComm
     from planner.search.solver import SolverSettings
@@ -221,6 +229,8 @@ def _search_space(pins: dict, targets: tuple = ()):
     cp_comm = tuple(CpComm(k) for k in pins.pop("cp_comm")) or None
     dp_comm = pins.pop("dp_comm")
     offload = tuple(dict.fromkeys(pins.pop("offload")))
+    order = pins.pop("rank_order")
+    rank_order = RankOrder(order) if order is not None else None
     comms = (tuple(DpComm) if dp_comm == "both" else (DpComm(dp_comm),))
     settings = SolverSettings(top_k=pins.pop("top_k"), time_limit_s=pins.pop("time_limit"),
                               layout_work=pins.pop("layout_work"),
@@ -229,7 +239,7 @@ def _search_space(pins: dict, targets: tuple = ()):
     space = SearchSpace(zero_stages=zero, recompute=recompute,
                         sequence_parallel=(False, True) if sp is None else (sp,),
                         dp_comm=comms, targets=targets, cp_comm=cp_comm, offload=offload,
-                        **pins)
+                        rank_order=rank_order, **pins)
     return space, settings
 
 

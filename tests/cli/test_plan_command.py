@@ -205,3 +205,25 @@ def test_gpu_hour_price_needs_tokens(cli):
     code, _, err = cli("plan", "llama2-7b", "dgx-h100", "--gpus", "16", "--gpu-hour-price", "2")
     assert code == 2 and err.strip() == ("Error: --gpu-hour-price: give --tokens too (the cost "
                                          "is that of training them)")
+
+
+def test_rank_order_and_nvls_pins_reach_the_plans(cli):
+    # --rank-order pins Megatron-LM's --use-tp-pp-dp-mapping order, --no-nvls NCCL_NVLS_ENABLE=0;
+    # without NVLS the tp 8 all-reduces (no sequence parallelism, no TP overlap) run at the
+    # ring's bus bandwidth: slower.
+    args = ("plan", "llama2-7b", "dgx-h100", "--gpus", "16", "--top", "1", "--json")
+    code, out, _ = cli(*args, "--rank-order", "tp-cp-ep-pp-dp", "--no-nvls")
+    assert code == 0
+    plan = json.loads(out)["plans"][0]
+    assert plan["strategy"]["rank_order"] == "tp-cp-ep-pp-dp"
+    assert plan["strategy"]["nvls"] is False
+    tp8 = ("--tp", "8", "--no-sp", "--no-tp-comm-overlap")
+    code, out, _ = cli(*args, *tp8)
+    with_nvls = json.loads(out)["plans"][0]
+    code, out, _ = cli(*args, *tp8, "--no-nvls")
+    without = json.loads(out)["plans"][0]
+    assert with_nvls["strategy"]["nvls"] is True
+    assert without["time"]["step_s"] > with_nvls["time"]["step_s"]
+    code, _, err = cli("plan", "llama2-7b", "dgx-h100", "--gpus", "16", "--framework",
+                       "torchtitan", "--rank-order", "tp-cp-ep-pp-dp")
+    assert code == 1 and "target_rank_order" in err
