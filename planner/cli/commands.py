@@ -605,6 +605,7 @@ def zoo():
               "file, with the sources of its numbers) to save, edit and pass as CLUSTER.")
 def clusters(show):
     """List the cluster presets."""
+    from planner.costing.uncertainty import cluster_calibrated
     from planner.inputs import presets
     from planner.inputs.loader import load_cluster, preset_text
 
@@ -614,8 +615,9 @@ def clusters(show):
     for name in presets.names():
         c = load_cluster(name)
         domain = f", NVLink domains of {c.nvlink_domain}" if c.nvlink_domain else ""
+        kind = "calibrated" if cluster_calibrated(c) else "efficiencies assumed"
         click.echo(f"{name:16s} {c.num_nodes:5d} nodes x {c.gpus_per_node} {c.gpu.name} "
-                   f"({c.gpu.memory_gib:g} GiB{domain})")
+                   f"({c.gpu.memory_gib:g} GiB{domain}); {kind}")
 
 
 @cli.command()

@@ -114,8 +114,13 @@ def error_bands() -> ErrorBands:
 
 def preset_calibrated(problem: Problem) -> bool:
     """Whether the cluster's efficiencies were calibrated to measured runs (its source says)."""
-    source = problem.cluster.source
-    return source is not None and source.calibration is not None
+    return cluster_calibrated(problem.cluster)
+
+
+def cluster_calibrated(cluster) -> bool:
+    """Whether a cluster's efficiencies were calibrated to measured runs (`source.calibration`
+    names them), rather than copied from another GPU or assumed."""
+    return cluster.source is not None and cluster.source.calibration is not None
 
 
 def run_kinds(problem: Problem, cp: int) -> list[RunKind]:

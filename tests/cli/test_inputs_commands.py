@@ -239,3 +239,15 @@ def test_clusters_show_unknown_name_says_did_you_mean(cli):
     # A path is not a preset name, even one load_cluster would read.
     code, _, err = cli("clusters", "--show", "dgx-h100.yaml")
     assert code == 2 and "no cluster preset named 'dgx-h100.yaml'" in err
+
+
+def test_clusters_list_says_which_presets_are_calibrated(cli):
+    # A preset whose efficiencies were fitted to measured runs names them (source.calibration);
+    # the others are copied or assumed, and the list says so (as the plans' note and band do).
+    code, out, err = cli("clusters")
+    assert (code, err) == (0, "")
+    lines = {line.split()[0]: line for line in out.splitlines()}
+    assert lines["dgx-h100"].endswith("; calibrated")
+    assert lines["dgx-a100-80gb"].endswith("; calibrated")
+    for name in ("gb300-nvl72", "dgx-b300", "amd-mi300x", "dgx-h800"):
+        assert lines[name].endswith("; efficiencies assumed"), name
