@@ -1,12 +1,14 @@
 """The model's error on every published run in bench/data, per run and per source.
 
-    python bench/published_errors.py [--runs]
+    python bench/published_errors.py [--runs] [--max-tokens-per-gpu N]
 
 Prints, for each source (one bench/data/*.yaml), the mean absolute percentage error of the
 predicted TFLOP/s per GPU (hardware FLOPs where the source counts the recompute pass, model
 FLOPs otherwise; the step time where the source's TFLOP/s are not trusted), its worst run,
 the Spearman rank correlation of its runs, the error of the predicted peak memory where the
-source measured it, and with --runs every run. SC21 Table 1 (the calibration set)
+source measured it, and with --runs every run. --max-tokens-per-gpu keeps the runs whose
+step gives each GPU at most N tokens (global batch x sequence length / GPUs): the small steps
+where fixed per-step work weighs most. SC21 Table 1 (the calibration set)
 is printed by bench/calibrate_sc21.py.
 """
 
@@ -22,10 +24,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.published import load_runs, predict, spearman, speed  # noqa: E402
 
 
+def tokens_per_gpu(run) -> float:
+    """Tokens each GPU's step processes: global batch x sequence length / GPUs."""
+    s = run.strategy
+    num_gpus = (s.dp or 1) * s.tp * s.pp * s.cp
+    return s.global_batch * run.problem.training.seq_len / num_gpus
+
+
 def main() -> None:
     show_runs = "--runs" in sys.argv
+    max_tokens = None
+    if "--max-tokens-per-gpu" in sys.argv:
+        max_tokens = float(sys.argv[sys.argv.index("--max-tokens-per-gpu") + 1])
     with tempfile.TemporaryDirectory() as tmp:
         runs, skipped = load_runs(Path(tmp))
+        if max_tokens is not None:
+            runs = [r for r in runs if tokens_per_gpu(r) <= max_tokens]
         predictions = predict(runs)
     by_source = defaultdict(list)
     for p in predictions:

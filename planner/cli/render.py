@@ -137,11 +137,15 @@ TIME_ROWS = (
     ("pipeline bubble", "bubble_s"),
     ("optimizer step", "optimizer_s"),
     ("CPU offload (exposed)", "offload_s"),
+    ("gradient buffer zeroing", "grad_zero_s"),
+    ("gradient norm + clipping", "grad_norm_s"),
+    ("loss all-reduce", "loss_reduce_s"),
     ("fixed overhead", "overhead_s"),
 )
 
 
-OPTIONAL_TIME_ROWS = ("ep_comm_s", "cp_comm_s", "offload_s")
+OPTIONAL_TIME_ROWS = ("ep_comm_s", "cp_comm_s", "offload_s", "grad_zero_s", "grad_norm_s",
+                      "loss_reduce_s")
 """Rows shown only where the plan has them (an MoE model's experts, a split sequence)."""
 
 

@@ -19,7 +19,8 @@ MEMORY_TERMS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activati
 """StageMemory fields, at the peak stage; they add up to peak_bytes."""
 
 TIME_TERMS = ("compute_s", "tp_comm_s", "pp_comm_s", "dp_comm_s", "ep_comm_s", "cp_comm_s",
-              "bubble_s", "optimizer_s", "offload_s", "overhead_s")
+              "bubble_s", "optimizer_s", "offload_s", "grad_zero_s", "grad_norm_s",
+              "loss_reduce_s", "overhead_s")
 """TimeReport fields; they add up to step_s."""
 
 EQUAL_WITHIN = 0.01
@@ -271,6 +272,9 @@ _DRIVERS = {
     "bubble_s": (_pp, _micro_batches, _vpp),
     "optimizer_s": (_zero, _dp),
     "offload_s": (_offload,),
+    "grad_zero_s": (_tp, _pp, _zero),
+    "grad_norm_s": (_zero, _dp),
+    "loss_reduce_s": (_dp,),
     "weights_bytes": (_tp, _pp, _zero),
     "gradients_bytes": (_tp, _pp, _zero),
     "optimizer_bytes": (_tp, _pp, _zero, _dp),

@@ -27,6 +27,7 @@ from planner.costing.block_costs import BlockCost, block_cost, block_model_flops
 from planner.costing.data_parallel import step_end_s
 from planner.costing.layout import Layout, framework_layouts, layout_from_layer_counts
 from planner.costing.placement import data_parallel_gap, tp_placement
+from planner.costing.step_fixed import step_fixed_s
 from planner.costing.stage_model import (chain_types, fp8_params_gathered,  # noqa: F401 (API)
                                          fp8_weight_extra_bytes, gpu_states, host_rates,
                                          rank_states, shards_to_host, stage_model,
@@ -167,6 +168,12 @@ class Evaluation:
     dp_comm_s: np.ndarray
     bubble_s: np.ndarray
     optimizer_s: np.ndarray
+    grad_zero_s: np.ndarray
+    """Zeroing the gradient buffer before the first micro-batch (`step_fixed`)."""
+    grad_norm_s: np.ndarray
+    """The gradient norm, its all-reduce and the clipping after the last micro-batch."""
+    loss_reduce_s: np.ndarray
+    """The loss all-reduce over the data-parallel ranks after the last micro-batch."""
     overhead_s: float
     step_s: np.ndarray
     slowest_stage: np.ndarray
@@ -252,7 +259,9 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
             optimizer_bytes=per_param.optimizer),
         hbm_bytes_per_s=cluster.gpu.hbm_gb_per_s * 1e9, hbm_fraction=cluster.efficiency.hbm_fraction)
     offload_end = _offloaded_step_s(problem, offloaded, optimizer_s)
-    end = dp_end + optimizer_s + offload_end
+    fixed = step_fixed_s(problem, cands, gradient_bytes=gradients, updated_params=updated)
+    end = (dp_end + optimizer_s + offload_end + fixed.grad_zero_s + fixed.grad_norm_s
+           + fixed.loss_reduce_s)
     last = end.argmax(1)
 
     model_flops, full_extra, selective_extra = step_flops_per_sequence(model, training.seq_len)
@@ -274,6 +283,8 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
         stage_offload_s=offload, offload_s=m * offload[rows, slowest] + offload_end[rows, last],
         host_bytes=(values(sm.host_states) + to_host).max(1),
         bubble_s=pipeline - m * tau[rows, slowest], optimizer_s=optimizer_s[rows, last],
+        grad_zero_s=fixed.grad_zero_s[rows, last], grad_norm_s=fixed.grad_norm_s[rows, last],
+        loss_reduce_s=fixed.loss_reduce_s[rows, last],
         overhead_s=cluster.efficiency.step_overhead_s,
         step_s=pipeline + end[rows, last] + cluster.efficiency.step_overhead_s,
         slowest_stage=slowest, imbalance=tau.max(1) / tau.mean(1),
@@ -401,6 +412,8 @@ def report(problem: Problem, layout: Layout, cands: Candidates, ev: Evaluation, 
         ep_comm_s=float(ev.ep_comm_s[i]), cp_comm_s=float(ev.cp_comm_s[i]),
         pp_comm_s=float(ev.pp_comm_s[i]), dp_comm_s=float(ev.dp_comm_s[i]),
         bubble_s=float(ev.bubble_s[i]), optimizer_s=float(ev.optimizer_s[i]),
+        grad_zero_s=float(ev.grad_zero_s[i]), grad_norm_s=float(ev.grad_norm_s[i]),
+        loss_reduce_s=float(ev.loss_reduce_s[i]),
         offload_s=float(ev.offload_s[i]), overhead_s=float(ev.overhead_s), stages=stage_times, slowest_stage=int(ev.slowest_stage[i]),
         imbalance=float(ev.imbalance[i]),
         dp_algorithm=ALL_REDUCE_ALGORITHMS[int(ev.dp_algorithm[i])].value)

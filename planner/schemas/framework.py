@@ -141,6 +141,17 @@ class FrameworkProfile(BaseModel):
     pipeline_micro_batch_overhead_s: NonNegativeFloat = 0
     """Seconds the pipeline engine adds per micro-batch per stage beyond compute and transfers
     (instruction dispatch, blocking send/recv handshakes)."""
+    zeroes_grad_buffer: bool = False
+    """Zeroes a contiguous gradient buffer (every local gradient) before each step's first
+    micro-batch (Megatron-LM DDP zero_grad_buffer); False where gradients are set to None
+    instead (PyTorch optimizer.zero_grad(set_to_none=True), DeepSpeed ZeRO zero_grad)."""
+    clips_grad_norm: bool = False
+    """Computes the global gradient norm and clips every step (Megatron-LM --clip-grad 1.0,
+    torchtitan training.max_norm 1.0): passes over the local gradients and an all-reduce of
+    one value (`cost_models.step_fixed.grad_clip_time_s`)."""
+    reduces_loss_every_step: bool = False
+    """All-reduces the loss over the data x context-parallel group every step (Megatron-LM
+    train_step); False where only logging steps reduce it."""
     selective_recompute_attention: bool = True
     """Selective recomputation re-runs the attention core (Megatron-LM; Korthikanti et al.
     2022, Sec. 5); False where the framework saves the attention output instead."""

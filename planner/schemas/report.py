@@ -147,6 +147,14 @@ class TimeReport(BaseModel):
     offload_s: float = 0.0
     """CPU offload left on the critical path: host copies of activations and ZeRO-3 shards,
     and the offloaded optimizer step (gradients down, CPU Adam, weights up) beyond the GPU's."""
+    grad_zero_s: float = 0.0
+    """Zeroing the gradient buffer before the first micro-batch (Megatron-LM DDP's
+    zero_grad_buffer: a memset of every local gradient; cost_models/step_fixed.py)."""
+    grad_norm_s: float = 0.0
+    """The gradient norm and clipping after the last micro-batch: passes over the local
+    gradients and an all-reduce of one value."""
+    loss_reduce_s: float = 0.0
+    """The loss all-reduce over the data x context-parallel ranks (Megatron-LM, every step)."""
     overhead_s: float
     stages: list[StageTime]
     slowest_stage: int
@@ -163,7 +171,8 @@ class TimeReport(BaseModel):
     def step_s(self) -> float:
         return (self.compute_s + self.tp_comm_s + self.ep_comm_s + self.cp_comm_s
                 + self.pp_comm_s + self.dp_comm_s + self.bubble_s + self.optimizer_s
-                + self.offload_s + self.overhead_s)
+                + self.offload_s + self.grad_zero_s + self.grad_norm_s + self.loss_reduce_s
+                + self.overhead_s)
 
 
 class ThroughputReport(BaseModel):

@@ -12,7 +12,7 @@ STRATEGY_KEYS = {"dp", "tp", "pp", "vpp", "micro_batch", "global_batch", "sequen
                  "recompute", "zero_stage"}
 MEMORY_KEYS = {"peak_bytes", "capacity_bytes", "stages", "fits", "headroom_bytes"}
 TIME_KEYS = {"step_s", "compute_s", "tp_comm_s", "pp_comm_s", "dp_comm_s", "bubble_s",
-             "optimizer_s", "overhead_s"}
+             "optimizer_s", "grad_zero_s", "grad_norm_s", "loss_reduce_s", "overhead_s"}
 THROUGHPUT_KEYS = {"tokens_per_s", "model_tflops_per_gpu", "mfu"}
 
 

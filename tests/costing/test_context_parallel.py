@@ -110,7 +110,8 @@ def test_cp_communication_is_reported_and_adds_up():
     assert report.strategy.cp == 4 and report.strategy.cp_comm is CpComm.A2A
     assert t.step_s == pytest.approx(sum(getattr(t, f) for f in (
         "compute_s", "tp_comm_s", "ep_comm_s", "cp_comm_s", "pp_comm_s", "dp_comm_s",
-        "bubble_s", "optimizer_s", "overhead_s")))
+        "bubble_s", "optimizer_s", "grad_zero_s", "grad_norm_s", "loss_reduce_s",
+        "overhead_s")))
 
 
 def _broken(problem, strategy, targets=()):

@@ -93,7 +93,8 @@ def test_offloaded_optimizer_leaves_the_gpu_for_16_host_bytes_per_parameter():
     assert half.memory.host_bytes == pytest.approx(8 * shard, rel=0.001)
     assert off.time.step_s == pytest.approx(sum(
         getattr(off.time, f) for f in ("compute_s", "tp_comm_s", "pp_comm_s", "dp_comm_s",
-                                       "bubble_s", "optimizer_s", "offload_s", "overhead_s")))
+                                       "bubble_s", "optimizer_s", "offload_s", "grad_zero_s",
+                                       "grad_norm_s", "loss_reduce_s", "overhead_s")))
 
 
 def test_activation_offload_moves_layer_activations_and_prices_the_exposed_copies():

@@ -93,7 +93,11 @@ def test_pipeline_step_adds_up_stage_times(problem):
     report = evaluate_strategy(problem(4), strategy)
     tau = [st.total_s for st in report.time.stages]
     m = B // 2
-    expected = (m - 1) * max(tau) + sum(tau) + report.time.optimizer_s
+    # After the last micro-batch: the optimizer step and the fixed per-step terms
+    # (gradient-buffer zeroing, norm and clipping, loss all-reduce; cost_models/step_fixed.py).
+    t = report.time
+    expected = ((m - 1) * max(tau) + sum(tau) + t.optimizer_s + t.grad_zero_s + t.grad_norm_s
+                + t.loss_reduce_s)
     assert report.time.step_s == pytest.approx(expected, rel=1e-12)
     assert report.time.bubble_s == pytest.approx(sum(tau) - max(tau), rel=1e-9)
 

@@ -90,7 +90,10 @@ def test_error_per_source_stays_at_what_was_recorded(by_source, source, recorded
     # stated its recipes' bf16 gradient reduce (training_overrides: half the gradient bytes
     # and reduce-scatter traffic), the rows a little faster still.
     ("megatron_bridge_perf_summary", 0.083, 0.19),
-    ("nemo_perf_summary_2407", 0.078, 0.16),         # 9 GPT-3 / Llama runs, 64-512 H100
+    # 9 GPT-3 / Llama runs, 64-512 H100. Worst 15.9% -> 16.7% with the fixed per-step terms
+    # (cost_models/step_fixed.py): GPT-3 20B on 64 GPUs, already predicted slow, pays the
+    # Megatron gradient-buffer memset (15 ms) and clipping (1.5 ms) of its 10B local parameters.
+    ("nemo_perf_summary_2407", 0.078, 0.17),
     ("torchtitan_perf_2024_a100_h100", 0.057, 0.07),  # 405B tensorwise on 128 H100
     ("torchtitan_llama31_8b_h200_trainy_202506", 0.081, 0.09),
     # GB200 (issue 24's expert layouts; preset gb200-nvl72 not fitted on any run): Llama 3 8B

@@ -10,7 +10,10 @@ import pytest
 
 from bench import sc21
 
-RECORDED_MEAN_ERROR = 0.0180
+RECORDED_MEAN_ERROR = 0.0181
+# 1.80% -> 1.81% with the fixed per-step terms (cost_models/step_fixed.py: Megatron-LM's
+# gradient-buffer memset, the gradient norm and clipping, the loss all-reduce): the small
+# models' steps grow a little (gpt-1.7B -1.1% -> -1.4%); the fit (0.72, 128) is unchanged.
 """bench/calibrate_sc21.py with gemm_peak_fraction 0.72, gemm_half_efficiency_dim 128 (each row with its
 script's DDP, `sc21.DDP_IMPL`): 1.80%."""
 
