@@ -7,7 +7,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from cost_models.enums import AttentionKind
+from cost_models.enums import AttentionKind, RankOrder
 from cost_models.units import GiB
 from planner.core.problem import default_min_free_bytes
 from planner.schemas.strategy import strategy_label as strategy_phrase
@@ -214,6 +214,10 @@ def compact_strategy(plan: PlanReport) -> tuple[str, str]:
         options.append("op")
     if s.activation_offload_layers:
         options.append(f"oa{s.activation_offload_layers}")
+    if s.rank_order is RankOrder.TP_CP_EP_PP_DP:
+        options.append("tpd")
+    if not s.nvls:
+        options.append("nonvls")
     return degrees, " ".join(options) or "-"
 
 
@@ -223,7 +227,8 @@ PLANS_LEGEND = ("strategy: dp x tp x pp, interleaved chunks (vpp), context paral
                 "sp sequence parallel, sel/full recompute, zN ZeRO stage, hN ZeRO sharded over N "
                 "ranks and replicated (HSDP), ps parameter server, "
                 "bal balanced uneven layout, oo/op/oaN optimizer, parameters, N layers' "
-                "activations offloaded to host memory; "
+                "activations offloaded to host memory, tpd rank order tp-pp-dp, nonvls NCCL "
+                "NVLS off; "
                 "peak and free memory per GPU in GiB")
 
 

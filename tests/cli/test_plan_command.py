@@ -227,3 +227,6 @@ def test_rank_order_and_nvls_pins_reach_the_plans(cli):
     code, _, err = cli("plan", "llama2-7b", "dgx-h100", "--gpus", "16", "--framework",
                        "torchtitan", "--rank-order", "tp-cp-ep-pp-dp")
     assert code == 1 and "target_rank_order" in err
+    # The table's options name both pins (legend: "tpd rank order tp-pp-dp, nonvls NCCL NVLS off").
+    code, out, _ = cli(*args[:-1], "--rank-order", "tp-cp-ep-pp-dp", "--no-nvls")
+    assert code == 0 and "tpd nonvls" in out
