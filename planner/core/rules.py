@@ -13,7 +13,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from cost_models.enums import CpComm, Precision
+from cost_models.enums import CpComm, Fp8Recipe, Precision
 
 
 class Rule(str, Enum):
@@ -139,8 +139,13 @@ def fp8_rule(name: str, fp8, why: str = "") -> TargetRule:
         return t.precision is Precision.FP8 and t.fp8_recipe not in recipes
 
     def explain(problem, s):
+        label = problem.training.precision_label       # 'nvfp4' reads as its own precision
         if not recipes:
-            return (f"precision fp8: {name} has no FP8 setting{why}", "use precision bf16")
+            return (f"precision {label}: {name} has no FP8 setting{why}", "use precision bf16")
+        if problem.training.fp8_recipe is Fp8Recipe.NVFP4:
+            return (f"precision nvfp4: {name} configures only "
+                    f"{', '.join(r.value for r in recipes)} (FP8)",
+                    f"use precision fp8 (fp8_recipe {recipes[0].value}), or emit for megatron")
         return (f"fp8_recipe {problem.training.fp8_recipe.value}: {name} configures only "
                 f"{', '.join(r.value for r in recipes)}", f"use fp8_recipe {recipes[0].value}")
 

@@ -244,3 +244,13 @@ def test_nvfp4_is_faster_than_mxfp8_on_blackwell_and_refused_on_hopper():
         search(hopper, SearchSpace(), SolverSettings(top_k=1))
     assert any("H100-SXM5-80GB has no FP4 tensor cores" in line and "use precision fp8" in line
                for line in refused.value.details)
+
+
+def test_nvfp4_on_a_framework_without_it_says_so_as_nvfp4():
+    # torchtitan's float8 recipes are FP8 only: the refusal names the precision asked for.
+    problem = make_problem("llama3-8b", "dgx-b200", gpus=8, precision="nvfp4",
+                           framework="torchtitan")
+    with pytest.raises(InfeasibleError) as refused:
+        search(problem, SearchSpace(), SolverSettings(top_k=1))
+    assert any("precision nvfp4: torchtitan configures only" in line
+               and "use precision fp8" in line for line in refused.value.details)
