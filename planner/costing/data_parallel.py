@@ -21,7 +21,7 @@ from cost_models.communication import Group
 from cost_models.enums import ZeroStage
 from cost_models.data_parallel import (hsdp_replica_bytes, zero3_block_collectives_s,
                                        zero_micro_batch_pieces, zero_step_end_s)
-from planner.costing.placement import strided_placement
+from planner.costing.placement import as_column, strided_placement
 from planner.costing.stage_terms import Linear, Term
 
 
@@ -37,13 +37,6 @@ class DataParallelGroups:
     """One rank of each shard group (HSDP's replica all-reduce; size 1 without HSDP)."""
 
 
-def _column(group: Group) -> Group:
-    return Group(size=np.asarray(group.size, dtype=float)[:, None],
-                 ranks_per_node=np.asarray(group.ranks_per_node)[:, None],
-                 num_nodes=np.asarray(group.num_nodes)[:, None],
-                 nvls=np.asarray(group.nvls, dtype=bool)[:, None])
-
-
 def data_parallel_groups(gpus_per_node: int, *, dp, shard, stride, inner=1, gap=1,
                          nvls=True) -> DataParallelGroups:
     """The groups of `dp` data-parallel ranks: `inner` (cp) of them `stride` apart, the rest
@@ -51,11 +44,11 @@ def data_parallel_groups(gpus_per_node: int, *, dp, shard, stride, inner=1, gap=
     replicas = np.maximum(dp // shard, 1)     # a dp_shard over dp breaks a rule
     nvls = np.broadcast_to(np.asarray(nvls, dtype=bool), np.shape(dp))
     return DataParallelGroups(
-        everyone=_column(strided_placement(dp, stride, gpus_per_node, inner=inner, gap=gap,
+        everyone=as_column(strided_placement(dp, stride, gpus_per_node, inner=inner, gap=gap,
                                            nvls=nvls)),
-        shard=_column(strided_placement(shard, stride, gpus_per_node, inner=inner, gap=gap,
+        shard=as_column(strided_placement(shard, stride, gpus_per_node, inner=inner, gap=gap,
                                         nvls=nvls)),
-        replicas=_column(strided_placement(replicas, stride * shard * gap, gpus_per_node,
+        replicas=as_column(strided_placement(replicas, stride * shard * gap, gpus_per_node,
                                            nvls=nvls)))
 
 

@@ -24,6 +24,15 @@ def tp_placement(tp, gpus_per_node: int, *, nvls=True) -> Group:
                  num_nodes=np.ceil(tp / gpus_per_node), nvls=nvls)
 
 
+def as_column(group: Group) -> Group:
+    """The group with each field an (N, 1) column, to broadcast against (N, p) stage values."""
+    return Group(size=np.asarray(group.size, dtype=float)[:, None],
+                 ranks_per_node=np.asarray(group.ranks_per_node)[:, None],
+                 num_nodes=np.asarray(group.num_nodes)[:, None],
+                 nvls=np.broadcast_to(np.asarray(group.nvls, dtype=bool),
+                                      np.shape(group.size))[:, None])
+
+
 def _per_node(size, stride, gpus_per_node: int):
     """Ranks of one axis (`size` values `stride` apart) that share a node."""
     return np.where(stride >= gpus_per_node, 1,

@@ -19,7 +19,8 @@ from cost_models import communication as comm
 from cost_models.communication import Group
 from cost_models.step_fixed import (GRAD_NORM_BYTES, LOSS_REDUCE_BYTES, grad_buffer_zero_time_s,
                                     grad_clip_time_s)
-from planner.costing.placement import data_parallel_gap, pipeline_placement, strided_placement
+from planner.costing.placement import (as_column, data_parallel_gap, pipeline_placement,
+                                       strided_placement)
 
 
 class StepFixed(NamedTuple):
@@ -42,10 +43,6 @@ def _model_parallel_group(cands, gpus_per_node: int) -> Group:
 _FIELDS = ("size", "ranks_per_node", "num_nodes")
 
 
-def _column(group: Group) -> Group:
-    return Group(*(np.asarray(getattr(group, f), dtype=float)[:, None] for f in _FIELDS))
-
-
 def step_fixed_s(problem, cands, *, gradient_bytes: np.ndarray,
                  updated_params: np.ndarray) -> StepFixed:
     """The fixed terms of each stage: `gradient_bytes` (N, p) the gradient memory a rank holds
@@ -64,14 +61,14 @@ def step_fixed_s(problem, cands, *, gradient_bytes: np.ndarray,
         sharded = cands.zero >= 1
         group = Group(*(np.where(sharded, getattr(world, f), getattr(model_parallel, f))
                         for f in _FIELDS))
-        norm_all_reduce = comm.all_reduce_time_s(GRAD_NORM_BYTES, _column(group),
+        norm_all_reduce = comm.all_reduce_time_s(GRAD_NORM_BYTES, as_column(group),
                                                  cluster.network)
         grad_norm = grad_clip_time_s(
             updated_params * problem.training.state_bytes.gradients,
             norm_all_reduce_s=norm_all_reduce, **hbm)
     loss = zeros
     if fw.reduces_loss_every_step:
-        group = _column(strided_placement(cands.dp * cands.cp, cands.tp, cluster.nvlink_gpus,
+        group = as_column(strided_placement(cands.dp * cands.cp, cands.tp, cluster.nvlink_gpus,
                                           inner=cands.cp, gap=data_parallel_gap(cands)))
         loss = zeros.copy()
         loss[:, -1] = comm.all_reduce_time_s(LOSS_REDUCE_BYTES, group, cluster.network)[:, 0]

@@ -61,17 +61,20 @@ class GpuSpec(BaseModel):
         peak = getattr(self.peak_tflops, precision.value)
         return (self.peak_tflops.bf16 if peak is None else peak) * TFLOPS
 
+    def _recipe_peak_tflops(self, recipe: Fp8Recipe | None) -> float | None:
+        """Dense TFLOP/s of the tensor cores a low-precision recipe's GEMMs run on: the FP4
+        ones for NVFP4, the FP8 ones otherwise; None where the GPU lacks them."""
+        return self.peak_tflops.fp4 if recipe is Fp8Recipe.NVFP4 else self.peak_tflops.fp8
+
     def linear_peak_flops(self, recipe: Fp8Recipe) -> float:
-        """Dense peak FLOP/s of the tensor cores a low-precision recipe's GEMMs run on: the FP4
-        ones for NVFP4, the FP8 ones otherwise (the bf16 peak where the GPU lacks them, and
-        the fp8_hardware rule refuses the request)."""
-        peak = self.peak_tflops.fp4 if recipe is Fp8Recipe.NVFP4 else self.peak_tflops.fp8
+        """Dense peak FLOP/s of a low-precision recipe's GEMMs (the bf16 peak where the GPU
+        lacks their tensor cores, and the fp8_hardware rule refuses the request)."""
+        peak = self._recipe_peak_tflops(recipe)
         return (self.peak_tflops.bf16 if peak is None else peak) * TFLOPS
 
     def runs_recipe(self, recipe: Fp8Recipe | None) -> bool:
         """Whether it has the tensor cores the recipe's GEMMs need (FP4 for NVFP4, else FP8)."""
-        peak = self.peak_tflops.fp4 if recipe is Fp8Recipe.NVFP4 else self.peak_tflops.fp8
-        return peak is not None
+        return self._recipe_peak_tflops(recipe) is not None
 
 
 class LinkSpec(BaseModel):
