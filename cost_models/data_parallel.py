@@ -100,9 +100,29 @@ def zero_micro_batch_s(**kw):
     return out
 
 
+def ddp_bucket_count(params, *, dp_size, min_elements: int, elements_per_rank: int,
+                     overlap):
+    """How many buckets the overlapped gradient reduction (and the parameter all-gather that
+    reuses its buckets) of `params` parameters runs as: one collective per bucket of
+    max(`min_elements`, `elements_per_rank` x `dp_size`) parameters, launched as the bucket's
+    gradients are ready. One bucket without overlap, or where the framework states no size.
+
+    Ref: Megatron-LM megatron/training/training.py resolve_ddp_bucket_size @d98e8a64:
+    `max(40_000_000, 1_000_000 * dp_cp_size)` parameters per bucket, no buckets (the whole
+    buffer) when overlap_grad_reduce is off; core/distributed/param_and_grad_buffer.py forms
+    the buckets and launches one reduce-scatter (all-reduce) / all-gather per bucket. DeepSpeed
+    ZeRO-1/2: zero_optimization.reduce_bucket_size, 5e8 elements by default
+    (deepspeed/runtime/zero/config.py).
+    """
+    size = np.maximum(min_elements, elements_per_rank * np.asarray(dp_size, dtype=float))
+    count = np.ceil(np.asarray(params, dtype=float) / np.where(size > 0, size, 1.0))
+    return np.where(np.asarray(overlap) & (size > 0), np.maximum(count, 1.0), 1.0)
+
+
 def zero_step_end_s(*, zero_stage, gradient_all_reduce_s, gradient_reduce_scatter_s,
                     weight_all_gather_s, replica_all_reduce_s, forward_s, backward_s,
-                    overlap_grad_reduce, overlap_param_gather, interference: float):
+                    overlap_grad_reduce, overlap_param_gather, interference: float,
+                    buckets=1.0, bucketed=False):
     """Seconds of data-parallel traffic at the end of a step (after the last micro-batch).
 
     Ref: Rajbhandari et al. 2020, Sec. 7.2.1: ZeRO-0 all-reduces the gradients
@@ -112,6 +132,12 @@ def zero_step_end_s(*, zero_stage, gradient_all_reduce_s, gradient_reduce_scatte
     also all-reduces its gradient shard across the replicas (`replica_all_reduce_s`, 0 without
     HSDP). With overlap the gradient traffic hides behind the last backward pass and the
     gather behind the next forward (Megatron-LM --overlap-grad-reduce, --overlap-param-gather).
+    Where the framework reduces bucket by bucket (`bucketed`, `buckets` of them, each
+    collective's time given as the sum over its buckets), one bucket of each cannot overlap:
+    the last bucket's reduction starts when the backward has ended (finish_grad_sync waits on
+    it), and the first bucket's gather must land before the first layer's forward
+    (param_and_grad_buffer.py: the forward pre-hook waits on its bucket group and dispatches
+    the next one).
     """
     zero = np.asarray(zero_stage)
     gradients = np.select([zero == ZeroStage.NONE, zero == ZeroStage.OPTIMIZER_STATES],
@@ -121,10 +147,13 @@ def zero_step_end_s(*, zero_stage, gradient_all_reduce_s, gradient_reduce_scatte
     gather = np.where((zero == ZeroStage.OPTIMIZER_STATES) | (zero == ZeroStage.GRADIENTS),
                       weight_all_gather_s, 0.0)
     k = interference
-    return (np.where(overlap_grad_reduce, exposed_time_s(gradients, backward_s, interference=k),
-                     gradients)
-            + np.where(overlap_param_gather, exposed_time_s(gather, forward_s, interference=k),
-                       gather))
+    edge = np.where(bucketed, 1.0 / np.asarray(buckets, dtype=float), 0.0)
+
+    def overlapped(comm_s, compute_s):
+        return edge * comm_s + exposed_time_s((1 - edge) * comm_s, compute_s, interference=k)
+
+    return (np.where(overlap_grad_reduce, overlapped(gradients, backward_s), gradients)
+            + np.where(overlap_param_gather, overlapped(gather, forward_s), gather))
 
 
 def hsdp_replica_bytes(gradient_bytes, *, shard_size):

@@ -60,3 +60,19 @@ def grad_clip_time_s(local_grad_bytes, *, norm_all_reduce_s, hbm_bytes_per_s: fl
     return GRAD_CLIP_PASSES * memory_bound_time_s(
         local_grad_bytes, hbm_bytes_per_s=hbm_bytes_per_s,
         hbm_fraction=hbm_fraction) + norm_all_reduce_s
+
+
+def step_sync_time_s(*, host_s: float, cross_node_s: float, spans_nodes: bool) -> float:
+    """Seconds a step waits once, outside its micro-batches, on the host and on the slowest
+    rank: `host_s` every step, plus `cross_node_s` where the job spans more than one NVLink
+    domain. Both are per framework, fitted on measured small steps (the framework profile
+    names the runs); what they hold is not split further.
+
+    Ref: Megatron-LM training/training.py train_step @d98e8a64 synchronises the host with
+    the GPUs every step (the gradient norm's `.item()` in core/optimizer/clip_grads.py, the
+    NaN check of the loss and gradients unless --no-check-for-nan-in-loss-and-grad), so host
+    work between that point and the next step's first kernel (the optimizer's launches, the
+    next batch, the training loop's bookkeeping) is not hidden behind GPU work, and the
+    step's collectives wait for the slowest rank of the run.
+    """
+    return host_s + (cross_node_s if spans_nodes else 0.0)

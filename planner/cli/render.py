@@ -140,7 +140,7 @@ TIME_ROWS = (
     ("gradient buffer zeroing", "grad_zero_s"),
     ("gradient norm + clipping", "grad_norm_s"),
     ("loss all-reduce", "loss_reduce_s"),
-    ("fixed overhead", "overhead_s"),
+    ("host + sync per step (fitted)", "overhead_s"),
 )
 
 

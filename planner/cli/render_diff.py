@@ -19,7 +19,7 @@ DIFF_TERMS = {"compute_s": "compute", "tp_comm_s": "tensor-parallel communicatio
               "optimizer_s": "optimizer step", "offload_s": "CPU offload",
               "grad_zero_s": "gradient buffer zeroing", "grad_norm_s": "gradient norm + clipping",
               "loss_reduce_s": "loss all-reduce",
-              "overhead_s": "fixed overhead", "weights_bytes": "weights",
+              "overhead_s": "host + sync per step", "weights_bytes": "weights",
               "gradients_bytes": "gradients", "optimizer_bytes": "optimizer states",
               "activations_bytes": "activations", "other_bytes": "reserve"}
 """The terms as the explanation sentence names them."""

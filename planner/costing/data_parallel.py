@@ -19,7 +19,8 @@ import numpy as np
 from cost_models import communication as comm
 from cost_models.communication import Group
 from cost_models.enums import ZeroStage
-from cost_models.data_parallel import (hsdp_replica_bytes, zero3_block_collectives_s,
+from cost_models.data_parallel import (ddp_bucket_count, hsdp_replica_bytes,
+                                       zero3_block_collectives_s,
                                        zero_micro_batch_pieces, zero_step_end_s)
 from planner.costing.placement import as_column, strided_placement
 from planner.costing.stage_terms import Linear, Term
@@ -194,9 +195,18 @@ def step_end_s(problem, cands, *, dp, shard, stride, inner, gap, use_server: np.
     inverse = inverse.reshape(-1)
     groups = data_parallel_groups(cluster.nvlink_gpus, dp=dp[first], shard=shard[first],
                                   stride=stride[first], inner=inner[first], gap=gap[first], nvls=cands.nvls[first])
+    fw = problem.framework
+    bucketed = fw.grad_bucket_elements_min > 0 or fw.grad_bucket_elements_per_rank > 0
+    # One collective per bucket, each paying its latency (ddp_bucket_count); the time of a
+    # stage's collective is the sum over its buckets.
+    buckets = ddp_bucket_count(params[first], dp_size=groups.everyone.size,
+                               min_elements=fw.grad_bucket_elements_min,
+                               elements_per_rank=fw.grad_bucket_elements_per_rank,
+                               overlap=grad_overlap(problem, cands)[first][:, None])
     grads = params[first] * problem.training.state_bytes.gradients
     nodes = groups.everyone.num_nodes
-    all_reduce, algorithm = comm.all_reduce(grads, groups.everyone, net)
+    all_reduce, algorithm = comm.all_reduce(grads / buckets, groups.everyone, net)
+    all_reduce = all_reduce * buckets
     replica = comm.all_reduce_time_s(hsdp_replica_bytes(grads, shard_size=groups.shard.size),
                                      groups.replicas, net)
     server = comm.parameter_server_time_s(
@@ -206,12 +216,14 @@ def step_end_s(problem, cands, *, dp, shard, stride, inner, gap, use_server: np.
                                     net.intra_bus_bytes_per_s),
         server_bytes_per_s=net.nic_bus_bytes_per_s,
         latency_s=np.where(nodes > 1, net.inter_hop_s, net.intra_hop_s))
-    reduce_scatter = comm.reduce_scatter_time_s(grads, groups.shard, net)
-    all_gather = comm.all_gather_time_s(gather_bytes[first], groups.shard, net)
+    reduce_scatter = comm.reduce_scatter_time_s(grads / buckets, groups.shard, net) * buckets
+    all_gather = comm.all_gather_time_s(gather_bytes[first] / buckets, groups.shard,
+                                        net) * buckets
     shape = params[first].shape
-    all_reduce, algorithm, replica, server, reduce_scatter, all_gather = (
+    all_reduce, algorithm, replica, server, reduce_scatter, all_gather, buckets = (
         np.broadcast_to(t, shape)[inverse]
-        for t in (all_reduce, algorithm, replica, server, reduce_scatter, all_gather))
+        for t in (all_reduce, algorithm, replica, server, reduce_scatter, all_gather,
+                  buckets))
     use_server = use_server[:, None]
     zero = cands.zero[:, None]
     end = zero_step_end_s(
@@ -220,7 +232,8 @@ def step_end_s(problem, cands, *, dp, shard, stride, inner, gap, use_server: np.
         replica_all_reduce_s=replica, forward_s=forward_s, backward_s=backward_s,
         overlap_grad_reduce=grad_overlap(problem, cands)[:, None],
         overlap_param_gather=gather_overlap(problem, cands)[:, None],
-        interference=cluster.efficiency.overlap_interference)
+        interference=cluster.efficiency.overlap_interference, buckets=buckets,
+        bucketed=bucketed)
     single = dp[:, None] <= 1
     # The algorithm of the step-end all-reduce (ZeRO-0); ring otherwise.
     algorithm = np.where(~use_server & (zero == 0) & ~single, algorithm, 0)

@@ -27,7 +27,7 @@ from planner.costing.block_costs import BlockCost, block_cost, block_model_flops
 from planner.costing.data_parallel import step_end_s
 from planner.costing.layout import Layout, framework_layouts, layout_from_layer_counts
 from planner.costing.placement import data_parallel_gap, tp_placement
-from planner.costing.step_fixed import step_fixed_s
+from planner.costing.step_fixed import step_fixed_s, step_overhead_s
 from planner.costing.stage_model import (chain_types, fp8_params_gathered,  # noqa: F401 (API)
                                          fp8_weight_extra_bytes, gpu_states, host_rates,
                                          rank_states, shards_to_host, stage_model,
@@ -285,8 +285,8 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
         bubble_s=pipeline - m * tau[rows, slowest], optimizer_s=optimizer_s[rows, last],
         grad_zero_s=fixed.grad_zero_s[rows, last], grad_norm_s=fixed.grad_norm_s[rows, last],
         loss_reduce_s=fixed.loss_reduce_s[rows, last],
-        overhead_s=cluster.efficiency.step_overhead_s,
-        step_s=pipeline + end[rows, last] + cluster.efficiency.step_overhead_s,
+        overhead_s=step_overhead_s(problem),
+        step_s=pipeline + end[rows, last] + step_overhead_s(problem),
         slowest_stage=slowest, imbalance=tau.max(1) / tau.mean(1),
         dp_algorithm=dp_algorithm[rows, last],
         model_flops=model_flops * batch, hardware_flops=(model_flops + extra) * batch,

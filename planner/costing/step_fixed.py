@@ -18,7 +18,7 @@ import numpy as np
 from cost_models import communication as comm
 from cost_models.communication import Group
 from cost_models.step_fixed import (GRAD_NORM_BYTES, LOSS_REDUCE_BYTES, grad_buffer_zero_time_s,
-                                    grad_clip_time_s)
+                                    grad_clip_time_s, step_sync_time_s)
 from planner.costing.placement import (as_column, data_parallel_gap, pipeline_placement,
                                        strided_placement)
 
@@ -74,3 +74,13 @@ def step_fixed_s(problem, cands, *, gradient_bytes: np.ndarray,
         loss[:, -1] = comm.all_reduce_time_s(LOSS_REDUCE_BYTES, group, cluster.network)[:, 0]
     return StepFixed(np.broadcast_to(grad_zero, zeros.shape), np.broadcast_to(grad_norm,
                                                                              zeros.shape), loss)
+
+
+def step_overhead_s(problem) -> float:
+    """Seconds every step of `problem` adds once, whatever the strategy: the cluster's fixed
+    overhead and the framework's host and synchronisation time (`step_sync_time_s`; the
+    job spans NVLink domains when it has more GPUs than one holds)."""
+    fw, cluster = problem.framework, problem.cluster
+    return cluster.efficiency.step_overhead_s + step_sync_time_s(
+        host_s=fw.step_host_s, cross_node_s=fw.step_cross_node_s,
+        spans_nodes=problem.num_gpus > cluster.nvlink_gpus)

@@ -138,6 +138,17 @@ class FrameworkProfile(BaseModel):
     """The layer placements its pipeline engine makes by itself, whatever pp
     (`cost_models.pipeline.partitioned_layer_counts`), and the only ones it runs; empty: the
     even split (pp * vpp dividing the layers) or the layer counts a plan gives."""
+    grad_bucket_elements_min: int = Field(default=0, ge=0)
+    grad_bucket_elements_per_rank: int = Field(default=0, ge=0)
+    """The overlapped data-parallel collectives run bucket by bucket, each bucket
+    max(`grad_bucket_elements_min`, `grad_bucket_elements_per_rank` x dp) parameters
+    (`cost_models.data_parallel.ddp_bucket_count`); 0 and 0: one collective per stage."""
+    step_host_s: NonNegativeFloat = 0
+    """Seconds per step the GPUs wait on the host, once per step whatever the step's size
+    (`cost_models.step_fixed.step_sync_time_s`); fitted, see the profile."""
+    step_cross_node_s: NonNegativeFloat = 0
+    """Seconds more per step where the job spans more than one NVLink domain; fitted, see the
+    profile."""
     pipeline_micro_batch_overhead_s: NonNegativeFloat = 0
     """Seconds the pipeline engine adds per micro-batch per stage beyond compute and transfers
     (instruction dispatch, blocking send/recv handshakes)."""

@@ -24,6 +24,7 @@ from cost_models.pipeline import in_flight_per_chunk, pipeline_time_s
 from planner.core.candidates import Candidates
 from planner.costing.evaluate import block_costs, evaluate, evaluate_strategy, layout_for
 from planner.costing.stage_model import chain_types, stage_model, type_is_layer
+from planner.costing.step_fixed import step_overhead_s
 from planner.costing.stage_terms import (Linear, Occupancy, Peak, Term, active_pieces, by_stage,
                                          lower_linear)
 from planner.costing.layout import Layout
@@ -114,7 +115,7 @@ def _step_bound(problem: Problem, pool: Pool, slowest: np.ndarray,
         m, v = batch.cands.num_micro_batches[pool.row[rows]], batch.layout.vpp
         out[rows] = (pipeline_time_s(max_stage_s=slowest[rows], sum_stage_s=total[rows],
                                      num_micro_batches=m, vpp=v)
-                     + problem.cluster.efficiency.step_overhead_s)
+                     + step_overhead_s(problem))
     return out
 
 
@@ -310,7 +311,7 @@ def rebalance(problem: Problem, pool: Pool, *, work: float = LAYOUT_WORK,
             stopped.append(-np.inf if solve.bounded else pipeline_time_s(
                 max_stage_s=slowest, sum_stage_s=max(total_bounds[i], slowest),
                 num_micro_batches=batch.cands.num_micro_batches[row], vpp=batch.layout.vpp)
-                + problem.cluster.efficiency.step_overhead_s)
+                + step_overhead_s(problem))
         bounded += solve.bounded and not solve.stopped
         result = solve.balanced
         if result is None:

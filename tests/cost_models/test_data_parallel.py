@@ -12,7 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cost_models.communication import exposed_time_s, overlap_pieces
-from cost_models.data_parallel import (fp8_gather_bytes_saved, hsdp_replica_bytes,
+from cost_models.data_parallel import (ddp_bucket_count, fp8_gather_bytes_saved,
+                                       hsdp_replica_bytes,
                                        zero3_block_collectives_s,
                                        zero_micro_batch_pieces, zero_micro_batch_s,
                                        zero_step_end_s)
@@ -109,3 +110,38 @@ def test_zero3_pays_the_latency_once_per_fetch():
     got = zero3_block_collectives_s(line, message_bytes=4e9, fetches=32 * 4)
     assert got == pytest.approx(128 * 20e-6 + 4e9 / 100e9, rel=1e-12)
     assert got == pytest.approx(128 * (20e-6 + (4e9 / 128) / 100e9), rel=1e-12)
+
+
+def test_megatron_buckets_llama3_8b_by_its_default_size():
+    # training.py resolve_ddp_bucket_size @d98e8a64: max(40_000_000, 1_000_000 * dp_cp_size).
+    # Llama 3 8B (8,030,261,248 parameters): dp 8 -> 40M per bucket, 201 buckets; dp x cp 64
+    # -> 64M, 126; dp 128 -> 128M, 63; no overlap -> the whole buffer, one.
+    kw = dict(min_elements=40_000_000, elements_per_rank=1_000_000)
+    params = 8_030_261_248
+    assert ddp_bucket_count(params, dp_size=8, overlap=True, **kw) == 201
+    assert ddp_bucket_count(params, dp_size=64, overlap=True, **kw) == 126
+    assert ddp_bucket_count(params, dp_size=128, overlap=True, **kw) == 63
+    assert ddp_bucket_count(params, dp_size=64, overlap=False, **kw) == 1
+    # DeepSpeed: reduce_bucket_size 5e8 elements (deepspeed/runtime/zero/config.py).
+    assert ddp_bucket_count(params, dp_size=64, overlap=True, min_elements=500_000_000,
+                            elements_per_rank=0) == 17
+    # No size stated: one collective per stage, as before.
+    assert ddp_bucket_count(params, dp_size=64, overlap=True, min_elements=0,
+                            elements_per_rank=0) == 1
+
+
+def test_one_bucket_of_each_collective_cannot_hide():
+    # 100 buckets of 10 ms reduce-scatter and 10 ms all-gather (1 s each) beside 5 s of
+    # backward and 3 s of forward, no interference: only the last reduction and the first
+    # gather show, 10 ms each; not bucketed, the same traffic hides entirely.
+    common = dict(zero_stage=ZeroStage.OPTIMIZER_STATES, gradient_all_reduce_s=0.0,
+                  gradient_reduce_scatter_s=1.0, weight_all_gather_s=1.0,
+                  replica_all_reduce_s=0.0, forward_s=3.0, backward_s=5.0,
+                  overlap_grad_reduce=True, overlap_param_gather=True, interference=0.0)
+    assert zero_step_end_s(**common, buckets=100, bucketed=True) == pytest.approx(0.02,
+                                                                                 rel=1e-12)
+    assert zero_step_end_s(**common) == pytest.approx(0.0, abs=1e-15)
+    # Traffic longer than the compute beside it: the excess shows as well.
+    long = dict(common, forward_s=0.5)
+    assert zero_step_end_s(**long, buckets=100, bucketed=True) == pytest.approx(
+        0.01 + 0.01 + (0.99 - 0.5), rel=1e-12)

@@ -8,7 +8,8 @@ import pytest
 
 from cost_models.communication import Group, all_reduce_time_s
 from cost_models.step_fixed import (GRAD_CLIP_PASSES, GRAD_NORM_BYTES, LOSS_REDUCE_BYTES,
-                                    grad_buffer_zero_time_s, grad_clip_time_s)
+                                    grad_buffer_zero_time_s, grad_clip_time_s,
+                                    step_sync_time_s)
 from planner.costing.evaluate import evaluate_strategy
 from planner.inputs.loader import make_problem
 from planner.inputs.profiles import load as load_profile
@@ -88,3 +89,22 @@ def test_fixed_terms_add_up_into_the_step():
              + t.bubble_s + t.optimizer_s + t.offload_s + t.overhead_s)
     assert t.step_s == pytest.approx(parts + t.grad_zero_s + t.grad_norm_s + t.loss_reduce_s,
                                      rel=1e-12)
+
+
+def test_step_sync_adds_the_cross_node_part_only_across_nvlink_domains():
+    assert step_sync_time_s(host_s=0.013, cross_node_s=0.039, spans_nodes=False) == 0.013
+    assert step_sync_time_s(host_s=0.013, cross_node_s=0.039,
+                            spans_nodes=True) == pytest.approx(0.052, rel=1e-12)
+
+
+def test_megatron_plans_pay_the_profiles_host_and_sync_time_once_per_step():
+    # The constants are the Megatron profile's (fitted by bench/calibrate_step_sync.py); the
+    # other profiles assume the same (not measured there).
+    fw = load_profile("megatron")
+    assert fw.step_host_s > 0 and fw.step_cross_node_s > 0
+    t1, t2 = (_plan("megatron", gpus)[1].time for gpus in (8, 16))
+    assert t1.overhead_s == pytest.approx(fw.step_host_s, rel=1e-12)
+    assert t2.overhead_s == pytest.approx(fw.step_host_s + fw.step_cross_node_s, rel=1e-12)
+    titan = load_profile("torchtitan")
+    assert _plan("torchtitan", 16)[1].time.overhead_s == pytest.approx(
+        titan.step_host_s + titan.step_cross_node_s, rel=1e-12)
