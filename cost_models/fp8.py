@@ -113,3 +113,43 @@ def fp8_weight_bytes_per_param(recipe: Fp8Recipe, *, transpose_free: bool, cache
         return fp8_value_bytes(recipe) if fp8_params else BYTES_16BIT
     kept = fp8_copies_bytes(recipe, transpose_free=transpose_free, weight=True)
     return (0.0 if fp8_params else BYTES_16BIT) + kept
+
+
+def fp8_attention_fraction(*, flash_fraction: float, relative_efficiency: float) -> float:
+    """Share of the FP8 peak a fused FP8 attention kernel reaches (Q K^T and softmax . V in
+    FP8, forward and backward): the bf16 kernel's share of the bf16 peak (`flash_fraction`)
+    times the FP8 kernel's efficiency relative to it (cluster data).
+
+    Ref: Shah et al. 2024 (FlashAttention-3, arXiv:2407.08608), abstract and Sec. 4.1: on H100
+    SXM5 the FP16 forward reaches up to 740 TFLOP/s (75% of the 989 TFLOP/s peak) and the FP8
+    forward close to 1.2 PFLOP/s (Fig. 7, head dim 256, 16K tokens, no mask: FlashAttention-3
+    1171, cuDNN 1139 TFLOP/s), i.e. 0.61 of the 1979 TFLOP/s FP8 peak: 0.81 of the bf16
+    kernel's share. The paper times the forward only; Transformer Engine runs the backward in
+    FP8 too (NVTE_FP8_DPA_BWD=1 by default, TE PR #768), at the same relative rate here.
+    """
+    return flash_fraction * relative_efficiency
+
+
+def fp8_attention_value_bytes(recipe: Fp8Recipe) -> float:
+    """Bytes of one Q, K or V value FP8 attention saves for its backward pass: 1 (E4M3 with a
+    per-tensor scale), 1 + 1/32 where the linear layers run MXFP8 (the attention takes MXFP8
+    too). NVFP4 linear layers run FP8 attention (Transformer Engine has no FP4 attention).
+
+    Ref: NVIDIA/TransformerEngine transformer_engine/pytorch/attention/dot_product_attention/
+    backends.py @d0067d0d, FusedAttnFunc.forward: with the backward in FP8 it saves q_fp8,
+    k_fp8, v_fp8 (the bf16 Q, K and V are not kept); the output O stays bf16 under current
+    scaling (NVTE_DPA_FP8CS_O_in_F16=1, the default) and MXFP8, FP8 under delayed scaling;
+    dot_product_attention.py's recipe table: FP8DS/FP8CS/MXFP8 attention only.
+    """
+    if recipe is Fp8Recipe.MXFP8:
+        return fp8_value_bytes(recipe)
+    return float(BYTES_FP8)
+
+
+def fp8_attention_quantize_bytes(elements, recipe: Fp8Recipe):
+    """HBM bytes of casting `elements` bf16 values to FP8 at the attention's boundary (Q, K
+    and V in the forward, dO in the backward: "cast BF16 input to FP8, FP8 DPA, cast output
+    to BF16", TE PR #768): each read of the bf16 tensor (two with current scaling's amax
+    pass), one FP8 copy written; no transposed copy (the fused kernel reads its layouts)."""
+    reads = 2 if _AMAX_PASS.get(recipe, False) and recipe is not Fp8Recipe.NVFP4 else 1
+    return elements * (reads * BYTES_16BIT + fp8_attention_value_bytes(recipe))

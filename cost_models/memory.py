@@ -111,6 +111,7 @@ def transformer_layer_activation_bytes(
     norms_per_layer: int = 2, tp, sequence_parallel: bool, recompute: Recompute,
     bytes_per_value: int = BYTES_16BIT, mla: MlaDims | None = None,
     linear_input_bytes: float | None = None, qk_norm: bool = False,
+    attention_input_bytes: float | None = None,
 ):
     """Bytes of activations one transformer layer keeps for its backward pass, per micro-batch.
 
@@ -147,11 +148,15 @@ def transformer_layer_activation_bytes(
     saves rsigma). They lie outside the attention core, so selective recompute keeps them;
     they split with the heads over TP. Standard attention only (no MLA model has QK norms).
     (The layer norms' own per-token 1/rms, 4 / (v h) of their input, is left out.)
+    `attention_input_bytes` (default: `bytes_per_value`) is what each saved Q, K and V value
+    takes: FP8 attention saves them quantized (`fp8.fp8_attention_value_bytes`); the attention
+    output is counted once, as the output projection's input, either way.
     """
     s, b, h, a, t = seq_len, micro_batch, hidden, num_heads, tp
     sbh = s * b * h
     v = bytes_per_value
     li = v if linear_input_bytes is None else linear_input_bytes
+    qkv = v if attention_input_bytes is None else attention_input_bytes
     if recompute is Recompute.FULL:
         layer_input = v * sbh                                     # checkpointed layer input
         return layer_input / t if sequence_parallel else layer_input
@@ -166,8 +171,8 @@ def transformer_layer_activation_bytes(
     if mla is None:
         q_dim, kv_dim = num_heads * head_dim, num_kv_heads * head_dim
         attention_core = (
-            v * s * b * q_dim                           # Q: 2sbh
-            + 2 * v * s * b * kv_dim                    # K and V: 4sbh
+            qkv * s * b * q_dim                         # Q: 2sbh
+            + 2 * qkv * s * b * kv_dim                  # K and V: 4sbh
             + li * s * b * q_dim                        # attention output (Wo input): 2sbh
         )
         if qk_norm:
@@ -176,7 +181,7 @@ def transformer_layer_activation_bytes(
                 + BYTES_FP32 * s * b * (num_heads + num_kv_heads))   # 1/rms per head row
     else:
         qk = num_heads * (head_dim + mla.qk_rope_head_dim)
-        attention_core = (v * s * b * (2 * qk + num_heads * mla.v_head_dim)
+        attention_core = (qkv * s * b * (2 * qk + num_heads * mla.v_head_dim)
                           + li * s * b * num_heads * mla.v_head_dim)   # output: Wo's input
         latents = mla.q_lora_rank + mla.kv_lora_rank
         replicated = replicated + s * b * ((v + li) * latents + v * mla.qk_rope_head_dim)
@@ -237,17 +242,21 @@ def embedding_activation_bytes(*, seq_len, micro_batch, hidden: int, dropout: bo
 
 def output_activation_bytes(*, seq_len, micro_batch, hidden: int, vocab_size: int, tp,
                             sequence_parallel: bool, final_norm: bool,
-                            bytes_per_value: int = BYTES_16BIT):
+                            bytes_per_value: int = BYTES_16BIT,
+                            input_bytes: float | None = None):
     """Bytes the final norm, output layer and loss keep per micro-batch on the last stage.
 
     Ref: Korthikanti et al. 2022 (arXiv:2205.05198), Sec. 4.3: the final LayerNorm input
     (2 s b h), the output-layer input (2 s b h) and the fp32 logits of the vocabulary-parallel
     cross entropy (4 s b V / t). Megatron-LM theoretical_memory_usage.py writes the same as
-    4 s b h (1 + V / h) / t assuming sequence parallelism.
+    4 s b h (1 + V / h) / t assuming sequence parallelism. `input_bytes` (default
+    `bytes_per_value`): per value of the output layer's input, quantized where the output
+    layer runs in FP8 under Transformer Engine (`fp8.fp8_value_bytes`).
     """
     s, b, h, t = seq_len, micro_batch, hidden, tp
     v = bytes_per_value
-    hidden_terms = (v * s * b * h if final_norm else 0) + v * s * b * h
+    x = v if input_bytes is None else input_bytes
+    hidden_terms = (v * s * b * h if final_norm else 0) + x * s * b * h
     if sequence_parallel:
         hidden_terms = hidden_terms / t
     logits = BYTES_FP32 * s * b * vocab_size / t

@@ -69,6 +69,8 @@ _ALL = (
     Reference("zhao2023fsdp", "PyTorch FSDP: Experiences on Scaling Fully Sharded Data "
               "Parallel", "arXiv:2304.11277"),
     Reference("kingma2015adam", "Adam: A Method for Stochastic Optimization", "arXiv:1412.6980"),
+    Reference("shah2024fa3", "FlashAttention-3: Fast and Accurate Attention with Asynchrony and "
+              "Low-precision", "arXiv:2407.08608"),
 )
 
 REFERENCES: dict[str, Reference] = {r.key: r for r in _ALL}

@@ -24,7 +24,7 @@ from planner.core.problem import Problem
 from planner.rules.validate import check_layout
 from planner.inputs.loader import make_problem, read_mapping, resolve_strategy, validate_file
 from planner.inputs.safe_parse import read_text
-from planner.schemas.bounds import GlobalBatch, Gpus, SeqLen
+from planner.schemas.bounds import GlobalBatch, Gpus, NonNegativeInt, SeqLen
 from planner.schemas.strategy import Strategy
 
 MAX_RUNS = 1000
@@ -63,6 +63,12 @@ class RunEntry(BaseModel):
     fp8_recipe: Fp8Recipe | None = None
     attention: AttentionKind | None = None
     """The attention kernel the run used (default: its framework's, fused flash)."""
+    fp8_attention: bool | None = None
+    """With fp8: the run's attention core in FP8 too (Megatron-Bridge
+    mixed_precision.fp8_dot_product_attention)."""
+    fp8_output_layer: bool | None = None
+    bf16_first_layers: NonNegativeInt | None = None
+    bf16_last_layers: NonNegativeInt | None = None
     framework: Literal["megatron", "deepspeed", "torchtitan", "torchrun", "mindspore"] | None = None
     """Whose profile prices the run (default: the config's framework, else megatron)."""
     strategy: Strategy | None = None
@@ -145,7 +151,11 @@ def _run(entry: RunEntry, where: str, base: Path, cluster_ref: str, nodes: int |
                                seq_len=entry.seq_len, global_batch=entry.global_batch,
                                precision=entry.precision, framework=entry.framework or "megatron",
                                fp8_recipe=entry.fp8_recipe.value if entry.fp8_recipe else None,
-                               attention=entry.attention.value if entry.attention else None)
+                               attention=entry.attention.value if entry.attention else None,
+                               fp8_attention=entry.fp8_attention,
+                               fp8_output_layer=entry.fp8_output_layer,
+                               bf16_first_layers=entry.bf16_first_layers,
+                               bf16_last_layers=entry.bf16_last_layers)
     except InputError as e:
         raise InputError(f"{where}: {e}") from None
     if entry.strategy is not None:

@@ -46,6 +46,18 @@ def problem_options(function, *, gpus: bool = True):
                      help="The attention kernel (training.attention; default: the framework's, "
                           "fused flash attention). unfused keeps the s x s scores, as "
                           "2020-2022 runs did (--attention-backend unfused)."),
+        click.option("--fp8-attention/--no-fp8-attention", default=None,
+                     help="With precision fp8: the attention core in FP8 too "
+                          "(training.fp8_attention; Transformer Engine FP8 attention)."),
+        click.option("--fp8-output-layer/--no-fp8-output-layer", default=None,
+                     help="With precision fp8: the output layer in FP8 too "
+                          "(training.fp8_output_layer; default bf16)."),
+        click.option("--bf16-first-layers", type=click.IntRange(min=0), default=None,
+                     metavar="N", help="With precision fp8: keep the first N transformer "
+                     "layers in bf16 (Megatron-LM --first-last-layers-bf16)."),
+        click.option("--bf16-last-layers", type=click.IntRange(min=0), default=None,
+                     metavar="N", help="With precision fp8: keep the last N transformer layers "
+                     "in bf16."),
         click.option("--min-free", "min_free", type=click.FloatRange(min=0), default=None,
                      metavar="GIB", help="Keep this much memory free on every GPU (GiB): a "
                      "safety margin under the predicted peak. Default: max(2 GiB, 3% of the "
@@ -55,6 +67,17 @@ def problem_options(function, *, gpus: bool = True):
     for option in reversed(options):
         function = option(function)
     return function
+
+
+RUN_PRECISION_OPTIONS = ("fp8_attention", "fp8_output_layer", "bf16_first_layers",
+                         "bf16_last_layers")
+"""The options of `problem_options` that set what a low-precision run puts in FP8 beyond the
+linear layers, or keeps out of it (training settings of the same names)."""
+
+
+def run_precision_options(options: dict) -> dict:
+    """Take the `RUN_PRECISION_OPTIONS` out of a command's options."""
+    return {name: options.pop(name, None) for name in RUN_PRECISION_OPTIONS}
 
 
 FRAMEWORKS = ("megatron", "deepspeed", "torchtitan", "torchrun", "mindspore")
@@ -245,7 +268,7 @@ def _search_space(pins: dict, targets: tuple = ()):
 
 def _load_problem(model, cluster, *, gpus, nodes, seq_len, global_batch, global_batch_tokens,
                   precision, optimizer, framework="megatron", fp8_recipe=None, attention=None,
-                  min_free=None, quiet=False):
+                  min_free=None, quiet=False, **run_precision):
     from planner.inputs.loader import make_problem
 
     for flag, value in (("--seq-len", seq_len), ("--global-batch", global_batch),
@@ -255,7 +278,8 @@ def _load_problem(model, cluster, *, gpus, nodes, seq_len, global_batch, global_
     problem = make_problem(model, cluster, gpus=gpus, nodes=nodes, seq_len=seq_len,
                            global_batch=global_batch, global_batch_tokens=global_batch_tokens,
                            precision=precision, optimizer=optimizer, framework=framework,
-                           fp8_recipe=fp8_recipe, min_free_gib=min_free, attention=attention)
+                           fp8_recipe=fp8_recipe, min_free_gib=min_free, attention=attention,
+                           **run_precision)
     for note in () if quiet else problem.notes:
         click.echo(f"note: {note}", err=True)
     return problem
@@ -264,12 +288,14 @@ def _load_problem(model, cluster, *, gpus, nodes, seq_len, global_batch, global_
 def _config_problem(model, cluster, gpus, overrides: dict):
     """The problem and the command line's training settings for a command that reads a config
     file (validate, emit, diff): those settings win over the file's, the file's over the
-    model's. --fp8-recipe without --precision waits for the file's precision."""
+    model's. --fp8-recipe without --precision waits for the file's precision, and so do the
+    `RUN_PRECISION_OPTIONS`."""
     from planner.review.config import Given
 
     given = Given.from_options(**overrides)
     if overrides.get("precision") is None:
-        overrides = {**overrides, "fp8_recipe": None}
+        overrides = {**overrides, "fp8_recipe": None,
+                     **{name: None for name in RUN_PRECISION_OPTIONS}}
     return _load_problem(model, cluster, gpus=gpus, quiet=True, **overrides), given
 
 
@@ -372,7 +398,7 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
     options = dict(gpus=gpus, nodes=nodes, seq_len=seq_len, global_batch=global_batch,
                    global_batch_tokens=global_batch_tokens, precision=precision,
                    optimizer=optimizer, fp8_recipe=fp8_recipe, attention=attention,
-                   min_free=min_free)
+                   min_free=min_free, **run_precision_options(pins))
     framework = framework_name(framework, targets[:1])
     problem = _load_problem(model, cluster, framework=framework, **options)
     # The rules of the framework that prices the plans apply too (rules.rule_targets).
@@ -480,7 +506,16 @@ def _json_head(problem, notes: list[str] = ()) -> dict:
             "fp8_recipe": (problem.training.fp8_recipe.value
                            if problem.training.fp8_recipe is not None else None),
             "attention": problem.attention.value,
+            **low_precision_json(problem.training),
             "notes": list(problem.notes) + list(notes)}
+
+
+def low_precision_json(training) -> dict:
+    """What the run puts in FP8 beyond the linear layers, or keeps out of it, for --json."""
+    return {"fp8_attention": training.fp8_attention,
+            "fp8_output_layer": training.fp8_output_layer,
+            "bf16_first_layers": training.bf16_first_layers,
+            "bf16_last_layers": training.bf16_last_layers}
 
 
 def _emit_notes(problem, report) -> list[str]:

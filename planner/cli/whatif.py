@@ -12,7 +12,8 @@ import click
 
 from planner.cli.commands import (_Count, _config_problem, _json_head, _load_problem, _notes,
                                   _problem_notes, _search_space, _stderr, cli, framework_option,
-                                  problem_options, search_options)
+                                  low_precision_json, problem_options, run_precision_options,
+                                  search_options)
 from planner.errors import ExitCode, InfeasibleError, InputError
 
 
@@ -82,7 +83,7 @@ def _diff_side(review, label: str) -> dict:
             "num_gpus": p.num_gpus, "framework": p.framework.name,
             "global_batch": review.strategy.global_batch, "seq_len": p.training.seq_len,
             "precision": p.training.precision.value, "attention": p.attention.value,
-            "valid": review.valid, "fits": report.memory.fits,
+            **low_precision_json(p.training), "valid": review.valid, "fits": report.memory.fits,
             "violations": [v.model_dump(mode="json") for v in review.violations],
             **report.model_dump(mode="json"), "step_s": report.time.step_s,
             "notes": list(review.notes)}
@@ -135,6 +136,7 @@ def sweep(model, cluster, counts, tokens, gpu_hour_price, plot, framework, as_js
     if plot is not None and not plot.strip():
         raise InputError("--plot: empty path")
     pins.pop("timings", None)
+    run_precision = run_precision_options(pins)
     framework = framework_name(framework)
     space, settings = _search_space(pins)
 
@@ -143,7 +145,8 @@ def sweep(model, cluster, counts, tokens, gpu_hour_price, plot, framework, as_js
                              global_batch=global_batch,
                              global_batch_tokens=global_batch_tokens, precision=precision,
                              optimizer=optimizer, framework=framework, fp8_recipe=fp8_recipe,
-                             attention=attention, min_free=min_free, quiet=True)
+                             attention=attention, min_free=min_free, quiet=True,
+                             **run_precision)
 
     first = load(counts[0])
     for note in first.notes:            # once, not once per count

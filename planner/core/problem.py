@@ -52,6 +52,13 @@ class Problem:
     default margin (`default_min_free_bytes`), which the search keeps wherever a plan can
     (`with_margin`) and which `validate` and `memory` warn about but do not fail on."""
 
+    def __post_init__(self) -> None:
+        # The layers the run keeps out of FP8 are priced as their own block types: mark them
+        # on the chain (`ModelSpec.with_bf16_layers`), again whenever the training changes.
+        t = self.training
+        object.__setattr__(self, "model", self.model.with_bf16_layers(t.bf16_first_layers,
+                                                                      t.bf16_last_layers))
+
     @property
     def attention(self) -> AttentionKind:
         """The attention kernel of the run's transformer layers: the training setting's, else

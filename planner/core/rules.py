@@ -13,7 +13,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from cost_models.enums import CpComm, Fp8Recipe, Precision
+from cost_models.enums import AttentionKind, CpComm, Fp8Recipe, Precision
 
 
 class Rule(str, Enum):
@@ -129,29 +129,104 @@ def context_parallel_rule(name: str, supported: tuple[CpComm, ...]) -> TargetRul
                       lambda p, c: (c.cp > 1) & ~np.isin(c.cp_comm, allowed), explain)
 
 
-def fp8_rule(name: str, fp8, why: str = "") -> TargetRule:
+def _fp8_extra_breaks(problem, name: str, fp8) -> tuple[str, str] | None:
+    """Why the framework cannot run what the run puts in FP8 beyond the linear layers, or
+    keeps out of it (training.fp8_attention, fp8_output_layer, bf16_first/last_layers), with
+    its recipe: (message, fix), or None. `name`, `fp8`: the framework and its profile."""
+    t = problem.training
+    if t.precision is not Precision.FP8:
+        return None
+    recipe = t.fp8_recipe
+    if t.fp8_attention:
+        allowed = fp8.attention_recipes if fp8 is not None else ()
+        if not allowed:
+            return (f"fp8_attention: {name} has no FP8 attention (its FP8 covers linear "
+                    f"layers only)", "use fp8_attention false")
+        if recipe not in allowed:
+            return (f"fp8_attention with fp8_recipe {recipe.value}: {name} runs FP8 attention "
+                    f"only with {', '.join(r.value for r in allowed)}",
+                    f"use fp8_recipe {allowed[0].value}, or fp8_attention false")
+        if problem.attention is not AttentionKind.FLASH:
+            return (f"fp8_attention with attention {problem.attention.value}: FP8 attention is "
+                    f"a fused kernel (Transformer Engine's cuDNN attention)",
+                    "use attention flash, or fp8_attention false")
+    if t.fp8_output_layer:
+        allowed = fp8.output_layer_recipes if fp8 is not None else ()
+        if recipe not in allowed:
+            only = (f"only with {', '.join(r.value for r in allowed)}" if allowed
+                    else "never (it stays bf16)")
+            return (f"fp8_output_layer with fp8_recipe {recipe.value}: {name} runs the output "
+                    f"layer in FP8 {only}",
+                    f"use fp8_recipe {allowed[0].value}, or fp8_output_layer false" if allowed
+                    else "use fp8_output_layer false")
+    if t.bf16_first_layers or t.bf16_last_layers:
+        allowed = fp8.bf16_layers_recipes if fp8 is not None else ()
+        if recipe not in allowed:
+            only = (f"only with {', '.join(r.value for r in allowed)}" if allowed
+                    else "not at all")
+            return (f"bf16_first_layers / bf16_last_layers with fp8_recipe {recipe.value}: "
+                    f"{name} keeps layers out of FP8 {only}",
+                    f"use fp8_recipe {allowed[0].value}, or no bf16 layers" if allowed
+                    else "use bf16_first_layers 0 and bf16_last_layers 0")
+    return None
+
+
+def bf16_layers_over_stage(problem, pp) -> np.ndarray:
+    """Where more first or last bf16 layers are asked for than a pipeline stage holds
+    (Megatron-Core, FP8 recipes: "num_layers_at_start_in_bf16 must be between 0 and number of
+    layers per pipeline stage", num_layers // pp, transformer_config.py @d98e8a64; the FP4
+    path does not check)."""
+    t = problem.training
+    if t.precision is not Precision.FP8 or t.fp8_recipe is Fp8Recipe.NVFP4:
+        return np.zeros(np.shape(pp), dtype=bool)
+    per_stage = problem.model.num_layers // np.asarray(pp)
+    return (t.bf16_first_layers > per_stage) | (t.bf16_last_layers > per_stage)
+
+
+def fp8_rule(name: str, fp8, why: str = "", *, bf16_layers_per_stage: bool = False
+             ) -> TargetRule:
     """A framework's rule that FP8 training uses a scaling recipe it configures (its profile's
-    `fp8`; None: no FP8 setting at all, `why` says so)."""
+    `fp8`; None: no FP8 setting at all, `why` says so), and that what the run puts in FP8
+    beyond the linear layers, or keeps out of it, is something it runs with that recipe
+    (`_fp8_extra_breaks`). `bf16_layers_per_stage`: it also refuses more bf16 first or last
+    layers than a pipeline stage holds (`bf16_layers_over_stage`, Megatron-Core)."""
     recipes = fp8.recipes if fp8 is not None else ()
 
     def breaks(problem) -> bool:
         t = problem.training
-        return t.precision is Precision.FP8 and t.fp8_recipe not in recipes
+        return t.precision is Precision.FP8 and (
+            t.fp8_recipe not in recipes or _fp8_extra_breaks(problem, name, fp8) is not None)
+
+    def check(problem, c):
+        broken = everywhere(c, breaks(problem))
+        if bf16_layers_per_stage:
+            broken = broken | bf16_layers_over_stage(problem, c.pp)
+        return broken
 
     def explain(problem, s):
         label = problem.training.precision_label       # 'nvfp4' reads as its own precision
         if not recipes:
             return (f"precision {label}: {name} has no FP8 setting{why}", "use precision bf16")
-        if problem.training.fp8_recipe is Fp8Recipe.NVFP4:
+        if problem.training.fp8_recipe is Fp8Recipe.NVFP4 and Fp8Recipe.NVFP4 not in recipes:
             return (f"precision nvfp4: {name} configures only "
                     f"{', '.join(r.value for r in recipes)} (FP8)",
                     f"use precision fp8 (fp8_recipe {recipes[0].value}), or emit for megatron")
-        return (f"fp8_recipe {problem.training.fp8_recipe.value}: {name} configures only "
-                f"{', '.join(r.value for r in recipes)}", f"use fp8_recipe {recipes[0].value}")
+        if problem.training.fp8_recipe not in recipes:
+            return (f"fp8_recipe {problem.training.fp8_recipe.value}: {name} configures only "
+                    f"{', '.join(r.value for r in recipes)}", f"use fp8_recipe {recipes[0].value}")
+        extra = _fp8_extra_breaks(problem, name, fp8)
+        if extra is not None:
+            return extra
+        t = problem.training
+        per_stage = problem.model.num_layers // s.pp
+        return (f"bf16_first_layers {t.bf16_first_layers}, bf16_last_layers "
+                f"{t.bf16_last_layers} with pp {s.pp}: {name} keeps at most the {per_stage} "
+                f"layers of one pipeline stage in bf16 at either end",
+                f"use at most {per_stage} bf16 layers at each end, or a shorter pipeline")
 
     summary = (f"{name} trains in FP8 with {', '.join(r.value for r in recipes)} scaling"
                if recipes else f"{name} has no FP8 setting")
-    return TargetRule(summary, lambda p, c: everywhere(c, breaks(p)), explain)
+    return TargetRule(summary, check, explain)
 
 
 def any_offload(c) -> np.ndarray:

@@ -27,7 +27,9 @@ from cost_models.expert_parallel import expert_dispatch_s
 from cost_models.evoformer import (evoformer_block_activation_bytes,
                                    evoformer_block_elementwise_bytes, evoformer_block_gemms,
                                    evoformer_block_tp_allreduce_elements)
-from cost_models.fp8 import fp8_value_bytes, gemm_operand_bytes, quantize_bytes
+from cost_models.fp8 import (fp8_attention_fraction, fp8_attention_quantize_bytes,
+                             fp8_attention_value_bytes, fp8_value_bytes, gemm_operand_bytes,
+                             quantize_bytes)
 from cost_models.memory import (embedding_activation_bytes, moe_activation_bytes,
                                 output_activation_bytes, transformer_layer_activation_bytes)
 from cost_models.tensor_parallel import (tp_collective_s, tp_passes,
@@ -103,6 +105,20 @@ class _Kernels:
             fp8 = framework.fp8
             self.fp8_caches_weights = fp8 is not None and fp8.caches_weights
             self.fp8_saves_inputs = fp8 is not None and fp8.saves_fp8_inputs
+        # The attention core: bf16 at the fused kernel's share of the bf16 peak, or FP8
+        # (training.fp8_attention) at the FP8 kernel's share of the FP8 peak where the cluster
+        # gives its rate (`fp8.fp8_attention_fraction`); without one, at the bf16 speed.
+        self.fp8_attention = self.fp8 is not None and training.fp8_attention
+        self.attention_peak, self.attention_fraction = self.peak, self.flash_fraction
+        relative = eff.fp8_attention_efficiency
+        if self.fp8_attention and relative is not None:
+            self.attention_peak = cluster.gpu.peak_flops(Precision.FP8)
+            self.attention_fraction = fp8_attention_fraction(
+                flash_fraction=self.flash_fraction, relative_efficiency=relative)
+        self.attention_value_bytes = (fp8_attention_value_bytes(self.fp8) if self.fp8_attention
+                                      else self.value_bytes)
+        # The output layer: bf16 (every framework's default), or FP8 (training.fp8_output_layer).
+        self.fp8_output_layer = self.fp8 is not None and training.fp8_output_layer
 
     def gemms_s(self, gemms) -> object:
         return sum(gemm_time_s(g, **self._gemm) for g in gemms if g is not None)
@@ -140,6 +156,20 @@ class _Kernels:
 
     def traffic_s(self, traffic_bytes) -> object:
         return memory_bound_time_s(traffic_bytes, **self._hbm)
+
+    def attention_quantize_s(self, elements) -> object:
+        """Seconds of casting `elements` bf16 values to FP8 at the attention's boundary (0
+        without FP8 attention)."""
+        if not self.fp8_attention:
+            return 0.0
+        return self.traffic_s(fp8_attention_quantize_bytes(elements, self.fp8))
+
+
+def _bf16_training(training: TrainingSpec) -> TrainingSpec:
+    """The run's settings for a layer it keeps out of FP8 (`TransformerBlock.keep_bf16`): its
+    linear layers and attention in bf16, as outside Transformer Engine's fp8_autocast."""
+    return training.model_copy(update={"precision": Precision.BF16, "fp8_recipe": None,
+                                       "fp8_attention": False, "fp8_output_layer": False})
 
 
 class ContextParallel:
@@ -222,14 +252,20 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
         traffic = traffic + moe_elementwise_bytes(
             pairs=pairs, hidden=block.hidden, expert_ffn_hidden=moe.expert_ffn_hidden / etp,
             mlp=block.mlp, bytes_per_value=k.value_bytes)
-    _, qk_dim, v_dim = block.attention_core_shape
+    kv_heads, qk_dim, v_dim = block.attention_core_shape
     if flash:
         # Load-balanced chunks give each CP rank 1 / cp of the whole sequence's attention.
         attn = dict(seq_len=cp.seq_len, micro_batch=mb, num_heads=block.num_heads,
                     head_dim=qk_dim, v_head_dim=v_dim, window=block.sliding_window, tp=tp,
-                    causal=block.causal, peak_flops=k.peak, flash_fraction=k.flash_fraction)
-        core_fwd = flash_attention_time_s(**attn, backward=False) / cp.size
-        core_bwd = flash_attention_time_s(**attn, backward=True) / cp.size
+                    causal=block.causal, peak_flops=k.attention_peak,
+                    flash_fraction=k.attention_fraction)
+        # FP8 attention casts this rank's Q, K, V in the forward and dO in the backward.
+        q_values = seq_len * mb * block.num_heads * qk_dim / tp
+        kv_values = seq_len * mb * kv_heads * (qk_dim + v_dim) / tp
+        core_fwd = (flash_attention_time_s(**attn, backward=False) / cp.size
+                    + k.attention_quantize_s(q_values + kv_values))
+        core_bwd = (flash_attention_time_s(**attn, backward=True) / cp.size
+                    + k.attention_quantize_s(seq_len * mb * block.num_heads * v_dim / tp))
     else:
         # The rank's s / cp queries against all s keys: cp times its local square (CP runs
         # on fused attention only, a rule; this prices a strategy that breaks it).
@@ -280,7 +316,8 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
             **shape, attention=k.attention, dropout=block.dropout,
             norms_per_layer=block.norms_per_layer, tp=tp, sequence_parallel=sp,
             recompute=recompute, bytes_per_value=k.value_bytes, mla=mla,
-            linear_input_bytes=k.linear_input_bytes, qk_norm=block.qk_norm)
+            linear_input_bytes=k.linear_input_bytes, qk_norm=block.qk_norm,
+            attention_input_bytes=k.attention_value_bytes)
         if moe is not None and recompute is not Recompute.FULL:
             kept = kept + moe_activation_bytes(
                 pairs=mean_pairs, tokens_per_rank=tokens_per_rank, hidden=block.hidden,
@@ -381,16 +418,23 @@ def _output(block: OutputBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute, k: 
     if block.transform_norm is not None:   # BERT's dense transform + norm, replicated
         gemms.append(Gemm(seq_len * mb, h, h))
         traffic_fwd = traffic_fwd + 2 * k.value_bytes * seq_len * mb * h
-    forward = k.gemms_s(gemms) + k.traffic_s(traffic_fwd)
-    backward = BACKWARD_FLOPS_RATIO * k.gemms_s(gemms) + k.traffic_s(traffic_bwd)
+    # The logits GEMM: bf16, or FP8 where the run puts the output layer in FP8 (with its
+    # quantization, like the transformer layers' linear layers).
+    fp8_gemms = gemms[:1] if k.fp8_output_layer else []
+    bf16_gemms = gemms[len(fp8_gemms):]
+    gemms_s = k.gemms_s(bf16_gemms) + k.linear_s(fp8_gemms)
+    forward = gemms_s + k.quantize_s(fp8_gemms, backward=False) + k.traffic_s(traffic_fwd)
+    backward = (BACKWARD_FLOPS_RATIO * gemms_s + k.quantize_s(fp8_gemms, backward=True)
+                + k.traffic_s(traffic_bwd))
     # The column-parallel output layer gathers its input with sequence parallelism (and
     # reduce-scatters the gradient); without it, its input gradient is all-reduced.
     tokens_hidden = seq_len * mb * h
     tp_comm = _tp_collective_s(tokens_hidden, sequence_parallel=sp, place=place,
                                cluster=cluster, value_bytes=k.value_bytes)
-    activations = output_activation_bytes(seq_len=seq_len, micro_batch=mb, hidden=h,
-                                          vocab_size=V, tp=tp, sequence_parallel=sp,
-                                          final_norm=False, bytes_per_value=k.value_bytes)
+    activations = output_activation_bytes(
+        seq_len=seq_len, micro_batch=mb, hidden=h, vocab_size=V, tp=tp, sequence_parallel=sp,
+        final_norm=False, bytes_per_value=k.value_bytes,
+        input_bytes=k.linear_input_bytes if k.fp8_output_layer else k.value_bytes)
     return BlockCost(forward, backward, 0 * forward, tp_comm, activations, 0 * tp)
 
 
@@ -434,6 +478,8 @@ def block_cost(block, *, training: TrainingSpec, cluster: ClusterSpec,
     etp = np.asarray(etp, dtype=float) + 0 * tp
     context = ContextParallel(size=np.asarray(cp, dtype=float) + 0 * tp,
                               seq_len=training.seq_len, kind=cp_comm, a2a=cp_a2a)
+    if getattr(block, "keep_bf16", False) and training.precision is Precision.FP8:
+        training = _bf16_training(training)
     k = _Kernels(cluster, training, framework)
     # An Evoformer's pair representation has no context parallelism (a rule): whole sequence.
     local = training.seq_len if block.kind == "evoformer" else training.seq_len / context.size

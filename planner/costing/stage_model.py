@@ -33,7 +33,7 @@ from planner.costing.placement import data_parallel_gap, pipeline_placement, tp_
 from planner.costing.stage_terms import Linear, Peak, Term
 from planner.core.problem import Problem
 from planner.inputs.loader import fp8_param_gather_allowed
-from planner.schemas.model import REPEATED_KINDS, TransformerBlock
+from planner.schemas.model import REPEATED_KINDS, OutputBlock, TransformerBlock
 
 
 # --------------------------------------------------------------------------- block types
@@ -53,13 +53,35 @@ def type_params(model) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 @lru_cache(maxsize=32)
-def type_fp8_params(model) -> np.ndarray:
-    """Per block type: the TP-sharded parameters of linear layers that run in FP8 under
-    precision fp8 (a transformer layer's QKV, output and MLP matrices; its routed experts are
-    all FP8 too). Embedding, output layer, norms, router and Evoformer blocks stay bf16."""
+def type_fp8_mask(model, output_layer: bool = False) -> np.ndarray:
+    """Per block type: 1 where its linear layers run in FP8 under precision fp8 (a transformer
+    layer's QKV, output and MLP matrices and its routed experts, unless the run keeps the layer
+    in bf16: `TransformerBlock.keep_bf16`; the output layer where the run puts it in FP8,
+    `output_layer`), else 0. Embedding, norms, router and Evoformer blocks stay bf16."""
+    return np.array([(isinstance(b, TransformerBlock) and not b.keep_bf16)
+                     or (output_layer and isinstance(b, OutputBlock))
+                     for b in chain_types(model).unique_blocks], dtype=float)
+
+
+@lru_cache(maxsize=32)
+def type_fp8_experts(model) -> np.ndarray:
+    """Per block type: the routed-expert parameters that run in FP8 under precision fp8 (all,
+    those of multi-token-prediction modules too, but in layers the run keeps in bf16)."""
+    _, _, expert = type_params(model)
+    return np.array([not getattr(b, "keep_bf16", False)
+                     for b in chain_types(model).unique_blocks], dtype=float) * expert
+
+
+def type_fp8_params(model, output_layer: bool = False) -> np.ndarray:
+    """Per block type: the TP-sharded parameters of its FP8 linear layers (`type_fp8_mask`)."""
     sharded, _, _ = type_params(model)
-    return np.array([isinstance(b, TransformerBlock) for b in chain_types(model).unique_blocks],
-                    dtype=float) * sharded
+    return type_fp8_mask(model, output_layer) * sharded
+
+
+def fp8_output_layer(problem: Problem) -> bool:
+    """The run puts the output layer in FP8 (precision fp8 and training.fp8_output_layer)."""
+    t = problem.training
+    return t.precision is Precision.FP8 and t.fp8_output_layer
 
 
 @lru_cache(maxsize=32)
@@ -147,7 +169,8 @@ def state_floor_bytes(problem: Problem, cands) -> np.ndarray:
     sharded, replicated, expert = (x @ counts for x in type_params(problem.model))
     dense = (sharded / cands.tp + replicated) / cands.pp
     experts = expert / (cands.ep * cands.etp) / cands.pp
-    fp8 = (type_fp8_params(problem.model) @ counts / cands.tp) / cands.pp + experts
+    fp8 = ((type_fp8_params(problem.model, fp8_output_layer(problem)) @ counts / cands.tp
+            + type_fp8_experts(problem.model) @ counts / (cands.ep * cands.etp)) / cands.pp)
     return gpu_states(rank_states(problem, cands, dense, experts, fp8), cands).total
 
 
@@ -289,8 +312,10 @@ def stage_model(problem: Problem, cands, costs, *, pp: int, tied_copy: Linear,
     # ---- parameters a rank holds: TP shards and replicates, EP x ETP splits the experts.
     dense = Linear(block=sharded[None, :] / tp[:, None] + replicated[None, :]) + tied_copy * (1 / tp)
     experts = Linear(block=expert[None, :] / (cands.ep * cands.etp)[:, None])
-    fp8_dense = Linear(block=type_fp8_params(model)[None, :] / tp[:, None])
-    states = rank_states(problem, cands, dense, experts, fp8_dense + experts)
+    fp8_dense = Linear(block=type_fp8_params(model, fp8_output_layer(problem))[None, :]
+                       / tp[:, None])
+    fp8_experts = Linear(block=type_fp8_experts(model)[None, :] / (cands.ep * cands.etp)[:, None])
+    states = rank_states(problem, cands, dense, experts, fp8_dense + fp8_experts)
     # CPU offload (cost_models/offload.py): the optimizer's share of each rank's states, with a
     # pinned copy of their gradients to update from (hybrid_optimizer.py cpu_copy_map_grad);
     # under ZeRO-3 with param_offload the weight and gradient shards too.

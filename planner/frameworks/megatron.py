@@ -236,6 +236,27 @@ def _parallel_args(plan: LaunchPlan) -> list[str]:
     return args
 
 
+def _low_precision_extra_args(plan: LaunchPlan) -> list[str]:
+    """What the run puts in FP8 beyond the linear layers, or keeps out of it, as Megatron-LM's
+    flags @d98e8a64 (generated from TransformerConfig): --fp8-output-proj (the LM head under
+    MXFP8) and --first-last-layers-bf16 with its two counts (each 1 by default, so both are
+    written). FP8 attention has none: TransformerConfig.fp8_dot_product_attention is left out
+    of pretrain_gpt.py's arguments ("no CLI argument exists for these", arguments.py)."""
+    training = plan.problem.training
+    if training.fp8_attention:
+        raise InputError("--emit megatron: fp8_attention has no Megatron-LM flag (pretrain_gpt.py "
+                         "leaves TransformerConfig.fp8_dot_product_attention out of its "
+                         "arguments); Megatron-Bridge sets it as "
+                         "mixed_precision.fp8_dot_product_attention, or plan without "
+                         "--fp8-attention")
+    args = ["--fp8-output-proj"] if training.fp8_output_layer else []
+    if training.bf16_first_layers or training.bf16_last_layers:
+        args += ["--first-last-layers-bf16",
+                 f"--num-layers-at-start-in-bf16 {training.bf16_first_layers}",
+                 f"--num-layers-at-end-in-bf16 {training.bf16_last_layers}"]
+    return args
+
+
 def _training_args(plan: LaunchPlan) -> list[str]:
     training, s = plan.problem.training, plan.strategy
     if training.precision is Precision.BF16:
@@ -246,6 +267,7 @@ def _training_args(plan: LaunchPlan) -> list[str]:
         args = ["--bf16", "--fp4-format e2m1", "--fp4-recipe nvfp4"]
         if s.fp8_param_gather and s.zero_stage >= ZeroStage.OPTIMIZER_STATES:
             args.append("--fp4-param-gather")
+        args += _low_precision_extra_args(plan)
     elif training.precision is Precision.FP8:       # bf16 params, linear layers in FP8 (TE)
         recipe = training.fp8_recipe or Fp8Recipe.DELAYED
         args = ["--bf16", f"--fp8-format {FP8_FORMAT.get(recipe, 'hybrid')}",
@@ -256,6 +278,7 @@ def _training_args(plan: LaunchPlan) -> list[str]:
             args.append("--fp8-param-gather")
             if recipe is Fp8Recipe.MXFP8:     # MXFP8 params gather through the grad buffer
                 args.append("--reuse-grad-buf-for-mxfp8-param-ag")
+        args += _low_precision_extra_args(plan)
     elif training.precision is Precision.FP16:     # dynamic loss scaling (Megatron defaults)
         args = ["--fp16", "--initial-loss-scale 4294967296", "--min-loss-scale 1.0",
                 "--loss-scale-window 1000", "--hysteresis 2"]
@@ -361,7 +384,7 @@ def _explain_offload(p, s):
 
 
 RULES: dict[Rule, TargetRule] = {
-    Rule.MEGATRON_FP8: fp8_rule("Megatron-LM", profile().fp8),
+    Rule.MEGATRON_FP8: fp8_rule("Megatron-LM", profile().fp8, bf16_layers_per_stage=True),
     Rule.MEGATRON_OFFLOAD: TargetRule(
         "Megatron-LM offloads activations only with pp 1 and no recompute, and the optimizer "
         "with FP8 parameters only under delayed scaling", _offload_breaks, _explain_offload),

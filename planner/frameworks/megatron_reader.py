@@ -8,7 +8,9 @@ from planner.frameworks.base import ParsedConfig
 from planner.frameworks.shell import Flag
 from planner.errors import InputError
 from planner.frameworks.megatron_flags import check_flags
-from planner.frameworks.megatron_values import (_COUNTS, _MAX_COUNT, _attention, _float_value, _fp4, _fp8, _int_value, _offload, _recompute_details,
+from planner.frameworks.megatron_values import (_COUNTS, _MAX_COUNT, _attention, _float_value,
+                                                _fp4, _fp8, _int_value, _low_precision_extras,
+                                                _offload, _recompute_details,
                                                 _training_schedule, _value)
 from planner.frameworks.launchers import read_launch
 from planner.frameworks.shell import ShellScript
@@ -330,6 +332,7 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
         parsed.training["precision"] = Precision.FP16
     else:
         parsed.training["precision"] = Precision.FP32
+    _low_precision_extras(parsed, flags, file)
     if "--optimizer" in flags and flags["--optimizer"].value == "sgd":
         momentum = flags.get("--sgd-momentum")
         plain = momentum is not None and _float_value(momentum, file) == 0

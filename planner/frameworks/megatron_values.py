@@ -231,8 +231,8 @@ def _fp4(parsed: ParsedConfig, flags: dict, fsdp: bool) -> None:
 def _fp8(parsed: ParsedConfig, flags: dict, fsdp: bool) -> None:
     """FP8 as Megatron-LM runs it: --fp8-format turns it on, --fp8-recipe (default delayed)
     picks the scaling, --fp8-param-gather keeps FP8 parameters (needs the distributed
-    optimizer or FSDP, arguments.py); first/last bf16 layers refuse delayed scaling
-    (transformer_config.py)."""
+    optimizer or FSDP, arguments.py). What else runs in FP8, or stays out of it, is
+    `_low_precision_extras`'s."""
     parsed.training["precision"] = Precision.FP8
     named = flags.get("--fp8-recipe")
     recipe = named.value if named is not None and named.value else "delayed"
@@ -248,10 +248,42 @@ def _fp8(parsed: ParsedConfig, flags: dict, fsdp: bool) -> None:
         parsed.finding("megatron_flag", "Megatron-LM stops: --fp8-param-gather needs "
                        "--use-distributed-optimizer (or Megatron-FSDP)",
                        "add --use-distributed-optimizer")
-    if "--first-last-layers-bf16" in flags and recipe == "delayed":
-        parsed.finding("megatron_flag", "Megatron-LM stops: --first-last-layers-bf16 is not "
-                       "supported with delayed scaling", "use --fp8-recipe tensorwise")
     if "--bf16" not in flags:
         parsed.finding("megatron_fp8", "--fp8-format without --bf16: the weights and the "
                        "layers outside FP8 run in fp32; priced as bf16 with FP8 linears",
                        "add --bf16")
+
+
+def _low_precision_extras(parsed: ParsedConfig, flags: dict, file: str) -> None:
+    """What the script puts in FP8 beyond the linear layers, or keeps out of it
+    (training.fp8_output_layer, bf16_first_layers, bf16_last_layers), after `_fp8` / `_fp4`
+    set the precision. Flags @d98e8a64, generated from TransformerConfig: --fp8-output-proj
+    (fp8_output_proj: "must be used together with fp8 mode", MXFP8 only, a rule says so);
+    --first-last-layers-bf16 with --num-layers-at-start-in-bf16 / --num-layers-at-end-in-bf16
+    (each 1 by default; fp8_utils.py and fp4_utils.py keep those layers outside the autocast).
+    FP8 attention (TransformerConfig.fp8_dot_product_attention) has no flag: pretrain_gpt.py
+    cannot ask for it."""
+    low = parsed.training.get("precision") is Precision.FP8
+    if low:       # the script states them: a flag left out is Megatron-LM's default
+        parsed.training.update(fp8_output_layer=False, bf16_first_layers=0, bf16_last_layers=0)
+    if "--fp8-output-proj" in flags:
+        if "--fp8-format" in flags:
+            parsed.training["fp8_output_layer"] = True
+        else:
+            parsed.finding("megatron_flag", "Megatron-LM stops: --fp8-output-proj must be used "
+                           "together with fp8 mode (--fp8-format)",
+                           "add --fp8-format e4m3 --fp8-recipe mxfp8, or drop --fp8-output-proj")
+    counts = [name for name in ("--num-layers-at-start-in-bf16", "--num-layers-at-end-in-bf16")
+              if name in flags]
+    if "--first-last-layers-bf16" not in flags:
+        if counts:
+            parsed.notes.append(f"{' and '.join(counts)} without --first-last-layers-bf16: "
+                                f"no effect, every layer runs in the run's precision")
+        return
+    if not low:
+        parsed.notes.append("--first-last-layers-bf16 without --fp8-format or --fp4-format: no "
+                            "effect, every layer is bf16 already")
+        return
+    for key, name in (("bf16_first_layers", "--num-layers-at-start-in-bf16"),
+                      ("bf16_last_layers", "--num-layers-at-end-in-bf16")):
+        parsed.training[key] = _int_value(flags[name], file) if name in flags else 1

@@ -21,10 +21,11 @@ import numpy as np
 
 from cost_models.enums import AttentionKind, CpComm, Fp8Recipe, Precision, Recompute, ZeroStage
 from planner.frameworks.base import (LaunchPlan, ParsedConfig, did_you_mean, header_lines,
-                               parse_python)
+                               parse_python, transformer_shape)
 from planner.errors import InputError
 from planner.inputs import profiles
 from planner.schemas.framework import FrameworkProfile
+from planner.schemas.model import OutputBlock
 from planner.core.rules import (Rule, TargetRule, any_offload, context_parallel_rule, everywhere,
                                 fp8_rule, largest_divisor_at_most, num_micro_batches)
 from planner.core.problem import Problem
@@ -69,7 +70,34 @@ FLOAT8 = "quantize.linear.float8"
 MX = "quantize.linear.mx"
 """torchtitan 0.2.x model converters (config/job_config.py @238fa995: [model] converters; the
 older names were "float8" and "mx"): torchao Float8Linear (recipe_name tensorwise, rowwise) and
-MXLinear, leaving the output layer in bf16 (filter_fqns)."""
+MXLinear, leaving the output layer in bf16 (filter_fqns) unless the run puts it in FP8."""
+
+FILTER_DEFAULTS = {FLOAT8: [], MX: ["output"]}
+"""filter_fqns where a section leaves it out (config/job_config.py @238fa995): the float8
+converter swaps the output layer too, the MX one skips it."""
+OUTPUT_FQN = "output"
+"""The output layer's module name in torchtitan's models (nn.Linear `output`)."""
+
+
+def output_layer_filtered(filter_fqns) -> bool:
+    """Whether a converter with these filter_fqns leaves the output layer alone: an entry that
+    is part of its name skips it (components/quantization/utils.py module_filter_fn:
+    `any(filter_fqn in fqn ...)`); "auto_filter_small_kn" is a switch, not a name."""
+    return any(str(e) in OUTPUT_FQN for e in filter_fqns if e != "auto_filter_small_kn")
+
+
+def _filter_fqns(plan: LaunchPlan) -> list[str]:
+    """The output layer filtered out (bf16) unless the run puts it in FP8; the converters skip a
+    linear layer whose dimensions 16 does not divide anyway (module_filter_fn)."""
+    if not plan.problem.training.fp8_output_layer:
+        return [OUTPUT_FQN]
+    output = transformer_shape(plan.problem.model, "torchtitan").output
+    if output.vocab_size % 16 or output.hidden % 16:
+        raise InputError(f"--emit torchtitan: fp8_output_layer with vocabulary "
+                         f"{output.vocab_size} and hidden {output.hidden}: torchao converts only "
+                         f"linear layers whose dimensions 16 divides, so the output layer would "
+                         f"stay bf16; plan without --fp8-output-layer")
+    return []
 
 
 def _float8_sections(plan: LaunchPlan) -> tuple[list[str], dict[str, dict[str, Any]]]:
@@ -77,11 +105,14 @@ def _float8_sections(plan: LaunchPlan) -> tuple[list[str], dict[str, dict[str, A
     training, s = plan.problem.training, plan.strategy
     if training.precision is not Precision.FP8:
         return [], {}
+    if training.fp8_attention:     # a rule refuses it first; the converters swap nn.Linear only
+        raise InputError("--emit torchtitan: fp8_attention: torchtitan has no FP8 attention (its "
+                         "float8 and MX converters swap linear layers only)")
     if training.fp8_recipe is Fp8Recipe.MXFP8:
-        return [MX], {MX: {"recipe_name": "mxfp8_cublas", "filter_fqns": ["output"]}}
+        return [MX], {MX: {"recipe_name": "mxfp8_cublas", "filter_fqns": _filter_fqns(plan)}}
     gather = bool(s.fp8_param_gather) and s.zero_stage >= ZeroStage.OPTIMIZER_STATES
     recipe = training.fp8_recipe.value if training.fp8_recipe else "tensorwise"
-    return [FLOAT8], {FLOAT8: {"recipe_name": recipe, "filter_fqns": ["output"],
+    return [FLOAT8], {FLOAT8: {"recipe_name": recipe, "filter_fqns": _filter_fqns(plan),
                                "enable_fsdp_float8_all_gather": gather,
                                "precompute_float8_dynamic_scale_for_fsdp": gather}}
 
@@ -363,8 +394,9 @@ def _default_split(parsed: ParsedConfig, par: dict, layers: int, pp: int, file: 
     return stages // pp
 
 
-def _read_float8(parsed: ParsedConfig, sections: dict[str, Any]) -> None:
-    """FP8 from the 0.2.x [model] converters and their [quantize.linear.*] sections."""
+def _read_float8(parsed: ParsedConfig, sections: dict[str, Any], problem: Problem) -> None:
+    """FP8 from the 0.2.x [model] converters and their [quantize.linear.*] sections; the
+    output layer in FP8 where no filter_fqns entry skips it and 16 divides its dimensions."""
     model = sections.get("model", {})
     converters = model.get("converters", []) if isinstance(model, dict) else []
     linear = sections.get("quantize", {}).get("linear", {}) \
@@ -372,13 +404,26 @@ def _read_float8(parsed: ParsedConfig, sections: dict[str, Any]) -> None:
     if not isinstance(converters, list):
         return
     if MX in converters or "mx" in converters:
+        options = linear.get("mx", {}) if isinstance(linear, dict) else {}
         parsed.training.update(precision=Precision.FP8, fp8_recipe=Fp8Recipe.MXFP8)
+        section = MX
     elif FLOAT8 in converters or "float8" in converters:
         options = linear.get("float8", {}) if isinstance(linear, dict) else {}
         name = options.get("recipe_name") or "tensorwise"
         recipe = Fp8Recipe.ROWWISE if str(name).startswith("rowwise") else Fp8Recipe.TENSORWISE
         parsed.training.update(precision=Precision.FP8, fp8_recipe=recipe)
         parsed.strategy["fp8_param_gather"] = bool(options.get("enable_fsdp_float8_all_gather"))
+        section = FLOAT8
+    else:
+        return
+    filters = options.get("filter_fqns", FILTER_DEFAULTS[section]) \
+        if isinstance(options, dict) else FILTER_DEFAULTS[section]
+    if isinstance(filters, str):        # --quantize.linear.float8.filter_fqns "a,b"
+        filters = [f for f in filters.split(",") if f]
+    if isinstance(filters, list):
+        output = next((b for b in problem.model.blocks if isinstance(b, OutputBlock)), None)
+        swappable = output is not None and not (output.vocab_size % 16 or output.hidden % 16)
+        parsed.training["fp8_output_layer"] = swappable and not output_layer_filtered(filters)
 
 
 def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> ParsedConfig:
@@ -463,7 +508,7 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
         parsed.strategy.update(optimizer_offload=1.0, param_offload=True)
     precision = train.get("mixed_precision_param", "bfloat16")
     parsed.training["precision"] = Precision.FP32 if precision == "float32" else Precision.BF16
-    _read_float8(parsed, sections)
+    _read_float8(parsed, sections, problem)
     if "seq_len" in train:
         parsed.training["seq_len"] = _int(train, "seq_len", 2048, file)
     return parsed

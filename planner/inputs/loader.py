@@ -333,7 +333,10 @@ def make_problem(model_ref: str, cluster_ref: str, *, gpus: int | None = None,
                  global_batch: int | None = None, global_batch_tokens: float | None = None,
                  precision: str | None = None, optimizer: str | None = None,
                  framework: str = "megatron", fp8_recipe: str | None = None,
-                 min_free_gib: float | None = None, attention: str | None = None) -> Problem:
+                 min_free_gib: float | None = None, attention: str | None = None,
+                 fp8_attention: bool | None = None, fp8_output_layer: bool | None = None,
+                 bf16_first_layers: int | None = None,
+                 bf16_last_layers: int | None = None) -> Problem:
     """Load a model and a cluster, apply CLI overrides, and check the GPU count."""
     model, training = load_model(model_ref)
     cluster = load_cluster(cluster_ref, nodes=nodes)
@@ -346,7 +349,11 @@ def make_problem(model_ref: str, cluster_ref: str, *, gpus: int | None = None,
         precision, fp8_recipe = Precision.FP8.value, precision
     overrides = {k: v for k, v in (("seq_len", seq_len), ("global_batch", global_batch),
                                    ("precision", precision), ("optimizer", optimizer),
-                                   ("fp8_recipe", fp8_recipe), ("attention", attention))
+                                   ("fp8_recipe", fp8_recipe), ("attention", attention),
+                                   ("fp8_attention", fp8_attention),
+                                   ("fp8_output_layer", fp8_output_layer),
+                                   ("bf16_first_layers", bf16_first_layers),
+                                   ("bf16_last_layers", bf16_last_layers))
                  if v is not None}
     notes = list(model.notes)
     stated = training.attention
@@ -421,9 +428,14 @@ def resolve_training(training: TrainingSpec, cluster: ClusterSpec, framework: Fr
     """The FP8 recipe where precision fp8 leaves it out: the framework's first (its default)
     that this GPU runs, else its first (a rule then says the GPU cannot)."""
     if training.precision is not Precision.FP8:
-        if training.fp8_recipe is not None:
-            raise InputError(f"{file}: fp8_recipe: only with precision fp8 (precision is "
-                             f"{training.precision.value})")
+        for name, value in (("fp8_recipe", training.fp8_recipe is not None),
+                            ("fp8_attention", training.fp8_attention),
+                            ("fp8_output_layer", training.fp8_output_layer),
+                            ("bf16_first_layers", training.bf16_first_layers),
+                            ("bf16_last_layers", training.bf16_last_layers)):
+            if value:
+                raise InputError(f"{file}: {name}: only with precision fp8 (precision is "
+                                 f"{training.precision.value})")
         return training
     if training.fp8_recipe is not None:
         return training

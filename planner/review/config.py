@@ -58,7 +58,10 @@ class Review:
 
 TRAINING_FLAGS = {"seq_len": "--seq-len", "global_batch": "--global-batch",
                   "precision": "--precision", "fp8_recipe": "--fp8-recipe",
-                  "optimizer": "--optimizer", "attention": "--attention"}
+                  "optimizer": "--optimizer", "attention": "--attention",
+                  "fp8_attention": "--fp8-attention", "fp8_output_layer": "--fp8-output-layer",
+                  "bf16_first_layers": "--bf16-first-layers",
+                  "bf16_last_layers": "--bf16-last-layers"}
 """The training settings a config file may state, and the command-line flag that wins over
 the file's value."""
 
@@ -76,22 +79,34 @@ class Given:
     fp8_recipe: str | None = None
     """--fp8-recipe without --precision: the problem cannot hold it before the file says
     whether it trains in FP8."""
+    low_precision: tuple[tuple[str, object], ...] = ()
+    """--fp8-attention, --fp8-output-layer, --bf16-first-layers, --bf16-last-layers as
+    (setting, value): like --fp8-recipe, they wait for the file's precision."""
 
     @classmethod
     def from_options(cls, *, seq_len=None, global_batch=None, global_batch_tokens=None,
                      precision=None, fp8_recipe=None, optimizer=None, attention=None,
-                     **_) -> Given:
+                     fp8_attention=None, fp8_output_layer=None, bf16_first_layers=None,
+                     bf16_last_layers=None, **_) -> Given:
         """From the options of `planner.cli.commands.problem_options` (the others ignored)."""
         names = {name for name, value in (("seq_len", seq_len), ("precision", precision),
                                           ("fp8_recipe", fp8_recipe), ("optimizer", optimizer),
-                                          ("attention", attention))
+                                          ("attention", attention),
+                                          ("fp8_attention", fp8_attention),
+                                          ("fp8_output_layer", fp8_output_layer),
+                                          ("bf16_first_layers", bf16_first_layers),
+                                          ("bf16_last_layers", bf16_last_layers))
                  if value is not None}
         if global_batch is not None or global_batch_tokens is not None:
             names.add("global_batch")
         if precision in RECIPE_PRECISIONS:     # a low-precision recipe (loader.make_problem)
             names.add("fp8_recipe")
+        low = tuple((name, value) for name, value in (
+            ("fp8_attention", fp8_attention), ("fp8_output_layer", fp8_output_layer),
+            ("bf16_first_layers", bf16_first_layers), ("bf16_last_layers", bf16_last_layers))
+            if value is not None)
         return cls(frozenset(names), global_batch_tokens,
-                   fp8_recipe if precision is None else None)
+                   fp8_recipe if precision is None else None, low)
 
     def flag(self, name: str) -> str:
         if name == "global_batch" and self.global_batch_tokens is not None:
@@ -143,6 +158,7 @@ def _training(problem: Problem, parsed: ParsedConfig, *, file: str,
             values["fp8_recipe"] = None      # the default recipe of the file's framework
         if given.fp8_recipe is not None:
             values["fp8_recipe"] = given.fp8_recipe
+        values.update(given.low_precision)
         if "fp8_recipe" in given.names and values["precision"] != "fp8":
             raise InputError(f"--fp8-recipe: {file} trains in {_shown(values['precision'])}, "
                              f"not fp8; give --precision fp8 too")

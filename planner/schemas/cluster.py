@@ -160,6 +160,11 @@ class EfficiencySpec(BaseModel):
     """Per FP8 scaling recipe this GPU runs: the share of the FP8 peak its GEMMs reach
     relative to the share bf16 GEMMs reach of theirs (`gemm_peak_fraction`); quantization is
     priced apart. Recipes absent do not run on this GPU (none: no FP8 training)."""
+    fp8_attention_efficiency: float | None = Field(default=None, gt=0, le=1)
+    """Share of the FP8 peak a fused FP8 attention kernel reaches relative to the share
+    `flash_attention_fraction` gives bf16 attention of the bf16 peak (`fp8.
+    fp8_attention_fraction`). None: no published rate for this GPU, and FP8 attention is priced
+    at the bf16 kernel's speed (its memory saving still counts)."""
     overlap_interference: float = Field(ge=0, le=1)
     """Share of a collective's time hidden behind compute that still slows that compute."""
     step_overhead_s: float = Field(ge=0)

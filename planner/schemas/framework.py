@@ -62,6 +62,15 @@ class Fp8Profile(BaseModel):
     """Recipes with which it can keep the linear weights as FP8 parameters and all-gather them
     in FP8 across data-parallel ranks (Megatron-LM --fp8-param-gather, torchtitan
     enable_fsdp_float8_all_gather)."""
+    attention_recipes: tuple[Fp8Recipe, ...] = ()
+    """Recipes with which it runs the attention core in FP8 too (training.fp8_attention);
+    none: it has no FP8 attention."""
+    output_layer_recipes: tuple[Fp8Recipe, ...] = ()
+    """Recipes with which it can run the output layer in FP8 (training.fp8_output_layer);
+    none: the output layer always stays bf16."""
+    bf16_layers_recipes: tuple[Fp8Recipe, ...] = ()
+    """Recipes with which it can keep the first and last transformer layers in bf16
+    (training.bf16_first_layers / bf16_last_layers); none: it cannot."""
 
 
 class OffloadProfile(BaseModel):

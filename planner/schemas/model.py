@@ -105,6 +105,19 @@ class TransformerBlock(BaseModel):
     capacity_factor: float | None = Field(None, gt=0)
     """Token-drop routing: each expert takes at most this many times its even share of the
     tokens. None: dropless (every token reaches its experts)."""
+    keep_bf16: bool = Field(False, exclude=True)
+    """Kept out of FP8 (and FP4) under low-precision training: its linear layers and its
+    attention run in bf16 (Megatron-LM --first-last-layers-bf16). Set from the run's
+    training.bf16_first_layers / bf16_last_layers when the problem is built
+    (`ModelSpec.with_bf16_layers`), never read from a model file (and left out of dumps)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _keep_bf16_is_the_runs(cls, data):
+        if isinstance(data, dict) and "keep_bf16" in data:
+            raise ValueError("keep_bf16 is a setting of the run: give training.bf16_first_layers "
+                             "/ bf16_last_layers")
+        return data
 
     @model_validator(mode="after")
     def _heads_divide_hidden(self):
@@ -351,6 +364,20 @@ class TrainingSpec(BaseModel):
     unfused (the scores, softmax and dropout mask stored for the backward pass, as 2020-2022
     runs did). A setting of the run, not of the model: None is the framework's default
     (`FrameworkProfile.attention`: flash wherever the framework has it)."""
+    fp8_attention: bool = False
+    """With precision fp8: the attention core (Q K^T, softmax . V), forward and backward, in
+    FP8 as well (Transformer Engine's FP8 DotProductAttention, fp8_dpa in its recipe;
+    Megatron-Core TransformerConfig.fp8_dot_product_attention); False: bf16 attention."""
+    fp8_output_layer: bool = False
+    """With precision fp8: the output layer (logits GEMM) in FP8 as well (Megatron-LM
+    --fp8-output-proj, MXFP8 only; torchtitan: "output" left out of filter_fqns); False: in
+    bf16, every framework's default."""
+    bf16_first_layers: NonNegativeInt = 0
+    """With precision fp8: the first N transformer layers kept in bf16 (Megatron-LM
+    --first-last-layers-bf16 --num-layers-at-start-in-bf16 N)."""
+    bf16_last_layers: NonNegativeInt = 0
+    """With precision fp8: the last N transformer layers kept in bf16 (Megatron-LM
+    --num-layers-at-end-in-bf16 N)."""
 
     def attention_kernel(self, framework: FrameworkProfile) -> AttentionKind:
         """The attention kernel the run uses: its own, else its framework's default."""
@@ -363,14 +390,29 @@ class TrainingSpec(BaseModel):
                                      gradients_16bit=self.bf16_gradients)
 
     @property
+    def low_precision_extras(self) -> tuple[str, ...]:
+        """What the run puts in FP8 beyond the linear layers, or keeps out of it: 'fp8
+        attention', 'fp8 output layer', 'bf16 layers 1+1' (first + last)."""
+        extras = []
+        if self.fp8_attention:
+            extras.append("fp8 attention")
+        if self.fp8_output_layer:
+            extras.append("fp8 output layer")
+        if self.bf16_first_layers or self.bf16_last_layers:
+            extras.append(f"bf16 layers {self.bf16_first_layers}+{self.bf16_last_layers}")
+        return tuple(extras)
+
+    @property
     def precision_label(self) -> str:
         """'bf16', 'fp8 (tensorwise)' with the FP8 recipe, or 'nvfp4' (its linear layers in
-        FP4)."""
+        FP4); then what else runs in FP8 or stays bf16 ('fp8 (tensorwise), fp8 attention')."""
         if self.precision is Precision.FP8 and self.fp8_recipe is Fp8Recipe.NVFP4:
-            return self.fp8_recipe.value
-        if self.precision is Precision.FP8 and self.fp8_recipe is not None:
-            return f"{self.precision.value} ({self.fp8_recipe.value})"
-        return self.precision.value
+            label = self.fp8_recipe.value
+        elif self.precision is Precision.FP8 and self.fp8_recipe is not None:
+            label = f"{self.precision.value} ({self.fp8_recipe.value})"
+        else:
+            label = self.precision.value
+        return ", ".join((label, *self.low_precision_extras))
 
 
 class Source(BaseModel):
@@ -441,6 +483,21 @@ class ModelSpec(BaseModel):
     def num_experts(self) -> int:
         """Routed experts per MoE layer (the largest, should layers differ); 1 if dense."""
         return max((getattr(b, "num_experts", 1) for b in self.blocks), default=1)
+
+    def with_bf16_layers(self, first: int, last: int) -> ModelSpec:
+        """The chain with its first `first` and last `last` transformer layers marked
+        `keep_bf16` and the others not (Megatron-Core fp8_utils.is_first_last_bf16_layer counts
+        the decoder's layers, not those of multi-token-prediction modules); the model itself
+        where that changes nothing."""
+        positions = [i for i, b in enumerate(self.blocks) if isinstance(b, TransformerBlock)]
+        kept = set(positions[:first]) | set(positions[len(positions) - last:] if last else ())
+        if all(self.blocks[i].keep_bf16 == (i in kept) for i in positions):
+            return self
+        blocks = list(self.blocks)
+        for i in positions:
+            if blocks[i].keep_bf16 != (i in kept):
+                blocks[i] = blocks[i].model_copy(update={"keep_bf16": i in kept})
+        return self.model_copy(update={"blocks": tuple(blocks)})
 
     @property
     def layer_indices(self) -> tuple[int, ...]:

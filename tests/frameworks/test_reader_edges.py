@@ -159,9 +159,6 @@ training: {seq_len: 2048, global_batch: 64}
     ("--fp8-format hybrid --fp8-recipe tensorwise --fp8-param-gather",
      "Megatron-LM stops: --fp8-param-gather needs --use-distributed-optimizer (or "
      "Megatron-FSDP)"),
-    # transformer_config.py: first/last bf16 layers are refused with delayed scaling.
-    ("--fp8-format hybrid --first-last-layers-bf16",
-     "Megatron-LM stops: --first-last-layers-bf16 is not supported with delayed scaling"),
 ])
 def test_megatron_fp8_settings_it_refuses(cli, write, flags, finding):
     text = (f"--num-layers 32 --tensor-model-parallel-size 4 --pipeline-model-parallel-size 2 "
