@@ -23,6 +23,8 @@ Besides the run fields, a file may set in its `source:` block
   `{attention: unfused}` where the runs predate fused attention (the framework's default is
   flash);
 - compare: tokens_per_s, to compare the step time that tokens per second give;
+- strategy_defaults: strategy fields every run of the file has unless it says otherwise, e.g.
+  `{moe_a2a_overlap: false}` where the source's recipes leave a framework default off;
 and a run may set cluster_overrides: fields of the cluster preset (a GPU part, a slower NIC).
 """
 
@@ -149,7 +151,8 @@ def _strategy(run: dict, problem: Problem, framework: str) -> Strategy:
                   micro_batch=s.get("micro_batch") or 1,
                   global_batch=run["global_batch"],
                   sequence_parallel=tp > 1 if sp is None else sp, zero_stage=zero)
-    for key in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap"):
+    for key in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
+                "moe_a2a_overlap"):
         if isinstance(s.get(key), bool):
             fields[key] = s[key]
     if s.get("activation_offload_layers"):   # Megatron --cpu-offloading-num-layers, as the run states
@@ -237,6 +240,9 @@ def load_runs(tmp: Path, cluster: ClusterSpec | None = None,
                 tokens = run["global_batch"] * run["seq_len"]
                 tflops = None
                 step_s = tokens / (measured["tokens_per_s_per_gpu"] * run["num_gpus"])
+            defaults = data["source"].get("strategy_defaults") or {}
+            run = {**run, "strategy": {**defaults, **{k: v for k, v in run["strategy"].items()
+                                                      if v is not None}}}
             runs.append(Run(key, run["name"], framework, problem,
                             _strategy(run, problem, framework), tflops, step_s,
                             bool(run.get("counts_recompute")),

@@ -201,6 +201,11 @@ def search_options(function):
         click.option("--tp-comm-overlap/--no-tp-comm-overlap", default=None,
                      help="Pin overlapping TP collectives with GEMMs (Megatron-LM "
                           "--tp-comm-overlap, torchtitan async TP; needs --sp)."),
+        click.option("--moe-a2a-overlap/--no-moe-a2a-overlap", default=None,
+                     help="Pin hiding one micro-batch's expert all-to-all behind another's "
+                          "compute (Megatron-LM --overlap-moe-expert-parallel-comm "
+                          "--delay-wgrad-compute; needs ep > 1, no full recompute, vpp "
+                          "with pp > 1)."),
         click.option("--rank-order", type=click.Choice(["tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp"]),
                      default=None,
                      help="Pin the order ranks are numbered in, which decides the groups "

@@ -69,6 +69,9 @@ class Candidates:
     """NCCL may use NVLS (NCCL_NVLS_ENABLE; None: True, NCCL's default)."""
     rank_order: np.ndarray = None  # type: ignore[assignment]
     """Index into RANK_ORDER (None: 0, tp-cp-ep-dp-pp)."""
+    moe_overlap: np.ndarray = None  # type: ignore[assignment]
+    """Overlap one micro-batch's expert all-to-all with another's compute (as asked; the
+    framework and the strategy gate it). None: False."""
 
     def __post_init__(self) -> None:
         n = len(self.tp)
@@ -94,6 +97,8 @@ class Candidates:
             self.nvls = np.ones(n, dtype=bool)
         if self.rank_order is None:
             self.rank_order = np.zeros(n, dtype=int)
+        if self.moe_overlap is None:
+            self.moe_overlap = np.zeros(n, dtype=bool)
 
     @property
     def edp(self) -> np.ndarray:
@@ -134,7 +139,7 @@ class Candidates:
         ints = ("tp", "pp", "vpp", "dp", "mb", "global_batch", "recompute", "zero", "shard",
                 "dp_comm", "num_servers", "ep", "etp", "cp", "cp_comm", "cp_a2a", "act_offload", "rank_order")
         bools = ("sp", "overlap", "param_gather", "tp_overlap", "fp8_gather", "param_offload",
-                 "nvls")
+                 "nvls", "moe_overlap")
         return cls(**{f.name: np.zeros(0, dtype=int if f.name in ints else
                                        bool if f.name in bools else float)
                       for f in fields(cls)})
@@ -168,5 +173,6 @@ class Candidates:
                    opt_offload=one(float(s.optimizer_offload)),
                    param_offload=one(s.param_offload),
                    act_offload=one(s.activation_offload_layers), nvls=one(s.nvls),
-                   rank_order=one(RANK_ORDER.index(overlap("rank_order"))))
+                   rank_order=one(RANK_ORDER.index(overlap("rank_order"))),
+                   moe_overlap=one(overlap("moe_a2a_overlap")))
 

@@ -22,8 +22,9 @@ from cost_models.compute import (BACKWARD_ELEMENTWISE_RATIO, BACKWARD_FLOPS_RATI
                                  transformer_layer_forward_flops, transformer_layer_gemms)
 from cost_models.context_parallel import (cp_attention_comm, cp_working_bytes, kv_chunk_bytes,
                                           ulysses_bytes)
-from cost_models.enums import AttentionKind, Collective, CpComm, Precision, Recompute
-from cost_models.expert_parallel import expert_dispatch_s
+from cost_models.enums import (AttentionKind, Collective, CpComm, LoadBalancing, Precision,
+                               Recompute)
+from cost_models.expert_parallel import dispatcher_sync_s, expert_dispatch_s, router_bytes
 from cost_models.evoformer import (evoformer_block_activation_bytes,
                                    evoformer_block_elementwise_bytes, evoformer_block_gemms,
                                    evoformer_block_tp_allreduce_elements)
@@ -62,6 +63,9 @@ class BlockCost(NamedTuple):
     cp_comm_s: object = 0.0
     """Context-parallel K/V exchange of the passes left on the critical path (ring steps
     hidden behind the attention they run beside)."""
+    expert_forward_s: object = 0.0
+    """The routed experts' share of `forward_s` (grouped GEMMs, their FP8 casts and
+    activation): the compute an overlapped all-to-all runs beside in the expert passes."""
 
 
 def _tp_collective_s(elements, *, sequence_parallel: bool, place: Group, cluster: ClusterSpec,
@@ -246,12 +250,20 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
     core_traffic = traffic - transformer_layer_elementwise_bytes(**elementwise,
                                                                  attention=AttentionKind.FLASH)
     pairs = 0 * tp
+    expert_forward = 0 * tp
     if moe is not None:
         pairs = expert_tokens_per_rank(tokens_per_rank, top_k=moe.top_k, etp=etp,
                                        imbalance=imbalance)
         traffic = traffic + moe_elementwise_bytes(
             pairs=pairs, hidden=block.hidden, expert_ffn_hidden=moe.expert_ffn_hidden / etp,
+            mlp=block.mlp, bytes_per_value=k.value_bytes) + router_bytes(
+            tokens_per_rank, num_experts=moe.num_experts, top_k=moe.top_k,
+            aux_loss=block.load_balancing is LoadBalancing.AUX_LOSS)
+        activation = moe_elementwise_bytes(
+            pairs=pairs, hidden=0, expert_ffn_hidden=moe.expert_ffn_hidden / etp,
             mlp=block.mlp, bytes_per_value=k.value_bytes)
+        expert_forward = (k.linear_s(g.experts) + k.quantize_s(g.experts, backward=False)
+                          + k.traffic_s(activation))
     kv_heads, qk_dim, v_dim = block.attention_core_shape
     if flash:
         # Load-balanced chunks give each CP rank 1 / cp of the whole sequence's attention.
@@ -275,6 +287,9 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
     rest_traffic = traffic - core_traffic
     forward = (weights_s + k.quantize_s(linears, backward=False) + k.traffic_s(rest_traffic)
                + core_fwd)
+    if moe is not None:
+        forward = forward + dispatcher_sync_s(ep=ep, etp=etp,
+                                              sync_s=k.framework.moe_dispatcher_sync_s)
     backward = (BACKWARD_FLOPS_RATIO * weights_s + k.quantize_s(linears, backward=True)
                 + BACKWARD_ELEMENTWISE_RATIO * k.traffic_s(rest_traffic) + core_bwd)
     # Megatron TP (Narayanan et al. 2021, Sec. 2.3): an all-reduce of s*b*h values after
@@ -329,7 +344,8 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
     activations = stored(rc)
     working = stored(Recompute.NONE) - activations + cp.working_bytes(block, mb=mb, tp=tp, k=k)
     return BlockCost(forward, backward, recompute, comm_passes * one_pass_comm, activations,
-                     tokens_hidden + 0 * tp, working, comm_passes * one_pass_ep, cp_comm)
+                     tokens_hidden + 0 * tp, working, comm_passes * one_pass_ep, cp_comm,
+                     expert_forward)
 
 
 def _expert_dispatch_s(*, tokens_per_rank, pairs, top_k: int, hidden: int, imbalance: float,
@@ -459,7 +475,7 @@ def _mtp(block: MtpBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute, k: _Kerne
         activation_bytes=layer.activation_bytes + head.activation_bytes + kept,
         output_elements=seq_len * mb * h + 0 * tp,
         recompute_working_bytes=layer.recompute_working_bytes, ep_comm_s=layer.ep_comm_s,
-        cp_comm_s=layer.cp_comm_s)
+        cp_comm_s=layer.cp_comm_s, expert_forward_s=layer.expert_forward_s)
 
 
 _BY_KIND = {"transformer": _transformer, "evoformer": _evoformer, "embedding": _embedding,

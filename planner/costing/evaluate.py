@@ -31,8 +31,9 @@ from planner.costing.step_fixed import step_fixed_s, step_overhead_s
 from planner.costing.stage_model import (chain_types, fp8_params_gathered,  # noqa: F401 (API)
                                          fp8_weight_extra_bytes, gpu_states, host_rates,
                                          rank_states, shards_to_host, stage_model,
-                                         state_floor_bytes, tp_overlap_applies, type_fp8_params,
-                                         type_is_layer, type_params)
+                                         moe_overlap_applies, state_floor_bytes,
+                                         tp_overlap_applies, type_fp8_params, type_is_layer,
+                                         type_params)
 from planner.costing.stage_terms import Linear, Occupancy, stage_values, total_values
 from planner.costing.uncertainty import step_band
 from planner.schemas.model import EmbeddingBlock, OutputBlock
@@ -59,6 +60,7 @@ class BlockCosts:
     recompute_working_bytes: np.ndarray
     ep_comm_s: np.ndarray
     cp_comm_s: np.ndarray
+    expert_forward_s: np.ndarray
 
     def take(self, index) -> BlockCosts:
         return BlockCosts(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
@@ -379,6 +381,7 @@ def report(problem: Problem, layout: Layout, cands: Candidates, ev: Evaluation, 
                                  and (p == 1 or fw.overlap_grad_reduce_with_pipeline)),
         overlap_param_gather=bool(cands.param_gather[i] and fw.overlap_param_gather),
         tp_comm_overlap=bool(tp_overlap_applies(problem, cands)[i]),
+        moe_a2a_overlap=bool(moe_overlap_applies(problem, cands)[i]),
         fp8_param_gather=bool(fp8_params_gathered(problem, cands)[i]),
         optimizer_offload=float(cands.opt_offload[i]), param_offload=bool(cands.param_offload[i]),
         activation_offload_layers=int(cands.act_offload[i]),

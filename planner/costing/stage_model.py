@@ -16,8 +16,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from cost_models.enums import MasterWeights, Precision, ZeroStage
+from cost_models.enums import MasterWeights, Precision, Recompute, ZeroStage
 from cost_models.data_parallel import fp8_gather_bytes_saved
+from cost_models.expert_parallel import a2a_overlap_share, paired_a2a_exposed_s
 from cost_models.fp8 import fp8_value_bytes, fp8_weight_bytes_per_param
 from cost_models.memory import (StateBytes, bf16_grad_copy_bytes_per_param, framework_buffer_bytes,
                                 model_state_bytes, zero3_gather_buffer_bytes)
@@ -31,6 +32,7 @@ from planner.costing.data_parallel import micro_batch_s, micro_batch_term
 from planner.costing.layout import ChainTypes
 from planner.costing.placement import data_parallel_gap, pipeline_placement, tp_placement
 from planner.costing.stage_terms import Linear, Peak, Term
+from planner.core.candidates import RECOMPUTE_ORDER
 from planner.core.problem import Problem
 from planner.inputs.loader import fp8_param_gather_allowed
 from planner.schemas.model import REPEATED_KINDS, OutputBlock, TransformerBlock
@@ -103,6 +105,16 @@ def tp_overlap_applies(problem: Problem, cands) -> np.ndarray:
     place = tp_placement(cands.tp, problem.cluster.nvlink_gpus)
     return (cands.tp_overlap & cands.sp & problem.framework.tp_comm_overlap
             & tp_overlap_reaches(place.num_nodes))
+
+
+def moe_overlap_applies(problem: Problem, cands) -> np.ndarray:
+    """Whether each candidate hides its expert all-to-all behind another micro-batch's compute:
+    asked for, on a framework that has it, where Megatron-Core allows it (TransformerConfig
+    __post_init__: expert parallelism, no full recomputation, and with a pipeline the
+    interleaved schedule)."""
+    full = cands.recompute == RECOMPUTE_ORDER.index(Recompute.FULL)
+    return (cands.moe_overlap & problem.framework.moe_a2a_overlap & problem.model.is_moe
+            & (cands.ep > 1) & ~full & ((cands.pp == 1) | (cands.vpp > 1)))
 
 
 def fp8_weight_extra_bytes(problem: Problem, cands) -> np.ndarray:
@@ -370,10 +382,23 @@ def stage_model(problem: Problem, cands, costs, *, pp: int, tied_copy: Linear,
                         0.0)[:, None]
     tp_comm = Linear(block=tp_exposed_s(costs.tp_comm_s, block_compute, overlap_share=tp_share,
                                         interference=k))
-    # Expert dispatch and combine: the framework's share overlaps with compute (Megatron-LM
-    # --overlap-moe-expert-parallel-comm overlaps one micro-batch's all-to-all with another's).
-    ep_comm = Linear(block=exposed_time_s(costs.ep_comm_s, block_compute, interference=k,
-                                          share=fw.ep_comm_overlap_fraction))
+    # Expert dispatch and combine: with moe_a2a_overlap, on the paired chunk passes of the
+    # combined 1F1B schedule (`a2a_overlap_share`) each all-to-all runs beside one piece of
+    # the other micro-batch's layer (`paired_a2a_exposed_s`), the unpaired ones in line;
+    # otherwise the framework's share, if any, overlaps the layer's compute.
+    paired = a2a_overlap_share(num_micro_batches=cands.num_micro_batches, pp=cands.pp,
+                               vpp=cands.vpp)[:, None]
+    overlapped = (paired * paired_a2a_exposed_s(
+        costs.ep_comm_s, forward_s=costs.forward_s,
+        backward_s=costs.backward_s + costs.recompute_s,
+        expert_forward_s=costs.expert_forward_s,
+        interference=k if fw.moe_a2a_overlap_interference is None
+        else fw.moe_a2a_overlap_interference)
+        + (1 - paired) * costs.ep_comm_s)
+    plain = exposed_time_s(costs.ep_comm_s, block_compute, interference=k,
+                           share=fw.ep_comm_overlap_fraction)
+    ep_comm = Linear(block=np.where(moe_overlap_applies(problem, cands)[:, None], overlapped,
+                                    plain))
     cp_comm = Linear(block=costs.cp_comm_s)
     pp_comm = _pipeline_comm(problem, cands, costs, pp) if pp > 1 else None
 

@@ -222,6 +222,10 @@ def _parallel_args(plan: LaunchPlan) -> list[str]:
             args.append("--overlap-param-gather")
     if plan.overlap("tp_comm_overlap") and s.sequence_parallel:     # Transformer Engine userbuffers need SP
         args.append("--tp-comm-overlap")
+    if plan.overlap("moe_a2a_overlap") and moe_overlap_allowed(s):
+        # Megatron-Bridge's moe_a2a_overlap (scripts/performance/utils/overrides.py
+        # _set_moe_a2a_overlap_overrides) sets both; delayed wgrad needs the overlap.
+        args += ["--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"]
     if s.optimizer_offload:      # HybridDeviceOptimizer (docs/.../optimizer_cpu_offload.md)
         args += ["--optimizer-cpu-offload", f"--optimizer-offload-fraction {s.optimizer_offload:g}",
                  "--use-precision-aware-optimizer", "--overlap-cpu-optimizer-d2h-h2d"]
@@ -255,6 +259,13 @@ def _low_precision_extra_args(plan: LaunchPlan) -> list[str]:
                  f"--num-layers-at-start-in-bf16 {training.bf16_first_layers}",
                  f"--num-layers-at-end-in-bf16 {training.bf16_last_layers}"]
     return args
+
+
+def moe_overlap_allowed(s) -> bool:
+    """Megatron-Core accepts --overlap-moe-expert-parallel-comm here (TransformerConfig
+    __post_init__: ep > 1, no full recomputation, vpp with pp > 1)."""
+    return (s.ep > 1 and s.recompute is not Recompute.FULL
+            and (s.pp == 1 or s.vpp > 1))
 
 
 def _training_args(plan: LaunchPlan) -> list[str]:

@@ -238,7 +238,8 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
              sequence_parallel="--sequence-parallel" in flags, zero_stage=zero,
              overlap_grad_reduce="--overlap-grad-reduce" in flags,
              overlap_param_gather="--overlap-param-gather" in flags,
-             tp_comm_overlap="--tp-comm-overlap" in flags)
+             tp_comm_overlap="--tp-comm-overlap" in flags,
+             moe_a2a_overlap="--overlap-moe-expert-parallel-comm" in flags)
     instances = number("--num-distributed-optimizer-instances", 1)
     if instances > 1:
         # HSDP: each instance shards over dp / instances ranks (Megatron-LM

@@ -105,6 +105,9 @@ class OverlapDefaults(BaseModel):
     tp_comm_overlap: bool
     fp8_param_gather: bool = False
     """FP8 parameters gathered in FP8, where the recipe and ZeRO allow (`Fp8Profile`)."""
+    moe_a2a_overlap: bool = False
+    """Expert all-to-all of one micro-batch hidden behind another's compute, where it applies
+    (`FrameworkProfile.moe_a2a_overlap`)."""
     rank_order: RankOrder = RankOrder.TP_CP_EP_DP_PP
     """The rank order the framework builds its process groups in (`RankOrder`)."""
 
@@ -183,7 +186,16 @@ class FrameworkProfile(BaseModel):
     expert_parallel: bool = False
     """Splits an MoE layer's routed experts over expert-parallel ranks."""
     ep_comm_overlap_fraction: float = Field(default=0.0, ge=0, le=1)
-    """Share of the expert-parallel all-to-all hidden behind compute by default."""
+    """Share of the expert-parallel all-to-all hidden behind compute without moe_a2a_overlap."""
+    moe_dispatcher_sync_s: float = Field(default=0.0, ge=0)
+    """GPU idle time of the token dispatcher's host synchronisation, per MoE layer and forward
+    pass (`expert_parallel.dispatcher_sync_s`); 0 where the dispatcher does not sync."""
+    moe_a2a_overlap_interference: float | None = Field(default=None, ge=0, le=1)
+    """Share of an overlapped expert all-to-all's time the compute beside it still loses
+    (`communication.overlap_pieces`); None: the cluster's overlap_interference."""
+    moe_a2a_overlap: bool = False
+    """Can overlap one micro-batch's expert all-to-all with another micro-batch's compute
+    (Megatron-Core's combined 1F1B schedule, --overlap-moe-expert-parallel-comm)."""
     context_parallel: tuple[CpComm, ...] = ()
     """The ways it exchanges keys and values across context-parallel ranks (empty: no CP)."""
     fp8: Fp8Profile | None = None

@@ -42,6 +42,8 @@ class StrategyOut(BaseModel):
     overlap_param_gather: bool
     tp_comm_overlap: bool
     """The overlaps as run: on only where the strategy asks and the framework has them."""
+    moe_a2a_overlap: bool = False
+    """Expert all-to-all hidden behind another micro-batch's compute, as run."""
     fp8_param_gather: bool = False
     """FP8 parameters gathered in FP8, as run (precision fp8 only)."""
     optimizer_offload: float = 0.0

@@ -77,6 +77,13 @@ class Strategy(BaseModel):
     """Overlap tensor-parallel collectives with the GEMMs (Megatron-LM --tp-comm-overlap,
     torchtitan async TP), where the framework can; needs sequence parallelism. None: the
     framework's default."""
+    moe_a2a_overlap: bool | None = None
+    """Hide one micro-batch's expert-parallel all-to-all behind another's compute: the
+    combined 1F1B schedule runs micro-batch i + 1's forward beside micro-batch i's backward,
+    layer by layer, dispatch and combine on a communication stream (Megatron-LM
+    --overlap-moe-expert-parallel-comm with --delay-wgrad-compute, as Megatron-Bridge's
+    moe_a2a_overlap sets them). Needs ep > 1, no full recompute and, with a pipeline, the
+    interleaved schedule. None: the framework's default."""
     fp8_param_gather: bool | None = None
     """With precision fp8, keep the linear weights as FP8 parameters and all-gather them in FP8
     (Megatron-LM --fp8-param-gather, needs the distributed optimizer; torchtitan

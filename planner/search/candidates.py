@@ -81,6 +81,7 @@ class SearchSpace:
     overlap_grad_reduce: bool | None = None
     overlap_param_gather: bool | None = None
     tp_comm_overlap: bool | None = None
+    moe_a2a_overlap: bool | None = None
     offload: tuple[str, ...] = ()
     """What the search may keep in host memory: 'optimizer', 'params', 'activations'. Each
     strategy is tried with and without each (`offload_variants`)."""
@@ -430,7 +431,8 @@ def generate(problem: Problem, space: SearchSpace) -> list[CandidateGroup]:
             num_servers=a["dp"].copy(), global_batch=np.full(n, problem.training.global_batch),
             opt_offload=shares.astype(float), param_offload=params.astype(bool),
             act_offload=layers.astype(int), nvls=np.full(n, space.nvls),
-            rank_order=np.full(n, RANK_ORDER.index(overlap.rank_order)))
+            rank_order=np.full(n, RANK_ORDER.index(overlap.rank_order)),
+            moe_overlap=np.full(n, overlap.moe_a2a_overlap))
         groups.append(CandidateGroup(pp=pp, vpp=vpp, cands=cands))
     return groups
 

@@ -42,6 +42,12 @@ CASES = [
     # gpt-oss: alternating sliding-window attention, sinks, biased experts (etp 1).
     Case("gpt-oss-120b-ep", T.MEGATRON, "gpt-oss-120b", "dgx-h100", 64,
          dict(dp=64, tp=1, pp=1, ep=64, etp=1, micro_batch=1, recompute="full", zero_stage=1)),
+    # Qwen3-30B-A3B as NVIDIA's 16-GPU H100 recipe lays it out (EP 16 over two nodes), with the
+    # expert all-to-all hidden behind the other micro-batch (--overlap-moe-expert-parallel-comm
+    # --delay-wgrad-compute, Megatron-Bridge moe_a2a_overlap).
+    Case("qwen3-30b-a3b-ep-overlap", T.MEGATRON, "qwen3-30b-a3b", "dgx-h100", 16,
+         dict(dp=16, tp=1, pp=1, ep=16, etp=1, micro_batch=1, zero_stage=1,
+              moe_a2a_overlap=True)),
     Case("mixtral-8x7b-ep", T.TORCHTITAN, "mixtral-8x7b", "dgx-h100", 64,
          dict(dp=64, tp=1, pp=1, ep=8, etp=1, micro_batch=1, recompute="full", zero_stage=3)),
     # Context parallelism as each framework runs it: Megatron-LM's hierarchical a2a+p2p,

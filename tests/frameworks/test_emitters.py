@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -109,3 +110,25 @@ def test_plan_emit_validate_round_trip_through_the_cli(cli, tmp_path):
             for field in STRATEGY_FIELDS[:-1]:
                 assert checked["strategy"][field] == best["strategy"][field], (path, field)
             assert checked["time"]["step_s"] == pytest.approx(best["time"]["step_s"])
+
+
+def test_moe_a2a_overlap_round_trips_as_megatron_flags(tmp_path):
+    # Megatron-Bridge's moe_a2a_overlap sets both flags (scripts/performance/utils/overrides.py
+    # _set_moe_a2a_overlap_overrides); the reader takes the overlap from the first.
+    case = next(c for c in CASES if c.name == "qwen3-30b-a3b-ep-overlap")
+    plan = case.plan()
+    assert plan.report.strategy.moe_a2a_overlap
+    (name, text), = emit_files([case.target], plan).items()
+    assert "--overlap-moe-expert-parallel-comm" in text and "--delay-wgrad-compute" in text
+    path = tmp_path / name
+    path.write_text(text)
+    review = review_config(plan.problem, str(path), gpus_given=None, options=RuleOptions(),
+                           compare=False)
+    assert review.strategy.moe_a2a_overlap is True
+    off = plan.strategy.model_copy(update={"moe_a2a_overlap": False})
+    from planner.costing.evaluate import evaluate_strategy
+    slower = evaluate_strategy(plan.problem, off)
+    assert slower.time.ep_comm_s > review.report.time.ep_comm_s
+    # Off, nothing is emitted: Megatron-LM's default.
+    plain = replace(plan, strategy=off, report=slower)
+    assert "--overlap-moe-expert-parallel-comm" not in emit_files([case.target], plain)[name]

@@ -131,7 +131,12 @@ def test_error_per_source_stays_at_what_was_recorded(by_source, source, recorded
     # 0.377 -> 0.365 when Qwen3's QK-norm inputs were counted: the two Qwen3-235B rows on 64
     # B200 (recompute not stated) no longer fit without it; full recompute: +88%/+44% ->
     # +43%/+10%.
-    ("megatron_bridge_moe", 0.365, 2.44),
+    # 0.365 -> 0.377 with the all-to-all overlap the recipes turn on (issue 26: GPT-OSS on
+    # GB200, Qwen3-235B-A22B on H100, by perf_recipes @067f987df): its exposed EP time was
+    # hiding a cost outside the MoE terms on runs already priced too fast (GPT-OSS GB200
+    # +29% -> +43%, Qwen3-235B H100 -8..-13% -> +8..+15%); the overlap's own ratio is
+    # checked against Megatron-Bridge's A/B in tests/costing/test_moe.py.
+    ("megatron_bridge_moe", 0.377, 2.44),
     ("nemo_long_context_cp", 0.330, 0.49),
     ("torchtitan_asynctp_h100_202506", 0.280, 0.66),
     ("torchtitan_llama31_h100_202412", 0.575, 1.51),
