@@ -199,6 +199,20 @@ class CpComm(str, Enum):
     (Megatron-LM --hierarchical-context-parallel-sizes)."""
 
 
+class CudaGraphs(str, Enum):
+    """What a run captures in CUDA graphs, replayed instead of launching each kernel from the
+    host (Megatron-LM --cuda-graph-impl @d98e8a64, docs/user-guide/features/cuda_graph.md)."""
+
+    NONE = "none"
+    """Every kernel launched from Python (--cuda-graph-impl none, the default)."""
+    LAYER = "layer"
+    """One graph per transformer layer's forward and backward (--cuda-graph-impl local, or
+    transformer_engine: TE make_graphed_callables)."""
+    FULL_ITERATION = "full_iteration"
+    """The whole forward-backward of a step, the optimizer outside (--cuda-graph-impl
+    full_iteration, which needs --no-check-for-nan-in-loss-and-grad)."""
+
+
 class DpComm(str, Enum):
     """How data-parallel replicas exchange gradients."""
 

@@ -445,5 +445,10 @@ def evaluate_strategy(problem: Problem, strategy: Strategy, *,
     layout = layout_for(problem, strategy)
     cands = Candidates.from_strategy(strategy, problem.framework.defaults)
     ev = evaluate(problem, layout, cands)
-    return report(problem, layout, cands, ev, 0, num_tokens=num_tokens)
+    out = report(problem, layout, cands, ev, 0, num_tokens=num_tokens)
+    if strategy.cuda_graphs is None:
+        return out
+    # Not priced (Strategy.cuda_graphs): carried from the strategy to its report.
+    return out.model_copy(update={"strategy": out.strategy.model_copy(
+        update={"cuda_graphs": strategy.cuda_graphs})})
 

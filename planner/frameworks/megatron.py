@@ -9,8 +9,8 @@ data/megatron_args.txt); a test checks every emitted flag against it.
 
 from __future__ import annotations
 
-from cost_models.enums import AttentionKind, CpComm, Fp8Recipe, LoadBalancing, MlpKind, NormKind, \
-    Optimizer, PositionKind, Precision, RankOrder, Recompute, ZeroStage
+from cost_models.enums import AttentionKind, CpComm, CudaGraphs, Fp8Recipe, LoadBalancing, MlpKind, \
+    NormKind, Optimizer, PositionKind, Precision, RankOrder, Recompute, ZeroStage
 from planner.frameworks import torchrun
 from planner.frameworks.base import LaunchPlan, header_lines, transformer_shape
 from planner.frameworks.megatron_reader import FSDP_STRATEGIES, parse  # noqa: F401
@@ -268,6 +268,16 @@ def moe_overlap_allowed(s) -> bool:
             and (s.pp == 1 or s.vpp > 1))
 
 
+CUDA_GRAPH_ARGS = {
+    CudaGraphs.LAYER: ["--cuda-graph-impl local"],
+    CudaGraphs.FULL_ITERATION: ["--cuda-graph-impl full_iteration",
+                                "--no-check-for-nan-in-loss-and-grad"],
+}
+"""Megatron-LM @d98e8a64 (docs/user-guide/features/cuda_graph.md): per-layer graphs with
+MCore's CudaGraphManager, or one graph per iteration, which needs the NaN check (a host sync)
+off. CudaGraphs.NONE writes nothing (the default, none)."""
+
+
 def _training_args(plan: LaunchPlan) -> list[str]:
     training, s = plan.problem.training, plan.strategy
     if training.precision is Precision.BF16:
@@ -297,6 +307,7 @@ def _training_args(plan: LaunchPlan) -> list[str]:
         args = []
     if training.bf16_gradients and training.precision in (Precision.BF16, Precision.FP8):
         args.append("--grad-reduce-in-bf16")
+    args += CUDA_GRAPH_ARGS.get(s.cuda_graphs, [])
     if training.optimizer is Optimizer.ADAM:
         args += ["--optimizer adam", "--adam-beta1 0.9", "--adam-beta2 0.95"]
     else:

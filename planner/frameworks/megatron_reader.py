@@ -3,7 +3,8 @@ under torchrun or srun), into a strategy, training settings and findings."""
 
 from __future__ import annotations
 
-from cost_models.enums import CpComm, Optimizer, Precision, RankOrder, Recompute, ZeroStage
+from cost_models.enums import (CpComm, CudaGraphs, Optimizer, Precision, RankOrder, Recompute,
+                               ZeroStage)
 from planner.frameworks.base import ParsedConfig
 from planner.frameworks.shell import Flag
 from planner.errors import InputError
@@ -141,6 +142,31 @@ def _layers_per_chunk(num_layers: int, pp: int, vpp: int, first: int | None,
     if last is not None:
         stages[-1] = last
     return [stages[k % pp] // vpp for k in range(pp * vpp)]
+
+
+CUDA_GRAPH_IMPLS = {"none": CudaGraphs.NONE, "local": CudaGraphs.LAYER,
+                    "transformer_engine": CudaGraphs.LAYER,
+                    "full_iteration": CudaGraphs.FULL_ITERATION}
+
+
+def _cuda_graphs(flags, file: str) -> CudaGraphs | None:
+    """What the script captures in CUDA graphs: --cuda-graph-impl, or the deprecated
+    --enable-cuda-graph (local) and --external-cuda-graph (transformer_engine), and
+    --cuda-graph-scope / --cuda-graph-modules full_iteration, which arguments.py migrates to
+    --cuda-graph-impl full_iteration (docs/user-guide/features/cuda_graph.md @d98e8a64)."""
+    impl = flags.get("--cuda-graph-impl")
+    value = None if impl is None else impl.value
+    if value is not None and value not in CUDA_GRAPH_IMPLS:
+        raise InputError(f"{file}: --cuda-graph-impl: '{value}' is not one of "
+                         f"{', '.join(CUDA_GRAPH_IMPLS)}")
+    graphs = CUDA_GRAPH_IMPLS.get(value)
+    if graphs is None and ("--enable-cuda-graph" in flags or "--external-cuda-graph" in flags):
+        graphs = CudaGraphs.LAYER
+    for name in ("--cuda-graph-scope", "--cuda-graph-modules"):
+        scope = flags.get(name)
+        if scope is not None and scope.value == "full_iteration":
+            graphs = CudaGraphs.FULL_ITERATION
+    return graphs
 
 
 def _context_parallel(parsed: ParsedConfig, flags, cp: int, file: str) -> dict:
@@ -308,6 +334,9 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
                        "--use-distributed-optimizer", "add --use-distributed-optimizer")
     if "--use-tp-pp-dp-mapping" in flags:   # initialize.py: order 'tp-cp-ep-pp-dp'
         s["rank_order"] = RankOrder.TP_CP_EP_PP_DP
+    graphs = _cuda_graphs(flags, file)
+    if graphs is not None:
+        s["cuda_graphs"] = graphs
     nvls = script.variables.get("NCCL_NVLS_ENABLE")
     if nvls in ("0", "1"):          # NCCL docs, env.html: NCCL_NVLS_ENABLE 0 or 1 (default 1)
         s["nvls"] = nvls == "1"

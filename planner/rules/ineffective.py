@@ -51,6 +51,13 @@ def ineffective_settings(problem: Problem, strategy: Strategy) -> list[str]:
     if s.fp8_param_gather and problem.training.precision is not Precision.FP8:
         notes.append(f"fp8_param_gather has no effect in {problem.training.precision.value}: "
                      f"only FP8 linear weights are gathered in FP8")
+    if s.cuda_graphs is not None:
+        notes.append(f"cuda_graphs {s.cuda_graphs.value} is not priced: the per-step host time "
+                     f"was fitted on runs with CUDA graphs (MLPerf v5.1, "
+                     f"bench/calibrate_step_sync.py) and kernel-launch latency is not modelled"
+                     + ("" if problem.framework.name == "megatron" else
+                        f"; {problem.framework.description} has no such setting and nothing "
+                        f"is written"))
     if not s.nvls and problem.cluster.efficiency.nvls_bus_fraction is None:
         notes.append(f"nvls false has no effect on {problem.cluster.name}: its NVLink switch "
                      f"has no NVLS (no efficiency.nvls_bus_fraction), so NCCL runs ring and "

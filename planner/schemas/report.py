@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, computed_field
 
-from cost_models.enums import CpComm, RankOrder, Recompute, ZeroStage
+from cost_models.enums import CpComm, CudaGraphs, RankOrder, Recompute, ZeroStage
 from planner.schemas.strategy import DpComm
 
 _OUT = ConfigDict(frozen=True, use_attribute_docstrings=True)
@@ -56,6 +56,7 @@ class StrategyOut(BaseModel):
     layers_per_stage: list[int]
     """Repeated layers on each pipeline chunk (pp * vpp entries, pipeline order)."""
     nvls: bool = True
+    cuda_graphs: CudaGraphs | None = None
     """NCCL may reduce inside the NVSwitch (NCCL_NVLS_ENABLE not 0)."""
     rank_order: RankOrder = RankOrder.TP_CP_EP_DP_PP
     """The rank order the process groups are built in."""

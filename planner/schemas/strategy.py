@@ -7,8 +7,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from cost_models.enums import (CpComm, DpComm, RankOrder, Recompute,  # noqa: F401 (re-exported)
-                                ZeroStage)
+from cost_models.enums import (CpComm, CudaGraphs, DpComm, RankOrder,  # noqa: F401 (re-exported)
+                               Recompute, ZeroStage)
 from planner.schemas.bounds import GlobalBatch, Gpus, Layers, MAX_LAYERS, at_most
 
 
@@ -120,6 +120,11 @@ class Strategy(BaseModel):
     """Which parallel axes consecutive ranks share, innermost first: tp-cp-ep-dp-pp (pipeline
     outermost) or tp-cp-ep-pp-dp (Megatron-LM --use-tp-pp-dp-mapping: data parallelism
     outermost). It decides which groups share a node. None: the framework's order."""
+    cuda_graphs: CudaGraphs | None = None
+    """What the run captures in CUDA graphs (Megatron-LM --cuda-graph-impl). Carried to the
+    launch config, not priced: the per-step host time (framework profile step_host_s) was
+    fitted on runs with CUDA graphs, and kernel-launch latency is not modelled. None: the
+    framework's default, nothing written."""
 
     @property
     def num_micro_batches(self) -> float:

@@ -1,0 +1,71 @@
+"""CUDA graphs as a run setting: Megatron-LM's --cuda-graph-impl written and read back
+(docs/user-guide/features/cuda_graph.md @d98e8a64, and its migration table for the deprecated
+flags), carried to the report, not priced, and said so in a note."""
+
+from __future__ import annotations
+
+import pytest
+
+from cost_models.enums import CudaGraphs
+from planner.costing.evaluate import evaluate_strategy
+from planner.frameworks import LaunchPlan, emit_files
+from planner.frameworks.megatron import parse
+from planner.inputs.loader import make_problem
+from planner.rules.ineffective import ineffective_settings
+from planner.schemas.strategy import LaunchTarget, Strategy
+
+
+def _script(graphs: CudaGraphs | None) -> tuple:
+    problem = make_problem("llama3-8b", "dgx-h100", gpus=16)
+    s = Strategy(dp=16, tp=1, pp=1, micro_batch=1, global_batch=problem.training.global_batch,
+                 cuda_graphs=graphs)
+    text = next(iter(emit_files([LaunchTarget.MEGATRON],
+                                LaunchPlan(problem, s, evaluate_strategy(problem, s))).values()))
+    return problem, s, text
+
+
+@pytest.mark.parametrize(("graphs", "flags"), [
+    (CudaGraphs.LAYER, ["--cuda-graph-impl local"]),
+    # full_iteration "requires --no-check-for-nan-in-loss-and-grad" (the NaN check syncs).
+    (CudaGraphs.FULL_ITERATION, ["--cuda-graph-impl full_iteration",
+                                 "--no-check-for-nan-in-loss-and-grad"]),
+])
+def test_megatron_writes_and_reads_back_cuda_graphs(graphs, flags):
+    problem, _, text = _script(graphs)
+    assert all(flag in text for flag in flags)
+    parsed = parse(text, file="train.sh", problem=problem, num_gpus=16)
+    assert parsed.strategy["cuda_graphs"] is graphs
+
+
+def test_default_writes_nothing_and_reads_nothing():
+    problem, _, text = _script(None)
+    assert "cuda-graph" not in text
+    assert "cuda_graphs" not in parse(text, file="train.sh", problem=problem,
+                                      num_gpus=16).strategy
+
+
+@pytest.mark.parametrize(("old", "graphs"), [
+    ("--enable-cuda-graph", CudaGraphs.LAYER),                  # -> --cuda-graph-impl local
+    ("--external-cuda-graph", CudaGraphs.LAYER),                # -> transformer_engine
+    ("--cuda-graph-impl transformer_engine", CudaGraphs.LAYER),
+    ("--cuda-graph-impl local --cuda-graph-scope full_iteration", CudaGraphs.FULL_ITERATION),
+    ("--cuda-graph-impl none", CudaGraphs.NONE),
+])
+def test_deprecated_and_other_spellings_are_read(old, graphs):
+    problem, _, text = _script(None)
+    text = text.replace("--bf16", f"--bf16 {old}", 1)
+    assert parse(text, file="train.sh", problem=problem, num_gpus=16).strategy[
+        "cuda_graphs"] is graphs
+
+
+def test_not_priced_carried_and_noted():
+    problem, s, _ = _script(CudaGraphs.FULL_ITERATION)
+    plain = evaluate_strategy(problem, s.model_copy(update={"cuda_graphs": None}))
+    graphed = evaluate_strategy(problem, s)
+    assert graphed.time.step_s == plain.time.step_s
+    assert graphed.strategy.cuda_graphs is CudaGraphs.FULL_ITERATION
+    assert plain.strategy.cuda_graphs is None
+    notes = ineffective_settings(problem, s)
+    assert any(n.startswith("cuda_graphs full_iteration is not priced") for n in notes)
+    assert not any("cuda_graphs" in n for n in ineffective_settings(
+        problem, s.model_copy(update={"cuda_graphs": None})))
