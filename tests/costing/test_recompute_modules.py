@@ -97,3 +97,12 @@ def test_search_module_sets(model, framework, count):
     problem = make_problem(model, "dgx-h100", gpus=64, framework=framework)
     sets = recompute_module_sets(problem)
     assert len(sets) == count and sets[0] == frozenset({M.CORE_ATTN})
+
+
+def test_modules_without_their_layers_are_notes():
+    from planner.rules.ineffective import ineffective_settings
+    problem = make_problem("llama3-8b", "dgx-h100", gpus=8)
+    s = Strategy(dp=8, global_batch=1024, recompute="selective",
+                 recompute_modules=("moe_act", "mlp"))
+    assert ineffective_settings(problem, s) == [
+        "recompute_modules moe_act has no effect on llama3-8b: it has no MoE layers"]
