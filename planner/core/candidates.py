@@ -127,7 +127,8 @@ class Candidates:
             self.moe_overlap = np.zeros(n, dtype=bool)
         if self.rc_modules is None:
             selective = self.recompute == RECOMPUTE_ORDER.index(Recompute.SELECTIVE)
-            self.rc_modules = np.where(selective, DEFAULT_MODULES_MASK, 0).astype(np.int64)
+            self.rc_modules = np.where(selective, DEFAULT_MODULES_MASK, 0) + np.zeros(
+                n, dtype=np.int64)
 
     @property
     def edp(self) -> np.ndarray:
