@@ -87,16 +87,17 @@ def test_megatron_refuses_what_megatron_core_refuses():
     assert Rule.MEGATRON_RECOMPUTE_MODULES.value in [v.rule for v in rule_violations(problem, s)]
 
 
-@pytest.mark.parametrize("model, framework, count", [
-    ("llama3-8b", "megatron", 1),         # dense: core_attn only
-    ("qwen3-30b-a3b", "megatron", 3),     # MoE: + moe_act, layernorm + moe_act
-    ("deepseek-v3", "megatron", 5),       # MoE with MLA: + the two DeepSeek-V3 recipe sets
-    ("deepseek-v3", "torchtitan", 1),     # no --recompute-modules
+@pytest.mark.parametrize("model, framework, attention, sets", [
+    ("llama3-8b", "megatron", None, [{M.CORE_ATTN}]),            # dense: today's selective
+    ("qwen3-30b-a3b", "megatron", None, [{M.MOE_ACT}, {M.LAYERNORM, M.MOE_ACT}]),
+    ("deepseek-v3", "megatron", None, [{M.LAYERNORM, M.MOE_ACT},
+                                       {M.LAYERNORM, M.MLA_UP_PROJ, M.MOE_ACT}]),
+    ("deepseek-v3", "megatron", "unfused", [{M.CORE_ATTN}]),     # the scores are worth it
+    ("deepseek-v3", "torchtitan", None, [{M.CORE_ATTN}]),        # no --recompute-modules
 ])
-def test_search_module_sets(model, framework, count):
-    problem = make_problem(model, "dgx-h100", gpus=64, framework=framework)
-    sets = recompute_module_sets(problem)
-    assert len(sets) == count and sets[0] == frozenset({M.CORE_ATTN})
+def test_search_module_sets(model, framework, attention, sets):
+    problem = make_problem(model, "dgx-h100", gpus=64, framework=framework, attention=attention)
+    assert [set(m) for m in recompute_module_sets(problem)] == sets
 
 
 def test_modules_without_their_layers_are_notes():
