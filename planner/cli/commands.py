@@ -186,9 +186,8 @@ def search_options(function):
                      metavar="M[,M...]",
                      help="Module sets selective recompute may re-run (repeat for several "
                           "sets; Megatron-LM --recompute-modules: core_attn, layernorm, "
-                          "mla_up_proj, mlp, moe, moe_act, shared_experts; default: core_attn, or "
-                          "for an MoE model with fused attention two sets of NVIDIA's "
-                          "recipes)."),
+                          "mla_up_proj, mlp, moe, moe_act, shared_experts; default: core_attn and, "
+                          "for an MoE model, one set of NVIDIA's recipes)."),
         click.option("--sp/--no-sp", "sequence_parallel", default=None,
                      help="Require or forbid sequence parallelism (default: either)."),
         click.option("--dp-comm", type=click.Choice(["all_reduce", "parameter_server", "both"]),

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from cost_models.enums import (DEFAULT_RECOMPUTE_MODULES, AttentionKind, CpComm, RankOrder,
-                               Recompute, RecomputeModule, ZeroStage)
+from cost_models.enums import (DEFAULT_RECOMPUTE_MODULES, CpComm, RankOrder, Recompute,
+                               RecomputeModule, ZeroStage)
 from planner.core.candidates import (CP_COMM_ORDER, DP_COMM_ORDER, RANK_ORDER, RECOMPUTE_ORDER,
                                      Candidates, modules_mask)
 from planner.rules.gate import (Rule, RuleOptions, balanced_layouts_allowed, breaks,
@@ -345,25 +345,22 @@ def offload_variants(problem: Problem, space: SearchSpace,
 
 
 def recompute_module_sets(problem: Problem) -> tuple[frozenset[RecomputeModule], ...]:
-    """The module sets selective recompute is tried with: core_attn, the paper's selective
-    recompute and Megatron-Core's default; where the framework takes --recompute-modules, for
-    an MoE model with fused attention instead the sets NVIDIA's recipes run (Megatron-Bridge
-    perf_recipes @067f987df): layernorm + moe_act (gpt_oss h100/b200/gb200), and moe_act
-    alone (gpt_oss, minimax) or, with MLA, layernorm + mla_up_proj + moe_act
-    (deepseek/common.py). core_attn is left out there: under fused attention it keeps only the
-    softmax statistics anyway (Megatron-Core warns "you have no need to set 'core_attn' to
-    recompute") and re-runs the attention kernel. Two sets, not every subset: each is another
-    copy of the selective rows (`bench/bench_search.py`); the recipes' mla_up_proj + mlp
-    (deepseek/h100/deepseek_v3.py) keeps more and re-runs as much as the MLA set, and any set
-    can be searched with --recompute-modules."""
+    """The module sets selective recompute is tried with: core_attn (the paper's selective
+    recompute, Megatron-Core's default) always; where the framework takes --recompute-modules,
+    for an MoE model one more, the cheapest to re-run of the sets NVIDIA's recipes run
+    (Megatron-Bridge perf_recipes @067f987df) that keeps the least: layernorm + moe_act
+    (gpt_oss h100/b200/gb200) or, with MLA, layernorm + mla_up_proj + moe_act
+    (deepseek/common.py). One set, not every subset: each is another copy of the selective
+    rows, and two kept DeepSeek-V3's search 30% slower (`bench/bench_search.py`). The recipes'
+    other sets (moe_act alone; mla_up_proj + mlp, deepseek/h100/deepseek_v3.py, which keeps
+    more than the MLA set and re-runs as much) are searched with --recompute-modules. Under
+    FP8 with delayed scaling Megatron-Core refuses these sets (a rule), leaving core_attn."""
     M = RecomputeModule
-    fused = problem.training.attention_kernel(problem.framework) is AttentionKind.FLASH
-    if not (problem.framework.recompute_modules and problem.model.is_moe and fused):
+    if not (problem.framework.recompute_modules and problem.model.is_moe):
         return (DEFAULT_RECOMPUTE_MODULES,)
     if any(layer.mla is not None for layer in problem.model.attention_layers()):
-        return (frozenset({M.LAYERNORM, M.MOE_ACT}),
-                frozenset({M.LAYERNORM, M.MLA_UP_PROJ, M.MOE_ACT}))
-    return frozenset({M.MOE_ACT}), frozenset({M.LAYERNORM, M.MOE_ACT})
+        return DEFAULT_RECOMPUTE_MODULES, frozenset({M.LAYERNORM, M.MLA_UP_PROJ, M.MOE_ACT})
+    return DEFAULT_RECOMPUTE_MODULES, frozenset({M.LAYERNORM, M.MOE_ACT})
 
 
 def recompute_options(problem: Problem, space: SearchSpace) -> list[tuple[int, int]]:
