@@ -14,6 +14,12 @@ Prints two measurements that tests/golden/test_pytorch_measured.py pins:
   (pytorch tools/autograd/derivatives.yaml `_fused_rms_norm`: input, result1, weight;
   Transformer Engine rmsnorm: inp, rsigma): the CPU decomposition of F.rms_norm keeps fp32
   copies no GPU run keeps, so `FusedRMSNorm` below saves exactly that set.
+* recompute_modules: the same layer (with QK norms) under Megatron-Core's selective
+  recompute by module: `mlp` checkpoints the MLP on the norm output (torch.utils.checkpoint,
+  as tensor_parallel.checkpoint does); `layernorm` and `act` discard outputs as Megatron's
+  CheckpointWithoutOutput does (the two norms' outputs; the SwiGLU product, the second MLP
+  matrix's input, which is what `moe_act` drops in each expert): the tensors a consumer saved
+  are not kept, and the backward gets them back as the recomputation would.
 * fsdp2: bytes of parameters, gradients and AdamW states one rank holds after a step of
   fully_shard with MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32), as
   torchtitan applies it (torchtitan/distributed/fsdp.py), on two gloo ranks; and the bytes of
@@ -91,9 +97,23 @@ class Qwen3Layer(nn.Module):
         self.up = nn.Linear(hidden, ffn_hidden, bias=False)
         self.down = nn.Linear(ffn_hidden, hidden, bias=False)
 
+    discard = ()
+    """Modules whose outputs are discarded and recomputed ('layernorm', 'act'), as Megatron's
+    output-discarding checkpoint does; `discarded` collects those outputs."""
+    checkpoint_mlp = False
+
+    def _mlp(self, y):
+        act = F.silu(self.gate(y)) * self.up(y)
+        if "act" in self.discard:
+            self.discarded.append(act)
+        return self.down(act)
+
     def forward(self, x, cos, sin):
         b, s, _ = x.shape
+        self.discarded = []
         y = self.input_norm(x)
+        if "layernorm" in self.discard:
+            self.discarded.append(y)
         q = self.q_norm(self.q_proj(y).view(b, s, self.a, self.d)).transpose(1, 2)
         k = self.k_norm(self.k_proj(y).view(b, s, self.g, self.d)).transpose(1, 2)
         v = self.v_proj(y).view(b, s, self.g, self.d).transpose(1, 2)
@@ -101,13 +121,21 @@ class Qwen3Layer(nn.Module):
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         x = x + self.o_proj(o.transpose(1, 2).reshape(b, s, self.a * self.d))
         y = self.post_norm(x)
-        return x + self.down(F.silu(self.gate(y)) * self.up(y))
+        if "layernorm" in self.discard:
+            self.discarded.append(y)
+        if self.checkpoint_mlp:
+            return x + torch.utils.checkpoint.checkpoint(self._mlp, y, use_reentrant=False)
+        return x + self._mlp(y)
 
 
-def saved_activation_bytes(*, qk_norm: bool, checkpointed: bool = False) -> int:
-    """Bytes of the distinct storages autograd saves for one layer's backward pass."""
+def saved_activation_bytes(*, qk_norm: bool, checkpointed: bool = False,
+                           recompute_modules: tuple[str, ...] = ()) -> int:
+    """Bytes of the distinct storages autograd saves for one layer's backward pass;
+    `recompute_modules` of 'mlp', 'layernorm', 'act' (see the module docstring)."""
     torch.manual_seed(0)
     layer = Qwen3Layer(**LAYER, qk_norm=qk_norm).to(torch.bfloat16)
+    layer.discard = tuple(m for m in recompute_modules if m in ("layernorm", "act"))
+    layer.checkpoint_mlp = "mlp" in recompute_modules
     d = LAYER["head_dim"]
     x = torch.randn(MICRO_BATCH, SEQ_LEN, LAYER["hidden"], dtype=torch.bfloat16,
                     requires_grad=True)
@@ -128,6 +156,8 @@ def saved_activation_bytes(*, qk_norm: bool, checkpointed: bool = False) -> int:
             out = torch.utils.checkpoint.checkpoint(layer, x, cos, sin, use_reentrant=False)
         else:
             out = layer(x, cos, sin)
+    for t in getattr(layer, "discarded", []):     # recomputed in the backward, not kept
+        storages.pop(t.untyped_storage().data_ptr(), None)
     out.float().sum().backward()         # the saved set is a valid backward graph
     return sum(storages.values())
 
@@ -187,6 +217,10 @@ def main() -> None:
     print(f"  without: {saved_activation_bytes(qk_norm=False)}")
     print(f"  with: {saved_activation_bytes(qk_norm=True)}")
     print(f"  with_checkpointed: {saved_activation_bytes(qk_norm=True, checkpointed=True)}")
+    print("recompute_modules (with qk_norm):")
+    for modules in (("layernorm",), ("mlp",), ("act",)):
+        print(f"  {'+'.join(modules)}: "
+              f"{saved_activation_bytes(qk_norm=True, recompute_modules=modules)}")
     print("fsdp2:")
     for key, value in fsdp2_state_bytes().items():
         print(f"  {key}: {value}")

@@ -62,6 +62,45 @@ class Recompute(str, Enum):
     """Store only each layer's input and recompute the whole layer in the backward pass."""
 
 
+class RecomputeModule(str, Enum):
+    """A submodule selective recompute re-runs in the backward pass: Megatron-Core's
+    --recompute-granularity selective --recompute-modules (TransformerConfig.recompute_modules,
+    megatron/core/transformer/transformer_config.py @d98e8a64; default ["core_attn"]). The
+    planner prices these seven; Megatron's gdn_norm_out, gdp_in_proj, gdp_qkv and mhc belong
+    to layer kinds it does not model."""
+
+    CORE_ATTN = "core_attn"
+    """The attention core (attention.py, standard checkpoint): its softmax statistics (and
+    with unfused attention the s x s scores) are dropped; the core re-runs."""
+    LAYERNORM = "layernorm"
+    """The input and pre-MLP norms (transformer_layer.py, output-discarding
+    CheckpointWithoutOutput): their outputs, the QKV (or MLA down-projection) input and the MLP
+    (router, shared-expert) input, are dropped; the two norms re-run."""
+    MLA_UP_PROJ = "mla_up_proj"
+    """MLA's up projections and RoPE (multi_latent_attention.py, output-discarding): the Q, K
+    and V the attention core saves are dropped; the query and key-value up-projection GEMMs
+    and RoPE re-run. Needs multi-latent attention."""
+    MLP = "mlp"
+    """A dense layer's MLP (transformer_layer.py, standard checkpoint on the norm output; not
+    an MoE layer): its internals are dropped; the MLP's forward, with its TP collectives,
+    re-runs."""
+    MOE = "moe"
+    """The whole MoE layer (moe_layer.py, standard checkpoint): router and expert activations
+    and the shared experts' are dropped; the MoE forward, dispatch and combine included,
+    re-runs."""
+    MOE_ACT = "moe_act"
+    """The routed experts' activation function (moe/experts.py, output-discarding): its output,
+    the second expert GEMM's input, is dropped; the activation re-runs."""
+    SHARED_EXPERTS = "shared_experts"
+    """An MoE layer's shared experts (moe_layer.py, standard checkpoint): their internals are
+    dropped; their forward, with its TP collectives, re-runs."""
+
+
+DEFAULT_RECOMPUTE_MODULES = frozenset({RecomputeModule.CORE_ATTN})
+"""Megatron-Core's default --recompute-modules, and what the other frameworks' selective
+recompute is priced as (Korthikanti et al. 2022, Sec. 5)."""
+
+
 class ZeroStage(IntEnum):
     """ZeRO stages (Rajbhandari et al. 2020, arXiv:1910.02054, Sec. 5)."""
 

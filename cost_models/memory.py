@@ -13,8 +13,8 @@ from typing import NamedTuple
 import numpy as np
 
 from cost_models.compute import MlaDims
-from cost_models.enums import (AttentionKind, MasterWeights, MlpKind, Optimizer, Precision,
-                               Recompute, ZeroStage)
+from cost_models.enums import (DEFAULT_RECOMPUTE_MODULES, AttentionKind, MasterWeights, MlpKind,
+                               Optimizer, Precision, Recompute, RecomputeModule, ZeroStage)
 from cost_models.units import BYTES_16BIT, BYTES_FP32, BYTES_MASK, BYTES_TOKEN_ID
 
 
@@ -112,6 +112,8 @@ def transformer_layer_activation_bytes(
     bytes_per_value: int = BYTES_16BIT, mla: MlaDims | None = None,
     linear_input_bytes: float | None = None, qk_norm: bool = False,
     attention_input_bytes: float | None = None,
+    recompute_modules: frozenset[RecomputeModule] = DEFAULT_RECOMPUTE_MODULES,
+    moe_layer: bool = False,
 ):
     """Bytes of activations one transformer layer keeps for its backward pass, per micro-batch.
 
@@ -151,8 +153,21 @@ def transformer_layer_activation_bytes(
     `attention_input_bytes` (default: `bytes_per_value`) is what each saved Q, K and V value
     takes: FP8 attention saves them quantized (`fp8.fp8_attention_value_bytes`); the attention
     output is counted once, as the output projection's input, either way.
+    `recompute_modules` (with selective recompute; Megatron-Core --recompute-modules, default
+    core_attn, which is the paper's selective recompute) drops what each module's checkpoint
+    stops keeping (transformer_layer.py, attention.py, multi_latent_attention.py,
+    moe/moe_layer.py @d98e8a64): core_attn the softmax statistics or scores; layernorm the two
+    norms' outputs, i.e. the QKV (MLA down-projection) input and the MLP (router) input, each
+    as its linear layer would keep it (with FP8, Transformer Engine's set_save_original_input
+    makes the linear keep the discarded bf16 output instead of its FP8 copy); mla_up_proj MLA's
+    Q, K and V; mlp a dense layer's MLP internals (`moe_layer` False); shared_experts and moe
+    an MoE layer's shared-expert internals (`moe_layer` True; its routed experts are
+    `moe_activation_bytes`). A checkpoint's own input is kept: it is a tensor counted already
+    (the norm output, unless layernorm drops it too).
     """
     s, b, h, a, t = seq_len, micro_batch, hidden, num_heads, tp
+    M = RecomputeModule
+    modules = recompute_modules if recompute is Recompute.SELECTIVE else frozenset()
     sbh = s * b * h
     v = bytes_per_value
     li = v if linear_input_bytes is None else linear_input_bytes
@@ -161,10 +176,10 @@ def transformer_layer_activation_bytes(
         layer_input = v * sbh                                     # checkpointed layer input
         return layer_input / t if sequence_parallel else layer_input
     # Tensors every TP rank holds in full unless sequence parallelism shards them too.
+    norm_outputs = 0 if M.LAYERNORM in modules else 2 * li * sbh   # recomputed, not stored
     replicated = (
         norms_per_layer * v * sbh                       # norm inputs: 4sbh
-        + li * sbh                                      # QKV matmul input: 2sbh
-        + li * sbh                                      # MLP (or router) input: 2sbh
+        + norm_outputs                                  # QKV and MLP (or router) inputs: 2sbh each
         + (2 * BYTES_MASK * sbh if dropout else 0)                # attention and MLP dropout masks: 2sbh
     )
     # Tensors split over TP ranks (heads, ffn columns).
@@ -181,16 +196,21 @@ def transformer_layer_activation_bytes(
                 + BYTES_FP32 * s * b * (num_heads + num_kv_heads))   # 1/rms per head row
     else:
         qk = num_heads * (head_dim + mla.qk_rope_head_dim)
-        attention_core = (qkv * s * b * (2 * qk + num_heads * mla.v_head_dim)
-                          + li * s * b * num_heads * mla.v_head_dim)   # output: Wo's input
+        up_outputs = qkv * s * b * (2 * qk + num_heads * mla.v_head_dim)   # Q, K, V
+        if M.MLA_UP_PROJ in modules:
+            up_outputs = 0 * s                          # recomputed from the latents
+        attention_core = up_outputs + li * s * b * num_heads * mla.v_head_dim   # output: Wo's input
         latents = mla.q_lora_rank + mla.kv_lora_rank
         replicated = replicated + s * b * ((v + li) * latents + v * mla.qk_rope_head_dim)
     num_mlp_inputs = 3 if mlp.gated else 2              # GeLU: its input and output
     # GeLU: 16sbh for f = 4h; the last (the second matrix's input) is a linear input.
     mlp_internal = ((num_mlp_inputs - 1) * v + li) * s * b * ffn_hidden
+    mlp_recomputed = ({M.SHARED_EXPERTS, M.MOE} if moe_layer else {M.MLP}) & modules
+    if mlp_recomputed:
+        mlp_internal = 0 * s                            # the checkpoint keeps only its input
     sharded = attention_core + mlp_internal
 
-    if recompute is Recompute.SELECTIVE:
+    if M.CORE_ATTN in modules:
         scores = 0 * s                                            # recomputed in the backward pass
     elif attention is AttentionKind.FLASH:
         scores = BYTES_FP32 * a * s * b                           # softmax log-sum-exp only
@@ -207,7 +227,8 @@ def transformer_layer_activation_bytes(
 
 def moe_activation_bytes(*, pairs, tokens_per_rank, hidden: int, expert_ffn_hidden,
                          num_experts: int, mlp: MlpKind, bytes_per_value: int = BYTES_16BIT,
-                         linear_input_bytes: float | None = None):
+                         linear_input_bytes: float | None = None,
+                         recompute_modules: frozenset[RecomputeModule] = frozenset()):
     """Bytes an MoE layer's router and routed experts keep per micro-batch on one rank.
 
     Ref: Megatron-Core (moe/router.py, moe/token_dispatcher.py, moe/experts.py GroupedMLP) with
@@ -217,11 +238,19 @@ def moe_activation_bytes(*, pairs, tokens_per_rank, hidden: int, expert_ffn_hidd
     product; GeLU: its input and output), and the expert output the combine weights by the
     routing probabilities. The expert GEMMs' inputs (the permuted input, the second matrix's
     input) take `linear_input_bytes` (FP8 with Transformer Engine; default `bytes_per_value`).
+    `recompute_modules` (selective recompute's, Megatron-Core @d98e8a64): moe checkpoints the
+    whole MoE layer on its input (moe/moe_layer.py), so none of this is kept; moe_act discards
+    the activation's output, the second GEMM's input, and re-runs the activation from the
+    first GEMM's output (moe/experts.py CheckpointWithoutOutput; under FP8 the GEMM keeps the
+    discarded bf16 original instead of its FP8 copy, set_save_original_input).
     """
+    if RecomputeModule.MOE in recompute_modules:
+        return 0 * pairs                                # only the layer input, counted already
     v = bytes_per_value
     li = v if linear_input_bytes is None else linear_input_bytes
     router = BYTES_FP32 * tokens_per_rank * num_experts
-    internals = ((2 if mlp.gated else 1) * v + li) * pairs * expert_ffn_hidden
+    act_output = 0 if RecomputeModule.MOE_ACT in recompute_modules else li   # fc2 input
+    internals = ((2 if mlp.gated else 1) * v + act_output) * pairs * expert_ffn_hidden
     return router + (v + li) * pairs * hidden + internals
 
 

@@ -182,6 +182,12 @@ def search_options(function):
         click.option("--recompute", type=click.Choice(["none", "selective", "full"]),
                      multiple=True, help="Allowed recomputation (repeat; default: all)."),
         click.option("--no-recompute", is_flag=True, help="Same as --recompute none."),
+        click.option("--recompute-modules", "recompute_modules", multiple=True,
+                     metavar="M[,M...]",
+                     help="Module sets selective recompute may re-run (repeat for several "
+                          "sets; Megatron-LM --recompute-modules: core_attn, layernorm, "
+                          "mla_up_proj, mlp, moe, moe_act, shared_experts; default: core_attn and, "
+                          "for an MoE model, one set of NVIDIA's recipes)."),
         click.option("--sp/--no-sp", "sequence_parallel", default=None,
                      help="Require or forbid sequence parallelism (default: either)."),
         click.option("--dp-comm", type=click.Choice(["all_reduce", "parameter_server", "both"]),
@@ -252,6 +258,7 @@ def _search_space(pins: dict, targets: tuple = ()):
     recompute = tuple(Recompute(r) for r in pins.pop("recompute")) or tuple(Recompute)
     if pins.pop("no_recompute"):
         recompute = (Recompute.NONE,)
+    module_sets = tuple(_module_set(text) for text in pins.pop("recompute_modules")) or None
     zero = tuple(ZeroStage(int(z)) for z in pins.pop("zero")) or tuple(ZeroStage)
     sp = pins.pop("sequence_parallel")
     cp_comm = tuple(CpComm(k) for k in pins.pop("cp_comm")) or None
@@ -264,11 +271,26 @@ def _search_space(pins: dict, targets: tuple = ()):
                               layout_work=pins.pop("layout_work"),
                               num_workers=pins.pop("workers"), random_seed=pins.pop("seed"),
                               export_path=pins.pop("export_model"), rank_ties=True)
-    space = SearchSpace(zero_stages=zero, recompute=recompute,
+    space = SearchSpace(zero_stages=zero, recompute=recompute, recompute_modules=module_sets,
                         sequence_parallel=(False, True) if sp is None else (sp,),
                         dp_comm=comms, targets=targets, cp_comm=cp_comm, offload=offload,
                         rank_order=rank_order, **pins)
     return space, settings
+
+
+def _module_set(text: str):
+    """'moe_act,layernorm' -> the set of RecomputeModule it names (a usage error otherwise)."""
+    from cost_models.enums import RecomputeModule
+
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    known = [m.value for m in RecomputeModule]
+    for name in names:
+        if name not in known:
+            raise click.BadParameter(f"'{name}' is not one of {', '.join(known)}",
+                                     param_hint="'--recompute-modules'")
+    if not names:
+        raise click.BadParameter("name at least one module", param_hint="'--recompute-modules'")
+    return frozenset(RecomputeModule(n) for n in names)
 
 
 def _load_problem(model, cluster, *, gpus, nodes, seq_len, global_batch, global_batch_tokens,

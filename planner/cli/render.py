@@ -7,7 +7,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from cost_models.enums import AttentionKind, RankOrder
+from cost_models.enums import AttentionKind, RankOrder, RecomputeModule
 from cost_models.units import GiB
 from planner.core.problem import default_min_free_bytes
 from planner.schemas.strategy import strategy_label as strategy_phrase
@@ -199,8 +199,10 @@ def compact_strategy(plan: PlanReport) -> tuple[str, str]:
     if s.etp != (1 if s.ep > 1 else s.tp):     # with ep, experts are whole unless shown
         degrees += f" etp{s.etp}"
     degrees += f" mb{s.micro_batch}"
-    options = [o for o in ("sp" if s.sequence_parallel else "",
-                           {"none": "", "selective": "sel", "full": "full"}[s.recompute.value],
+    recompute = {"none": "", "selective": "sel", "full": "full"}[s.recompute.value]
+    if s.recompute_modules is not None:
+        recompute += ":" + "".join(MODULE_ABBREVIATIONS[m] for m in s.recompute_modules)
+    options = [o for o in ("sp" if s.sequence_parallel else "", recompute,
                            f"z{int(s.zero_stage)}" if s.zero_stage else "") if o]
     if s.zero_stage and s.dp_shard != s.dp:
         options.append(f"h{s.dp_shard}")
@@ -220,6 +222,14 @@ def compact_strategy(plan: PlanReport) -> tuple[str, str]:
         options.append("nonvls")
     return degrees, " ".join(options) or "-"
 
+
+MODULE_ABBREVIATIONS = {RecomputeModule.CORE_ATTN: "a", RecomputeModule.LAYERNORM: "n",
+                        RecomputeModule.MLA_UP_PROJ: "u", RecomputeModule.MLP: "m",
+                        RecomputeModule.MOE: "e", RecomputeModule.MOE_ACT: "x",
+                        RecomputeModule.SHARED_EXPERTS: "s"}
+"""One letter per recompute module, for the plans table (`MODULES_LEGEND`)."""
+MODULES_LEGEND = ("; sel:... recompute modules: a core_attn, n layernorm, u mla_up_proj, m mlp, "
+                  "e moe, x moe_act, s shared_experts")
 
 PLANS_LEGEND = ("strategy: dp x tp x pp, interleaved chunks (vpp), context parallel (cp: ring; "
                 "/ag all-gather, /a2a all-to-all, /hN all-to-all over N and ring), expert "
@@ -248,8 +258,11 @@ def low_free_warning(plans: list[PlanReport]) -> Text | None:
 
 def plans_table(plans: list[PlanReport]) -> Table:
     """One row per plan, narrow enough for 80 columns (the heading is printed above it)."""
+    legend = PLANS_LEGEND
+    if any(p.strategy.recompute_modules is not None for p in plans):
+        legend = legend.replace("; peak and free", MODULES_LEGEND + "; peak and free")
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0),
-                  pad_edge=False, caption=PLANS_LEGEND, caption_justify="left")
+                  pad_edge=False, caption=legend, caption_justify="left")
     for name in ("#", "strategy", "options", "peak", "free", "step", "tok/s", "MFU",
                  "bound by"):
         table.add_column(name, justify="left" if name in ("strategy", "options", "bound by")

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from cost_models.enums import CpComm, DpComm, RankOrder, Recompute
+from cost_models.enums import (DEFAULT_RECOMPUTE_MODULES, CpComm, DpComm, RankOrder, Recompute,
+                               RecomputeModule)
 
 if TYPE_CHECKING:
     from planner.schemas.framework import OverlapDefaults
@@ -19,6 +20,28 @@ RECOMPUTE_ORDER = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
 DP_COMM_ORDER = (DpComm.ALL_REDUCE, DpComm.PARAMETER_SERVER)
 CP_COMM_ORDER = tuple(CpComm)
 RANK_ORDER = tuple(RankOrder)
+RECOMPUTE_MODULE_ORDER = tuple(RecomputeModule)
+"""Bit i of a `Candidates.rc_modules` mask is RECOMPUTE_MODULE_ORDER[i]."""
+
+
+def modules_mask(modules) -> int:
+    """The bit mask of a set of recompute modules."""
+    return sum(1 << RECOMPUTE_MODULE_ORDER.index(m) for m in set(modules))
+
+
+def mask_modules(mask: int) -> frozenset[RecomputeModule]:
+    """The recompute modules of a bit mask."""
+    return frozenset(m for i, m in enumerate(RECOMPUTE_MODULE_ORDER) if int(mask) >> i & 1)
+
+
+DEFAULT_MODULES_MASK = modules_mask(DEFAULT_RECOMPUTE_MODULES)
+
+
+def strategy_modules(mask: int) -> tuple[RecomputeModule, ...] | None:
+    """A mask as a strategy's recompute_modules: None for none or the default (core_attn)."""
+    if int(mask) in (0, DEFAULT_MODULES_MASK):
+        return None
+    return tuple(m for m in RECOMPUTE_MODULE_ORDER if m in mask_modules(mask))
 
 
 @dataclass
@@ -72,6 +95,9 @@ class Candidates:
     moe_overlap: np.ndarray = None  # type: ignore[assignment]
     """Overlap one micro-batch's expert all-to-all with another's compute (as asked; the
     framework and the strategy gate it). None: False."""
+    rc_modules: np.ndarray = None  # type: ignore[assignment]
+    """Bit mask over RECOMPUTE_MODULE_ORDER of what selective recompute re-runs; 0 unless
+    recompute is selective (None: core_attn where selective, the default)."""
 
     def __post_init__(self) -> None:
         n = len(self.tp)
@@ -99,6 +125,10 @@ class Candidates:
             self.rank_order = np.zeros(n, dtype=int)
         if self.moe_overlap is None:
             self.moe_overlap = np.zeros(n, dtype=bool)
+        if self.rc_modules is None:
+            selective = self.recompute == RECOMPUTE_ORDER.index(Recompute.SELECTIVE)
+            self.rc_modules = np.where(selective, DEFAULT_MODULES_MASK, 0) + np.zeros(
+                n, dtype=np.int64)
 
     @property
     def edp(self) -> np.ndarray:
@@ -137,7 +167,8 @@ class Candidates:
     def empty(cls) -> Candidates:
         """No strategies, each field with the dtype one strategy gives it."""
         ints = ("tp", "pp", "vpp", "dp", "mb", "global_batch", "recompute", "zero", "shard",
-                "dp_comm", "num_servers", "ep", "etp", "cp", "cp_comm", "cp_a2a", "act_offload", "rank_order")
+                "dp_comm", "num_servers", "ep", "etp", "cp", "cp_comm", "cp_a2a", "act_offload", "rank_order",
+                "rc_modules")
         bools = ("sp", "overlap", "param_gather", "tp_overlap", "fp8_gather", "param_offload",
                  "nvls", "moe_overlap")
         return cls(**{f.name: np.zeros(0, dtype=int if f.name in ints else
@@ -174,5 +205,6 @@ class Candidates:
                    param_offload=one(s.param_offload),
                    act_offload=one(s.activation_offload_layers), nvls=one(s.nvls),
                    rank_order=one(RANK_ORDER.index(overlap("rank_order"))),
-                   moe_overlap=one(overlap("moe_a2a_overlap")))
+                   moe_overlap=one(overlap("moe_a2a_overlap")),
+                   rc_modules=one(modules_mask(s.selective_modules)))
 

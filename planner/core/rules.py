@@ -48,6 +48,8 @@ class Rule(str, Enum):
     TARGET_CONTEXT_PARALLEL = "target_context_parallel"
     TARGET_FP8 = "target_fp8"
     TARGET_RANK_ORDER = "target_rank_order"
+    TARGET_RECOMPUTE_MODULES = "target_recompute_modules"
+    MEGATRON_RECOMPUTE_MODULES = "megatron_recompute_modules"
     MEGATRON_FP8 = "megatron_fp8"
     DEEPSPEED_FP8 = "deepspeed_fp8"
     TORCHTITAN_FP8 = "torchtitan_fp8"

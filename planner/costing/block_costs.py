@@ -22,8 +22,8 @@ from cost_models.compute import (BACKWARD_ELEMENTWISE_RATIO, BACKWARD_FLOPS_RATI
                                  transformer_layer_forward_flops, transformer_layer_gemms)
 from cost_models.context_parallel import (cp_attention_comm, cp_working_bytes, kv_chunk_bytes,
                                           ulysses_bytes)
-from cost_models.enums import (AttentionKind, Collective, CpComm, LoadBalancing, Precision,
-                               Recompute)
+from cost_models.enums import (DEFAULT_RECOMPUTE_MODULES, AttentionKind, Collective, CpComm,
+                               LoadBalancing, Precision, Recompute, RecomputeModule)
 from cost_models.expert_parallel import dispatcher_sync_s, expert_dispatch_s, router_bytes
 from cost_models.evoformer import (evoformer_block_activation_bytes,
                                    evoformer_block_elementwise_bytes, evoformer_block_gemms,
@@ -226,7 +226,8 @@ class ContextParallel:
 
 def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute,
                  k: _Kernels, place: Group, cluster: ClusterSpec, ep, etp,
-                 cp: ContextParallel) -> BlockCost:
+                 cp: ContextParallel,
+                 modules: frozenset[RecomputeModule] = DEFAULT_RECOMPUTE_MODULES) -> BlockCost:
     # `seq_len` is this rank's share of the sequence (s / cp); attention alone sees all of it.
     shape = dict(seq_len=seq_len, micro_batch=mb, hidden=block.hidden,
                  num_heads=block.num_heads, num_kv_heads=block.kv_heads,
@@ -306,19 +307,28 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
             tokens_per_rank=tokens_per_rank, pairs=pairs, top_k=moe.top_k, hidden=block.hidden,
             imbalance=imbalance, ep=ep, etp=etp, k=k, cluster=cluster)
     comm_passes = tp_passes(rc)
+    modules = modules if rc is Recompute.SELECTIVE else frozenset()
+    tp_rerun, ep_rerun = 0 * tp, 0 * tp
     if rc is Recompute.FULL:
         recompute = forward
-    elif rc is Recompute.SELECTIVE:
-        # Megatron-LM re-runs the attention core; torchtitan's per-op policy saves attention
-        # and re-runs every other matmul (the framework profile says which).
-        recompute = (core_fwd * k.selective_attention
-                     + k.selective_gemm_share * weights_s)
     else:
-        recompute = 0 * forward
+        rerun = _selective_rerun(block, modules, g=g, k=k, core_fwd=core_fwd,
+                                 weights_s=weights_s, sp=sp, tp=tp,
+                                 tokens_hidden=seq_len * mb * block.hidden,
+                                 expert_forward=expert_forward)
+        recompute, tp_rerun = rerun.compute_s, rerun.tp_collectives * _tp_collective_s(
+            seq_len * mb * block.hidden, sequence_parallel=sp, place=place, cluster=cluster,
+            value_bytes=k.value_bytes)
+        if moe is not None and RecomputeModule.MOE in modules:
+            # The checkpointed MoE forward dispatches and combines again.
+            recompute = recompute + dispatcher_sync_s(ep=ep, etp=etp,
+                                                      sync_s=k.framework.moe_dispatcher_sync_s)
+            ep_rerun = 1.0
     # Context parallelism: the forward's exchange again wherever the attention core reruns.
     cp_fwd, cp_bwd = cp.attention_comm_s(block, mb=mb, tp=tp, k=k, cluster=cluster,
                                          core_fwd=core_fwd, core_bwd=core_bwd)
-    reruns_attention = rc is Recompute.FULL or (rc is Recompute.SELECTIVE and k.selective_attention)
+    reruns_attention = rc is Recompute.FULL or (RecomputeModule.CORE_ATTN in modules
+                                                and k.selective_attention)
     cp_comm = cp_fwd + cp_bwd + (cp_fwd if reruns_attention else 0.0)
 
     # Memory holds every layer's expert activations at once: over a rank's layers the routing
@@ -332,20 +342,73 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
             norms_per_layer=block.norms_per_layer, tp=tp, sequence_parallel=sp,
             recompute=recompute, bytes_per_value=k.value_bytes, mla=mla,
             linear_input_bytes=k.linear_input_bytes, qk_norm=block.qk_norm,
-            attention_input_bytes=k.attention_value_bytes)
+            attention_input_bytes=k.attention_value_bytes, recompute_modules=modules,
+            moe_layer=moe is not None)
         if moe is not None and recompute is not Recompute.FULL:
             kept = kept + moe_activation_bytes(
                 pairs=mean_pairs, tokens_per_rank=tokens_per_rank, hidden=block.hidden,
                 expert_ffn_hidden=moe.expert_ffn_hidden / etp, num_experts=moe.num_experts,
                 mlp=block.mlp, bytes_per_value=k.value_bytes,
-                linear_input_bytes=k.linear_input_bytes)
+                linear_input_bytes=k.linear_input_bytes,
+                recompute_modules=modules if recompute is Recompute.SELECTIVE else frozenset())
         return kept
 
     activations = stored(rc)
     working = stored(Recompute.NONE) - activations + cp.working_bytes(block, mb=mb, tp=tp, k=k)
-    return BlockCost(forward, backward, recompute, comm_passes * one_pass_comm, activations,
-                     tokens_hidden + 0 * tp, working, comm_passes * one_pass_ep, cp_comm,
-                     expert_forward)
+    return BlockCost(forward, backward, recompute,
+                     comm_passes * one_pass_comm + tp_rerun, activations,
+                     tokens_hidden + 0 * tp, working, (comm_passes + ep_rerun) * one_pass_ep,
+                     cp_comm, expert_forward)
+
+
+class SelectiveRerun(NamedTuple):
+    """What selective recompute's modules run again in one layer's backward pass."""
+
+    compute_s: object
+    """Forward kernels re-run (GEMMs, their FP8 casts, elementwise passes)."""
+    tp_collectives: int
+    """Tensor-parallel collectives (all-reduce, or all-gather / reduce-scatter pair halves
+    with sequence parallelism) of s b h values the re-run forward repeats."""
+
+
+def _selective_rerun(block: TransformerBlock, modules: frozenset[RecomputeModule], *, g, k,
+                     core_fwd, weights_s, sp: bool, tp, tokens_hidden,
+                     expert_forward) -> SelectiveRerun:
+    """The forward work each recompute module repeats (Megatron-Core @d98e8a64, the modules'
+    checkpoints; `RecomputeModule`): core_attn the attention core (torchtitan's per-op policy,
+    priced through the same module, re-runs every other matmul instead: the framework profile's
+    selective_recompute_attention and selective_recompute_gemm_share); layernorm two norm
+    passes (read and write s b h values each); mla_up_proj MLA's query and key-value up
+    projections and RoPE (read and write Q and K); mlp / shared_experts the tensor-parallel
+    MLP's GEMMs, activation and its one TP collective; moe the routed experts' forward and
+    router (the dispatch and combine are counted by the caller) and the shared experts;
+    moe_act the expert activation (read the first GEMM's output, write its product)."""
+    M = RecomputeModule
+    v, moe = k.value_bytes, block.moe
+    shard = tp if sp else 1
+    compute, collectives = 0 * tp, 0
+    if M.CORE_ATTN in modules:
+        compute = compute + core_fwd * k.selective_attention + k.selective_gemm_share * weights_s
+    if M.LAYERNORM in modules:
+        compute = compute + k.traffic_s(2 * v * block.norms_per_layer * tokens_hidden / shard)
+    if M.MLA_UP_PROJ in modules and block.mla is not None:
+        up = g.projections[1:3]             # (down, q up, kv up, output): see LayerGemms
+        rope = 2 * v * sum(x.m * x.n * x.batch for x in up)
+        compute = compute + k.linear_s(up) + k.quantize_s(up, backward=False) + k.traffic_s(rope)
+    dense_mlp = M.MLP in modules if moe is None else bool({M.SHARED_EXPERTS, M.MOE} & modules)
+    if dense_mlp and g.mlp:
+        # The activation reads the first GEMM's output(s) and writes the second's input.
+        act = (3 if block.mlp.gated else 2) * v * g.mlp[-1].m * g.mlp[-1].k * g.mlp[-1].batch
+        compute = compute + (k.linear_s(g.mlp) + k.quantize_s(g.mlp, backward=False)
+                             + k.traffic_s(act))
+        collectives += 1
+    if moe is not None and M.MOE in modules:
+        compute = compute + expert_forward + k.gemms_s((g.router,))
+    elif moe is not None and M.MOE_ACT in modules and g.experts:
+        fc2 = g.experts[-1]
+        act = (3 if block.mlp.gated else 2) * v * fc2.m * fc2.k * fc2.batch
+        compute = compute + k.traffic_s(act)
+    return SelectiveRerun(compute, collectives)
 
 
 def _expert_dispatch_s(*, tokens_per_rank, pairs, top_k: int, hidden: int, imbalance: float,
@@ -455,12 +518,13 @@ def _output(block: OutputBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute, k: 
 
 
 def _mtp(block: MtpBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute, k: _Kernels,
-         place: Group, cluster: ClusterSpec, ep, etp, cp: ContextParallel) -> BlockCost:
+         place: Group, cluster: ClusterSpec, ep, etp, cp: ContextParallel,
+         modules: frozenset[RecomputeModule] = DEFAULT_RECOMPUTE_MODULES) -> BlockCost:
     """A multi-token-prediction module: the 2h -> h projection of the two normalised inputs,
     one transformer layer, and one more pass through the (shared) output layer and loss
     (DeepSeek-V3, arXiv:2412.19437, Sec. 2.2)."""
     kw = dict(seq_len=seq_len, mb=mb, tp=tp, sp=sp, rc=rc, k=k, place=place, cluster=cluster)
-    layer = _transformer(block.layer, **kw, ep=ep, etp=etp, cp=cp)
+    layer = _transformer(block.layer, **kw, ep=ep, etp=etp, cp=cp, modules=modules)
     head = _output(OutputBlock(vocab_size=block.vocab_size, hidden=block.hidden), **kw)
     h = block.hidden
     projection = Gemm(seq_len * mb, h / tp, 2 * h)        # column-parallel, like fc1
@@ -485,9 +549,13 @@ _BY_KIND = {"transformer": _transformer, "evoformer": _evoformer, "embedding": _
 def block_cost(block, *, training: TrainingSpec, cluster: ClusterSpec,
                framework: FrameworkProfile, tp, mb, sequence_parallel: bool,
                recompute: Recompute, place: Group, ep=1, etp=1, cp=1,
-               cp_comm: CpComm = CpComm.P2P, cp_a2a=1) -> BlockCost:
+               cp_comm: CpComm = CpComm.P2P, cp_a2a=1,
+               recompute_modules: frozenset[RecomputeModule] = DEFAULT_RECOMPUTE_MODULES
+               ) -> BlockCost:
     """Costs of `block` at arrays of tp, micro-batch, ep, etp, cp and cp_a2a values (one SP,
-    recompute and CP communication setting). Every block sees s / cp tokens per sequence."""
+    recompute and CP communication setting). Every block sees s / cp tokens per sequence.
+    `recompute_modules`: what selective recompute re-runs in a transformer layer
+    (`RecomputeModule`)."""
     tp = np.asarray(tp, dtype=float)
     mb = np.asarray(mb, dtype=float)
     ep = np.asarray(ep, dtype=float) + 0 * tp
@@ -501,7 +569,8 @@ def block_cost(block, *, training: TrainingSpec, cluster: ClusterSpec,
     local = training.seq_len if block.kind == "evoformer" else training.seq_len / context.size
     return _BY_KIND[block.kind](block, seq_len=local, mb=mb, tp=tp,
                                 sp=sequence_parallel, rc=recompute, k=k, place=place,
-                                cluster=cluster, ep=ep, etp=etp, cp=context)
+                                cluster=cluster, ep=ep, etp=etp, cp=context,
+                                modules=recompute_modules)
 
 
 def block_model_flops(block, *, seq_len: int) -> float:

@@ -231,7 +231,9 @@ def _overlap(_, plan: PlanReport) -> str:
 
 
 def _recompute(_, plan: PlanReport) -> str:
-    return f"recompute {plan.strategy.recompute.value}"
+    modules = plan.strategy.recompute_modules
+    return f"recompute {plan.strategy.recompute.value}" + (
+        "" if modules is None else f" ({', '.join(m.value for m in modules)})")
 
 
 def _micro_batch(_, plan: PlanReport) -> str:

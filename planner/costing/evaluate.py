@@ -21,7 +21,7 @@ from cost_models.offload import cpu_optimizer_s, host_copy_s, offloaded_step_s
 from cost_models.pipeline import in_flight_per_chunk, pipeline_time_s
 from cost_models.units import TFLOPS
 from planner.core.candidates import (CP_COMM_ORDER, DP_COMM_ORDER, RANK_ORDER, RECOMPUTE_ORDER,
-                                     Candidates)
+                                     Candidates, mask_modules, strategy_modules)
 from planner.core.problem import Problem
 from planner.costing.block_costs import BlockCost, block_cost, block_model_flops, layer_gemms
 from planner.costing.data_parallel import step_end_s
@@ -66,8 +66,8 @@ class BlockCosts:
         return BlockCosts(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 
 
-BLOCK_COST_FIELDS = ("tp", "mb", "sp", "recompute", "ep", "etp", "cp", "cp_comm", "cp_a2a",
-                     "nvls")
+BLOCK_COST_FIELDS = ("tp", "mb", "sp", "recompute", "rc_modules", "ep", "etp", "cp", "cp_comm",
+                     "cp_a2a", "nvls")
 """The Candidates fields a block's costs depend on (not the layout, dp or ZeRO)."""
 
 
@@ -83,9 +83,11 @@ def block_costs(problem: Problem, cands: Candidates) -> BlockCosts:
     points, inverse = cands.take(first), inverse.reshape(-1)
     num_types = len(types.unique_blocks)
     out = {name: np.zeros((len(points), num_types)) for name in BlockCost._fields}
-    flags = np.stack([points.sp.astype(np.int64), points.recompute, points.cp_comm], axis=1)
-    for sp, rc, kind in np.unique(flags, axis=0):
-        mask = (points.sp == sp) & (points.recompute == rc) & (points.cp_comm == kind)
+    flags = np.stack([points.sp.astype(np.int64), points.recompute, points.cp_comm,
+                      points.rc_modules], axis=1)
+    for sp, rc, kind, modules in np.unique(flags, axis=0):
+        mask = ((points.sp == sp) & (points.recompute == rc) & (points.cp_comm == kind)
+                & (points.rc_modules == modules))
         at = points.take(np.flatnonzero(mask))
         place = tp_placement(at.tp, problem.cluster.nvlink_gpus, nvls=at.nvls)
         for u, block in enumerate(types.unique_blocks):
@@ -93,7 +95,8 @@ def block_costs(problem: Problem, cands: Candidates) -> BlockCosts:
                               framework=problem.framework, tp=at.tp, mb=at.mb,
                               sequence_parallel=bool(sp), recompute=RECOMPUTE_ORDER[rc],
                               place=place, ep=at.ep, etp=at.etp, cp=at.cp,
-                              cp_comm=CP_COMM_ORDER[kind], cp_a2a=at.cp_a2a)
+                              cp_comm=CP_COMM_ORDER[kind], cp_a2a=at.cp_a2a,
+                              recompute_modules=mask_modules(modules))
             for name, value in zip(BlockCost._fields, cost):
                 out[name][mask, u] = value
     return BlockCosts(**{name: table[inverse] for name, table in out.items()})
@@ -375,6 +378,7 @@ def report(problem: Problem, layout: Layout, cands: Candidates, ev: Evaluation, 
                 else None),
         micro_batch=int(cands.mb[i]), global_batch=int(cands.global_batch[i]),
         sequence_parallel=bool(cands.sp[i]), recompute=RECOMPUTE_ORDER[cands.recompute[i]],
+        recompute_modules=strategy_modules(cands.rc_modules[i]),
         zero_stage=ZeroStage(int(cands.zero[i])), dp_shard=int(cands.shard[i]),
         num_micro_batches=float(cands.num_micro_batches[i]),
         overlap_grad_reduce=bool(cands.overlap[i] and fw.overlap_grad_reduce

@@ -111,8 +111,10 @@ def parse_python(text: str, file: str):
 def header_lines(plan: LaunchPlan, target: str, checked_against: str) -> list[str]:
     """Comment lines (without the comment marker) that open every emitted file."""
     p, s, r = plan.problem, plan.strategy, plan.report
+    modules = ("" if s.recompute_modules is None else
+               f" ({' '.join(m.value for m in s.recompute_modules)})")
     options = (f"sequence_parallel {str(s.sequence_parallel).lower()}, recompute "
-               f"{s.recompute.value}, zero_stage {int(s.zero_stage)}, "
+               f"{s.recompute.value}{modules}, zero_stage {int(s.zero_stage)}, "
                f"{p.training.precision_label}")
     options += "".join(f", {label}" for label in offload_labels(s))
     paragraphs = [

@@ -10,7 +10,7 @@ data/megatron_args.txt); a test checks every emitted flag against it.
 from __future__ import annotations
 
 from cost_models.enums import AttentionKind, CpComm, CudaGraphs, Fp8Recipe, LoadBalancing, MlpKind, \
-    NormKind, Optimizer, PositionKind, Precision, RankOrder, Recompute, ZeroStage
+    NormKind, Optimizer, PositionKind, Precision, RankOrder, Recompute, RecomputeModule, ZeroStage
 from planner.frameworks import torchrun
 from planner.frameworks.base import LaunchPlan, header_lines, transformer_shape
 from planner.frameworks.megatron_reader import FSDP_STRATEGIES, parse  # noqa: F401
@@ -19,6 +19,7 @@ from planner.frameworks.megatron_flags import (CHECKED_AGAINST, CHOICES, KNOWN_F
 from planner.errors import InputError
 from planner.inputs import profiles
 from planner.schemas.framework import FrameworkProfile
+from planner.core.candidates import modules_mask
 from planner.core.rules import Rule, TargetRule, fp8_rule
 from planner.core.problem import Problem
 
@@ -234,6 +235,8 @@ def _parallel_args(plan: LaunchPlan) -> list[str]:
     args += [f"--micro-batch-size {s.micro_batch}", f"--global-batch-size {s.global_batch}"]
     if s.recompute is Recompute.SELECTIVE:
         args.append("--recompute-granularity selective")
+        if s.recompute_modules is not None:      # None: Megatron-Core's default, core_attn
+            args.append("--recompute-modules " + " ".join(m.value for m in s.recompute_modules))
     elif s.recompute is Recompute.FULL:
         args += ["--recompute-granularity full", "--recompute-method uniform",
                  "--recompute-num-layers 1"]
@@ -405,8 +408,36 @@ def _explain_offload(p, s):
             "use fp8_param_gather false, or fp8_recipe delayed")
 
 
+def _recompute_modules_breaks(p, c):
+    # core/transformer/transformer_config.py __post_init__ @d98e8a64: "mla_up_proj in
+    # recompute_modules is only supported with multi_latent_attention"; with FP8, "Delayed
+    # scaling does not support moe_act and layernorm recompute for fp8".
+    mla = any(layer.mla is not None for layer in p.model.attention_layers())
+    up = modules_mask({RecomputeModule.MLA_UP_PROJ})
+    bad = (c.rc_modules & up).astype(bool) & (not mla)
+    if p.training.precision is Precision.FP8 and p.training.fp8_recipe is Fp8Recipe.DELAYED:
+        bad |= (c.rc_modules & modules_mask({RecomputeModule.MOE_ACT,
+                                             RecomputeModule.LAYERNORM})).astype(bool)
+    return bad
+
+
+def _explain_recompute_modules(p, s):
+    modules = set(s.recompute_modules or ())
+    if RecomputeModule.MLA_UP_PROJ in modules and not any(
+            layer.mla is not None for layer in p.model.attention_layers()):
+        return ("recompute_modules mla_up_proj on a model without multi-latent attention: "
+                "Megatron-Core stops (\"mla_up_proj in recompute_modules is only supported with "
+                "multi_latent_attention\")", "drop mla_up_proj from recompute_modules")
+    return ("recompute_modules moe_act or layernorm with fp8_recipe delayed: Megatron-Core stops "
+            "(\"Delayed scaling does not support moe_act and layernorm recompute for fp8\")",
+            "use another fp8_recipe, or drop moe_act and layernorm from recompute_modules")
+
+
 RULES: dict[Rule, TargetRule] = {
     Rule.MEGATRON_FP8: fp8_rule("Megatron-LM", profile().fp8, bf16_layers_per_stage=True),
+    Rule.MEGATRON_RECOMPUTE_MODULES: TargetRule(
+        "Megatron-Core recomputes mla_up_proj only with MLA, and moe_act and layernorm under FP8 "
+        "only without delayed scaling", _recompute_modules_breaks, _explain_recompute_modules),
     Rule.MEGATRON_OFFLOAD: TargetRule(
         "Megatron-LM offloads activations only with pp 1 and no recompute, and the optimizer "
         "with FP8 parameters only under delayed scaling", _offload_breaks, _explain_offload),

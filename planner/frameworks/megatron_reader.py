@@ -12,6 +12,7 @@ from planner.frameworks.megatron_flags import check_flags
 from planner.frameworks.megatron_values import (_COUNTS, _MAX_COUNT, _attention, _float_value,
                                                 _fp4, _fp8, _int_value, _low_precision_extras,
                                                 _offload, _recompute_details,
+                                                recompute_modules,
                                                 _training_schedule, _value)
 from planner.frameworks.launchers import read_launch
 from planner.frameworks.shell import ShellScript
@@ -289,6 +290,9 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
     elif "--recompute-activations" in flags:
         s["recompute"] = Recompute.SELECTIVE
     _recompute_details(parsed, flags, s.get("recompute"), num_layers // pp, file)
+    modules = recompute_modules(parsed, flags, s.get("recompute"))
+    if modules is not None:
+        s["recompute_modules"] = modules
     first = number("--decoder-first-pipeline-num-layers")
     last = number("--decoder-last-pipeline-num-layers")
     if layout is not None and layout.value is not None:

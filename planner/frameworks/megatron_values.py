@@ -4,7 +4,8 @@ calls."""
 
 from __future__ import annotations
 
-from cost_models.enums import AttentionKind, Fp8Recipe, Precision, Recompute
+from cost_models.enums import (DEFAULT_RECOMPUTE_MODULES, AttentionKind, Fp8Recipe, Precision,
+                               Recompute, RecomputeModule)
 from planner.frameworks.base import ParsedConfig
 from planner.frameworks.megatron_flags import CHOICES
 from planner.frameworks.shell_flags import Flag, one_line
@@ -114,13 +115,6 @@ def _recompute_details(parsed: ParsedConfig, flags: dict, recompute: Recompute |
                            f"--recompute-num-layers {count}: checkpoints every {count} layers; "
                            f"priced as one checkpoint per layer",
                            "compare with --recompute-num-layers 1")
-    modules = flags.get("--recompute-modules")
-    names = (modules.value, *modules.more) if modules is not None and modules.value else ()
-    if recompute is Recompute.SELECTIVE and names and names != ("core_attn",):
-        parsed.finding("megatron_unpriced", f"--recompute-modules {' '.join(names)}: the "
-                       f"planner's selective recompute is core attention only (the "
-                       f"default); priced so, so memory is overestimated",
-                       "compare with --recompute-modules core_attn")
 
 
 def _training_schedule(parsed: ParsedConfig, flags: dict, s: dict, file: str) -> None:
@@ -287,3 +281,33 @@ def _low_precision_extras(parsed: ParsedConfig, flags: dict, file: str) -> None:
     for key, name in (("bf16_first_layers", "--num-layers-at-start-in-bf16"),
                       ("bf16_last_layers", "--num-layers-at-end-in-bf16")):
         parsed.training[key] = _int_value(flags[name], file) if name in flags else 1
+
+
+# TransformerConfig.__post_init__ @d98e8a64, allowed_modules: the planner prices the first
+# seven (`RecomputeModule`); the rest belong to layer kinds it does not model.
+UNPRICED_RECOMPUTE_MODULES = ("gdn_norm_out", "gdp_in_proj", "gdp_qkv", "mhc")
+
+
+def recompute_modules(parsed: ParsedConfig, flags: dict,
+                      recompute: Recompute | None) -> tuple[RecomputeModule, ...] | None:
+    """--recompute-modules as a strategy's recompute_modules (None: unset, or Megatron-Core's
+    default core_attn); Megatron-Core reads it only with --recompute-granularity selective."""
+    modules = flags.get("--recompute-modules")
+    names = (modules.value, *modules.more) if modules is not None and modules.value else ()
+    if recompute is not Recompute.SELECTIVE or not names:
+        return None
+    known = {m.value for m in RecomputeModule}
+    invalid = [n for n in names if n not in known and n not in UNPRICED_RECOMPUTE_MODULES]
+    if invalid:
+        parsed.finding("megatron_flag", f"Megatron-Core stops: invalid choices for "
+                       f"recompute_modules: {', '.join(invalid)}",
+                       f"use {', '.join(m.value for m in RecomputeModule)}")
+    unpriced = [n for n in names if n in UNPRICED_RECOMPUTE_MODULES]
+    if unpriced:
+        parsed.finding("megatron_unpriced", f"--recompute-modules {' '.join(unpriced)}: "
+                       f"modules of layer kinds the planner does not model; priced without "
+                       f"them, so memory is overestimated", "compare without them")
+    priced = tuple(RecomputeModule(n) for n in names if n in known)
+    if not priced or set(priced) == DEFAULT_RECOMPUTE_MODULES:
+        return None
+    return priced

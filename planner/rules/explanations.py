@@ -244,6 +244,17 @@ def _explain_target_rank_order(problem: Problem, s: Strategy) -> tuple[str, str]
             f"use rank_order {RankOrder.TP_CP_EP_DP_PP.value}, or emit for megatron")
 
 
+def _explain_target_recompute_modules(problem: Problem, s: Strategy) -> tuple[str, str]:
+    names = ", ".join(m.value for m in s.recompute_modules or ())
+    return (f"recompute_modules {names}: only Megatron-LM recomputes chosen submodules "
+            f"(--recompute-modules); torchtitan's selective activation checkpointing is per op "
+            f"(a save list of matmuls and attention) or every N-th layer, MindSpore's "
+            f"select_recompute per operator, DeepSpeed's and plain PyTorch's checkpointing per "
+            f"layer",
+            "leave recompute_modules out (the framework's own selective recompute), use "
+            "recompute full, or emit for megatron")
+
+
 def _explain_rank_order_experts(problem: Problem, s: Strategy) -> tuple[str, str]:
     return (f"rank_order {RankOrder.TP_CP_EP_PP_DP.value} with pp {s.pp}: the expert "
             f"data-parallel size ({s.edp}) must equal dp ({s.dp}) (Megatron-LM asserts it "
@@ -359,5 +370,6 @@ EXPLAIN.update({
     Rule.FP8_PARAM_GATHER: _explain_fp8_param_gather,
     Rule.TARGET_FP8: _explain_target_fp8,
     Rule.TARGET_RANK_ORDER: _explain_target_rank_order,
+    Rule.TARGET_RECOMPUTE_MODULES: _explain_target_recompute_modules,
     Rule.RANK_ORDER_EXPERTS: _explain_rank_order_experts,
 })

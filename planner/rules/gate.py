@@ -22,7 +22,7 @@ from typing import Callable
 
 import numpy as np
 
-from planner.core.candidates import RANK_ORDER, Candidates
+from planner.core.candidates import DEFAULT_MODULES_MASK, RANK_ORDER, Candidates
 from planner.rules.explanations import EXPLAIN as PLANNER_EXPLAIN
 from planner.core.rules import Rule, TargetRule, any_offload
 from planner.frameworks import deepspeed, megatron, mindspore, torchtitan
@@ -80,6 +80,8 @@ SUMMARY: dict[Rule, str] = {
     Rule.TARGET_FP8: "torchrun (plain PyTorch) has no FP8 setting",
     Rule.TARGET_RANK_ORDER: "rank order tp-cp-ep-pp-dp only on Megatron-LM "
                             "(--use-tp-pp-dp-mapping)",
+    Rule.TARGET_RECOMPUTE_MODULES: "recompute_modules other than core_attn only on Megatron-LM "
+                                   "(--recompute-modules)",
 }
 SUMMARY.update({rule: r.summary for rules in FRAMEWORK_RULES.values() for rule, r in rules.items()})
 """One line per rule, for messages that name rules without a particular strategy."""
@@ -356,6 +358,12 @@ TARGET_CHECKS: dict[Rule, tuple[tuple[LaunchTarget, ...], Callable[[Problem, Can
         tuple(t for t in LaunchTarget
               if RankOrder.TP_CP_EP_PP_DP not in profiles.load(t.framework).rank_orders),
         lambda p, c: c.rank_order == RANK_ORDER.index(RankOrder.TP_CP_EP_PP_DP)),
+    # The targets whose framework has no per-module selective recompute (recompute_modules):
+    # torchtitan's selective AC is per op or per N layers, MindSpore's select_recompute per
+    # operator, DeepSpeed's and plain PyTorch's checkpointing per layer.
+    Rule.TARGET_RECOMPUTE_MODULES: (
+        tuple(t for t in LaunchTarget if not profiles.load(t.framework).recompute_modules),
+        lambda p, c: (c.rc_modules != 0) & (c.rc_modules != DEFAULT_MODULES_MASK)),
     # DeepSpeed MoE experts are whole unless enable_expert_tensor_parallelism shards them like
     # the model's TP (deepspeed/moe/layer.py); MindSpore's experts follow model_parallel.
     Rule.TARGET_EXPERT_TP: ((LaunchTarget.DEEPSPEED, LaunchTarget.MINDSPORE,

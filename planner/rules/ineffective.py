@@ -10,7 +10,7 @@ is a note here. `validate`, `memory`, `diff` and `calibrate` judge the strategy 
 
 from __future__ import annotations
 
-from cost_models.enums import CpComm, Precision, RankOrder
+from cost_models.enums import CpComm, Precision, RankOrder, RecomputeModule
 from cost_models.tensor_parallel import tp_overlap_reaches
 from planner.core.problem import Problem
 from planner.costing.placement import tp_placement
@@ -69,4 +69,21 @@ def ineffective_settings(problem: Problem, strategy: Strategy) -> list[str]:
     if s.etp is not None and s.etp != s.tp and not problem.model.is_moe:
         notes.append(f"etp {s.etp} has no effect on {problem.model.name}: a dense model has no "
                      f"routed experts to split")
+    notes += _ineffective_recompute_modules(problem, s)
     return notes
+
+
+def _ineffective_recompute_modules(problem: Problem, s: Strategy) -> list[str]:
+    """Recompute modules with nothing to re-run in this model (Megatron-Core accepts them and
+    does nothing: transformer_layer.py, moe/experts.py, moe/moe_layer.py @d98e8a64)."""
+    M = RecomputeModule
+    layers = list(problem.model.attention_layers())
+    moe = any(layer.moe is not None for layer in layers)
+    missing = {M.MOE: not moe, M.MOE_ACT: not moe,
+               M.SHARED_EXPERTS: not any(layer.moe is not None and layer.tp_ffn
+                                         for layer in layers),
+               M.MLP: not any(layer.moe is None for layer in layers)}
+    what = {M.MOE: "no MoE layers", M.MOE_ACT: "no MoE layers",
+            M.SHARED_EXPERTS: "no shared experts", M.MLP: "no dense MLP layers"}
+    return [f"recompute_modules {m.value} has no effect on {problem.model.name}: it has "
+            f"{what[m]}" for m in s.recompute_modules or () if missing.get(m)]

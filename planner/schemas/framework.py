@@ -180,6 +180,10 @@ class FrameworkProfile(BaseModel):
     2022, Sec. 5); False where the framework saves the attention output instead."""
     selective_recompute_gemm_share: float = Field(default=0.0, ge=0, le=1)
     """Share of the dense GEMMs' forward that selective recomputation re-runs."""
+    recompute_modules: bool = False
+    """Selective recomputation re-runs the submodules a run names (Megatron-Core
+    --recompute-modules, `RecomputeModule`); False: only its own selective policy, priced as
+    recompute_modules core_attn."""
     attention: AttentionKind
     """The attention kernel a run gets unless it says (training.attention, --attention):
     flash wherever the framework runs a fused kernel by default."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, computed_field
 
-from cost_models.enums import CpComm, CudaGraphs, RankOrder, Recompute, ZeroStage
+from cost_models.enums import CpComm, CudaGraphs, RankOrder, Recompute, RecomputeModule, ZeroStage
 from planner.schemas.strategy import DpComm
 
 _OUT = ConfigDict(frozen=True, use_attribute_docstrings=True)
@@ -34,6 +34,8 @@ class StrategyOut(BaseModel):
     global_batch: int
     sequence_parallel: bool
     recompute: Recompute
+    recompute_modules: tuple[RecomputeModule, ...] | None = None
+    """With recompute selective, what it re-runs (None: core_attn, the default)."""
     zero_stage: ZeroStage
     dp_shard: int
     """Data-parallel ranks ZeRO shards over (dp: all of them; less: HSDP)."""

@@ -5,10 +5,11 @@ from __future__ import annotations
 from enum import Enum
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from cost_models.enums import (CpComm, CudaGraphs, DpComm, RankOrder,  # noqa: F401 (re-exported)
-                               Recompute, ZeroStage)
+from cost_models.enums import (DEFAULT_RECOMPUTE_MODULES, CpComm,  # noqa: F401 (re-exported)
+                               CudaGraphs, DpComm, RankOrder, Recompute, RecomputeModule,
+                               ZeroStage)
 from planner.schemas.bounds import GlobalBatch, Gpus, Layers, MAX_LAYERS, at_most
 
 
@@ -65,6 +66,12 @@ class Strategy(BaseModel):
     """None: the model's training.global_batch."""
     sequence_parallel: bool = False
     recompute: Recompute = Recompute.NONE
+    recompute_modules: tuple[RecomputeModule, ...] | None = Field(default=None, min_length=1)
+    """With recompute selective, the submodules re-run in the backward pass (Megatron-LM
+    --recompute-modules: core_attn, layernorm, mla_up_proj, mlp, moe, moe_act,
+    shared_experts; `RecomputeModule` says what each drops and re-runs). None: core_attn, the
+    attention core (Megatron-LM's default, and the only selective recompute the other
+    frameworks' profiles price)."""
     zero_stage: ZeroStage = ZeroStage.NONE
     overlap_grad_reduce: bool = True
     """Overlap the data-parallel gradient reduction with the last backward pass (Megatron-LM
@@ -125,6 +132,28 @@ class Strategy(BaseModel):
     launch config, not priced: the per-step host time (framework profile step_host_s) was
     fitted on runs with CUDA graphs, and kernel-launch latency is not modelled. None: the
     framework's default, nothing written."""
+
+    @field_validator("recompute_modules")
+    @classmethod
+    def _modules_in_order(cls, value):
+        # One spelling per set, in RecomputeModule's order (so equal sets compare equal).
+        return None if value is None else tuple(m for m in RecomputeModule if m in value)
+
+    @model_validator(mode="after")
+    def _modules_need_selective(self):
+        if self.recompute_modules is not None and self.recompute is not Recompute.SELECTIVE:
+            raise ValueError(f"recompute_modules needs recompute selective (recompute is "
+                             f"{self.recompute.value})")
+        return self
+
+    @property
+    def selective_modules(self) -> frozenset[RecomputeModule]:
+        """What selective recompute re-runs: recompute_modules, or core_attn when unset; empty
+        without selective recompute."""
+        if self.recompute is not Recompute.SELECTIVE:
+            return frozenset()
+        return (DEFAULT_RECOMPUTE_MODULES if self.recompute_modules is None
+                else frozenset(self.recompute_modules))
 
     @property
     def num_micro_batches(self) -> float:
@@ -193,6 +222,9 @@ def strategy_label(s) -> str:
         parts.append("sp")
     if s.recompute is not Recompute.NONE:
         parts.append(f"recompute {s.recompute.value}")
+        modules = getattr(s, "recompute_modules", None)
+        if modules and set(modules) != DEFAULT_RECOMPUTE_MODULES:
+            parts[-1] += f" ({', '.join(m.value for m in modules)})"
     if s.zero_stage:
         parts.append(f"zero {int(s.zero_stage)}")
         shard = getattr(s, "dp_shard", None)

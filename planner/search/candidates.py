@@ -22,9 +22,10 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from cost_models.enums import CpComm, RankOrder, Recompute, ZeroStage
+from cost_models.enums import (DEFAULT_RECOMPUTE_MODULES, CpComm, RankOrder, Recompute,
+                               RecomputeModule, ZeroStage)
 from planner.core.candidates import (CP_COMM_ORDER, DP_COMM_ORDER, RANK_ORDER, RECOMPUTE_ORDER,
-                                     Candidates)
+                                     Candidates, modules_mask)
 from planner.rules.gate import (Rule, RuleOptions, balanced_layouts_allowed, breaks,
                                 chunks_without_layers)
 from planner.core.problem import Problem
@@ -60,6 +61,8 @@ class SearchSpace:
     any degree."""
     zero_stages: tuple[ZeroStage, ...] = tuple(ZeroStage)
     recompute: tuple[Recompute, ...] = RECOMPUTE_ORDER
+    recompute_modules: tuple[frozenset[RecomputeModule], ...] | None = None
+    """The module sets selective recompute tries; None: `recompute_module_sets`."""
     sequence_parallel: tuple[bool, ...] = (False, True)
     dp_comm: tuple[DpComm, ...] = (DpComm.ALL_REDUCE,)
     any_pp: bool = False
@@ -341,6 +344,36 @@ def offload_variants(problem: Problem, space: SearchSpace,
     return list(itertools.product(shares, params, acts))
 
 
+def recompute_module_sets(problem: Problem) -> tuple[frozenset[RecomputeModule], ...]:
+    """The module sets selective recompute is tried with: core_attn (the paper's selective
+    recompute, Megatron-Core's default) always; where the framework takes --recompute-modules,
+    for an MoE model one more, the cheapest to re-run of the sets NVIDIA's recipes run
+    (Megatron-Bridge perf_recipes @067f987df) that keeps the least: layernorm + moe_act
+    (gpt_oss h100/b200/gb200) or, with MLA, layernorm + mla_up_proj + moe_act
+    (deepseek/common.py). One set, not every subset: each is another copy of the selective
+    rows, and two kept DeepSeek-V3's search 30% slower (`bench/bench_search.py`). The recipes'
+    other sets (moe_act alone; mla_up_proj + mlp, deepseek/h100/deepseek_v3.py, which keeps
+    more than the MLA set and re-runs as much) are searched with --recompute-modules. Under
+    FP8 with delayed scaling Megatron-Core refuses these sets (a rule), leaving core_attn."""
+    M = RecomputeModule
+    if not (problem.framework.recompute_modules and problem.model.is_moe):
+        return (DEFAULT_RECOMPUTE_MODULES,)
+    if any(layer.mla is not None for layer in problem.model.attention_layers()):
+        return DEFAULT_RECOMPUTE_MODULES, frozenset({M.LAYERNORM, M.MLA_UP_PROJ, M.MOE_ACT})
+    return DEFAULT_RECOMPUTE_MODULES, frozenset({M.LAYERNORM, M.MOE_ACT})
+
+
+def recompute_options(problem: Problem, space: SearchSpace) -> list[tuple[int, int]]:
+    """(recompute index, module mask) pairs the search tries: one per module set under
+    selective recompute, mask 0 under none and full."""
+    sets = space.recompute_modules or recompute_module_sets(problem)
+    out = []
+    for rc in RECOMPUTE_ORDER:
+        masks = [modules_mask(m) for m in sets] if rc is Recompute.SELECTIVE else [0]
+        out += [(RECOMPUTE_ORDER.index(rc), mask) for mask in masks]
+    return out
+
+
 def degree_tuples(problem: Problem,
                   space: SearchSpace) -> list[tuple[int, int, int, int, int, int]]:
     """Every (tp, cp, pp, dp, vpp, micro_batch) the search considers."""
@@ -365,10 +398,13 @@ def generate(problem: Problem, space: SearchSpace) -> list[CandidateGroup]:
     values are added to the domains; `Pin.allows` then masks the rest)."""
     overlap = space.overlaps(problem)
     options = space.rule_options(problem)
-    # Every (sequence parallelism, recompute, ZeRO, DP exchange), as named columns.
-    table = list(itertools.product((False, True), RECOMPUTE_ORDER, ZeroStage, space.dp_comm))
+    # Every (sequence parallelism, recompute and its modules, ZeRO, DP exchange), as named
+    # columns.
+    table = list(itertools.product((False, True), recompute_options(problem, space), ZeroStage,
+                                   space.dp_comm))
     option = {"sp": np.array([t[0] for t in table], dtype=bool),
-              "recompute": np.array([RECOMPUTE_ORDER.index(t[1]) for t in table], dtype=np.int64),
+              "recompute": np.array([t[1][0] for t in table], dtype=np.int64),
+              "rc_modules": np.array([t[1][1] for t in table], dtype=np.int64),
               "zero": np.array([int(t[2]) for t in table], dtype=np.int64),
               "dp_comm": np.array([DP_COMM_ORDER.index(t[3]) for t in table], dtype=np.int64)}
     # A parameter server holds whole gradients: no ZeRO (its rule, on zero and dp_comm).

@@ -17,7 +17,7 @@ from planner.costing.evaluate import (BlockCosts, Evaluation, block_costs, evalu
                                       state_floor_bytes)
 from cost_models.enums import CpComm, ZeroStage
 from planner.core.candidates import (CP_COMM_ORDER, DP_COMM_ORDER, RANK_ORDER, RECOMPUTE_ORDER,
-                                     Candidates)
+                                     Candidates, strategy_modules)
 from planner.costing.layout import Layout, framework_layouts
 from planner.core.problem import Problem
 from planner.rules.gate import RuleOptions, degree_violations, host_memory_violations
@@ -42,6 +42,7 @@ def strategy_at(c: Candidates, i: int,
         dp=int(c.dp[i]), tp=int(c.tp[i]), pp=int(c.pp[i]), vpp=int(c.vpp[i]),
         micro_batch=int(c.mb[i]), global_batch=int(c.global_batch[i]),
         sequence_parallel=bool(c.sp[i]), recompute=RECOMPUTE_ORDER[c.recompute[i]],
+        recompute_modules=strategy_modules(c.rc_modules[i]),
         zero_stage=ZeroStage(int(c.zero[i])),
         dp_shard=None if c.shard[i] == c.dp[i] else int(c.shard[i]),
         overlap_grad_reduce=bool(c.overlap[i]),

@@ -76,8 +76,8 @@ def _objective(pool: Pool) -> np.ndarray:
     stages and chunks, less tensor parallelism, larger micro-batches, then lower memory."""
     step_us = np.rint(pool.step_s * US_PER_S).astype(np.int64)
     c = pool.cands
-    keys = (pool.peak_bytes, c.dp_comm, c.sp, -c.mb, c.tp, c.vpp, c.pp, c.recompute, c.zero,
-            step_us)
+    keys = (pool.peak_bytes, c.rc_modules, c.dp_comm, c.sp, -c.mb, c.tp, c.vpp, c.pp,
+            c.recompute, c.zero, step_us)
     order = np.lexsort(keys)                       # the last key sorts first
     tie_break = np.empty(len(pool), dtype=np.int64)
     tie_break[order] = np.arange(len(pool))

@@ -39,6 +39,13 @@ CASES = [
     Case("deepseek-v3-ep", T.MEGATRON, "deepseek-v3", "dgx-h100", 1024,
          dict(dp=128, tp=8, pp=1, ep=128, etp=1, micro_batch=1, sequence_parallel=True,
               recompute="full", zero_stage=1)),
+    # DeepSeek-V3 with the recompute modules of NVIDIA's 1,024-GPU H100 recipe
+    # (Megatron-Bridge perf_recipes/deepseek/h100/deepseek_v3.py @067f987df: TP 2, EP 64,
+    # recompute_modules [mla_up_proj, mlp]) on the degrees of deepseek-v3-ep: pp 1 keeps the
+    # recipe's uneven pipeline layout (PP 8, VP 4) out of it.
+    Case("deepseek-v3-recompute-modules", T.MEGATRON, "deepseek-v3", "dgx-h100", 1024,
+         dict(dp=128, tp=8, pp=1, ep=128, etp=1, micro_batch=1, sequence_parallel=True,
+              recompute="selective", recompute_modules=("mla_up_proj", "mlp"), zero_stage=1)),
     # gpt-oss: alternating sliding-window attention, sinks, biased experts (etp 1).
     Case("gpt-oss-120b-ep", T.MEGATRON, "gpt-oss-120b", "dgx-h100", 64,
          dict(dp=64, tp=1, pp=1, ep=64, etp=1, micro_batch=1, recompute="full", zero_stage=1)),

@@ -21,7 +21,7 @@ from tests.frameworks.cases import CASES
 
 GOLDEN = Path(__file__).parent / "golden"
 STRATEGY_FIELDS = ("dp", "tp", "pp", "vpp", "micro_batch", "global_batch", "sequence_parallel",
-                   "recompute", "zero_stage", "layers_per_stage")
+                   "recompute", "recompute_modules", "zero_stage", "layers_per_stage")
 
 
 def test_every_target_has_an_emitter():

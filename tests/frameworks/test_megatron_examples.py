@@ -203,9 +203,12 @@ def test_unreadable_values_give_one_line_naming_file_and_flag(cli, write, flags,
      "megatron_unpriced", "--recompute-method block --recompute-num-layers 2: only 2 of the 32 "
                           "layers per stage are recomputed; priced as full recompute of every "
                           "layer, so memory is underestimated"),
-    ("--recompute-granularity selective --recompute-modules core_attn mlp", "megatron_unpriced",
-     "--recompute-modules core_attn mlp: the planner's selective recompute is core attention "
-     "only (the default); priced so, so memory is overestimated"),
+    # transformer_config.py __post_init__ @d98e8a64: "Invalid choices for recompute_modules".
+    ("--recompute-granularity selective --recompute-modules core_attn mlpp", "megatron_flag",
+     "Megatron-Core stops: invalid choices for recompute_modules: mlpp"),
+    ("--recompute-granularity selective --recompute-modules core_attn mhc", "megatron_unpriced",
+     "--recompute-modules mhc: modules of layer kinds the planner does not model; priced "
+     "without them, so memory is overestimated"),
     ("--optimizer muon", "megatron_unpriced",
      "--optimizer muon: the planner prices Adam or SGD states; priced as adam"),
 ])

@@ -8,8 +8,8 @@ torch; where torch is installed, the last tests measure again and must get the s
 import pytest
 
 from cost_models.enums import AttentionKind, MasterWeights, MlpKind, Optimizer, Precision, \
-    Recompute, ZeroStage
-from cost_models.memory import model_state_bytes, state_bytes_per_param, \
+    Recompute, RecomputeModule, ZeroStage
+from cost_models.memory import model_state_bytes, moe_activation_bytes, state_bytes_per_param, \
     transformer_layer_activation_bytes, zero3_gather_buffer_bytes
 from cost_models.units import BYTES_16BIT, BYTES_FP32
 
@@ -17,6 +17,8 @@ from cost_models.units import BYTES_16BIT, BYTES_FP32
 MEASURED_LAYER_BYTES = 591_360                  # no QK norms
 MEASURED_LAYER_QK_NORM_BYTES = 691_200          # q_norm and k_norm on every head
 MEASURED_CHECKPOINTED_BYTES = 32_768            # the layer under torch.utils.checkpoint
+# The layer with QK norms under selective recompute by module (bench/torch_memory.py).
+MEASURED_RECOMPUTE_MODULES_BYTES = {"layernorm": 625_664, "mlp": 429_056, "act": 625_664}
 # FSDP2 (fully_shard, MixedPrecisionPolicy bf16 / fp32), AdamW, 2 gloo ranks: rank 0.
 MEASURED_FSDP2 = dict(num_params=65_536, block_params=32_768, weights=131_072,
                       gradients=131_072, optimizer=262_144, gathered_block=65_536)
@@ -68,6 +70,37 @@ def test_qk_norm_term_splits_with_the_heads_over_tp(sequence_parallel):
         assert got == pytest.approx(one / tp, rel=1e-12)
 
 
+def _modules(*modules):
+    return transformer_layer_activation_bytes(**SHAPE, tp=1, sequence_parallel=False,
+                                              recompute=Recompute.SELECTIVE, qk_norm=True,
+                                              recompute_modules=frozenset(modules))
+
+
+def test_layernorm_module_drops_what_pytorch_saves_of_the_norm_outputs():
+    # Megatron-Core's output-discarding checkpoint on both norms: the one s b h bf16 storage
+    # of each norm's output that the QKV projections and the MLP saved.
+    measured = MEASURED_LAYER_QK_NORM_BYTES - MEASURED_RECOMPUTE_MODULES_BYTES["layernorm"]
+    assert _layer(qk_norm=True) - _modules(RecomputeModule.LAYERNORM) == measured
+
+
+def test_mlp_module_drops_the_mlp_internals_pytorch_saves():
+    # torch.utils.checkpoint over the MLP keeps its input (the norm output, saved anyway);
+    # eager PyTorch also drops the silu output the formula never counted (see above).
+    measured = MEASURED_LAYER_QK_NORM_BYTES - MEASURED_RECOMPUTE_MODULES_BYTES["mlp"]
+    eager_silu = BYTES_16BIT * S * B * SHAPE["ffn_hidden"]
+    assert _layer(qk_norm=True) - _modules(RecomputeModule.MLP) + eager_silu == measured
+
+
+def test_moe_act_module_drops_the_activation_output_pytorch_saves():
+    # The SwiGLU product (the second matrix's input), discarded: what moe_act drops in each
+    # expert. The layer's MLP as one expert that every token visits (pairs = s b).
+    measured = MEASURED_LAYER_QK_NORM_BYTES - MEASURED_RECOMPUTE_MODULES_BYTES["act"]
+    expert = dict(pairs=S * B, tokens_per_rank=S * B, hidden=SHAPE["hidden"],
+                  expert_ffn_hidden=SHAPE["ffn_hidden"], num_experts=1, mlp=MlpKind.SWIGLU)
+    kept = moe_activation_bytes(**expert, recompute_modules=frozenset({RecomputeModule.MOE_ACT}))
+    assert moe_activation_bytes(**expert) - kept == measured
+
+
 def test_fsdp2_keeps_16_bytes_per_parameter_sharded():
     # fp32 parameter shard (the master), fp32 gradient shard, AdamW's two fp32 moments.
     m = MEASURED_FSDP2
@@ -96,6 +129,8 @@ def test_pytorch_still_measures_the_pinned_layer_bytes():
     assert saved_activation_bytes(qk_norm=False) == MEASURED_LAYER_BYTES
     assert saved_activation_bytes(qk_norm=True) == MEASURED_LAYER_QK_NORM_BYTES
     assert saved_activation_bytes(qk_norm=True, checkpointed=True) == MEASURED_CHECKPOINTED_BYTES
+    for module, measured in MEASURED_RECOMPUTE_MODULES_BYTES.items():
+        assert saved_activation_bytes(qk_norm=True, recompute_modules=(module,)) == measured
 
 
 def test_pytorch_still_measures_the_pinned_fsdp2_states():
