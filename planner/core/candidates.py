@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from cost_models.enums import CpComm, DpComm, RankOrder, Recompute
+from cost_models.enums import CpComm, DpComm, MoeDispatcher, RankOrder, Recompute
 
 if TYPE_CHECKING:
     from planner.schemas.framework import OverlapDefaults
@@ -19,6 +19,7 @@ RECOMPUTE_ORDER = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
 DP_COMM_ORDER = (DpComm.ALL_REDUCE, DpComm.PARAMETER_SERVER)
 CP_COMM_ORDER = tuple(CpComm)
 RANK_ORDER = tuple(RankOrder)
+MOE_DISPATCHER_ORDER = tuple(MoeDispatcher)
 
 
 @dataclass
@@ -72,6 +73,8 @@ class Candidates:
     moe_overlap: np.ndarray = None  # type: ignore[assignment]
     """Overlap one micro-batch's expert all-to-all with another's compute (as asked; the
     framework and the strategy gate it). None: False."""
+    dispatcher: np.ndarray = None  # type: ignore[assignment]
+    """Index into MOE_DISPATCHER_ORDER (None: 0, alltoall)."""
 
     def __post_init__(self) -> None:
         n = len(self.tp)
@@ -99,6 +102,8 @@ class Candidates:
             self.rank_order = np.zeros(n, dtype=int)
         if self.moe_overlap is None:
             self.moe_overlap = np.zeros(n, dtype=bool)
+        if self.dispatcher is None:
+            self.dispatcher = np.zeros(n, dtype=int)
 
     @property
     def edp(self) -> np.ndarray:
@@ -137,7 +142,8 @@ class Candidates:
     def empty(cls) -> Candidates:
         """No strategies, each field with the dtype one strategy gives it."""
         ints = ("tp", "pp", "vpp", "dp", "mb", "global_batch", "recompute", "zero", "shard",
-                "dp_comm", "num_servers", "ep", "etp", "cp", "cp_comm", "cp_a2a", "act_offload", "rank_order")
+                "dp_comm", "num_servers", "ep", "etp", "cp", "cp_comm", "cp_a2a", "act_offload", "rank_order",
+                "dispatcher")
         bools = ("sp", "overlap", "param_gather", "tp_overlap", "fp8_gather", "param_offload",
                  "nvls", "moe_overlap")
         return cls(**{f.name: np.zeros(0, dtype=int if f.name in ints else
@@ -174,5 +180,6 @@ class Candidates:
                    param_offload=one(s.param_offload),
                    act_offload=one(s.activation_offload_layers), nvls=one(s.nvls),
                    rank_order=one(RANK_ORDER.index(overlap("rank_order"))),
-                   moe_overlap=one(overlap("moe_a2a_overlap")))
+                   moe_overlap=one(overlap("moe_a2a_overlap")),
+                   dispatcher=one(MOE_DISPATCHER_ORDER.index(overlap("moe_dispatcher"))))
 

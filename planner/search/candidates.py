@@ -22,9 +22,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from cost_models.enums import CpComm, RankOrder, Recompute, ZeroStage
-from planner.core.candidates import (CP_COMM_ORDER, DP_COMM_ORDER, RANK_ORDER, RECOMPUTE_ORDER,
-                                     Candidates)
+from cost_models.enums import CpComm, MoeDispatcher, RankOrder, Recompute, ZeroStage
+from planner.core.candidates import (CP_COMM_ORDER, DP_COMM_ORDER, MOE_DISPATCHER_ORDER,
+                                     RANK_ORDER, RECOMPUTE_ORDER, Candidates)
 from planner.rules.gate import (Rule, RuleOptions, balanced_layouts_allowed, breaks,
                                 chunks_without_layers)
 from planner.core.problem import Problem
@@ -82,6 +82,7 @@ class SearchSpace:
     overlap_param_gather: bool | None = None
     tp_comm_overlap: bool | None = None
     moe_a2a_overlap: bool | None = None
+    moe_dispatcher: MoeDispatcher | None = None
     offload: tuple[str, ...] = ()
     """What the search may keep in host memory: 'optimizer', 'params', 'activations'. Each
     strategy is tried with and without each (`offload_variants`)."""
@@ -432,7 +433,8 @@ def generate(problem: Problem, space: SearchSpace) -> list[CandidateGroup]:
             opt_offload=shares.astype(float), param_offload=params.astype(bool),
             act_offload=layers.astype(int), nvls=np.full(n, space.nvls),
             rank_order=np.full(n, RANK_ORDER.index(overlap.rank_order)),
-            moe_overlap=np.full(n, overlap.moe_a2a_overlap))
+            moe_overlap=np.full(n, overlap.moe_a2a_overlap),
+            dispatcher=np.full(n, MOE_DISPATCHER_ORDER.index(overlap.moe_dispatcher)))
         groups.append(CandidateGroup(pp=pp, vpp=vpp, cands=cands))
     return groups
 
