@@ -34,7 +34,7 @@ def expert_dispatch_bytes(tokens_per_rank, *, top_k: int, hidden: int, imbalance
 def expert_dispatch_s(*, tokens_per_rank, pairs, top_k: int, hidden: int, imbalance: float,
                       value_bytes: float, ep, etp, ep_group: Group, etp_group: Group,
                       net: Network, flex=False, flex_group: Group | None = None,
-                      num_experts=None):
+                      num_experts=None, router_groups=None, router_group_topk=None):
     """Seconds of one pass's token dispatch and combine on one rank of an MoE layer: two
     all-to-alls over the EP group (or, where `flex`, two `flex_dispatch_s` over `flex_group`,
     the EP group counted in the backend's NVLink domains) and, with expert TP, an all-gather
@@ -47,10 +47,12 @@ def expert_dispatch_s(*, tokens_per_rank, pairs, top_k: int, hidden: int, imbala
                                  imbalance=imbalance, value_bytes=value_bytes)
     a2a = all_to_all_time_s(sent, ep_group, net)
     if flex_group is not None:
+        limit = None if router_groups is None else group_limited_nodes(
+            flex_group.num_nodes, num_groups=router_groups, group_topk=router_group_topk)
         a2a = np.where(flex, flex_dispatch_s(
             tokens_per_rank=tokens_per_rank, top_k=top_k, hidden=hidden, imbalance=imbalance,
-            value_bytes=value_bytes, ep_group=flex_group, net=net, num_experts=num_experts),
-            a2a)
+            value_bytes=value_bytes, ep_group=flex_group, net=net, num_experts=num_experts,
+            node_limit=limit), a2a)
     gathered = pairs * hidden * value_bytes
     etp_s = (all_gather_time_s(gathered, etp_group, net)
              + reduce_scatter_time_s(gathered, etp_group, net))
@@ -161,6 +163,19 @@ def expected_nodes_per_token(num_nodes, top_k: int, *, num_experts=None, node_li
         for i in range(top_k):
             missed = missed * np.clip((e - e / n - i) / (e - i), 0.0, None)
     return n * (1 - missed)
+
+
+def group_limited_nodes(num_nodes, *, num_groups: int, group_topk: int):
+    """Most nodes a token can reach under group-limited routing: its experts come from
+    `group_topk` of `num_groups` equal expert groups laid over the EP group's `num_nodes`
+    nodes in order, a group spanning max(1, N / G) nodes: min(N, topk x max(1, N / G)).
+
+    Ref: Megatron-Core transformer_config.py moe_router_num_groups ("Node-limited routing:
+    set moe_router_num_groups equal to number of nodes in EP group"); DeepSeek-V3
+    (arXiv:2412.19437) Sec. 3.2.2: 8 groups on EP 64's 8 nodes, top-4 groups: at most 4 nodes.
+    """
+    n = np.asarray(num_nodes, dtype=float)
+    return np.minimum(n, group_topk * np.maximum(1.0, n / num_groups))
 
 
 def flex_dispatch_s(*, tokens_per_rank, top_k: int, hidden: int, imbalance: float,

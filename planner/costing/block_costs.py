@@ -306,7 +306,8 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
         one_pass_ep = _expert_dispatch_s(
             tokens_per_rank=tokens_per_rank, pairs=pairs, top_k=moe.top_k, hidden=block.hidden,
             imbalance=imbalance, ep=ep, etp=etp, k=k, cluster=cluster,
-            num_experts=moe.num_experts)
+            num_experts=moe.num_experts, router_groups=block.router_groups,
+            router_group_topk=block.router_group_topk)
     comm_passes = tp_passes(rc)
     if rc is Recompute.FULL:
         recompute = forward
@@ -351,7 +352,8 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
 
 
 def _expert_dispatch_s(*, tokens_per_rank, pairs, top_k: int, hidden: int, imbalance: float,
-                       ep, etp, k: _Kernels, cluster: ClusterSpec, num_experts=None):
+                       ep, etp, k: _Kernels, cluster: ClusterSpec, num_experts=None,
+                       router_groups=None, router_group_topk=None):
     """`expert_parallel.expert_dispatch_s` on this cluster: EP ranks etp apart (the expert
     rank order tp-ep-dp-pp), expert-TP ranks consecutive."""
     node = cluster.nvlink_gpus
@@ -370,7 +372,8 @@ def _expert_dispatch_s(*, tokens_per_rank, pairs, top_k: int, hidden: int, imbal
                              ep=ep, etp=etp, ep_group=strided_placement(ep, etp, node),
                              etp_group=tp_placement(etp, node), net=cluster.network,
                              flex=dispatcher != MOE_DISPATCHER_ORDER.index(MoeDispatcher.ALLTOALL),
-                             flex_group=flex_group, num_experts=num_experts)
+                             flex_group=flex_group, num_experts=num_experts,
+                             router_groups=router_groups, router_group_topk=router_group_topk)
 
 
 DEEPEP_NVL_PEERS = 8

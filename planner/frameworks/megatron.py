@@ -150,6 +150,9 @@ def _moe_args(shape, dispatcher: MoeDispatcher) -> list[str]:
                  "--moe-router-enable-expert-bias", "--moe-router-score-function sigmoid"]
     else:
         args.append("--moe-router-load-balancing-type aux_loss")
+    if layer.router_groups is not None:
+        args += [f"--moe-router-num-groups {layer.router_groups}",
+                 f"--moe-router-group-topk {layer.router_group_topk}"]
     if layer.capacity_factor is not None:
         args.append(f"--moe-expert-capacity-factor {layer.capacity_factor:g}")
     return args

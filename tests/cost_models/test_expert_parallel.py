@@ -143,3 +143,15 @@ def test_flex_sends_one_copy_per_remote_node_not_per_expert():
                                        rel=0.03)
     assert flex_dispatch_s(**kw, ep_group=Group(size=1, ranks_per_node=1, num_nodes=1),
                            net=net) == 0
+
+
+@pytest.mark.parametrize(("nodes", "groups", "topk", "bound"), [
+    (8, 8, 4, 4),      # DeepSeek-V3 on EP 64 (8 nodes of 8): one group per node, top-4 groups
+    (4, 8, 4, 4),      # EP 32: half-node groups, four of them reach at most 4 nodes
+    (16, 8, 4, 8),     # EP 128: each group spans 2 nodes
+    (2, 8, 4, 2),      # EP 16: the limit is above the nodes there are
+])
+def test_group_limited_nodes(nodes, groups, topk, bound):
+    # Megatron-Core transformer_config.py moe_router_num_groups / moe_router_group_topk.
+    from cost_models.expert_parallel import group_limited_nodes
+    assert group_limited_nodes(nodes, num_groups=groups, group_topk=topk) == bound
