@@ -176,7 +176,8 @@ def space_for(strategy: Strategy, features: dict | None = None) -> SearchSpace:
     pins = dict(features or {})
     if not strategy.overlap_grad_reduce:
         pins["overlap_grad_reduce"] = False
-    for name in ("overlap_param_gather", "tp_comm_overlap", "fp8_param_gather"):
+    for name in ("overlap_param_gather", "tp_comm_overlap", "fp8_param_gather",
+                 "moe_dispatcher"):
         if getattr(strategy, name) is not None:
             pins[name] = getattr(strategy, name)
     return replace(SearchSpace(), **pins)

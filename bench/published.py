@@ -155,6 +155,8 @@ def _strategy(run: dict, problem: Problem, framework: str) -> Strategy:
                 "moe_a2a_overlap"):
         if isinstance(s.get(key), bool):
             fields[key] = s[key]
+    if s.get("moe_dispatcher"):   # Megatron-Core's token dispatcher, as the run (or its file) says
+        fields["moe_dispatcher"] = s["moe_dispatcher"]
     if s.get("activation_offload_layers"):   # Megatron --cpu-offloading-num-layers, as the run states
         fields["activation_offload_layers"] = s["activation_offload_layers"]
     if isinstance(run.get("fp8_param_gather"), bool):

@@ -272,3 +272,17 @@ class PipelinePartition(str, Enum):
     """Transformer layers and the two embedding specs (input embedding on the first stage,
     tied output embedding on the last) count alike: the ends hold one layer fewer (BLOOM,
     `--pp-partition-method 'type:transformer|embedding'`)."""
+
+
+class MoeDispatcher(str, Enum):
+    """How an MoE layer's tokens reach their experts' ranks and come back (Megatron-Core
+    --moe-token-dispatcher-type, with --moe-flex-dispatcher-backend for flex;
+    megatron/core/transformer/moe/README.md "Token Dispatching")."""
+
+    ALLTOALL = "alltoall"
+    """NCCL all-to-all of every (token, expert) copy (MoEAlltoAllTokenDispatcher)."""
+    FLEX_DEEPEP = "flex-deepep"
+    """DeepEP normal kernels: one copy per destination node over RDMA, NVLink forwarding
+    inside a node of at most 8 GPUs."""
+    FLEX_HYBRIDEP = "flex-hybridep"
+    """HybridEP (DeepEP hybrid-ep branch): the same over the whole NVLink domain (MNNVL)."""

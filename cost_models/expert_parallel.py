@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from cost_models.communication import (Group, Network, all_gather_time_s, all_to_all_time_s,
-                                       exposed_time_s, reduce_scatter_time_s)
+from cost_models.communication import (SIMPLE, Group, Network, all_gather_time_s,
+                                       all_to_all_time_s, exposed_time_s, nic_bytes_per_s,
+                                       reduce_scatter_time_s)
 
 
 def expert_dispatch_bytes(tokens_per_rank, *, top_k: int, hidden: int, imbalance: float,
@@ -32,16 +33,26 @@ def expert_dispatch_bytes(tokens_per_rank, *, top_k: int, hidden: int, imbalance
 
 def expert_dispatch_s(*, tokens_per_rank, pairs, top_k: int, hidden: int, imbalance: float,
                       value_bytes: float, ep, etp, ep_group: Group, etp_group: Group,
-                      net: Network):
+                      net: Network, flex=False, flex_group: Group | None = None,
+                      num_experts=None, router_groups=None, router_group_topk=None):
     """Seconds of one pass's token dispatch and combine on one rank of an MoE layer: two
-    all-to-alls over the EP group and, with expert TP, an all-gather and a reduce-scatter of
-    the `pairs` (token, expert) rows this rank computes over the expert-TP group.
+    all-to-alls over the EP group (or, where `flex`, two `flex_dispatch_s` over `flex_group`,
+    the EP group counted in the backend's NVLink domains) and, with expert TP, an all-gather
+    and a reduce-scatter of the `pairs` (token, expert) rows this rank computes over the
+    expert-TP group.
 
     Ref: Liu et al. 2025 (arXiv:2504.14960), Sec. 3, Fig. 3 (MoEAlltoAllTokenDispatcher).
     """
     sent = expert_dispatch_bytes(tokens_per_rank, top_k=top_k, hidden=hidden,
                                  imbalance=imbalance, value_bytes=value_bytes)
     a2a = all_to_all_time_s(sent, ep_group, net)
+    if flex_group is not None:
+        limit = None if router_groups is None else group_limited_nodes(
+            flex_group.num_nodes, num_groups=router_groups, group_topk=router_group_topk)
+        a2a = np.where(flex, flex_dispatch_s(
+            tokens_per_rank=tokens_per_rank, top_k=top_k, hidden=hidden, imbalance=imbalance,
+            value_bytes=value_bytes, ep_group=flex_group, net=net, num_experts=num_experts,
+            node_limit=limit), a2a)
     gathered = pairs * hidden * value_bytes
     etp_s = (all_gather_time_s(gathered, etp_group, net)
              + reduce_scatter_time_s(gathered, etp_group, net))
@@ -124,3 +135,75 @@ def paired_a2a_exposed_s(a2a_s, *, forward_s, backward_s, expert_forward_s,
     beside = (forward_s - expert_forward_s, expert_forward_s, expert_forward_s,
               np.maximum(backward_s - 2 * expert_forward_s, 0.0))
     return sum(exposed_time_s(one, compute, interference=interference) for compute in beside)
+
+
+def expected_nodes_per_token(num_nodes, top_k: int, *, num_experts=None, node_limit=None):
+    """Expected distinct nodes a token's top_k experts sit on, experts spread evenly over
+    `num_nodes` nodes and routing uniform (force-balanced, as Megatron-Bridge benchmarks).
+
+    Occupancy closed form: a node is missed when all k picks fall outside it, so
+    E[nodes] = N (1 - C(E - E/N, k) / C(E, k)) for k distinct experts out of E; with E
+    unknown (None) its large-E limit N (1 - (1 - 1/N)^k). Node-limited routing (DeepSeek-V3,
+    arXiv:2412.19437 Sec. 3.2.2: each token to at most M = 4 nodes; Megatron-Core
+    --moe-router-num-groups / --moe-router-group-topk with groups aligned to nodes) picks M
+    nodes first and the k experts among their E M / N: the same form over min(N, M) nodes.
+    """
+    n = np.asarray(num_nodes, dtype=float)
+    if node_limit is not None:
+        limited = np.minimum(n, node_limit)
+        if num_experts is not None:
+            num_experts = num_experts * limited / n
+        n = limited
+    if num_experts is None:
+        missed = (1 - 1 / n) ** top_k
+    else:
+        # C(E - E/N, k) / C(E, k) = prod_{i<k} (E - E/N - i) / (E - i)
+        e = np.asarray(num_experts, dtype=float)
+        missed = np.ones_like(n * e)
+        for i in range(top_k):
+            missed = missed * np.clip((e - e / n - i) / (e - i), 0.0, None)
+    return n * (1 - missed)
+
+
+def group_limited_nodes(num_nodes, *, num_groups: int, group_topk: int):
+    """Most nodes a token can reach under group-limited routing: its experts come from
+    `group_topk` of `num_groups` equal expert groups laid over the EP group's `num_nodes`
+    nodes in order, a group spanning max(1, N / G) nodes: min(N, topk x max(1, N / G)).
+
+    Ref: Megatron-Core transformer_config.py moe_router_num_groups ("Node-limited routing:
+    set moe_router_num_groups equal to number of nodes in EP group"); DeepSeek-V3
+    (arXiv:2412.19437) Sec. 3.2.2: 8 groups on EP 64's 8 nodes, top-4 groups: at most 4 nodes.
+    """
+    n = np.asarray(num_nodes, dtype=float)
+    return np.minimum(n, group_topk * np.maximum(1.0, n / num_groups))
+
+
+def flex_dispatch_s(*, tokens_per_rank, top_k: int, hidden: int, imbalance: float,
+                    value_bytes: float, ep_group: Group, net: Network, num_experts=None,
+                    node_limit=None):
+    """Seconds of one dispatch (or one combine) of Megatron-Core's flex dispatcher (DeepEP or
+    HybridEP normal kernels) on one rank: each token crosses the network once per distinct
+    remote node its experts sit on and is forwarded inside the node over NVLink to the GPUs
+    holding them; the RDMA and NVLink transfers run at once in one kernel, so the slower sets
+    the time. `ep_group.num_nodes` / `ranks_per_node` count the backend's NVLink domains
+    (DeepEP: one node of at most 8 GPUs; HybridEP: the whole NVLink domain, MNNVL).
+
+    Ref: DeepEP README (deepseek-ai/DeepEP, normal kernels; "NVLink and RDMA forwarding");
+    DeepSeek-V3 (arXiv:2412.19437) Sec. 3.2.2: tokens go over IB to the GPU with the same
+    in-node index on each target node, then over NVLink to the experts' GPUs. Megatron-LM
+    megatron/core/transformer/moe/README.md (flex: "Removes redundant tokens during
+    cross-node communication"). By symmetry a rank's own node is one of the E[nodes] touched
+    with probability 1 / N: E[nodes] (N - 1) / N copies go over RDMA; of the E[ranks] distinct
+    GPUs touched, all but about 1 / g in each node take an NVLink copy (g GPUs per node).
+    Megatron passes the bf16 hidden states (fused_a2a.py; HybridEP asserts no fp8 dispatch).
+    """
+    n, g = ep_group.num_nodes, ep_group.ranks_per_node
+    copy = tokens_per_rank * imbalance * hidden * value_bytes
+    nodes = expected_nodes_per_token(n, top_k, num_experts=num_experts, node_limit=node_limit)
+    reach = n if node_limit is None else np.minimum(n, node_limit)
+    ranks = expected_nodes_per_token(reach * g, top_k, num_experts=None if num_experts is None
+                                     else num_experts * reach / n)
+    rdma_s = copy * nodes * (n - 1) / n / nic_bytes_per_s(ep_group, net)
+    nvlink_s = copy * ranks * (1 - 1 / g) / net.intra_bus_bytes_per_s
+    latency = SIMPLE.base_s + np.where(n > 1, net.inter_hop_s, net.intra_hop_s)
+    return np.where(ep_group.size > 1, latency + np.maximum(rdma_s, nvlink_s), 0.0)

@@ -212,6 +212,12 @@ def search_options(function):
                           "compute (Megatron-LM --overlap-moe-expert-parallel-comm "
                           "--delay-wgrad-compute; needs ep > 1, no full recompute, vpp "
                           "with pp > 1)."),
+        click.option("--moe-dispatcher",
+                     type=click.Choice(["alltoall", "flex-deepep", "flex-hybridep"]),
+                     default=None,
+                     help="Pin the MoE token dispatcher (Megatron-LM --moe-token-dispatcher-"
+                          "type, flex with --moe-flex-dispatcher-backend deepep|hybridep; "
+                          "default: the framework's)."),
         click.option("--rank-order", type=click.Choice(["tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp"]),
                      default=None,
                      help="Pin the order ranks are numbered in, which decides the groups "
@@ -264,6 +270,9 @@ def _search_space(pins: dict, targets: tuple = ()):
     cp_comm = tuple(CpComm(k) for k in pins.pop("cp_comm")) or None
     dp_comm = pins.pop("dp_comm")
     offload = tuple(dict.fromkeys(pins.pop("offload")))
+    dispatcher = pins.pop("moe_dispatcher")
+    from cost_models.enums import MoeDispatcher
+    pins["moe_dispatcher"] = MoeDispatcher(dispatcher) if dispatcher is not None else None
     order = pins.pop("rank_order")
     rank_order = RankOrder(order) if order is not None else None
     comms = (tuple(DpComm) if dp_comm == "both" else (DpComm(dp_comm),))

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from cost_models.enums import (DEFAULT_RECOMPUTE_MODULES, CpComm, DpComm, RankOrder, Recompute,
-                               RecomputeModule)
+from cost_models.enums import (DEFAULT_RECOMPUTE_MODULES, CpComm, DpComm, MoeDispatcher,
+                               RankOrder, Recompute, RecomputeModule)
 
 if TYPE_CHECKING:
     from planner.schemas.framework import OverlapDefaults
@@ -42,6 +42,9 @@ def strategy_modules(mask: int) -> tuple[RecomputeModule, ...] | None:
     if int(mask) in (0, DEFAULT_MODULES_MASK):
         return None
     return tuple(m for m in RECOMPUTE_MODULE_ORDER if m in mask_modules(mask))
+
+
+MOE_DISPATCHER_ORDER = tuple(MoeDispatcher)
 
 
 @dataclass
@@ -98,6 +101,8 @@ class Candidates:
     rc_modules: np.ndarray = None  # type: ignore[assignment]
     """Bit mask over RECOMPUTE_MODULE_ORDER of what selective recompute re-runs; 0 unless
     recompute is selective (None: core_attn where selective, the default)."""
+    dispatcher: np.ndarray = None  # type: ignore[assignment]
+    """Index into MOE_DISPATCHER_ORDER (None: 0, alltoall)."""
 
     def __post_init__(self) -> None:
         n = len(self.tp)
@@ -167,8 +172,8 @@ class Candidates:
     def empty(cls) -> Candidates:
         """No strategies, each field with the dtype one strategy gives it."""
         ints = ("tp", "pp", "vpp", "dp", "mb", "global_batch", "recompute", "zero", "shard",
-                "dp_comm", "num_servers", "ep", "etp", "cp", "cp_comm", "cp_a2a", "act_offload", "rank_order",
-                "rc_modules")
+                "dp_comm", "num_servers", "ep", "etp", "cp", "cp_comm", "cp_a2a", "act_offload",
+                "rank_order", "rc_modules", "dispatcher")
         bools = ("sp", "overlap", "param_gather", "tp_overlap", "fp8_gather", "param_offload",
                  "nvls", "moe_overlap")
         return cls(**{f.name: np.zeros(0, dtype=int if f.name in ints else
@@ -206,5 +211,6 @@ class Candidates:
                    act_offload=one(s.activation_offload_layers), nvls=one(s.nvls),
                    rank_order=one(RANK_ORDER.index(overlap("rank_order"))),
                    moe_overlap=one(overlap("moe_a2a_overlap")),
-                   rc_modules=one(modules_mask(s.selective_modules)))
+                   rc_modules=one(modules_mask(s.selective_modules)),
+                   dispatcher=one(MOE_DISPATCHER_ORDER.index(overlap("moe_dispatcher"))))
 

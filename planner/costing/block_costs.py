@@ -23,7 +23,8 @@ from cost_models.compute import (BACKWARD_ELEMENTWISE_RATIO, BACKWARD_FLOPS_RATI
 from cost_models.context_parallel import (cp_attention_comm, cp_working_bytes, kv_chunk_bytes,
                                           ulysses_bytes)
 from cost_models.enums import (DEFAULT_RECOMPUTE_MODULES, AttentionKind, Collective, CpComm,
-                               LoadBalancing, Precision, Recompute, RecomputeModule)
+                               LoadBalancing, MoeDispatcher, Precision, Recompute,
+                               RecomputeModule)
 from cost_models.expert_parallel import dispatcher_sync_s, expert_dispatch_s, router_bytes
 from cost_models.evoformer import (evoformer_block_activation_bytes,
                                    evoformer_block_elementwise_bytes, evoformer_block_gemms,
@@ -36,6 +37,7 @@ from cost_models.memory import (embedding_activation_bytes, moe_activation_bytes
 from cost_models.tensor_parallel import (tp_collective_s, tp_passes,
                                          transformer_layer_tp_collectives)
 from cost_models.units import bytes_per_value
+from planner.core.candidates import MOE_DISPATCHER_ORDER
 from planner.costing.placement import strided_placement, tp_placement
 from planner.schemas.cluster import ClusterSpec
 from planner.schemas.framework import FrameworkProfile
@@ -305,7 +307,9 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
     if moe is not None:
         one_pass_ep = _expert_dispatch_s(
             tokens_per_rank=tokens_per_rank, pairs=pairs, top_k=moe.top_k, hidden=block.hidden,
-            imbalance=imbalance, ep=ep, etp=etp, k=k, cluster=cluster)
+            imbalance=imbalance, ep=ep, etp=etp, k=k, cluster=cluster,
+            num_experts=moe.num_experts, router_groups=block.router_groups,
+            router_group_topk=block.router_group_topk)
     comm_passes = tp_passes(rc)
     modules = modules if rc is Recompute.SELECTIVE else frozenset()
     tp_rerun, ep_rerun = 0 * tp, 0 * tp
@@ -412,14 +416,32 @@ def _selective_rerun(block: TransformerBlock, modules: frozenset[RecomputeModule
 
 
 def _expert_dispatch_s(*, tokens_per_rank, pairs, top_k: int, hidden: int, imbalance: float,
-                       ep, etp, k: _Kernels, cluster: ClusterSpec):
+                       ep, etp, k: _Kernels, cluster: ClusterSpec, num_experts=None,
+                       router_groups=None, router_group_topk=None):
     """`expert_parallel.expert_dispatch_s` on this cluster: EP ranks etp apart (the expert
     rank order tp-ep-dp-pp), expert-TP ranks consecutive."""
     node = cluster.nvlink_gpus
+    # The flex backends' NVLink domains: DeepEP forwards inside at most NUM_MAX_NVL_PEERS = 8
+    # GPUs of one host (csrc/kernels/configs.cuh), HybridEP across the NVLink domain (MNNVL;
+    # Megatron-Core transformer_config.py: "only hybridep backend supports the MNNVL case").
+    dispatcher = np.asarray(getattr(k, "dispatcher", 0))
+    deepep = strided_placement(ep, etp, min(cluster.gpus_per_node, DEEPEP_NVL_PEERS))
+    hybrid = strided_placement(ep, etp, node)
+    is_hybrid = dispatcher == MOE_DISPATCHER_ORDER.index(MoeDispatcher.FLEX_HYBRIDEP)
+    flex_group = Group(size=ep, ranks_per_node=np.where(is_hybrid, hybrid.ranks_per_node,
+                                                       deepep.ranks_per_node),
+                       num_nodes=np.where(is_hybrid, hybrid.num_nodes, deepep.num_nodes))
     return expert_dispatch_s(tokens_per_rank=tokens_per_rank, pairs=pairs, top_k=top_k,
                              hidden=hidden, imbalance=imbalance, value_bytes=k.value_bytes,
                              ep=ep, etp=etp, ep_group=strided_placement(ep, etp, node),
-                             etp_group=tp_placement(etp, node), net=cluster.network)
+                             etp_group=tp_placement(etp, node), net=cluster.network,
+                             flex=dispatcher != MOE_DISPATCHER_ORDER.index(MoeDispatcher.ALLTOALL),
+                             flex_group=flex_group, num_experts=num_experts,
+                             router_groups=router_groups, router_group_topk=router_group_topk)
+
+
+DEEPEP_NVL_PEERS = 8
+"""DeepEP's NUM_MAX_NVL_PEERS: the GPUs one node's NVLink forwarding reaches."""
 
 
 def _evoformer(block: EvoformerBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute,
@@ -549,13 +571,13 @@ _BY_KIND = {"transformer": _transformer, "evoformer": _evoformer, "embedding": _
 def block_cost(block, *, training: TrainingSpec, cluster: ClusterSpec,
                framework: FrameworkProfile, tp, mb, sequence_parallel: bool,
                recompute: Recompute, place: Group, ep=1, etp=1, cp=1,
-               cp_comm: CpComm = CpComm.P2P, cp_a2a=1,
+               cp_comm: CpComm = CpComm.P2P, cp_a2a=1, dispatcher=0,
                recompute_modules: frozenset[RecomputeModule] = DEFAULT_RECOMPUTE_MODULES
                ) -> BlockCost:
-    """Costs of `block` at arrays of tp, micro-batch, ep, etp, cp and cp_a2a values (one SP,
-    recompute and CP communication setting). Every block sees s / cp tokens per sequence.
-    `recompute_modules`: what selective recompute re-runs in a transformer layer
-    (`RecomputeModule`)."""
+    """Costs of `block` at arrays of tp, micro-batch, ep, etp, cp, cp_a2a and MoE dispatcher
+    (index into MoeDispatcher) values (one SP, recompute and CP communication setting). Every
+    block sees s / cp tokens per sequence. `recompute_modules`: what selective recompute
+    re-runs in a transformer layer (`RecomputeModule`)."""
     tp = np.asarray(tp, dtype=float)
     mb = np.asarray(mb, dtype=float)
     ep = np.asarray(ep, dtype=float) + 0 * tp
@@ -565,6 +587,7 @@ def block_cost(block, *, training: TrainingSpec, cluster: ClusterSpec,
     if getattr(block, "keep_bf16", False) and training.precision is Precision.FP8:
         training = _bf16_training(training)
     k = _Kernels(cluster, training, framework)
+    k.dispatcher = np.asarray(dispatcher) + 0 * tp.astype(int)
     # An Evoformer's pair representation has no context parallelism (a rule): whole sequence.
     local = training.seq_len if block.kind == "evoformer" else training.seq_len / context.size
     return _BY_KIND[block.kind](block, seq_len=local, mb=mb, tp=tp,

@@ -20,8 +20,9 @@ from cost_models.memory import reserve_bytes
 from cost_models.offload import cpu_optimizer_s, host_copy_s, offloaded_step_s
 from cost_models.pipeline import in_flight_per_chunk, pipeline_time_s
 from cost_models.units import TFLOPS
-from planner.core.candidates import (CP_COMM_ORDER, DP_COMM_ORDER, RANK_ORDER, RECOMPUTE_ORDER,
-                                     Candidates, mask_modules, strategy_modules)
+from planner.core.candidates import (CP_COMM_ORDER, DP_COMM_ORDER, MOE_DISPATCHER_ORDER,
+                                     RANK_ORDER, RECOMPUTE_ORDER, Candidates, mask_modules,
+                                     strategy_modules)
 from planner.core.problem import Problem
 from planner.costing.block_costs import BlockCost, block_cost, block_model_flops, layer_gemms
 from planner.costing.data_parallel import step_end_s
@@ -67,7 +68,7 @@ class BlockCosts:
 
 
 BLOCK_COST_FIELDS = ("tp", "mb", "sp", "recompute", "rc_modules", "ep", "etp", "cp", "cp_comm",
-                     "cp_a2a", "nvls")
+                     "cp_a2a", "nvls", "dispatcher")
 """The Candidates fields a block's costs depend on (not the layout, dp or ZeRO)."""
 
 
@@ -96,7 +97,8 @@ def block_costs(problem: Problem, cands: Candidates) -> BlockCosts:
                               sequence_parallel=bool(sp), recompute=RECOMPUTE_ORDER[rc],
                               place=place, ep=at.ep, etp=at.etp, cp=at.cp,
                               cp_comm=CP_COMM_ORDER[kind], cp_a2a=at.cp_a2a,
-                              recompute_modules=mask_modules(modules))
+                              recompute_modules=mask_modules(modules),
+                              dispatcher=at.dispatcher)
             for name, value in zip(BlockCost._fields, cost):
                 out[name][mask, u] = value
     return BlockCosts(**{name: table[inverse] for name, table in out.items()})
@@ -386,6 +388,7 @@ def report(problem: Problem, layout: Layout, cands: Candidates, ev: Evaluation, 
         overlap_param_gather=bool(cands.param_gather[i] and fw.overlap_param_gather),
         tp_comm_overlap=bool(tp_overlap_applies(problem, cands)[i]),
         moe_a2a_overlap=bool(moe_overlap_applies(problem, cands)[i]),
+        moe_dispatcher=MOE_DISPATCHER_ORDER[cands.dispatcher[i]],
         fp8_param_gather=bool(fp8_params_gathered(problem, cands)[i]),
         optimizer_offload=float(cands.opt_offload[i]), param_offload=bool(cands.param_offload[i]),
         activation_offload_layers=int(cands.act_offload[i]),

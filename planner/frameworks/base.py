@@ -169,6 +169,7 @@ def transformer_shape(model: ModelSpec, target: str) -> ModelShape:
         return b.model_copy(update=dict(num_experts=1, top_k=1, moe_ffn_hidden=None,
                                         shared_ffn_hidden=0, shared_expert_gate=False,
                                         router_bias=False, capacity_factor=None,
+                                        router_groups=None, router_group_topk=None,
                                         ffn_hidden=None, sliding_window=None,
                                         load_balancing=layers[0].load_balancing,
                                         keep_bf16=False))

@@ -9,8 +9,9 @@ data/megatron_args.txt); a test checks every emitted flag against it.
 
 from __future__ import annotations
 
-from cost_models.enums import AttentionKind, CpComm, CudaGraphs, Fp8Recipe, LoadBalancing, MlpKind, \
-    NormKind, Optimizer, PositionKind, Precision, RankOrder, Recompute, RecomputeModule, ZeroStage
+from cost_models.enums import (AttentionKind, CpComm, CudaGraphs, Fp8Recipe, LoadBalancing,
+                               MlpKind, MoeDispatcher, NormKind, Optimizer, PositionKind,
+                               Precision, RankOrder, Recompute, RecomputeModule, ZeroStage)
 from planner.frameworks import torchrun
 from planner.frameworks.base import LaunchPlan, header_lines, transformer_shape
 from planner.frameworks.megatron_reader import FSDP_STRATEGIES, parse  # noqa: F401
@@ -94,7 +95,7 @@ def _model_args(plan: LaunchPlan) -> list[str]:
     if layer.attention_sinks:
         args.append("--softmax-type learnable")
     if layer.is_moe:
-        args += _moe_args(shape)
+        args += _moe_args(shape, plan.overlap("moe_dispatcher"))
     if shape.mtp_layers:
         args.append(f"--mtp-num-layers {shape.mtp_layers}")
     return args
@@ -125,13 +126,18 @@ def _window_args(shape) -> list[str]:
     return [f'--window-size "{shape.layer.sliding_window},0"', f"--window-attn-skip-freq {freq}"]
 
 
-def _moe_args(shape) -> list[str]:
+def _moe_args(shape, dispatcher: MoeDispatcher) -> list[str]:
     """Megatron-Core MoE flags (megatron/core/transformer/moe/README.md): grouped GEMM and the
-    all-to-all dispatcher, which the cost model prices."""
+    token dispatcher the cost model priced (alltoall, or flex with the DeepEP / HybridEP
+    backend, transformer_config.py moe_flex_dispatcher_backend)."""
     layer = shape.layer
     args = [f"--num-experts {layer.num_experts}", f"--moe-router-topk {layer.top_k}",
-            f"--moe-ffn-hidden-size {layer.expert_ffn}", "--moe-grouped-gemm",
-            "--moe-token-dispatcher-type alltoall"]
+            f"--moe-ffn-hidden-size {layer.expert_ffn}", "--moe-grouped-gemm"]
+    if dispatcher is MoeDispatcher.ALLTOALL:
+        args.append("--moe-token-dispatcher-type alltoall")
+    else:
+        backend = "hybridep" if dispatcher is MoeDispatcher.FLEX_HYBRIDEP else "deepep"
+        args += ["--moe-token-dispatcher-type flex", f"--moe-flex-dispatcher-backend {backend}"]
     if not all(shape.moe_pattern):
         args.append(f'--moe-layer-freq "{pattern_expression(shape.moe_pattern)}"')
     if layer.shared_ffn_hidden:
@@ -146,6 +152,9 @@ def _moe_args(shape) -> list[str]:
                  "--moe-router-enable-expert-bias", "--moe-router-score-function sigmoid"]
     else:
         args.append("--moe-router-load-balancing-type aux_loss")
+    if layer.router_groups is not None:
+        args += [f"--moe-router-num-groups {layer.router_groups}",
+                 f"--moe-router-group-topk {layer.router_group_topk}"]
     if layer.capacity_factor is not None:
         args.append(f"--moe-expert-capacity-factor {layer.capacity_factor:g}")
     return args

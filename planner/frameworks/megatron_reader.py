@@ -3,7 +3,7 @@ under torchrun or srun), into a strategy, training settings and findings."""
 
 from __future__ import annotations
 
-from cost_models.enums import (CpComm, CudaGraphs, Optimizer, Precision, RankOrder, Recompute,
+from cost_models.enums import (CpComm, CudaGraphs, MoeDispatcher, Optimizer, Precision, RankOrder, Recompute,
                                ZeroStage)
 from planner.frameworks.base import ParsedConfig
 from planner.frameworks.shell import Flag
@@ -266,7 +266,8 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
              overlap_grad_reduce="--overlap-grad-reduce" in flags,
              overlap_param_gather="--overlap-param-gather" in flags,
              tp_comm_overlap="--tp-comm-overlap" in flags,
-             moe_a2a_overlap="--overlap-moe-expert-parallel-comm" in flags)
+             moe_a2a_overlap="--overlap-moe-expert-parallel-comm" in flags,
+             moe_dispatcher=_moe_dispatcher(flags))
     instances = number("--num-distributed-optimizer-instances", 1)
     if instances > 1:
         # HSDP: each instance shards over dp / instances ranks (Megatron-LM
@@ -391,3 +392,16 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
     return parsed
 
 
+
+
+def _moe_dispatcher(flags) -> MoeDispatcher:
+    """--moe-token-dispatcher-type flex with --moe-flex-dispatcher-backend (deepep, its
+    default, or hybridep; the deprecated --moe-enable-deepep means deepep), else the
+    all-to-all the planner prices (allgather read as alltoall; transformer_config.py)."""
+    kind = flags.get("--moe-token-dispatcher-type")
+    if kind is None or kind.value != "flex":
+        return MoeDispatcher.ALLTOALL
+    backend = flags.get("--moe-flex-dispatcher-backend")
+    if backend is not None and backend.value == "hybridep":
+        return MoeDispatcher.FLEX_HYBRIDEP
+    return MoeDispatcher.FLEX_DEEPEP

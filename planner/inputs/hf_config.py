@@ -234,7 +234,16 @@ def _deepseek(k: _Keys) -> dict[str, Any]:
         shared_ffn_hidden=k.get("n_shared_experts", default=0) * moe_ffn,
         first_k_dense=k.get("first_k_dense_replace", default=0),
         router_bias=aux_free, load_balancing="expert_bias" if aux_free else "aux_loss",
-        mtp_layers=k.get("num_nextn_predict_layers", default=0))
+        mtp_layers=k.get("num_nextn_predict_layers", default=0),
+        **_router_groups(k))
+
+
+def _router_groups(k: _Keys) -> dict[str, Any]:
+    """DeepSeek's group-limited routing (n_group, topk_group; V3: 8 and 4), where it groups."""
+    groups = k.get("n_group", default=1) or 1
+    if groups <= 1:
+        return {}
+    return dict(router_groups=groups, router_group_topk=k.need("topk_group"))
 
 
 def _gpt_oss(k: _Keys) -> dict[str, Any]:

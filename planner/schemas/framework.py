@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveInt
 
-from cost_models.enums import (AttentionKind, CpComm, Fp8Recipe, MasterWeights, PipelinePartition,
-                               RankOrder)
+from cost_models.enums import (AttentionKind, CpComm, Fp8Recipe, MasterWeights, MoeDispatcher,
+                               PipelinePartition, RankOrder)
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
@@ -110,6 +110,8 @@ class OverlapDefaults(BaseModel):
     (`FrameworkProfile.moe_a2a_overlap`)."""
     rank_order: RankOrder = RankOrder.TP_CP_EP_DP_PP
     """The rank order the framework builds its process groups in (`RankOrder`)."""
+    moe_dispatcher: MoeDispatcher = MoeDispatcher.ALLTOALL
+    """The MoE token dispatcher it runs unless told (`MoeDispatcher`)."""
 
 
 class FrameworkProfile(BaseModel):

@@ -105,6 +105,13 @@ class TransformerBlock(BaseModel):
     capacity_factor: float | None = Field(None, gt=0)
     """Token-drop routing: each expert takes at most this many times its even share of the
     tokens. None: dropless (every token reaches its experts)."""
+    router_groups: PositiveInt | None = None
+    """Group-limited routing: the experts in this many equal groups, each token's top_k taken
+    from its `router_group_topk` best groups (DeepSeek-V3 n_group 8 = its 8 nodes, Sec. 3.2.2;
+    Megatron-LM --moe-router-num-groups). None: no groups."""
+    router_group_topk: PositiveInt | None = None
+    """Groups a token may use under group-limited routing (DeepSeek-V3 topk_group 4;
+    Megatron-LM --moe-router-group-topk)."""
     keep_bf16: bool = Field(False, exclude=True)
     """Kept out of FP8 (and FP4) under low-precision training: its linear layers and its
     attention run in bf16 (Megatron-LM --first-last-layers-bf16). Set from the run's
@@ -118,6 +125,16 @@ class TransformerBlock(BaseModel):
             raise ValueError("keep_bf16 is a setting of the run: give training.bf16_first_layers "
                              "/ bf16_last_layers")
         return data
+
+    @model_validator(mode="after")
+    def _router_groups(self):
+        g, top = self.router_groups, self.router_group_topk
+        if (g is None) != (top is None):
+            raise ValueError("router_groups and router_group_topk go together")
+        if g is not None and (self.num_experts % g or top > g):
+            raise ValueError(f"router_groups ({g}) must divide num_experts ({self.num_experts}) "
+                             f"and be at least router_group_topk ({top})")
+        return self
 
     @model_validator(mode="after")
     def _heads_divide_hidden(self):

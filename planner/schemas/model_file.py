@@ -66,6 +66,8 @@ class TransformerShorthand(BaseModel):
     router_bias: bool = False
     load_balancing: LoadBalancing = LoadBalancing.AUX_LOSS
     capacity_factor: float | None = Field(None, gt=0)
+    router_groups: PositiveInt | None = None
+    router_group_topk: PositiveInt | None = None
     first_k_dense: NonNegativeInt = 0
     """Leading layers with a dense MLP of `ffn_hidden` before the MoE layers (DeepSeek's
     first_k_dense_replace)."""
@@ -104,7 +106,8 @@ class TransformerShorthand(BaseModel):
                    moe_ffn_hidden=self.moe_ffn_hidden, shared_ffn_hidden=self.shared_ffn_hidden,
                    shared_expert_gate=self.shared_expert_gate, router_bias=self.router_bias,
                    load_balancing=self.load_balancing,
-                   capacity_factor=self.capacity_factor)
+                   capacity_factor=self.capacity_factor, router_groups=self.router_groups,
+                   router_group_topk=self.router_group_topk)
         kinds: dict[tuple[bool, bool], TransformerBlock] = {}
         out = []
         for i in range(self.num_layers):

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, computed_field
 
-from cost_models.enums import CpComm, CudaGraphs, RankOrder, Recompute, RecomputeModule, ZeroStage
+from cost_models.enums import (CpComm, CudaGraphs, MoeDispatcher, RankOrder, Recompute,
+                               RecomputeModule, ZeroStage)
 from planner.schemas.strategy import DpComm
 
 _OUT = ConfigDict(frozen=True, use_attribute_docstrings=True)
@@ -46,6 +47,8 @@ class StrategyOut(BaseModel):
     """The overlaps as run: on only where the strategy asks and the framework has them."""
     moe_a2a_overlap: bool = False
     """Expert all-to-all hidden behind another micro-batch's compute, as run."""
+    moe_dispatcher: MoeDispatcher = MoeDispatcher.ALLTOALL
+    """The MoE token dispatcher priced (`MoeDispatcher`)."""
     fp8_param_gather: bool = False
     """FP8 parameters gathered in FP8, as run (precision fp8 only)."""
     optimizer_offload: float = 0.0

@@ -8,8 +8,8 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from cost_models.enums import (DEFAULT_RECOMPUTE_MODULES, CpComm,  # noqa: F401 (re-exported)
-                               CudaGraphs, DpComm, RankOrder, Recompute, RecomputeModule,
-                               ZeroStage)
+                               CudaGraphs, DpComm, MoeDispatcher, RankOrder, Recompute,
+                               RecomputeModule, ZeroStage)
 from planner.schemas.bounds import GlobalBatch, Gpus, Layers, MAX_LAYERS, at_most
 
 
@@ -91,6 +91,11 @@ class Strategy(BaseModel):
     --overlap-moe-expert-parallel-comm with --delay-wgrad-compute, as Megatron-Bridge's
     moe_a2a_overlap sets them). Needs ep > 1, no full recompute and, with a pipeline, the
     interleaved schedule. None: the framework's default."""
+    moe_dispatcher: MoeDispatcher | None = None
+    """How an MoE layer's tokens reach their experts: `alltoall` (NCCL all-to-all of every
+    (token, expert) copy), `flex-deepep` or `flex-hybridep` (one copy per destination node,
+    forwarded over NVLink inside it; Megatron-LM --moe-token-dispatcher-type flex
+    --moe-flex-dispatcher-backend deepep|hybridep). None: the framework's default."""
     fp8_param_gather: bool | None = None
     """With precision fp8, keep the linear weights as FP8 parameters and all-gather them in FP8
     (Megatron-LM --fp8-param-gather, needs the distributed optimizer; torchtitan

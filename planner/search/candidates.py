@@ -22,10 +22,10 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from cost_models.enums import (DEFAULT_RECOMPUTE_MODULES, CpComm, RankOrder, Recompute,
-                               RecomputeModule, ZeroStage)
-from planner.core.candidates import (CP_COMM_ORDER, DP_COMM_ORDER, RANK_ORDER, RECOMPUTE_ORDER,
-                                     Candidates, modules_mask)
+from cost_models.enums import (DEFAULT_RECOMPUTE_MODULES, CpComm, MoeDispatcher, RankOrder,
+                               Recompute, RecomputeModule, ZeroStage)
+from planner.core.candidates import (CP_COMM_ORDER, DP_COMM_ORDER, MOE_DISPATCHER_ORDER,
+                                     RANK_ORDER, RECOMPUTE_ORDER, Candidates, modules_mask)
 from planner.rules.gate import (Rule, RuleOptions, balanced_layouts_allowed, breaks,
                                 chunks_without_layers)
 from planner.core.problem import Problem
@@ -85,6 +85,7 @@ class SearchSpace:
     overlap_param_gather: bool | None = None
     tp_comm_overlap: bool | None = None
     moe_a2a_overlap: bool | None = None
+    moe_dispatcher: MoeDispatcher | None = None
     offload: tuple[str, ...] = ()
     """What the search may keep in host memory: 'optimizer', 'params', 'activations'. Each
     strategy is tried with and without each (`offload_variants`)."""
@@ -468,7 +469,8 @@ def generate(problem: Problem, space: SearchSpace) -> list[CandidateGroup]:
             opt_offload=shares.astype(float), param_offload=params.astype(bool),
             act_offload=layers.astype(int), nvls=np.full(n, space.nvls),
             rank_order=np.full(n, RANK_ORDER.index(overlap.rank_order)),
-            moe_overlap=np.full(n, overlap.moe_a2a_overlap))
+            moe_overlap=np.full(n, overlap.moe_a2a_overlap),
+            dispatcher=np.full(n, MOE_DISPATCHER_ORDER.index(overlap.moe_dispatcher)))
         groups.append(CandidateGroup(pp=pp, vpp=vpp, cands=cands))
     return groups
 

@@ -16,8 +16,8 @@ from planner.search.candidates import CandidateGroup, Pin
 from planner.costing.evaluate import (BlockCosts, Evaluation, block_costs, evaluate,
                                       state_floor_bytes)
 from cost_models.enums import CpComm, ZeroStage
-from planner.core.candidates import (CP_COMM_ORDER, DP_COMM_ORDER, RANK_ORDER, RECOMPUTE_ORDER,
-                                     Candidates, strategy_modules)
+from planner.core.candidates import (CP_COMM_ORDER, DP_COMM_ORDER, MOE_DISPATCHER_ORDER,
+                                     RANK_ORDER, RECOMPUTE_ORDER, Candidates, strategy_modules)
 from planner.costing.layout import Layout, framework_layouts
 from planner.core.problem import Problem
 from planner.rules.gate import RuleOptions, degree_violations, host_memory_violations
@@ -49,6 +49,7 @@ def strategy_at(c: Candidates, i: int,
         overlap_param_gather=bool(c.param_gather[i]),
         tp_comm_overlap=bool(c.tp_overlap[i]),
         moe_a2a_overlap=bool(c.moe_overlap[i]),
+        moe_dispatcher=MOE_DISPATCHER_ORDER[c.dispatcher[i]],
         dp_comm=DP_COMM_ORDER[c.dp_comm[i]],
         num_servers=int(c.num_servers[i]) if c.dp_comm[i] else None,
         ep=int(c.ep[i]), etp=int(c.etp[i]), cp=int(c.cp[i]),

@@ -245,6 +245,37 @@ def test_a2a_overlap_speedup_against_megatron_bridge_measurement():
     assert off.time.step_s / on.time.step_s == pytest.approx(41.25 / 31.31, rel=0.01)
 
 
+def test_hybridep_against_megatron_bridge_canonical_h100_run():
+    # Megatron-Bridge skills/nemo-mbridge-perf-moe-dispatcher-selection/SKILL.md @067f987df
+    # ("Qwen3 30B A3B on H100"): the canonical 16 x H100 BF16 recipe (EP 16, GBS 1024) with
+    # HybridEP and EP overlap averaged 20.147 s per step; the alltoall run with overlap
+    # measured 31.31 s (the overlap A/B above): 1.554x. Held out (nothing is fitted on it).
+    # Not one knob: the HybridEP run also sets 32 dispatcher SMs, 64-token combine chunks,
+    # no delayed wgrad and CUDA graphs over the router and preprocessing, none of which the
+    # planner prices; the planner gives 1.565x (36.8 s -> 23.5 s, both +17% slow).
+    problem = make_problem("qwen3-30b-a3b", "dgx-h100", gpus=16, seq_len=4096,
+                           global_batch=1024, precision="bf16")
+    base = dict(dp=16, tp=1, pp=1, ep=16, etp=1, micro_batch=1, zero_stage=1,
+                global_batch=1024, moe_a2a_overlap=True)
+    a2a = evaluate_strategy(problem, Strategy(**base, moe_dispatcher="alltoall"))
+    flex = evaluate_strategy(problem, Strategy(**base, moe_dispatcher="flex-hybridep"))
+    assert flex.strategy.moe_dispatcher == "flex-hybridep"
+    assert a2a.time.step_s / flex.time.step_s == pytest.approx(31.31 / 20.147, rel=0.05)
+
+
+def test_flex_backends_differ_only_beyond_eight_gpus_of_nvlink():
+    # DeepEP forwards over NVLink inside at most 8 GPUs (NUM_MAX_NVL_PEERS); HybridEP over the
+    # NVLink domain: on GB200 NVL72 an EP group of 16 is one domain for HybridEP, four
+    # 4-GPU trays joined by RDMA for DeepEP; on DGX H100 the two are the same.
+    gb = make_problem("qwen3-30b-a3b", "gb200-nvl72", gpus=16, seq_len=4096,
+                      global_batch=256, precision="bf16")
+    base = dict(dp=16, tp=1, pp=1, ep=16, etp=1, micro_batch=1, zero_stage=1,
+                global_batch=256, moe_a2a_overlap=False)
+    deepep = evaluate_strategy(gb, Strategy(**base, moe_dispatcher="flex-deepep"))
+    hybrid = evaluate_strategy(gb, Strategy(**base, moe_dispatcher="flex-hybridep"))
+    assert hybrid.time.ep_comm_s < deepep.time.ep_comm_s
+
+
 @pytest.mark.parametrize(("kw", "applies"), [
     (dict(pp=1), True),
     (dict(pp=2, vpp=1), False),          # a pipeline needs the interleaved schedule

@@ -146,7 +146,14 @@ def test_error_per_source_stays_at_what_was_recorded(by_source, source, recorded
     # hiding a cost outside the MoE terms on runs already priced too fast (GPT-OSS GB200
     # +29% -> +43%, Qwen3-235B H100 -8..-13% -> +8..+15%); the overlap's own ratio is
     # checked against Megatron-Bridge's A/B in tests/costing/test_moe.py.
-    ("megatron_bridge_moe", 0.377, 2.44),
+    # 0.377 -> 0.439 with the dispatcher the recipes run (flex + HybridEP on every
+    # Qwen3-30B-A3B row and on Qwen3-235B-A22B GB200 / B200 MXFP8 256, by perf_recipes and
+    # the earlier scripts/performance/configs): HybridEP sends one copy per node instead of
+    # per expert, so the EP time that hid the small-expert runs' missing cost shrinks (Qwen3-
+    # 30B-A3B H100 FP8 -8% -> +55%, GB200/B200 +20..30% -> +30..44%); the flex model itself
+    # matches Megatron-Bridge's H100 BF16 alltoall -> HybridEP pair within 1%
+    # (tests/costing/test_moe.py). Worst: Qwen3-30B-A3B B200 FP8-MX 25.11 (mb 1) +273%.
+    ("megatron_bridge_moe", 0.439, 2.73),
     ("nemo_long_context_cp", 0.330, 0.49),
     ("torchtitan_asynctp_h100_202506", 0.280, 0.66),
     ("torchtitan_llama31_h100_202412", 0.575, 1.51),
