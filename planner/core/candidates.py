@@ -134,6 +134,8 @@ class Candidates:
             selective = self.recompute == RECOMPUTE_ORDER.index(Recompute.SELECTIVE)
             self.rc_modules = np.where(selective, DEFAULT_MODULES_MASK, 0) + np.zeros(
                 n, dtype=np.int64)
+        if self.dispatcher is None:
+            self.dispatcher = np.zeros(n, dtype=int)
 
     @property
     def edp(self) -> np.ndarray:

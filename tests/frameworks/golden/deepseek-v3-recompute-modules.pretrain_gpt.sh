@@ -55,6 +55,8 @@ MODEL_ARGS=(
   --moe-router-load-balancing-type seq_aux_loss
   --moe-router-enable-expert-bias
   --moe-router-score-function sigmoid
+  --moe-router-num-groups 8
+  --moe-router-group-topk 4
   --mtp-num-layers 1
 )
 PARALLEL_ARGS=(
