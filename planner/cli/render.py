@@ -266,7 +266,7 @@ def plans_table(plans: list[PlanReport]) -> Table:
     for name in ("#", "strategy", "options", "peak", "free", "step", "tok/s", "MFU",
                  "bound by"):
         table.add_column(name, justify="left" if name in ("strategy", "options", "bound by")
-                         else "right", no_wrap=name != "bound by")
+                         else "right", no_wrap=name not in ("options", "bound by"))
     ties = sum(bool(p.tied_with_best) for p in plans) > 1
     for rank, plan in enumerate(plans, start=1):
         m, t = plan.memory, plan.time
