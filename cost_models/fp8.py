@@ -88,8 +88,14 @@ def quantize_bytes(elements, recipe: Fp8Recipe, *, transpose_free: bool):
     each read of the bf16 tensor (two with current scaling's amax pass, one otherwise; TE
     fp8_current_scaling.rst "Performance analysis") plus the copies written
     (`fp8_copies_bytes`). A memory-bound kernel: time is these bytes at HBM bandwidth."""
-    reads = 2 if _AMAX_PASS.get(recipe, False) else 1
-    return elements * (reads * BYTES_16BIT + fp8_copies_bytes(recipe, transpose_free=transpose_free))
+    return elements * (_bf16_reads(recipe) * BYTES_16BIT
+                       + fp8_copies_bytes(recipe, transpose_free=transpose_free))
+
+
+def _bf16_reads(recipe: Fp8Recipe) -> int:
+    """Reads of the bf16 tensor a quantization makes: two with current scaling's amax pass
+    (TE fp8_current_scaling.rst "Performance analysis"), one otherwise."""
+    return 2 if _AMAX_PASS.get(recipe, False) else 1
 
 
 def fp8_weight_bytes_per_param(recipe: Fp8Recipe, *, transpose_free: bool, caches: bool,
@@ -151,5 +157,5 @@ def fp8_attention_quantize_bytes(elements, recipe: Fp8Recipe):
     and V in the forward, dO in the backward: "cast BF16 input to FP8, FP8 DPA, cast output
     to BF16", TE PR #768): each read of the bf16 tensor (two with current scaling's amax
     pass), one FP8 copy written; no transposed copy (the fused kernel reads its layouts)."""
-    reads = 2 if _AMAX_PASS.get(recipe, False) and recipe is not Fp8Recipe.NVFP4 else 1
+    reads = 1 if recipe is Fp8Recipe.NVFP4 else _bf16_reads(recipe)
     return elements * (reads * BYTES_16BIT + fp8_attention_value_bytes(recipe))

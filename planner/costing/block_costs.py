@@ -80,8 +80,10 @@ class _Kernels:
     """GEMM and memory-bound kernel times on this cluster's GPU at one precision."""
 
     def __init__(self, cluster: ClusterSpec, training: TrainingSpec,
-                 framework: FrameworkProfile) -> None:
+                 framework: FrameworkProfile, dispatcher=0) -> None:
         eff = cluster.efficiency
+        self.dispatcher = dispatcher
+        """The MoE dispatcher per point (index into MoeDispatcher)."""
         self.selective_attention = framework.selective_recompute_attention
         self.selective_gemm_share = framework.selective_recompute_gemm_share
         self.value_bytes = bytes_per_value(training.precision)
@@ -424,7 +426,7 @@ def _expert_dispatch_s(*, tokens_per_rank, pairs, top_k: int, hidden: int, imbal
     # The flex backends' NVLink domains: DeepEP forwards inside at most NUM_MAX_NVL_PEERS = 8
     # GPUs of one host (csrc/kernels/configs.cuh), HybridEP across the NVLink domain (MNNVL;
     # Megatron-Core transformer_config.py: "only hybridep backend supports the MNNVL case").
-    dispatcher = np.asarray(getattr(k, "dispatcher", 0))
+    dispatcher = np.asarray(k.dispatcher)
     deepep = strided_placement(ep, etp, min(cluster.gpus_per_node, DEEPEP_NVL_PEERS))
     hybrid = strided_placement(ep, etp, node)
     is_hybrid = dispatcher == MOE_DISPATCHER_ORDER.index(MoeDispatcher.FLEX_HYBRIDEP)
@@ -586,8 +588,8 @@ def block_cost(block, *, training: TrainingSpec, cluster: ClusterSpec,
                               seq_len=training.seq_len, kind=cp_comm, a2a=cp_a2a)
     if getattr(block, "keep_bf16", False) and training.precision is Precision.FP8:
         training = _bf16_training(training)
-    k = _Kernels(cluster, training, framework)
-    k.dispatcher = np.asarray(dispatcher) + 0 * tp.astype(int)
+    k = _Kernels(cluster, training, framework,
+                 dispatcher=np.asarray(dispatcher) + 0 * tp.astype(int))
     # An Evoformer's pair representation has no context parallelism (a rule): whole sequence.
     local = training.seq_len if block.kind == "evoformer" else training.seq_len / context.size
     return _BY_KIND[block.kind](block, seq_len=local, mb=mb, tp=tp,
