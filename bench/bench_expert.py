@@ -82,6 +82,10 @@ class Expert:
     """Why the layout's degrees were fixed to show a feature rather than tuned for speed
     (expert_configs.yaml `demonstration`, quoting the source): priced and shown, not counted
     in the summary."""
+    later_layout: str = ""
+    """Where the experts later pinned the stage layout of the same recipe (expert_configs.yaml
+    `later_layout`: `layers_per_stage` and `why`, citing the change): the layout is priced with
+    it, the measured time stays the run's (with the split it ran)."""
 
 
 @dataclass(frozen=True)
@@ -147,9 +151,14 @@ def load_experts(tmp: Path, only: set[str] | None = None) -> list[Expert]:
         # error is predicted / measured TFLOP/s - 1, or measured / predicted step - 1: either
         # way the measured step is the predicted one times (1 + error).
         measured = prediction.report.time.step_s * (1 + prediction.error)
+        strategy, later = run.strategy, c.get("later_layout") or {}
+        if later:
+            strategy = strategy.model_copy(update={"layers_per_stage":
+                                                   later["layers_per_stage"]})
         experts.append(Expert(c["source"], c["run"], c["zoo"], c["why"],
-                              _older_framework(run.problem, c), run.strategy, measured,
-                              _features(c), c.get("demonstration", "")))
+                              _older_framework(run.problem, c), strategy, measured,
+                              _features(c), c.get("demonstration", ""),
+                              later.get("why", "")))
     return experts
 
 
@@ -191,6 +200,8 @@ def run_one(expert: Expert, layout_work: float) -> Outcome:
     except InfeasibleError as e:
         return Outcome(expert, priced, [], f"search: {str(e).splitlines()[0]}")
     note = "" if priced.memory.fits else "expert layout does not fit the planner's memory model"
+    if expert.later_layout:
+        note = "; ".join(filter(None, (note, "priced with the recipe's later stage layout")))
     if result.search.unproven:
         note = "; ".join(filter(None, (note, "search not proven optimal")))
     return Outcome(expert, priced, result.plans, note)

@@ -49,8 +49,18 @@ def test_index_names_each_run_once():
 
 @pytest.mark.parametrize("entry", INDEX, ids=lambda e: e["run"])
 def test_entry_is_a_cited_run_with_a_zoo_shape_and_a_preset(entry):
-    assert set(entry) - {"features", "demonstration"} == {"source", "run", "zoo", "why"}
+    assert set(entry) - {"features", "demonstration", "later_layout"} == {"source", "run", "zoo",
+                                                                          "why"}
     assert entry["why"].strip() and entry.get("demonstration", "x").strip()
+    later = entry.get("later_layout")
+    if later is not None:
+        # The experts' later stage layout of the same recipe: cited, and every layer placed.
+        assert set(later) == {"layers_per_stage", "why"} and later["why"].strip()
+        run, _, _ = _run(entry)
+        shape = run["model"]
+        s = run["strategy"]
+        assert len(later["layers_per_stage"]) == s["pp"] * s["vpp"]
+        assert sum(later["layers_per_stage"]) == shape["num_layers"]
     features = entry.get("features", {})
     # What the run's framework version could do: SearchSpace fields and profile fields.
     assert set(features) <= {"space", "framework"}

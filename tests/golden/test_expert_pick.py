@@ -2,7 +2,7 @@
 
 `bench/bench_expert.py` prices 44 published expert layouts against the planner's own best; these
 are layouts it already gets right: each stays within the ranking tolerance of the planner's
-best, and all but one among its top 5 (`costing.uncertainty.ranking_tolerance`), so a change that makes the
+best, and all but three among its top 5 (`costing.uncertainty.ranking_tolerance`), so a change that makes the
 planner prefer its own plan by more than the model's measured ranking error fails here and must
 find the term that does it. Each runs one search (a few seconds).
 """
@@ -22,7 +22,14 @@ ON_TARGET = [
     # Tied but not in the top 5: its vpp 10 interleaving was priced +24% slower than the best
     # while the interleaved schedule's pipeline transfers were counted as exposed.
     ("llama2-13b-h100-16-fp8", "NeMo 24.07 Llama 2 13B recipe, tp1 pp4 vpp10, 16 H100"),
+    # Tied, not in the top 5: priced with the balanced stage layout Megatron-Bridge later pinned
+    # for it (expert_configs.yaml `later_layout`); with the even split it ran, +12.7%.
+    ("llama3-70b-h100-64-fp8-260401", "Megatron-Bridge Llama 3 70B, tp4 pp8 vpp5, 64 H100"),
+    # Tied, not in the top 5: NVIDIA's canonical BF16 HybridEP recipe with the EP overlap.
+    ("qwen3-30b-a3b-h100-16-bf16-canonical", "Megatron-Bridge Qwen3-30B-A3B, EP 16, 16 H100"),
 ]
+TIED_NOT_TOP_5 = {"llama2-13b-h100-16-fp8", "llama3-70b-h100-64-fp8-260401",
+                  "qwen3-30b-a3b-h100-16-bf16-canonical"}
 
 
 @pytest.mark.parametrize(("run", "what"), ON_TARGET)
@@ -30,5 +37,5 @@ def test_expert_layout_stays_in_the_top_5_and_within_the_tie_band(tmp_path, run,
     (expert,) = load_experts(tmp_path, only={run})
     outcome = run_one(expert, SolverSettings.layout_work)
     assert outcome.gain <= ranking_tolerance(expert.problem), (what, outcome.gain)
-    if run != "llama2-13b-h100-16-fp8":
+    if run not in TIED_NOT_TOP_5:
         assert (outcome.rank(exact=False) or 99) <= 5, what
