@@ -21,22 +21,37 @@ def tied_with(step_s: np.ndarray, best_step_s: float, tolerance: float) -> np.nd
     return step_s <= best_step_s * (1 + tolerance)
 
 
+WIDEST_PUBLISHED_EP = 64
+"""The widest expert parallelism of the published MoE production runs and recipes: DeepSeek-V3
+on 2,048 H800 (arXiv:2412.19437, Sec. 3.2: EP 64 over 8 nodes), and every MoE row of
+Megatron-Bridge's performance summaries (DeepSeek-V3, Kimi K2, DeepSeek V4 Flash, Nemotron 3
+Ultra: EP 64 at most; docs/performance-summary*.md @067f987df). Wider groups put every token's
+all-to-all across more nodes than any of them ran."""
+
+
 def exotic_features(problem: Problem, pool: Pool) -> np.ndarray:
     """Per candidate, how many features it uses that few production runs do: TP across nodes,
     a parameter server, ZeRO sharded over part of data parallelism (HSDP), a context-parallel
-    exchange other than the framework's first, a balanced uneven layout, any CPU offload."""
+    exchange other than the framework's first, an uneven layout where the even split exists,
+    any CPU offload, expert parallelism wider than any published run (`WIDEST_PUBLISHED_EP`).
+    Where the layers do not divide over pp x vpp chunks an uneven layout is no choice: the
+    frameworks need one (Megatron-LM refuses an uneven default split; DeepSeek-V3's 61 layers
+    run on NVIDIA's recipes with --pipeline-model-parallel-layout)."""
     c = pool.cands
     default_cp = (CP_COMM_ORDER.index(problem.framework.context_parallel[0])
                   if problem.framework.context_parallel else 0)
+    layers = problem.model.num_layers
     uneven_batch = np.array([len(set(b.layout.layers_per_chunk(problem.model))) > 1
+                             and layers % b.layout.num_chunks == 0
                              for b in pool.batches], dtype=bool)
     features = (
         c.tp > problem.cluster.gpus_per_node,                     # --cross-node-tp
         c.dp_comm != 0,                                           # parameter server
         (c.zero > 0) & (c.shard != c.dp),                         # HSDP
         (c.cp > 1) & (c.cp_comm != default_cp),                   # all-to-all CP variants
-        uneven_batch[pool.batch],                                 # balanced uneven layout
+        uneven_batch[pool.batch],                                 # uneven where even exists
         (c.opt_offload > 0) | (c.param_offload != 0) | (c.act_offload > 0),   # CPU offload
+        c.ep > WIDEST_PUBLISHED_EP,                               # EP beyond production
     )
     return np.sum(features, axis=0, dtype=np.int64)
 

@@ -181,3 +181,16 @@ def test_ascend_910b_notes_its_assumed_efficiencies(cli):
     assert code == 0, err
     (note,) = json.loads(out)["notes"]
     assert note.startswith("ascend-910b's efficiencies are assumed, not calibrated")
+
+
+def test_deepseek_v3_on_2048_h100_ties_go_to_the_ep_practitioners_run():
+    # Issue 26's done-when: DeepSeek-V3 on 2,048 H100 picks EP in 32-64 with a safe margin.
+    # Among the tied plans the fastest is ep 64 pp 4 (DeepSeek trained EP 64 on 2,048 H800);
+    # before the tie rules knew that an uneven layout is no choice when 61 layers do not
+    # divide over the chunks, and that no published MoE run goes past EP 64
+    # (search/ties.py WIDEST_PUBLISHED_EP), ep 256 without a pipeline (6% slower, 4.1 GiB
+    # free) was listed first.
+    problem = make_problem("deepseek-v3", "dgx-h100", gpus=2048)
+    best = search(problem, SearchSpace(), SolverSettings(top_k=3)).plans[0]
+    assert 32 <= best.strategy.ep <= 64
+    assert best.memory.capacity_bytes - best.memory.peak_bytes >= 8 * 2**30
