@@ -65,6 +65,7 @@ class Rule(str, Enum):
     DEEPSPEED_SEQUENCE_PARALLEL = "deepspeed_sequence_parallel"
     DEEPSPEED_UNEVEN_LAYOUT = "deepspeed_uneven_layout"
     DEEPSPEED_HSDP = "deepspeed_hsdp"
+    DEEPSPEED_EXPERT_PARALLEL = "deepspeed_expert_parallel"
     TORCHTITAN_ZERO1 = "torchtitan_zero1"
     TORCHTITAN_FP16 = "torchtitan_fp16"
     TORCHTITAN_SEQUENCE_PARALLEL = "torchtitan_sequence_parallel"

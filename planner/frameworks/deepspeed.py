@@ -7,9 +7,10 @@ silently ignored: `zero_optimisation` quietly means ZeRO stage 0. The reader rep
 the batch consistency rule DeepSpeed asserts (`_batch_assertion`): train_batch_size =
 train_micro_batch_size_per_gpu * gradient_accumulation_steps * data-parallel world size.
 
-DeepSpeed sets tensor parallelism in its `tensor_parallel` section (AutoTP) and the pipeline
-in code (`PipelineModule(num_stages=...)`); the `pipeline` section carries the stage count and
-the checkpoint interval so that the plan travels with the file.
+DeepSpeed sets tensor parallelism in its `tensor_parallel` section (AutoTP), expert parallelism
+in its `expert_parallel` section (AutoEP: `enabled`, `autoep_size`) and the pipeline in code
+(`PipelineModule(num_stages=...)`); the `pipeline` section carries the stage count and the
+checkpoint interval so that the plan travels with the file.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import json
 from collections import Counter
 from typing import Any
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from cost_models.enums import (AttentionKind, CpComm, Optimizer, PipelinePartition, Precision,
@@ -28,14 +30,16 @@ from planner.errors import InputError
 from planner.inputs import profiles
 from planner.schemas.bounds import MAX_GLOBAL_BATCH
 from planner.schemas.framework import FrameworkProfile
+from planner.core.candidates import Candidates
 from planner.core.rules import Rule, TargetRule, context_parallel_rule, everywhere, fp8_rule
 from planner.core.problem import Problem
 from planner.inputs.safe_parse import load_json
 from planner.schemas.strategy import LaunchTarget
 
-CHECKED_AGAINST = ("deepspeedai/DeepSpeed deepspeed/runtime/config.py @3a890ec5, "
+CHECKED_AGAINST = ("deepspeedai/DeepSpeed deepspeed/runtime/config.py @80c8e5ba, "
                    "runtime/zero/config.py @cbf3d661, runtime/pipe/engine.py @e787c163, "
-                   "docs/_pages/config-json.md @da9b7738")
+                   "module_inject/auto_ep_config.py @df84f6d8, "
+                   "docs/_pages/config-json.md @858e91ee")
 
 TOP_LEVEL_KEYS = frozenset({
     "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
@@ -50,7 +54,7 @@ TOP_LEVEL_KEYS = frozenset({
     "progressive_layer_drop", "curriculum_learning", "data_efficiency", "checkpoint",
     "data_types", "aio", "dataloader_drop_last", "nebula", "weight_quantization", "compile",
     "timers", "tensor_parallel", "vocabulary_size", "elasticity", "tensorboard", "wandb",
-    "comet", "csv_monitor", "sequence_parallel_size", "data_parallel_size",
+    "comet", "csv_monitor", "sequence_parallel_size", "data_parallel_size", "expert_parallel",
 })
 """Top-level keys DeepSpeed reads (config.py, constants.py, __init__.py, the config docs)."""
 
@@ -88,6 +92,15 @@ SECTION_KEYS = {
                            "pipe_partitioned", "grad_partitioned", "use_reentrant"}),
     "tensor_parallel": frozenset({"autotp_size", "tp_overlap_comm", "tp_grain_size",
                                   "tp_size", "mpu", "tp_group", "partition_config"}),
+    # module_inject/auto_ep_config.py parse_autoep_config (@df84f6d8) reads these with .get.
+    "expert_parallel": frozenset({
+        "enabled", "autoep_size", "expert_tensor_parallel_size", "validate_folding_routing",
+        "preset_model", "moe_layer_pattern", "expert_pattern", "router_pattern",
+        "use_grouped_mm", "disable_triton_grouped_mm", "route_norm", "route_scale",
+        "score_apply", "combine_impl", "num_expert_groups", "num_limited_groups", "score_func",
+        "top_k", "load_balance_coeff", "routed_scaling_factor", "expert_w1", "expert_w2",
+        "expert_w3", "num_experts_attr", "top_k_attr", "has_shared_experts",
+        "shared_experts_pattern", "shared_experts_gate_pattern"}),
 }
 """Sections DeepSpeed reads with dict.get: an unknown key there is silently ignored."""
 
@@ -153,6 +166,17 @@ class TensorParallelSection(BaseModel):
     autotp_size: int
 
 
+class ExpertParallelSection(BaseModel):
+    """AutoEP (module_inject/auto_ep_config.py): replaces the Hugging Face model's MoE layers
+    (found by its model_type) with expert-parallel ones over autoep_size ranks."""
+
+    model_config = _JSON
+    enabled: bool = True
+    """Without it DeepSpeed ignores the whole section ("When `false`, all other
+    expert_parallel settings are ignored", docs/_pages/config-json.md)."""
+    autoep_size: int
+
+
 class OptimizerSection(BaseModel):
     model_config = _JSON
     type: str
@@ -173,6 +197,7 @@ class DeepSpeedConfig(BaseModel):
     bf16: Bf16Section | None = None
     activation_checkpointing: CheckpointingSection | None = None
     tensor_parallel: TensorParallelSection | None = None
+    expert_parallel: ExpertParallelSection | None = None
     pipeline: PipelineSection | None = None
     optimizer: OptimizerSection
     sequence_parallel_size: int | None = None
@@ -188,6 +213,25 @@ def _optimizer(optimizer: Optimizer) -> OptimizerSection:
                                                       "eps": 1e-8, "weight_decay": 0.1})
     momentum = 0.9 if optimizer is Optimizer.SGD_MOMENTUM else 0.0
     return OptimizerSection(type="SGD", params={"lr": 1e-2, "momentum": momentum})
+
+
+def _autotp_lines(s) -> list[str]:
+    """What the caller must do for AutoTP to run: DeepSpeed builds its own (data_parallel,
+    tensor_parallel) mesh of all ranks (utils/groups.py _init_tp_mesh_device), checks at the
+    first batch that every rank of a TP group got the same one (runtime/engine.py
+    check_dataloader_inputs_same_across_ranks), and the pipeline engine takes its
+    data-parallel groups from the PipelineModule's topology, which num_stages alone builds
+    without a model axis (runtime/pipe/module.py: PipeDataParallelTopology)."""
+    lines = [f"AutoTP (tensor_parallel.autotp_size {s.tp}) runs only if the caller shards the "
+             f"data by data-parallel group: each of the {s.dp} data-parallel ranks "
+             f"(engine.mpu.get_data_parallel_rank()) reads its own batches and the {s.tp} "
+             f"ranks of a tensor-parallel group the same ones; sharded by global rank, DeepSpeed "
+             f"stops at the first batch (\"Data inconsistency within the TP group\")."]
+    if s.pp > 1:
+        lines += [f"With the pipeline, build PipelineModule(topology=PipeModelDataParallel"
+                  f"Topology(num_pp={s.pp}, num_mp={s.tp}, num_dp={s.dp})): num_stages alone "
+                  f"puts the tensor-parallel ranks into the data-parallel groups."]
+    return lines
 
 
 def emit(plan: LaunchPlan) -> dict[str, str]:
@@ -207,11 +251,14 @@ def emit(plan: LaunchPlan) -> dict[str, str]:
         comment += ["Attention: priced as unfused attention (the s x s scores kept for the "
                     "backward pass); a fused kernel needs less memory. ds_config has no key "
                     "for it."]
-    if plan.problem.model.is_moe:
-        # DeepSpeed MoE takes its expert-parallel size in model code (deepspeed/moe/layer.py).
-        comment += [f"Experts: pass ep_size={s.ep} to deepspeed.moe.layer.MoE in the model "
-                    f"(Megatron-DeepSpeed: --moe-expert-parallel-size {s.ep}); ds_config has "
-                    f"no key for it."]
+    if plan.problem.model.is_moe and s.ep > 1:
+        comment += [f"Experts: AutoEP (expert_parallel.autoep_size {s.ep}) replaces the Hugging "
+                    f"Face model's MoE layers, found by its model_type. A model built on "
+                    f"deepspeed.moe.layer.MoE takes ep_size={s.ep} in model code instead "
+                    f"(Megatron-DeepSpeed: --moe-expert-parallel-size {s.ep}): then drop "
+                    f"expert_parallel."]
+    if s.tp > 1:
+        comment += _autotp_lines(s)
     method = _partition_method(plan.problem.model.num_layers, s) if s.pp > 1 else None
     if method is not None:
         counts = partitioned_layer_counts(plan.problem.model.num_layers, s.pp, method)
@@ -235,6 +282,8 @@ def emit(plan: LaunchPlan) -> dict[str, str]:
         activation_checkpointing=CheckpointingSection(
             cpu_checkpointing=s.activation_offload_layers > 0) if full else None,
         tensor_parallel=TensorParallelSection(autotp_size=s.tp) if s.tp > 1 else None,
+        expert_parallel=(ExpertParallelSection(autoep_size=s.ep)
+                         if plan.problem.model.is_moe and s.ep > 1 else None),
         pipeline=(PipelineSection(stages=s.pp, activation_checkpoint_interval=int(full),
                                   partition=method.value if method else "uniform")
                   if s.pp > 1 else None),
@@ -309,7 +358,12 @@ def _batch(parsed: ParsedConfig, data: dict, file: str, dp_world: int | None) ->
     train = _int(data, "train_batch_size", file)
     micro = _int(data, "train_micro_batch_size_per_gpu", file)
     accum = _int(data, "gradient_accumulation_steps", file)
+    autos = [key for key in BATCH_KEYS if data.get(key) == "auto"]
     if train is None and micro is None:
+        if autos:
+            _auto_note(parsed, autos, "the run's global batch (--global-batch) and "
+                                      "micro-batch 1")
+            return
         parsed.finding("deepspeed_batch", "DeepSpeed stops: either train_batch_size or "
                        "train_micro_batch_size_per_gpu needs to be provided",
                        "set train_batch_size and train_micro_batch_size_per_gpu")
@@ -339,6 +393,23 @@ def _batch(parsed: ParsedConfig, data: dict, file: str, dp_world: int | None) ->
             f"train_micro_batch_size_per_gpu ({micro}) * gradient_accumulation_steps "
             f"({accum}) * data-parallel world size ({dp_world})", fix)
     parsed.strategy.update(global_batch=train, micro_batch=micro)
+    if autos:
+        _auto_note(parsed, autos, f"global batch {train}, micro-batch {micro} and "
+                                  f"{accum} accumulation steps, as DeepSpeed derives them")
+
+
+BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu",
+              "gradient_accumulation_steps")
+
+
+def _auto_note(parsed: ParsedConfig, keys: list[str], priced: str) -> None:
+    """"auto" is the Hugging Face Trainer's placeholder: it writes its own values into the
+    config before deepspeed.initialize reads it (transformers integrations/deepspeed.py
+    HfTrainerDeepSpeedConfig.trainer_config_process); DeepSpeed itself never sees "auto"."""
+    them = "it" if len(keys) == 1 else "them"
+    parsed.notes.append(f"{', '.join(keys)} \"auto\": taken from the launcher (the Hugging "
+                        f"Face Trainer fills {them} from its own arguments); priced with "
+                        f"{priced}")
 
 
 def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> ParsedConfig:
@@ -364,14 +435,7 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
                              f"(got {stage!r})")
     else:
         stage = 0
-    fp16 = isinstance(data.get("fp16"), dict) and data["fp16"].get("enabled") is True
-    bf16_block = data.get("bf16", data.get("bfloat16"))
-    bf16 = isinstance(bf16_block, dict) and bf16_block.get("enabled") is True
-    if fp16 and bf16:
-        parsed.finding("deepspeed_precision", "DeepSpeed stops: bfloat16 and fp16 modes cannot "
-                       "be simultaneously enabled", "enable one of fp16 and bf16")
-    parsed.training["precision"] = (Precision.BF16 if bf16 else Precision.FP16 if fp16
-                                    else Precision.FP32)
+    _precision(parsed, data)
     optimizer = data.get("optimizer")
     if isinstance(optimizer, dict) and isinstance(optimizer.get("type"), str):
         kind = optimizer["type"].lower()
@@ -424,10 +488,100 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
     dp_world = num_gpus // model_parallel if num_gpus and num_gpus % model_parallel == 0 \
         else None
     _batch(parsed, data, file, dp_world)
-    if problem.model.is_moe:
-        parsed.notes.append("ep_size is set in model code (deepspeed.moe.layer.MoE), not in "
-                            "this file: priced with ep 1")
+    _expert_parallel(parsed, section("expert_parallel"), problem, file)
+    _unpriced_blocks(parsed, data)
     return parsed
+
+
+def _expert_parallel(parsed: ParsedConfig, block: dict, problem: Problem, file: str) -> None:
+    """AutoEP: expert_parallel.autoep_size ranks hold each expert, whole
+    (expert_tensor_parallel_size must be 1), when expert_parallel.enabled is true
+    (module_inject/auto_ep_config.py parse_autoep_config; runtime/engine.py
+    _configure_expert_parallel)."""
+    size = _int(block, "autoep_size", file) or 1
+    if block.get("enabled") is not True:
+        if block and problem.model.is_moe:
+            parsed.notes.append(f"expert_parallel.enabled is not true: DeepSpeed ignores the "
+                                f"section (autoep_size {size}); priced with ep 1")
+        elif problem.model.is_moe:
+            parsed.notes.append("no expert_parallel section (AutoEP): ep_size may be set in "
+                                "model code (deepspeed.moe.layer.MoE), which this file does "
+                                "not show: priced with ep 1")
+        return
+    if not problem.model.is_moe:
+        parsed.notes.append("expert_parallel: the model has no MoE layers, so AutoEP finds "
+                            "nothing to replace; no effect")
+        return
+    etp = _int(block, "expert_tensor_parallel_size", file) or 1
+    parsed.strategy.update(ep=size, etp=etp)
+
+
+UNPRICED_BLOCKS = {
+    # op_builder/sparse_attn.py @1c03d1b1: the block-sparse kernels load only with torch
+    # 1.5-1.x and triton 1.0.0; DeepSpeed 0.19 requires torch>=2.0 (requirements.txt).
+    "sparse_attention": (
+        "deepspeed_sparse_attention",
+        "sparse_attention: DeepSpeed's block-sparse attention kernels load only with torch 1.x "
+        "and triton 1.0.0 (op_builder/sparse_attn.py), and DeepSpeed 0.19 needs torch >= 2.0, "
+        "so the model's SparseSelfAttention cannot run; the planner prices dense attention",
+        "remove sparse_attention and run fused (flash) attention"),
+    # runtime/engine.py forward @9a297cfa: with progressive_layer_drop.enabled the engine
+    # adds progressive_layer_drop=True and pld_theta to the model's forward arguments.
+    "progressive_layer_drop": (
+        "deepspeed_layer_drop",
+        "progressive_layer_drop: the engine passes progressive_layer_drop and pld_theta to the "
+        "model's forward, which only a model written for it accepts (any other stops with a "
+        "TypeError); and the layers it skips are priced as run",
+        "remove progressive_layer_drop"),
+    # deepspeed/compression (init_compression in the training script, engine.py
+    # quantize_training): quantized or pruned weights, heads, rows and layers.
+    "compression_training": (
+        "deepspeed_compression",
+        "compression_training: the quantization and pruning it enables change the model the "
+        "planner prices (whole, unquantized weights)",
+        "remove compression_training to price the run"),
+}
+"""ds_config blocks that DeepSpeed 0.19 reads but the planner cannot price (or that cannot
+run there): a finding each where the block is enabled."""
+
+
+def _enabled(block) -> bool:
+    """Whether a ds_config block switches anything on: an `enabled: true` at any depth
+    (compression_training nests it under each method's shared_parameters); a sparse_attention
+    block has no switch, its presence is the request."""
+    if isinstance(block, dict):
+        return any(v is True if k == "enabled" else _enabled(v) for k, v in block.items())
+    return False
+
+
+def _unpriced_blocks(parsed: ParsedConfig, data: dict) -> None:
+    for key, (rule, message, fix) in UNPRICED_BLOCKS.items():
+        block = data.get(key)
+        if block is None or (key != "sparse_attention" and not _enabled(block)):
+            continue
+        parsed.finding(rule, message, fix)
+
+
+def _precision(parsed: ParsedConfig, data: dict) -> None:
+    """fp16 / bf16 (bfloat16) `enabled`; both on is DeepSpeed's assertion in config.py
+    ("bfloat16 and fp16 modes cannot be simultaneously enabled"). "auto" is the Hugging Face
+    Trainer's, which sets it from its --fp16 / --bf16 arguments: the run's precision then."""
+    def enabled(name: str):
+        block = data.get(name, data.get("bfloat16")) if name == "bf16" else data.get(name)
+        return block.get("enabled") if isinstance(block, dict) else None
+
+    fp16, bf16 = enabled("fp16") is True, enabled("bf16") is True
+    if fp16 and bf16:
+        parsed.finding("deepspeed_precision", "DeepSpeed stops: bfloat16 and fp16 modes cannot "
+                       "be simultaneously enabled", "enable one of fp16 and bf16")
+    autos = [f"{name}.enabled" for name in ("fp16", "bf16") if enabled(name) == "auto"]
+    if autos and not (fp16 or bf16):
+        parsed.notes.append(f"{' and '.join(autos)} \"auto\": taken from the launcher (the "
+                            f"Hugging Face Trainer sets it from --fp16 / --bf16); priced in the "
+                            f"run's precision (--precision)")
+        return
+    parsed.training["precision"] = (Precision.BF16 if bf16 else Precision.FP16 if fp16
+                                    else Precision.FP32)
 
 
 def _offload(parsed: ParsedConfig, zero: dict, checkpointing: dict, file: str, *,
@@ -509,7 +663,62 @@ def _explain_uneven_layout(problem: Problem, s) -> tuple[str, str]:
             + ", or leave it out")
 
 
+def _autoep_breaks(c) -> dict[str, np.ndarray]:
+    """Where DeepSpeed's AutoEP (ep > 1) refuses a candidate, by the reason it gives
+    (module_inject/auto_ep_folding.py validate_folding_global @104193b4; runtime/engine.py
+    @9a297cfa, the ZeRO-3 checks of AutoEP)."""
+    autoep, folded = c.ep > 1, (c.ep > 1) & (c.tp > 1)
+    offload = (c.opt_offload > 0) | c.param_offload
+    return {
+        "etp": autoep & (c.etp != 1),
+        "folded_pp": folded & (c.pp > 1),
+        "folded_cp": folded & (c.cp > 1),
+        "folded_zero3": folded & (c.zero == 3),
+        "folded_offload": folded & offload,
+        "zero3_cp": autoep & (c.zero == 3) & (c.cp > 1),
+        "zero3_mics": autoep & (c.zero == 3) & (c.shard != c.dp),
+    }
+
+
+_AUTOEP_EXPLAIN = {
+    "etp": (lambda s: f"etp {s.expert_tp} with ep {s.ep}: DeepSpeed AutoEP keeps experts whole "
+                      f"(expert_parallel.expert_tensor_parallel_size is reserved: only 1)",
+            lambda s: "use etp 1"),
+    "folded_pp": (lambda s: f"ep {s.ep} with tp {s.tp} and pp {s.pp}: DeepSpeed's AutoEP+AutoTP "
+                            f"folding supports pp_size=1 only",
+                  lambda s: "use pp 1, or tp 1"),
+    "folded_cp": (lambda s: f"ep {s.ep} with tp {s.tp} and cp {s.cp}: autotp_size and Ulysses "
+                            f"sequence parallelism are mutually exclusive for AutoEP folding",
+                  lambda s: "use cp 1, or tp 1"),
+    "folded_zero3": (lambda s: f"ep {s.ep} with tp {s.tp} and zero_stage 3: DeepSpeed's "
+                               f"AutoEP+AutoTP runs ZeRO stage 0, 1 or 2",
+                     lambda s: "use zero_stage 2"),
+    "folded_offload": (lambda s: f"ep {s.ep} with tp {s.tp} and optimizer or parameter "
+                                 f"offload: DeepSpeed refuses offload with AutoEP+AutoTP folding",
+                       lambda s: "offload nothing, or use tp 1"),
+    "zero3_cp": (lambda s: f"ep {s.ep} with zero_stage 3 and cp {s.cp}: AutoEP with ZeRO Stage 3 "
+                           f"does not support sequence parallelism",
+                 lambda s: "use zero_stage 2, or cp 1"),
+    "zero3_mics": (lambda s: f"ep {s.ep} with zero_stage 3 and dp_shard {s.dp_shard}: AutoEP "
+                             f"with ZeRO Stage 3 does not support MiCS",
+                   lambda s: "leave dp_shard out, or use zero_stage 2"),
+}
+
+
+def _explain_autoep(problem: Problem, s) -> tuple[str, str]:
+    breaks = _autoep_breaks(Candidates.from_strategy(s, problem.framework.defaults))
+    reason = next(k for k, where in breaks.items() if where[0])
+    message, fix = _AUTOEP_EXPLAIN[reason]
+    return message(s), fix(s)
+
+
 RULES: dict[Rule, TargetRule] = {
+    # AutoEP, ds_config expert_parallel (module_inject/auto_ep_folding.py, runtime/engine.py).
+    Rule.DEEPSPEED_EXPERT_PARALLEL: TargetRule(
+        "DeepSpeed AutoEP keeps experts whole (etp 1); with AutoTP it needs pp 1, cp 1, ZeRO "
+        "0-2 and no offload, and with ZeRO-3 no cp and no MiCS",
+        lambda p, c: p.model.is_moe & np.logical_or.reduce(list(_autoep_breaks(c).values())),
+        _explain_autoep),
     # runtime/zero/config.py @38327e07: "Partial offloading only supported for ZeRO Stage 3"
     # (offload_optimizer.ratio; ZeRO 1-3 at all: the profile's optimizer_min_zero).
     Rule.DEEPSPEED_OFFLOAD: TargetRule(
