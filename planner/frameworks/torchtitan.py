@@ -3,16 +3,15 @@ reader for both.
 
 Current torchtitan describes a run as a Python function returning its `Trainer.Config`,
 chosen with `--module` and `--config` (torchtitan/config/manager.py; the `--section.option`
-flags are frozen); releases up to 0.2.x read `--job.config_file x.toml`. Field names were
-checked against torchtitan/config/configs.py @0014ac2c and trainer.py @003fe280 (recipe),
-torchtitan/config/job_config.py @6404b932 (TOML), and the degree check against
+flags are frozen); that recipe is written and read in `torchtitan_recipe`. Releases up to
+0.2.x read `--job.config_file x.toml`, field names checked against
+torchtitan/config/job_config.py @6404b932, and the degree check against
 torchtitan/distributed/parallel_dims.py @0119de15. The reader parses a recipe with `ast` and
 never runs it.
 """
 
 from __future__ import annotations
 
-import ast
 import math
 import textwrap
 from typing import Any
@@ -20,8 +19,9 @@ from typing import Any
 import numpy as np
 
 from cost_models.enums import AttentionKind, CpComm, Fp8Recipe, Precision, Recompute, ZeroStage
-from planner.frameworks.base import (LaunchPlan, ParsedConfig, did_you_mean, header_lines,
-                               parse_python, transformer_shape)
+from planner.frameworks import torchtitan_recipe
+from planner.frameworks.base import (LaunchPlan, ParsedConfig, closest, did_you_mean,
+                                     header_lines, transformer_shape)
 from planner.errors import InputError
 from planner.inputs import profiles
 from planner.schemas.framework import FrameworkProfile
@@ -32,8 +32,8 @@ from planner.core.problem import Problem
 from planner.inputs.safe_parse import load_toml
 from planner.schemas.strategy import LaunchTarget
 
-CHECKED_AGAINST = ("pytorch/torchtitan torchtitan/config/configs.py @0014ac2c, trainer.py "
-                   "@003fe280 (recipe); torchtitan/config/job_config.py @6404b932 (0.2.x TOML)")
+CHECKED_AGAINST = (f"{torchtitan_recipe.CHECKED_AGAINST}; torchtitan/config/job_config.py "
+                   f"@6404b932 (0.2.x TOML)")
 
 PARALLELISM_KEYS = frozenset({
     "data_parallel_replicate_degree", "enable_compiled_autograd", "data_parallel_shard_degree",
@@ -46,23 +46,30 @@ PARALLELISM_KEYS = frozenset({
     "pipeline_parallel_microbatch_size", "context_parallel_degree",
     "context_parallel_load_balancer", "context_parallel_rotate_method", "expert_parallel_degree",
     "expert_tensor_parallel_degree",
+    # config/configs.py @b5bcd76c (the recipe's ParallelismConfig)
+    "spmd_backend", "num_pp_microbatches", "context_parallel_ptrr_mask_key",
 })
 TRAINING_KEYS = frozenset({
     "dataset", "dataset_path", "local_batch_size", "batch_size", "global_batch_size", "seq_len",
     "max_norm", "steps", "enable_cpu_offload", "dtype", "mixed_precision_param",
     "mixed_precision_reduce", "compile", "gc_freq", "gc_debug", "seed", "deterministic",
+    # config/configs.py @b5bcd76c (the recipe's TrainingConfig counts tokens)
+    "num_tokens_per_microbatch_per_dp_rank", "num_tokens_per_train_step",
+    "max_context_length", "disable_cuda_graphs",
 })
 CHECKPOINT_KEYS = frozenset({"mode", "selective_ac_option",
                              "per_op_sac_force_recompute_mm_shapes_by_fqns", "early_stop",
                              "memory_budget", "visualize_memory_budget_pareto",
-                             "preserve_rng_state", "determinism_check", "debug"})
+                             "preserve_rng_state", "determinism_check", "debug",
+                             "force_recompute_mm_shapes_by_fqns"})
+COMPILE_KEYS = frozenset({"enable", "enable_async_tensor_parallel", "components", "backend"})
 SECTION_KEYS = {"parallelism": PARALLELISM_KEYS, "training": TRAINING_KEYS,
-                "activation_checkpoint": CHECKPOINT_KEYS}
+                "activation_checkpoint": CHECKPOINT_KEYS, "compile": COMPILE_KEYS}
 """Fields of the config sections the planner reads; torchtitan refuses any other field."""
 
-LLAMA3_FLAVORS = {"llama3-8b": ("8B", "llama3_8b"), "llama3-70b": ("70B", "llama3_70b"),
-                  "llama3-405b": ("405B", "llama3_405b")}
-"""Zoo models torchtitan ships: TOML flavor and recipe function (models/llama3)."""
+CHECKPOINT_MODES = ("selective", "full", "memory_budget", "none")
+"""activation_checkpoint.mode (job_config.py @6404b932: Literal[...]); the recipe's policies
+FullAC / SelectiveAC / MemoryBudgetAC / None read as the same names."""
 
 PRECISIONS = {Precision.BF16: "bfloat16", Precision.FP32: "float32", Precision.FP8: "bfloat16"}
 
@@ -117,7 +124,10 @@ def _float8_sections(plan: LaunchPlan) -> tuple[list[str], dict[str, dict[str, A
                                "precompute_float8_dynamic_scale_for_fsdp": gather}}
 
 
-def _parallelism(plan: LaunchPlan) -> dict[str, Any]:
+def _parallelism(plan: LaunchPlan, *, recipe: bool) -> dict[str, Any]:
+    """[parallelism] of the 0.2.x TOML, or the recipe's ParallelismConfig (`recipe`: the
+    pipeline's micro-batches counted by num_pp_microbatches, async TP under compile, the output
+    layer named lm_head)."""
     s, layers = plan.strategy, plan.problem.model.num_layers
     sharded = s.zero_stage >= ZeroStage.GRADIENTS
     fields: dict[str, Any] = {
@@ -135,12 +145,14 @@ def _parallelism(plan: LaunchPlan) -> dict[str, Any]:
         # Experts over ep ranks borrowed from FSDP and TP (parallel_dims.py); without EP they
         # are split like the dense MLP.
         fields["expert_parallel_degree"] = s.ep
-    if plan.overlap("tp_comm_overlap") and s.tp > 1:
+    if plan.overlap("tp_comm_overlap") and s.tp > 1 and not recipe:
         fields["enable_async_tensor_parallel"] = True      # micro-pipelined TP (async TP)
     if s.pp > 1:
-        fields.update(
-            pipeline_parallel_schedule="Interleaved1F1B" if s.vpp > 1 else "1F1B",
-            pipeline_parallel_microbatch_size=s.micro_batch)
+        fields["pipeline_parallel_schedule"] = "Interleaved1F1B" if s.vpp > 1 else "1F1B"
+        if recipe:       # micro-batches per data-parallel rank and step (configs.py)
+            fields["num_pp_microbatches"] = plan.num_micro_batches
+        else:
+            fields["pipeline_parallel_microbatch_size"] = s.micro_batch
         if s.layers_per_stage is None:
             fields.update(
                 pipeline_parallel_layers_per_stage=layers // (s.pp * s.vpp),
@@ -148,37 +160,59 @@ def _parallelism(plan: LaunchPlan) -> dict[str, Any]:
                 pipeline_parallel_first_stage_less_layers=0,
                 pipeline_parallel_last_stage_less_layers=0)
         else:
-            fields["module_fqns_per_model_part"] = module_fqns(s.layers_per_stage)
+            fields["module_fqns_per_model_part"] = module_fqns(
+                s.layers_per_stage, output="lm_head" if recipe else "output")
     return fields
 
 
-def module_fqns(counts) -> list[list[str]]:
+def module_fqns(counts, *, output: str = "output") -> list[list[str]]:
     """torchtitan's module names per pipeline part (model chunk) of a decoder: tok_embeddings
-    first, layers.<i> in order, norm and output last (pipeline_parallel.py,
-    generate_llm_fqn_per_model_part)."""
+    first, layers.<i> in order, norm and the output layer last (pipeline_parallel.py,
+    generate_llm_fqn_per_model_part: `output` in 0.2.x, `lm_head` since)."""
     parts, layer = [], 0
     for k, count in enumerate(counts):
         part = ["tok_embeddings"] if k == 0 else []
         part += [f"layers.{i}" for i in range(layer, layer + count)]
         layer += count
         if k == len(counts) - 1:
-            part += ["norm", "output"]
+            part += ["norm", output]
         parts.append(part)
     return parts
 
 
 def _training(plan: LaunchPlan) -> dict[str, Any]:
+    """[training] of the 0.2.x TOML, in samples."""
     s, training = plan.strategy, plan.problem.training
     # With a pipeline a step feeds local_batch_size samples in micro-batches; without one,
     # local_batch_size is the micro-batch and torchtitan accumulates gradients up to the
     # global batch.
     local = s.global_batch // s.dp if s.pp > 1 else s.micro_batch
     out = {"local_batch_size": local, "global_batch_size": s.global_batch,
-           "seq_len": training.seq_len,
-           "mixed_precision_param": PRECISIONS.get(training.precision, "bfloat16"),
-           "mixed_precision_reduce": "float32", "steps": plan.train_iters or 10000}
+           "seq_len": training.seq_len, **_precision_fields(plan)}
     if s.optimizer_offload or s.param_offload:   # FSDP2 CPUOffloadPolicy: all of it, together
         out["enable_cpu_offload"] = True
+    return out
+
+
+def _precision_fields(plan: LaunchPlan) -> dict[str, Any]:
+    return {"mixed_precision_param": PRECISIONS.get(plan.problem.training.precision, "bfloat16"),
+            "mixed_precision_reduce": "float32", "steps": plan.train_iters or 10000}
+
+
+def _recipe_training(plan: LaunchPlan) -> dict[str, Any]:
+    """The recipe's TrainingConfig, in tokens (configs.py @b5bcd76c): a micro-batch of whole
+    sequences per data-parallel rank, the global batch per step; with a pipeline the step's
+    micro-batches are num_pp_microbatches (one accumulation step), without one torchtitan
+    accumulates up to the global batch. CUDA graphs, on by default, refuse pipelines and the
+    default expert-parallel dispatchers (trainer.py _validate_cuda_graphs)."""
+    s, seq = plan.strategy, plan.problem.training.seq_len
+    out = {"num_tokens_per_microbatch_per_dp_rank": s.micro_batch * seq,
+           "num_tokens_per_train_step": s.global_batch * seq, "max_context_length": seq,
+           **_precision_fields(plan)}
+    if s.optimizer_offload or s.param_offload:
+        out["enable_cpu_offload"] = True
+    if s.pp > 1 or (plan.problem.model.is_moe and s.ep > 1):
+        out["disable_cuda_graphs"] = True
     return out
 
 
@@ -213,19 +247,19 @@ def _header(plan: LaunchPlan, target: str) -> list[str]:
 
 def _toml(plan: LaunchPlan) -> str:
     name = plan.problem.model.name
-    flavor = LLAMA3_FLAVORS.get(name)
+    registered = torchtitan_recipe.REGISTERED.get(name)
     lines = [*_header(plan, "torchtitan 0.2.x"),
              "# Run: torchrun ... -m torchtitan.train --job.config_file torchtitan.toml", "",
              "[job]", f'description = "planner plan for {name}"', "", "[model]"]
-    if flavor:
-        lines += ['name = "llama3"', f'flavor = "{flavor[0]}"']
+    if registered:
+        lines += [f'name = "{registered.module}"', f'flavor = "{registered.flavor}"']
     else:
         lines += [f"# torchtitan ships no {name}: register it as a model and name it here",
                   f'name = "{name}"']
     converters, quantize = _float8_sections(plan)
     if converters:
         lines.append(f"converters = {_toml_value(converters)}")
-    sections = {"training": _training(plan), "parallelism": _parallelism(plan),
+    sections = {"training": _training(plan), "parallelism": _parallelism(plan, recipe=False),
                 "activation_checkpoint": {"mode": _checkpoint_mode(plan.strategy.recompute)},
                 **quantize}
     if plan.strategy.recompute is Recompute.SELECTIVE:
@@ -236,43 +270,17 @@ def _toml(plan: LaunchPlan) -> str:
 
 
 def _recipe(plan: LaunchPlan) -> str:
-    name = plan.problem.model.name
-    flavor = LLAMA3_FLAVORS.get(name)
-    parallelism = {**_parallelism(plan),
-                   "enable_sequence_parallel": plan.strategy.sequence_parallel}
-    if flavor:
-        base = [f"from torchtitan.models.llama3.config_registry import {flavor[1]} as base_config"]
-    else:
-        base = ["", f"# torchtitan ships no recipe for {name}: import the function that returns "
-                "its", "# Trainer.Config as base_config.",
-                "def base_config():",
-                f'    raise RuntimeError("set base_config to the recipe of {name} (see the '
-                f'comment above)")']
-
-    def call(head: str, fields: dict[str, Any]) -> str:
-        inner = "".join(f"\n            {k}={v!r}," for k, v in fields.items())
-        return f"{head}({inner}\n        )"
-
-    lines = [
-        *_header(plan, "torchtitan"),
-        "# Run: torchrun ... -m torchtitan.train --module torchtitan_recipe --config planner_plan",
-        "",
-        "from dataclasses import replace", "",
-        "from torchtitan.config.configs import ActivationCheckpointConfig, ParallelismConfig",
-        "from torchtitan.trainer import Trainer", "",
-        *base, "", "",
-        "def planner_plan() -> Trainer.Config:",
-        f'    """{name}: {plan.strategy.degrees_label()} (planner)."""',
-        "    config = base_config()",
-        "    return replace(",
-        "        config,",
-        "        training=" + call("replace", {"__obj__": None, **_training(plan)})
-        .replace("\n            __obj__=None,", "config.training,") + ",",
-        "        parallelism=" + call("ParallelismConfig", parallelism) + ",",
-        "        activation_checkpoint=ActivationCheckpointConfig("
-        f"mode={_checkpoint_mode(plan.strategy.recompute)!r}),",
-        "    )", ""]
-    return "\n".join(lines)
+    s, model = plan.strategy, plan.problem.model
+    mtp = (transformer_shape(model, "torchtitan").mtp_layers
+           if torchtitan_recipe.REGISTERED.get(model.name, None) is not None
+           and torchtitan_recipe.REGISTERED[model.name].module == "deepseek_v3" else 0)
+    return torchtitan_recipe.render(torchtitan_recipe.RecipeParts(
+        name=model.name, label=s.degrees_label(), header=_header(plan, "torchtitan"),
+        training=_recipe_training(plan),
+        parallelism={**_parallelism(plan, recipe=True),
+                     "enable_sequence_parallel": s.sequence_parallel},
+        recompute=_checkpoint_mode(s.recompute),
+        async_tp=plan.overlap("tp_comm_overlap") if s.tp > 1 else None, mtp_layers=mtp))
 
 
 def emit(plan: LaunchPlan) -> dict[str, str]:
@@ -291,34 +299,6 @@ def _read_toml(text: str, file: str) -> dict[str, Any]:
         return load_toml(text, file)
     except ModuleNotFoundError:                   # Python 3.10: no tomllib
         raise InputError(f"{file}: reading TOML needs Python 3.11 or newer") from None
-
-
-def _recipe_sections(text: str, file: str) -> dict[str, dict[str, Any]]:
-    """Keyword arguments of the config constructors in a recipe module (literals only)."""
-    tree = parse_python(text, file)
-    names = {"ParallelismConfig": "parallelism", "TrainingConfig": "training",
-             "ActivationCheckpointConfig": "activation_checkpoint"}
-    sections: dict[str, dict[str, Any]] = {}
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Call):
-            continue
-        func = node.func
-        called = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
-        section = names.get(called)
-        if called == "replace" and node.args and isinstance(node.args[0], ast.Attribute) \
-                and node.args[0].attr == "training":
-            section = "training"
-        if section is None:
-            continue
-        for keyword in node.keywords:
-            if keyword.arg is None:
-                continue
-            try:
-                value = ast.literal_eval(keyword.value)
-            except ValueError:
-                continue                          # computed at run time: not ours to guess
-            sections.setdefault(section, {})[keyword.arg] = value
-    return sections
 
 
 def _int(fields: dict, key: str, default: int, file: str) -> int:
@@ -426,11 +406,17 @@ def _read_float8(parsed: ParsedConfig, sections: dict[str, Any], problem: Proble
         parsed.training["fp8_output_layer"] = swappable and not output_layer_filtered(filters)
 
 
-def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> ParsedConfig:
-    """A torchtitan TOML (0.2.x) or recipe module -> its strategy and what torchtitan refuses."""
-    sections = (_read_toml(text, file) if file.endswith(".toml")
-                else _recipe_sections(text, file))
+def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None,
+          function: str | None = None) -> ParsedConfig:
+    """A torchtitan TOML (0.2.x) or recipe module -> its strategy and what torchtitan refuses.
+    `function`: the recipe function to read (`recipe.py:function`)."""
     parsed = ParsedConfig(strategy={}, target=LaunchTarget.TORCHTITAN)
+    if file.endswith(".toml"):
+        sections = _read_toml(text, file)
+    else:
+        sections, notes = torchtitan_recipe.sections(text, file, model=problem.model.name,
+                                                     function=function)
+        parsed.notes.extend(notes)
     for section in SECTION_KEYS:
         if not isinstance(sections.get(section, {}), dict):
             raise InputError(f"{file}: {section}: must be a table of settings "
@@ -452,10 +438,12 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
         world = num_gpus or problem.num_gpus
         shard = max(1, world // (replicate * cp * tp * pp))
     dp = replicate * shard
-    if replicate > 1 and shard > 1:
-        parsed.strategy["dp_shard"] = shard        # HSDP
+    if replicate > 1 and (shard > 1 or cp > 1):
+        parsed.strategy["dp_shard"] = shard        # HSDP (sharded over shard x cp ranks)
     reshard = par.get("fsdp_reshard_after_forward", "default")
-    if shard == 1:
+    if shard == 1 and cp == 1:
+        # With cp > 1 torchtitan shards over the dp_shard x cp ranks even at dp_shard 1
+        # (parallel_dims.py fsdp_enabled: dp_shard > 1 or cp > 1).
         zero = ZeroStage.NONE
     elif reshard == "never" or (reshard == "default" and pp > 1):
         zero = ZeroStage.GRADIENTS                # FSDP without resharding after forward
@@ -475,16 +463,16 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
             parsed.strategy["layers_per_stage"] = counts
     elif pp > 1:
         vpp = _default_split(parsed, par, layers, pp, file)
-    local = _int(train, "local_batch_size", _int(train, "batch_size", 8, file), file)
-    micro = _int(par, "pipeline_parallel_microbatch_size", 1, file) if pp > 1 else local
-    global_batch = _int(train, "global_batch_size", -1, file)
-    if global_batch < 0:
-        global_batch = local * dp
-    mode = sections.get("activation_checkpoint", {}).get("mode", "selective")
-    if not isinstance(mode, str):
-        raise InputError(f"{file}: activation_checkpoint.mode: must be a string such as "
-                         f"\"selective\" (got {mode!r:.40})")
-    recompute = {"none": Recompute.NONE, "full": Recompute.FULL}.get(mode, Recompute.SELECTIVE)
+    if any(key in train for key in TOKEN_KEYS):
+        micro, global_batch = _token_batches(parsed, train, par, pp=pp, dp=dp,
+                                             seq_len=problem.training.seq_len, file=file)
+    else:
+        local = _int(train, "local_batch_size", _int(train, "batch_size", 8, file), file)
+        micro = _int(par, "pipeline_parallel_microbatch_size", 1, file) if pp > 1 else local
+        global_batch = _int(train, "global_batch_size", -1, file)
+        if global_batch < 0:
+            global_batch = local * dp
+    recompute = _recompute(parsed, sections.get("activation_checkpoint", {}), file)
     sp = bool(par.get("enable_sequence_parallel", True)) and tp > 1
     ep = _int(par, "expert_parallel_degree", 1, file)
     # torchtitan before c4b409af2 had expert_tensor_parallel_degree; since, experts are whole
@@ -501,8 +489,10 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
     parsed.strategy.update(dp=dp, tp=tp, pp=pp, vpp=vpp, micro_batch=micro,
                            global_batch=global_batch, sequence_parallel=sp,
                            recompute=recompute, zero_stage=zero,
-                           tp_comm_overlap=bool(par.get("enable_async_tensor_parallel", False))
+                           tp_comm_overlap=_async_tp(parsed, par, sections.get("compile", {}))
                            and tp > 1)
+    if not file.endswith(".toml"):
+        _cuda_graphs(parsed, sections, pp=pp, ep=ep if problem.model.is_moe else 1)
     if train.get("enable_cpu_offload") is True:
         # FSDP2's CPUOffloadPolicy: parameters, gradients and optimizer states on the host.
         parsed.strategy.update(optimizer_offload=1.0, param_offload=True)
@@ -512,6 +502,86 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
     if "seq_len" in train:
         parsed.training["seq_len"] = _int(train, "seq_len", 2048, file)
     return parsed
+
+
+TOKEN_KEYS = ("num_tokens_per_microbatch_per_dp_rank", "num_tokens_per_train_step",
+              "max_context_length")
+"""The recipe's TrainingConfig batch fields (configs.py @b5bcd76c): tokens, not samples."""
+
+
+def _token_batches(parsed: ParsedConfig, train: dict, par: dict, *, pp: int, dp: int,
+                   seq_len: int, file: str) -> tuple[int, int]:
+    """(micro-batch, global batch) in sequences from the token counts (trainer.py @b5bcd76c):
+    a step is num_pp_microbatches micro-batches per data-parallel rank (1 without a pipeline)
+    times gradient-accumulation steps, num_tokens_per_train_step // (that iteration's tokens x
+    dp), which torchtitan refuses unless whole."""
+    if "max_context_length" in train:
+        seq_len = _int(train, "max_context_length", seq_len, file)
+        parsed.training["seq_len"] = seq_len
+    tokens = _int(train, "num_tokens_per_microbatch_per_dp_rank", 16384, file)
+    if tokens % seq_len or tokens < seq_len:
+        raise InputError(f"{file}: training.num_tokens_per_microbatch_per_dp_rank ({tokens}) "
+                         f"must be a multiple of max_context_length ({seq_len}): the planner "
+                         f"prices micro-batches of whole sequences")
+    micro = tokens // seq_len
+    per_iteration = tokens * (_int(par, "num_pp_microbatches", 1, file) if pp > 1 else 1) * dp
+    step = _int(train, "num_tokens_per_train_step", -1, file)
+    if step < 0:
+        step = per_iteration
+    elif step % per_iteration:
+        parsed.finding("torchtitan_batch", f"torchtitan stops: training.num_tokens_per_train_"
+                       f"step ({step}) must be divisible by the number of tokens processed "
+                       f"globally in one gradient accumulation iteration ({per_iteration})",
+                       f"use num_tokens_per_train_step {max(1, step // per_iteration) * per_iteration}")
+    return micro, max(1, step // seq_len)
+
+
+def _recompute(parsed: ParsedConfig, checkpoint: dict, file: str) -> Recompute:
+    """activation_checkpoint.mode (0.2.x TOML, recipes before c5d93d109) or the policy a
+    current recipe names; torchtitan refuses any other mode (job_config.py Literal)."""
+    mode = checkpoint.get("mode", "selective")
+    if not isinstance(mode, str) or mode not in CHECKPOINT_MODES:
+        close = closest(str(mode), CHECKPOINT_MODES)
+        hint = f" (did you mean '{close}'?)" if close else ""
+        raise InputError(f"{file}: activation_checkpoint.mode: {mode!r:.40} is not one of "
+                         f"{', '.join(CHECKPOINT_MODES)}{hint}")
+    if mode == "memory_budget":
+        parsed.notes.append("activation_checkpoint memory_budget: the compiler picks what to "
+                            "recompute under the budget; priced as selective")
+    return {"none": Recompute.NONE, "full": Recompute.FULL}.get(mode, Recompute.SELECTIVE)
+
+
+def _async_tp(parsed: ParsedConfig, par: dict, compile_section: dict) -> bool:
+    """Async TP: parallelism.enable_async_tensor_parallel (0.2.x), compile's since 737594746,
+    which refuses it without compiling the model (CompileConfig.__post_init__)."""
+    if compile_section.get("enable_async_tensor_parallel") is not True:
+        return bool(par.get("enable_async_tensor_parallel", False))
+    components = compile_section.get("components", ["model", "loss"])
+    if compile_section.get("enable") is False or "model" not in components:
+        parsed.finding("torchtitan_compile", "torchtitan stops: Async TP requires 'model' in "
+                       "--compile.components and --compile.enable",
+                       "set compile enable=True with 'model' in components")
+    return True
+
+
+def _cuda_graphs(parsed: ParsedConfig, sections: dict, *, pp: int, ep: int) -> None:
+    """CUDA graphs are on unless training.disable_cuda_graphs, and refuse pipelines and the
+    expert-parallel dispatchers that synchronize with the host (trainer.py @b5bcd76c
+    _validate_cuda_graphs): a finding where the file's TrainingConfig leaves them on, a note
+    where a base recipe the file imports may switch them off."""
+    train = sections.get("training", {})
+    if train.get("disable_cuda_graphs") is True or (pp == 1 and ep == 1):
+        return
+    what = (f"pipeline_parallel_degree {pp}: CUDA graphs do not support pipeline parallelism"
+            if pp > 1 else f"expert_parallel_degree {ep}: CUDA graphs support only expert "
+            f"parallel token dispatchers without CPU synchronization (HybridEP with "
+            f"non_blocking_capacity_factor, MinimalAsyncEP)")
+    if "disable_cuda_graphs" in train or sections.get("_constructed", {}).get("training"):
+        parsed.finding("torchtitan_cuda_graphs", f"torchtitan stops: {what}",
+                       "set training.disable_cuda_graphs=True")
+    else:
+        parsed.notes.append(f"{what}; this file leaves training.disable_cuda_graphs to its base "
+                            f"recipe, and torchtitan stops unless that sets it")
 
 
 # --------------------------------------------------------------------------- profile
