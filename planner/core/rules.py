@@ -72,6 +72,7 @@ class Rule(str, Enum):
     TORCHTITAN_SEQ_LEN = "torchtitan_seq_len"
     TORCHTITAN_MICRO_BATCHES = "torchtitan_micro_batches"
     TORCHTITAN_EXPERT_PARALLEL = "torchtitan_expert_parallel"
+    TORCHTITAN_DDP = "torchtitan_ddp"
     MINDSPORE_POWER_OF_TWO = "mindspore_power_of_two"
     MINDSPORE_DEVICE_NUM = "mindspore_device_num"
     MINDSPORE_MICRO_BATCHES = "mindspore_micro_batches"

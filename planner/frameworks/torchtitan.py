@@ -624,7 +624,24 @@ def _explain_seq_len(p: Problem, s) -> tuple[str, str]:
             f"parallelism", f"use tp {largest_divisor_at_most(seq, s.tp)}")
 
 
+def _explain_ddp(p: Problem, s) -> tuple[str, str]:
+    if s.cp > 1:
+        return (f"zero_stage 0 with cp {s.cp}: torchtitan shards the model states over the "
+                f"dp_shard x cp ranks whenever cp > 1 (FSDP), so it cannot run unsharded",
+                "use zero_stage 2 or 3")
+    return (f"zero_stage 0 with dp {s.dp}, tp {s.tp} and pp {s.pp}: torchtitan's DDP runs data "
+            f"parallelism alone (\"DDP has not supported > 1D parallelism\")",
+            "use zero_stage 2 or 3 (FSDP), or tp 1 and pp 1")
+
+
 RULES: dict[Rule, TargetRule] = {
+    # Without FSDP torchtitan applies DDP, which it refuses beside any other axis (v0.2.2
+    # models/*/infra/parallelize.py: "DDP has not supported > 1D parallelism"); with cp > 1 it
+    # always applies FSDP, over dp_shard x cp (parallel_dims.py fsdp_enabled @b5bcd76c).
+    Rule.TORCHTITAN_DDP: TargetRule(
+        "torchtitan runs ZeRO-0 (DDP) only as pure data parallelism, and never with cp > 1",
+        lambda p, c: (c.zero == 0) & (((c.dp > 1) & ((c.tp > 1) | (c.pp > 1))) | (c.cp > 1)),
+        _explain_ddp),
     Rule.TORCHTITAN_FP8: fp8_rule("torchtitan", profile().fp8),
     # training.enable_cpu_offload (config/configs.py @b5bcd76c): FSDP2's CPUOffloadPolicy puts
     # "parameters, gradients, and optimizer states" on the host together.

@@ -281,14 +281,14 @@ def _choose(functions: dict[str, ast.FunctionDef], text: str, file: str, model: 
         return (roots[0] if roots else None), None
     named = re.findall(r"--config[ =]([A-Za-z_][A-Za-z0-9_]*)", text)
     by_model = re.sub(r"[^0-9a-z]+", "_", model.lower())
-    if named and named[0] in roots:
-        chosen, why = named[0], f"the one its --config names"
-    elif by_model in roots:
+    if named and named[0] in recipes:
+        chosen, why = named[0], "the one its --config names"
+    elif by_model in recipes:
         chosen, why = by_model, f"the one named after {model}"
     else:
-        chosen, why = roots[0], "the first"
-    return chosen, (f"{file} defines {len(roots)} recipes ({', '.join(roots)}): read {chosen}, "
-                    f"{why}; name another as {file}:FUNCTION")
+        chosen, why = roots[0], "the first not built on another"
+    return chosen, (f"{file} defines {len(recipes)} recipes ({', '.join(recipes)}): read "
+                    f"{chosen}, {why}; name another as {file}:FUNCTION")
 
 
 def sections(text: str, file: str, *, model: str, function: str | None = None
