@@ -271,9 +271,10 @@ def _toml(plan: LaunchPlan) -> str:
 
 def _recipe(plan: LaunchPlan) -> str:
     s, model = plan.strategy, plan.problem.model
+    registered = torchtitan_recipe.REGISTERED.get(model.name)
+    # Only DeepSeek-V3's registry takes num_mtp_layers (models/deepseek_v3/__init__.py).
     mtp = (transformer_shape(model, "torchtitan").mtp_layers
-           if torchtitan_recipe.REGISTERED.get(model.name, None) is not None
-           and torchtitan_recipe.REGISTERED[model.name].module == "deepseek_v3" else 0)
+           if registered and registered.module == "deepseek_v3" else 0)
     return torchtitan_recipe.render(torchtitan_recipe.RecipeParts(
         name=model.name, label=s.degrees_label(), header=_header(plan, "torchtitan"),
         training=_recipe_training(plan),

@@ -169,3 +169,22 @@ def test_auto_train_batch_size_is_derived_as_the_trainer_does(cli, write):
     assert ("train_batch_size \"auto\": taken from the launcher (the Hugging Face Trainer "
             "fills it from its own arguments); priced with global batch 64, micro-batch 2 "
             "and 4 accumulation steps, as DeepSpeed derives them") in result["notes"]
+
+
+def test_bloom_runs_70_layers_on_12_deepspeed_stages(cli, tmp_path):
+    # BLOOM-176B's 70 layers over 12 stages (tr11-176B-ml: PipelineModule partition_method
+    # 'type:transformer|embedding'): the plan takes DeepSpeed's uneven partition, records it,
+    # and validate reads the same layout back.
+    code, out, err = cli("plan", "bloom-176b", "dgx-a100-80gb", "--gpus", "384",
+                         "--global-batch", "2048", "--framework", "deepspeed", "--emit",
+                         "deepspeed", "--out", str(tmp_path), "--json", "--top", "1")
+    assert code == 0, err
+    best = json.loads(out)["plans"][0]["strategy"]
+    assert 70 % best["pp"] != 0
+    config = json.loads((tmp_path / "ds_config.json").read_text())
+    assert config["pipeline"]["stages"] == best["pp"]
+    assert config["pipeline"]["partition"].startswith("type:transformer")
+    code, out, err = cli("validate", "bloom-176b", "dgx-a100-80gb",
+                         str(tmp_path / "ds_config.json"), "--json", "--no-compare")
+    assert code == 0, err
+    assert json.loads(out)["strategy"]["layers_per_stage"] == best["layers_per_stage"]
