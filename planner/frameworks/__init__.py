@@ -70,16 +70,33 @@ READ_SUFFIXES = (".yaml/.yml (strategy, MindFormers), .json (DeepSpeed), .toml (
                  ".py (torchtitan recipe, MindSpore), .sh/.bash (Megatron-LM, torchrun)")
 
 
+def _split_function(path: str) -> tuple[str, str | None]:
+    """'recipe.py:planner_plan' -> ('recipe.py', 'planner_plan'), as torchtitan's --config
+    names one function of a recipe module; any other path as it is."""
+    head, sep, name = path.rpartition(":")
+    if sep and head.endswith(".py") and name.isidentifier() and not Path(path).exists():
+        return head, name
+    return path, None
+
+
 def read_config(path: str, problem, num_gpus: int | None = None) -> ParsedConfig:
     """A strategy from any file `validate` accepts, by its kind: strategy.yaml, a MindFormers
     run YAML (a top-level parallel_config), a DeepSpeed JSON, a torchtitan TOML or recipe, a
     MindSpore module, a Megatron-LM script or argument file (or a torchrun launcher, which
     carries only its world size). A file of another suffix is read as Megatron-LM only where
-    its text is an argument file or a launch line (`megatron_flags.is_launch_text`)."""
+    its text is an argument file or a launch line (`megatron_flags.is_launch_text`).
+    `recipe.py:function` reads that one function of a torchtitan recipe module."""
     from planner.inputs.loader import _read_text, load_strategy
 
+    path, function = _split_function(path)
     file = Path(path)
     text = _read_text(file)
+    if function is not None:
+        if "ParallelismConfig" not in text and "Trainer.Config" not in text:
+            raise InputError(f"{path}:{function}: only a torchtitan recipe names a function "
+                             f"to read")
+        return torchtitan.parse(text, file=path, problem=problem, num_gpus=num_gpus,
+                                function=function)
     if file.suffix in (".yaml", ".yml"):
         if mindformers.is_mindformers(text):
             return mindformers.parse(text, file=path, problem=problem, num_gpus=num_gpus)

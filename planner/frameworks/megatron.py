@@ -89,7 +89,7 @@ def _model_args(plan: LaunchPlan) -> list[str]:
     # assumes flash attention keeps no s x s scores and the unfused kernel keeps them all; say
     # which one to run (megatron_values._attention reads it back).
     flash = plan.problem.attention is AttentionKind.FLASH
-    args.append(f"--attention-backend {'flash' if flash else 'unfused'}")
+    args.append(f"--attention-backend {_fused_backend(layer) if flash else 'unfused'}")
     if layer.sliding_window is not None:
         args += _window_args(shape)
     if layer.attention_sinks:
@@ -111,6 +111,15 @@ def pattern_expression(pattern: tuple[bool, ...]) -> str:
         else:
             runs.append([int(value), 1])
     return "(" + "+".join(f"[{v}]*{n}" for v, n in runs) + ")"
+
+
+def _fused_backend(layer) -> str:
+    """The fused attention kernel to name: flash, except with attention sinks (--softmax-type
+    learnable), for which Transformer Engine disables FlashAttention and keeps cuDNN's
+    FusedAttention (transformer_engine/pytorch/attention/dot_product_attention/utils.py
+    @252a4742, "Filter: Softmax type"); --attention-backend flash would leave no kernel
+    (language_module.py sets NVTE_FUSED_ATTN=0). Both keep no s x s scores: priced alike."""
+    return "fused" if layer.attention_sinks else "flash"
 
 
 def _window_args(shape) -> list[str]:

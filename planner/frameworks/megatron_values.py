@@ -75,6 +75,14 @@ def _attention(parsed: ParsedConfig, flags: dict) -> AttentionKind | None:
     if backend == "local" and "--spec" not in flags:
         parsed.finding("megatron_flag", "Megatron-LM stops: --attention-backend local is only "
                        "supported with --spec local", "use --attention-backend auto")
+    softmax = _value(flags, "--softmax-type")
+    if backend == "flash" and softmax not in (None, "vanilla"):
+        # TE utils.py "Filter: Softmax type" (@252a4742): no FlashAttention for these; flash
+        # sets NVTE_FUSED_ATTN=0 and NVTE_UNFUSED_ATTN=0 (language_module.py @d98e8a64).
+        parsed.finding("megatron_flag", f"Transformer Engine stops: --softmax-type {softmax} "
+                       f"disables FlashAttention, and --attention-backend flash turns the fused "
+                       f"and unfused kernels off, so no attention backend is left",
+                       "use --attention-backend fused (cuDNN), or auto")
     if backend is None or backend not in CHOICES["--attention-backend"]:
         return None
     if backend == "auto":

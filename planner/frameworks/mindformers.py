@@ -309,8 +309,16 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
                        "model_parallel and context_parallel to 1 and runs data parallelism "
                        "only", "use parallel_mode: 1 (semi_auto_parallel)")
     world = num_gpus or dp * tp * cp * pp
-    mindspore.check_search_mode(parsed, mode, context.get("search_mode"),
-                                key="parallel.search_mode", num_devices=world)
+    searched = mindspore.check_search_mode(parsed, mode, context.get("search_mode"),
+                                           key="parallel.search_mode", num_devices=world)
+    if searched is not None:
+        # auto_parallel: MindSpore's strategy search shards the operators when the graph
+        # compiles; parallel_config only seeds the strategies MindFormers' layers set.
+        parsed.notes.append(f"parallel.parallel_mode 2 (auto_parallel): MindSpore's {searched} "
+                            f"search picks the operator shards when it compiles the graph, "
+                            f"from the ones parallel_config sets; priced as parallel_config's "
+                            f"fixed data_parallel {dp}, model_parallel {tp}, which the search "
+                            f"may change")
     if context.get("pipeline_stages", pp) != pp:
         parsed.notes.append(f"parallel.pipeline_stages {context['pipeline_stages']}: "
                             f"MindFormers sets it from parallel_config.pipeline_stage ({pp})")

@@ -1,90 +1,40 @@
-"""torchtitan: a recipe module for the current releases and a TOML job config for 0.2.x, and a
-reader for both.
+"""torchtitan: a recipe module for the current releases and a TOML job config for 0.2.x, and
+torchtitan's profile and rules; the reader of both is `torchtitan_reader` (its `parse` is this
+module's).
 
 Current torchtitan describes a run as a Python function returning its `Trainer.Config`,
 chosen with `--module` and `--config` (torchtitan/config/manager.py; the `--section.option`
-flags are frozen); releases up to 0.2.x read `--job.config_file x.toml`. Field names were
-checked against torchtitan/config/configs.py @0014ac2c and trainer.py @003fe280 (recipe),
-torchtitan/config/job_config.py @6404b932 (TOML), and the degree check against
-torchtitan/distributed/parallel_dims.py @0119de15. The reader parses a recipe with `ast` and
-never runs it.
+flags are frozen); that recipe is written and read in `torchtitan_recipe`. Releases up to
+0.2.x read `--job.config_file x.toml`, field names checked against
+torchtitan/config/job_config.py @6404b932, and the degree check against
+torchtitan/distributed/parallel_dims.py @0119de15.
 """
 
 from __future__ import annotations
 
-import ast
 import math
 import textwrap
 from typing import Any
 
 import numpy as np
 
-from cost_models.enums import AttentionKind, CpComm, Fp8Recipe, Precision, Recompute, ZeroStage
-from planner.frameworks.base import (LaunchPlan, ParsedConfig, did_you_mean, header_lines,
-                               parse_python, transformer_shape)
-from planner.errors import InputError
-from planner.inputs import profiles
-from planner.schemas.framework import FrameworkProfile
-from planner.schemas.model import OutputBlock
+from cost_models.enums import AttentionKind, Fp8Recipe, Precision, Recompute, ZeroStage
+from planner.core.problem import Problem
 from planner.core.rules import (Rule, TargetRule, any_offload, context_parallel_rule, everywhere,
                                 fp8_rule, largest_divisor_at_most, num_micro_batches)
-from planner.core.problem import Problem
-from planner.inputs.safe_parse import load_toml
-from planner.schemas.strategy import LaunchTarget
+from planner.errors import InputError
+from planner.frameworks import torchtitan_recipe
+from planner.frameworks.base import LaunchPlan, header_lines, transformer_shape
+from planner.frameworks.torchtitan_reader import FLOAT8, MX, OUTPUT_FQN, parse
+from planner.inputs import profiles
+from planner.schemas.framework import FrameworkProfile
 
-CHECKED_AGAINST = ("pytorch/torchtitan torchtitan/config/configs.py @0014ac2c, trainer.py "
-                   "@003fe280 (recipe); torchtitan/config/job_config.py @6404b932 (0.2.x TOML)")
+__all__ = ["CHECKED_AGAINST", "RULES", "emit", "parse", "profile"]
 
-PARALLELISM_KEYS = frozenset({
-    "data_parallel_replicate_degree", "enable_compiled_autograd", "data_parallel_shard_degree",
-    "fsdp_reshard_after_forward", "enable_fsdp_symm_mem", "tensor_parallel_degree",
-    "disable_loss_parallel", "enable_async_tensor_parallel", "enable_sequence_parallel",
-    "full_dtensor", "pipeline_parallel_degree", "pipeline_parallel_split_points",
-    "module_fqns_per_model_part", "pipeline_parallel_first_stage_less_layers",
-    "pipeline_parallel_last_stage_less_layers", "pipeline_parallel_layers_per_stage",
-    "pipeline_parallel_schedule", "pipeline_parallel_schedule_csv",
-    "pipeline_parallel_microbatch_size", "context_parallel_degree",
-    "context_parallel_load_balancer", "context_parallel_rotate_method", "expert_parallel_degree",
-    "expert_tensor_parallel_degree",
-})
-TRAINING_KEYS = frozenset({
-    "dataset", "dataset_path", "local_batch_size", "batch_size", "global_batch_size", "seq_len",
-    "max_norm", "steps", "enable_cpu_offload", "dtype", "mixed_precision_param",
-    "mixed_precision_reduce", "compile", "gc_freq", "gc_debug", "seed", "deterministic",
-})
-CHECKPOINT_KEYS = frozenset({"mode", "selective_ac_option",
-                             "per_op_sac_force_recompute_mm_shapes_by_fqns", "early_stop",
-                             "memory_budget", "visualize_memory_budget_pareto",
-                             "preserve_rng_state", "determinism_check", "debug"})
-SECTION_KEYS = {"parallelism": PARALLELISM_KEYS, "training": TRAINING_KEYS,
-                "activation_checkpoint": CHECKPOINT_KEYS}
-"""Fields of the config sections the planner reads; torchtitan refuses any other field."""
-
-LLAMA3_FLAVORS = {"llama3-8b": ("8B", "llama3_8b"), "llama3-70b": ("70B", "llama3_70b"),
-                  "llama3-405b": ("405B", "llama3_405b")}
-"""Zoo models torchtitan ships: TOML flavor and recipe function (models/llama3)."""
+CHECKED_AGAINST = (f"{torchtitan_recipe.CHECKED_AGAINST}; torchtitan/config/job_config.py "
+                   f"@6404b932 (0.2.x TOML)")
 
 PRECISIONS = {Precision.BF16: "bfloat16", Precision.FP32: "float32", Precision.FP8: "bfloat16"}
-
-FLOAT8 = "quantize.linear.float8"
-MX = "quantize.linear.mx"
-"""torchtitan 0.2.x model converters (config/job_config.py @238fa995: [model] converters; the
-older names were "float8" and "mx"): torchao Float8Linear (recipe_name tensorwise, rowwise) and
-MXLinear, leaving the output layer in bf16 (filter_fqns) unless the run puts it in FP8."""
-
-FILTER_DEFAULTS = {FLOAT8: [], MX: ["output"]}
-"""filter_fqns where a section leaves it out (config/job_config.py @238fa995): the float8
-converter swaps the output layer too, the MX one skips it."""
-OUTPUT_FQN = "output"
-"""The output layer's module name in torchtitan's models (nn.Linear `output`)."""
-
-
-def output_layer_filtered(filter_fqns) -> bool:
-    """Whether a converter with these filter_fqns leaves the output layer alone: an entry that
-    is part of its name skips it (components/quantization/utils.py module_filter_fn:
-    `any(filter_fqn in fqn ...)`); "auto_filter_small_kn" is a switch, not a name."""
-    return any(str(e) in OUTPUT_FQN for e in filter_fqns if e != "auto_filter_small_kn")
-
 
 def _filter_fqns(plan: LaunchPlan) -> list[str]:
     """The output layer filtered out (bf16) unless the run puts it in FP8; the converters skip a
@@ -117,7 +67,10 @@ def _float8_sections(plan: LaunchPlan) -> tuple[list[str], dict[str, dict[str, A
                                "precompute_float8_dynamic_scale_for_fsdp": gather}}
 
 
-def _parallelism(plan: LaunchPlan) -> dict[str, Any]:
+def _parallelism(plan: LaunchPlan, *, recipe: bool) -> dict[str, Any]:
+    """[parallelism] of the 0.2.x TOML, or the recipe's ParallelismConfig (`recipe`: the
+    pipeline's micro-batches counted by num_pp_microbatches, async TP under compile, the output
+    layer named lm_head)."""
     s, layers = plan.strategy, plan.problem.model.num_layers
     sharded = s.zero_stage >= ZeroStage.GRADIENTS
     fields: dict[str, Any] = {
@@ -135,12 +88,14 @@ def _parallelism(plan: LaunchPlan) -> dict[str, Any]:
         # Experts over ep ranks borrowed from FSDP and TP (parallel_dims.py); without EP they
         # are split like the dense MLP.
         fields["expert_parallel_degree"] = s.ep
-    if plan.overlap("tp_comm_overlap") and s.tp > 1:
+    if plan.overlap("tp_comm_overlap") and s.tp > 1 and not recipe:
         fields["enable_async_tensor_parallel"] = True      # micro-pipelined TP (async TP)
     if s.pp > 1:
-        fields.update(
-            pipeline_parallel_schedule="Interleaved1F1B" if s.vpp > 1 else "1F1B",
-            pipeline_parallel_microbatch_size=s.micro_batch)
+        fields["pipeline_parallel_schedule"] = "Interleaved1F1B" if s.vpp > 1 else "1F1B"
+        if recipe:       # micro-batches per data-parallel rank and step (configs.py)
+            fields["num_pp_microbatches"] = plan.num_micro_batches
+        else:
+            fields["pipeline_parallel_microbatch_size"] = s.micro_batch
         if s.layers_per_stage is None:
             fields.update(
                 pipeline_parallel_layers_per_stage=layers // (s.pp * s.vpp),
@@ -148,37 +103,59 @@ def _parallelism(plan: LaunchPlan) -> dict[str, Any]:
                 pipeline_parallel_first_stage_less_layers=0,
                 pipeline_parallel_last_stage_less_layers=0)
         else:
-            fields["module_fqns_per_model_part"] = module_fqns(s.layers_per_stage)
+            fields["module_fqns_per_model_part"] = module_fqns(
+                s.layers_per_stage, output="lm_head" if recipe else "output")
     return fields
 
 
-def module_fqns(counts) -> list[list[str]]:
+def module_fqns(counts, *, output: str = "output") -> list[list[str]]:
     """torchtitan's module names per pipeline part (model chunk) of a decoder: tok_embeddings
-    first, layers.<i> in order, norm and output last (pipeline_parallel.py,
-    generate_llm_fqn_per_model_part)."""
+    first, layers.<i> in order, norm and the output layer last (pipeline_parallel.py,
+    generate_llm_fqn_per_model_part: `output` in 0.2.x, `lm_head` since)."""
     parts, layer = [], 0
     for k, count in enumerate(counts):
         part = ["tok_embeddings"] if k == 0 else []
         part += [f"layers.{i}" for i in range(layer, layer + count)]
         layer += count
         if k == len(counts) - 1:
-            part += ["norm", "output"]
+            part += ["norm", output]
         parts.append(part)
     return parts
 
 
 def _training(plan: LaunchPlan) -> dict[str, Any]:
+    """[training] of the 0.2.x TOML, in samples."""
     s, training = plan.strategy, plan.problem.training
     # With a pipeline a step feeds local_batch_size samples in micro-batches; without one,
     # local_batch_size is the micro-batch and torchtitan accumulates gradients up to the
     # global batch.
     local = s.global_batch // s.dp if s.pp > 1 else s.micro_batch
     out = {"local_batch_size": local, "global_batch_size": s.global_batch,
-           "seq_len": training.seq_len,
-           "mixed_precision_param": PRECISIONS.get(training.precision, "bfloat16"),
-           "mixed_precision_reduce": "float32", "steps": plan.train_iters or 10000}
+           "seq_len": training.seq_len, **_precision_fields(plan)}
     if s.optimizer_offload or s.param_offload:   # FSDP2 CPUOffloadPolicy: all of it, together
         out["enable_cpu_offload"] = True
+    return out
+
+
+def _precision_fields(plan: LaunchPlan) -> dict[str, Any]:
+    return {"mixed_precision_param": PRECISIONS.get(plan.problem.training.precision, "bfloat16"),
+            "mixed_precision_reduce": "float32", "steps": plan.train_iters or 10000}
+
+
+def _recipe_training(plan: LaunchPlan) -> dict[str, Any]:
+    """The recipe's TrainingConfig, in tokens (configs.py @b5bcd76c): a micro-batch of whole
+    sequences per data-parallel rank, the global batch per step; with a pipeline the step's
+    micro-batches are num_pp_microbatches (one accumulation step), without one torchtitan
+    accumulates up to the global batch. CUDA graphs, on by default, refuse pipelines and the
+    default expert-parallel dispatchers (trainer.py _validate_cuda_graphs)."""
+    s, seq = plan.strategy, plan.problem.training.seq_len
+    out = {"num_tokens_per_microbatch_per_dp_rank": s.micro_batch * seq,
+           "num_tokens_per_train_step": s.global_batch * seq, "max_context_length": seq,
+           **_precision_fields(plan)}
+    if s.optimizer_offload or s.param_offload:
+        out["enable_cpu_offload"] = True
+    if s.pp > 1 or (plan.problem.model.is_moe and s.ep > 1):
+        out["disable_cuda_graphs"] = True
     return out
 
 
@@ -213,19 +190,19 @@ def _header(plan: LaunchPlan, target: str) -> list[str]:
 
 def _toml(plan: LaunchPlan) -> str:
     name = plan.problem.model.name
-    flavor = LLAMA3_FLAVORS.get(name)
+    registered = torchtitan_recipe.REGISTERED.get(name)
     lines = [*_header(plan, "torchtitan 0.2.x"),
              "# Run: torchrun ... -m torchtitan.train --job.config_file torchtitan.toml", "",
              "[job]", f'description = "planner plan for {name}"', "", "[model]"]
-    if flavor:
-        lines += ['name = "llama3"', f'flavor = "{flavor[0]}"']
+    if registered:
+        lines += [f'name = "{registered.module}"', f'flavor = "{registered.flavor}"']
     else:
         lines += [f"# torchtitan ships no {name}: register it as a model and name it here",
                   f'name = "{name}"']
     converters, quantize = _float8_sections(plan)
     if converters:
         lines.append(f"converters = {_toml_value(converters)}")
-    sections = {"training": _training(plan), "parallelism": _parallelism(plan),
+    sections = {"training": _training(plan), "parallelism": _parallelism(plan, recipe=False),
                 "activation_checkpoint": {"mode": _checkpoint_mode(plan.strategy.recompute)},
                 **quantize}
     if plan.strategy.recompute is Recompute.SELECTIVE:
@@ -236,43 +213,18 @@ def _toml(plan: LaunchPlan) -> str:
 
 
 def _recipe(plan: LaunchPlan) -> str:
-    name = plan.problem.model.name
-    flavor = LLAMA3_FLAVORS.get(name)
-    parallelism = {**_parallelism(plan),
-                   "enable_sequence_parallel": plan.strategy.sequence_parallel}
-    if flavor:
-        base = [f"from torchtitan.models.llama3.config_registry import {flavor[1]} as base_config"]
-    else:
-        base = ["", f"# torchtitan ships no recipe for {name}: import the function that returns "
-                "its", "# Trainer.Config as base_config.",
-                "def base_config():",
-                f'    raise RuntimeError("set base_config to the recipe of {name} (see the '
-                f'comment above)")']
-
-    def call(head: str, fields: dict[str, Any]) -> str:
-        inner = "".join(f"\n            {k}={v!r}," for k, v in fields.items())
-        return f"{head}({inner}\n        )"
-
-    lines = [
-        *_header(plan, "torchtitan"),
-        "# Run: torchrun ... -m torchtitan.train --module torchtitan_recipe --config planner_plan",
-        "",
-        "from dataclasses import replace", "",
-        "from torchtitan.config.configs import ActivationCheckpointConfig, ParallelismConfig",
-        "from torchtitan.trainer import Trainer", "",
-        *base, "", "",
-        "def planner_plan() -> Trainer.Config:",
-        f'    """{name}: {plan.strategy.degrees_label()} (planner)."""',
-        "    config = base_config()",
-        "    return replace(",
-        "        config,",
-        "        training=" + call("replace", {"__obj__": None, **_training(plan)})
-        .replace("\n            __obj__=None,", "config.training,") + ",",
-        "        parallelism=" + call("ParallelismConfig", parallelism) + ",",
-        "        activation_checkpoint=ActivationCheckpointConfig("
-        f"mode={_checkpoint_mode(plan.strategy.recompute)!r}),",
-        "    )", ""]
-    return "\n".join(lines)
+    s, model = plan.strategy, plan.problem.model
+    registered = torchtitan_recipe.REGISTERED.get(model.name)
+    # Only DeepSeek-V3's registry takes num_mtp_layers (models/deepseek_v3/__init__.py).
+    mtp = (transformer_shape(model, "torchtitan").mtp_layers
+           if registered and registered.module == "deepseek_v3" else 0)
+    return torchtitan_recipe.render(torchtitan_recipe.RecipeParts(
+        name=model.name, label=s.degrees_label(), header=_header(plan, "torchtitan"),
+        training=_recipe_training(plan),
+        parallelism={**_parallelism(plan, recipe=True),
+                     "enable_sequence_parallel": s.sequence_parallel},
+        recompute=_checkpoint_mode(s.recompute),
+        async_tp=plan.overlap("tp_comm_overlap") if s.tp > 1 else None, mtp_layers=mtp))
 
 
 def emit(plan: LaunchPlan) -> dict[str, str]:
@@ -282,236 +234,6 @@ def emit(plan: LaunchPlan) -> dict[str, str]:
     if plan.problem.training.precision is Precision.FP8:
         return {"torchtitan.toml": _toml(plan)}
     return {"torchtitan_recipe.py": _recipe(plan), "torchtitan.toml": _toml(plan)}
-
-
-# --------------------------------------------------------------------------- reading
-
-def _read_toml(text: str, file: str) -> dict[str, Any]:
-    try:
-        return load_toml(text, file)
-    except ModuleNotFoundError:                   # Python 3.10: no tomllib
-        raise InputError(f"{file}: reading TOML needs Python 3.11 or newer") from None
-
-
-def _recipe_sections(text: str, file: str) -> dict[str, dict[str, Any]]:
-    """Keyword arguments of the config constructors in a recipe module (literals only)."""
-    tree = parse_python(text, file)
-    names = {"ParallelismConfig": "parallelism", "TrainingConfig": "training",
-             "ActivationCheckpointConfig": "activation_checkpoint"}
-    sections: dict[str, dict[str, Any]] = {}
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Call):
-            continue
-        func = node.func
-        called = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
-        section = names.get(called)
-        if called == "replace" and node.args and isinstance(node.args[0], ast.Attribute) \
-                and node.args[0].attr == "training":
-            section = "training"
-        if section is None:
-            continue
-        for keyword in node.keywords:
-            if keyword.arg is None:
-                continue
-            try:
-                value = ast.literal_eval(keyword.value)
-            except ValueError:
-                continue                          # computed at run time: not ours to guess
-            sections.setdefault(section, {})[keyword.arg] = value
-    return sections
-
-
-def _int(fields: dict, key: str, default: int, file: str) -> int:
-    value = fields.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InputError(f"{file}: {key}: expected an integer (got {value!r})")
-    return value
-
-
-
-def _fqn_counts(parts: Any, file: str) -> tuple[int, ...]:
-    """Decoder layers in each part of module_fqns_per_model_part (a list of lists of names)."""
-    if not isinstance(parts, list) or not all(
-            isinstance(part, list) and all(isinstance(n, str) for n in part) for part in parts):
-        raise InputError(f"{file}: module_fqns_per_model_part: expected a list of lists of "
-                         f"module names, one list per model part")
-    counts = tuple(sum(1 for name in part if name.startswith("layers.")) for part in parts)
-    if min(counts, default=0) < 1:
-        empty = counts.index(0) if counts else 0
-        raise InputError(f"{file}: module_fqns_per_model_part: part {empty} holds no layers.N; "
-                         f"the planner needs a decoder layer in every part")
-    return counts
-
-
-SINGLE_STAGE_SCHEDULES = ("1f1b", "gpipe")
-"""torch.distributed.pipelining schedules that run one stage per rank."""
-
-
-def _default_split(parsed: ParsedConfig, par: dict, layers: int, pp: int, file: str) -> int:
-    """The layout torchtitan builds without module names: num_virtual_stages =
-    ceil((layers + first_less + last_less) / layers_per_stage) (one per rank for single-stage
-    schedules, two for the others without layers_per_stage); the layers plus the
-    first_less/last_less weights of the embedding and the output spread evenly over the
-    stages, the first and last stages giving up those weights (pipeline_parallel.py,
-    generate_llm_fqn_per_model_part). Returns vpp; records the layout when uneven."""
-    schedule = str(par.get("pipeline_parallel_schedule", "1F1B")).lower()
-    first = _int(par, "pipeline_parallel_first_stage_less_layers", 1, file)
-    last = _int(par, "pipeline_parallel_last_stage_less_layers", 1, file)
-    per_stage = par.get("pipeline_parallel_layers_per_stage")
-    single = schedule in SINGLE_STAGE_SCHEDULES
-    if isinstance(per_stage, int) and per_stage > 0:
-        stages = -(-(layers + first + last) // per_stage)
-        if stages % pp:
-            parsed.finding("torchtitan_pipeline", f"torchtitan stops: number of virtual stages "
-                           f"({stages}) must be divisible by pipeline parallel size ({pp})",
-                           "choose pipeline_parallel_layers_per_stage so that it is")
-            return 1
-        if single and stages != pp:
-            parsed.finding("torchtitan_pipeline", f"torchtitan stops: single stage schedule "
-                           f"{par.get('pipeline_parallel_schedule', '1F1B')} requires exactly 1 "
-                           f"stage per rank, and this layout has {stages // pp}",
-                           "use Interleaved1F1B, or a layers_per_stage giving one stage a rank")
-        elif not single and stages // pp < 2:
-            parsed.finding("torchtitan_pipeline", "torchtitan stops: a multi-stage schedule "
-                           "requires at least 2 stages per rank",
-                           "use 1F1B, or fewer layers per stage")
-    else:
-        stages = pp if single else 2 * pp
-    effective = layers + first + last
-    if stages > effective:
-        parsed.finding("torchtitan_pipeline", f"torchtitan stops: number of stages ({stages}) "
-                       f"cannot be greater than effective layers ({effective})",
-                       "use fewer pipeline stages")
-        return 1
-    counts = [effective // stages + (1 if i < effective % stages else 0) for i in range(stages)]
-    counts[0] -= first
-    counts[-1] -= last
-    if min(counts) < 1:
-        raise InputError(f"{file}: the split torchtitan makes leaves a stage without layers "
-                         f"({counts}); the planner needs a layer in every stage")
-    if len(set(counts)) > 1:
-        parsed.strategy["layers_per_stage"] = tuple(counts)
-    return stages // pp
-
-
-def _read_float8(parsed: ParsedConfig, sections: dict[str, Any], problem: Problem) -> None:
-    """FP8 from the 0.2.x [model] converters and their [quantize.linear.*] sections; the
-    output layer in FP8 where no filter_fqns entry skips it and 16 divides its dimensions."""
-    model = sections.get("model", {})
-    converters = model.get("converters", []) if isinstance(model, dict) else []
-    linear = sections.get("quantize", {}).get("linear", {}) \
-        if isinstance(sections.get("quantize"), dict) else {}
-    if not isinstance(converters, list):
-        return
-    if MX in converters or "mx" in converters:
-        options = linear.get("mx", {}) if isinstance(linear, dict) else {}
-        parsed.training.update(precision=Precision.FP8, fp8_recipe=Fp8Recipe.MXFP8)
-        section = MX
-    elif FLOAT8 in converters or "float8" in converters:
-        options = linear.get("float8", {}) if isinstance(linear, dict) else {}
-        name = options.get("recipe_name") or "tensorwise"
-        recipe = Fp8Recipe.ROWWISE if str(name).startswith("rowwise") else Fp8Recipe.TENSORWISE
-        parsed.training.update(precision=Precision.FP8, fp8_recipe=recipe)
-        parsed.strategy["fp8_param_gather"] = bool(options.get("enable_fsdp_float8_all_gather"))
-        section = FLOAT8
-    else:
-        return
-    filters = options.get("filter_fqns", FILTER_DEFAULTS[section]) \
-        if isinstance(options, dict) else FILTER_DEFAULTS[section]
-    if isinstance(filters, str):        # --quantize.linear.float8.filter_fqns "a,b"
-        filters = [f for f in filters.split(",") if f]
-    if isinstance(filters, list):
-        output = next((b for b in problem.model.blocks if isinstance(b, OutputBlock)), None)
-        swappable = output is not None and not (output.vocab_size % 16 or output.hidden % 16)
-        parsed.training["fp8_output_layer"] = swappable and not output_layer_filtered(filters)
-
-
-def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> ParsedConfig:
-    """A torchtitan TOML (0.2.x) or recipe module -> its strategy and what torchtitan refuses."""
-    sections = (_read_toml(text, file) if file.endswith(".toml")
-                else _recipe_sections(text, file))
-    parsed = ParsedConfig(strategy={}, target=LaunchTarget.TORCHTITAN)
-    for section in SECTION_KEYS:
-        if not isinstance(sections.get(section, {}), dict):
-            raise InputError(f"{file}: {section}: must be a table of settings "
-                             f"(got {sections[section]!r})")
-    for section, known in SECTION_KEYS.items():
-        for key in sections.get(section, {}):
-            if key not in known:
-                parsed.finding("torchtitan_unknown_key",
-                               f"torchtitan refuses {section}.{key}: no such field"
-                               f"{did_you_mean(key, known)}", f"fix or remove {section}.{key}")
-    par = sections.get("parallelism", {})
-    train = sections.get("training", {})
-    tp = _int(par, "tensor_parallel_degree", 1, file)
-    pp = _int(par, "pipeline_parallel_degree", 1, file)
-    cp = _int(par, "context_parallel_degree", 1, file)
-    replicate = _int(par, "data_parallel_replicate_degree", 1, file)
-    shard = _int(par, "data_parallel_shard_degree", -1, file)
-    if shard == -1:                               # the leftover ranks (parallel_dims.py)
-        world = num_gpus or problem.num_gpus
-        shard = max(1, world // (replicate * cp * tp * pp))
-    dp = replicate * shard
-    if replicate > 1 and shard > 1:
-        parsed.strategy["dp_shard"] = shard        # HSDP
-    reshard = par.get("fsdp_reshard_after_forward", "default")
-    if shard == 1:
-        zero = ZeroStage.NONE
-    elif reshard == "never" or (reshard == "default" and pp > 1):
-        zero = ZeroStage.GRADIENTS                # FSDP without resharding after forward
-    else:
-        zero = ZeroStage.PARAMETERS
-    layers = problem.model.num_layers
-    vpp = 1
-    parts = par.get("module_fqns_per_model_part")
-    if pp > 1 and parts is not None:
-        counts = _fqn_counts(parts, file)
-        if len(counts) % pp:
-            parsed.finding("torchtitan_pipeline", f"torchtitan stops: {len(counts)} model parts "
-                           f"are not divisible by pipeline_parallel_degree ({pp})",
-                           f"give {pp} x (stages per rank) parts")
-        else:
-            vpp = len(counts) // pp
-            parsed.strategy["layers_per_stage"] = counts
-    elif pp > 1:
-        vpp = _default_split(parsed, par, layers, pp, file)
-    local = _int(train, "local_batch_size", _int(train, "batch_size", 8, file), file)
-    micro = _int(par, "pipeline_parallel_microbatch_size", 1, file) if pp > 1 else local
-    global_batch = _int(train, "global_batch_size", -1, file)
-    if global_batch < 0:
-        global_batch = local * dp
-    mode = sections.get("activation_checkpoint", {}).get("mode", "selective")
-    if not isinstance(mode, str):
-        raise InputError(f"{file}: activation_checkpoint.mode: must be a string such as "
-                         f"\"selective\" (got {mode!r:.40})")
-    recompute = {"none": Recompute.NONE, "full": Recompute.FULL}.get(mode, Recompute.SELECTIVE)
-    sp = bool(par.get("enable_sequence_parallel", True)) and tp > 1
-    ep = _int(par, "expert_parallel_degree", 1, file)
-    # torchtitan before c4b409af2 had expert_tensor_parallel_degree; since, experts are whole
-    # with EP and split like the dense MLP without.
-    etp = _int(par, "expert_tensor_parallel_degree", 1 if ep > 1 else tp, file)
-    parsed.strategy.update(ep=ep, etp=etp)
-    if cp > 1:
-        # HEAD runs CP through FlexAttention with K/V all-gathered (models/common/
-        # decoder_sharding.py); before 8e5554449 context_parallel_rotate_method chose it:
-        # "allgather", or "alltoall" passing K/V shards around a ring.
-        rotate = par.get("context_parallel_rotate_method", "allgather")
-        parsed.strategy.update(cp=cp, cp_comm=CpComm.P2P if rotate == "alltoall"
-                               else CpComm.ALL_GATHER)
-    parsed.strategy.update(dp=dp, tp=tp, pp=pp, vpp=vpp, micro_batch=micro,
-                           global_batch=global_batch, sequence_parallel=sp,
-                           recompute=recompute, zero_stage=zero,
-                           tp_comm_overlap=bool(par.get("enable_async_tensor_parallel", False))
-                           and tp > 1)
-    if train.get("enable_cpu_offload") is True:
-        # FSDP2's CPUOffloadPolicy: parameters, gradients and optimizer states on the host.
-        parsed.strategy.update(optimizer_offload=1.0, param_offload=True)
-    precision = train.get("mixed_precision_param", "bfloat16")
-    parsed.training["precision"] = Precision.FP32 if precision == "float32" else Precision.BF16
-    _read_float8(parsed, sections, problem)
-    if "seq_len" in train:
-        parsed.training["seq_len"] = _int(train, "seq_len", 2048, file)
-    return parsed
 
 
 # --------------------------------------------------------------------------- profile
@@ -554,7 +276,24 @@ def _explain_seq_len(p: Problem, s) -> tuple[str, str]:
             f"parallelism", f"use tp {largest_divisor_at_most(seq, s.tp)}")
 
 
+def _explain_ddp(p: Problem, s) -> tuple[str, str]:
+    if s.cp > 1:
+        return (f"zero_stage 0 with cp {s.cp}: torchtitan shards the model states over the "
+                f"dp_shard x cp ranks whenever cp > 1 (FSDP), so it cannot run unsharded",
+                "use zero_stage 2 or 3")
+    return (f"zero_stage 0 with dp {s.dp}, tp {s.tp} and pp {s.pp}: torchtitan's DDP runs data "
+            f"parallelism alone (\"DDP has not supported > 1D parallelism\")",
+            "use zero_stage 2 or 3 (FSDP), or tp 1 and pp 1")
+
+
 RULES: dict[Rule, TargetRule] = {
+    # Without FSDP torchtitan applies DDP, which it refuses beside any other axis (v0.2.2
+    # models/*/infra/parallelize.py: "DDP has not supported > 1D parallelism"); with cp > 1 it
+    # always applies FSDP, over dp_shard x cp (parallel_dims.py fsdp_enabled @b5bcd76c).
+    Rule.TORCHTITAN_DDP: TargetRule(
+        "torchtitan runs ZeRO-0 (DDP) only as pure data parallelism, and never with cp > 1",
+        lambda p, c: (c.zero == 0) & (((c.dp > 1) & ((c.tp > 1) | (c.pp > 1))) | (c.cp > 1)),
+        _explain_ddp),
     Rule.TORCHTITAN_FP8: fp8_rule("torchtitan", profile().fp8),
     # training.enable_cpu_offload (config/configs.py @b5bcd76c): FSDP2's CPUOffloadPolicy puts
     # "parameters, gradients, and optimizer states" on the host together.

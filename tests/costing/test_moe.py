@@ -161,20 +161,23 @@ def test_nvl72_keeps_a_wide_expert_group_on_nvlink():
     assert ep_comm("gb200-nvl72") < ep_comm("dgx-b200") / 5
 
 
-def test_deepspeed_config_of_an_moe_model_says_ep_lives_in_model_code(cli, tmp_path):
+def test_deepspeed_config_of_an_moe_model_carries_its_ep(cli, tmp_path):
+    # DeepSpeed 0.19 reads expert parallelism from expert_parallel (AutoEP, runtime/config.py
+    # get_expert_parallel_config): the emitted file sets it, and validate prices it.
     import json
 
     code, out, err = cli("plan", "mixtral-8x7b", "dgx-h100", "--gpus", "64", "--top", "1",
                          "--emit", "deepspeed", "--out", str(tmp_path), "--json")
     assert code == 0, err
     ep = json.loads(out)["plans"][0]["strategy"]["ep"]
+    assert ep > 1
     config = tmp_path / "ds_config.json"
-    assert f"ep_size={ep}" in config.read_text()
+    assert json.loads(config.read_text())["expert_parallel"] == {"enabled": True,
+                                                                  "autoep_size": ep}
     code, out, err = cli("validate", "mixtral-8x7b", "dgx-h100", str(config), "--gpus", "64",
                          "--no-compare", "--json")
-    assert json.loads(out)["notes"] == [
-        "ep_size is set in model code (deepspeed.moe.layer.MoE), not in this file: priced "
-        "with ep 1"]
+    assert code == 0, err
+    assert json.loads(out)["strategy"]["ep"] == ep
 
 
 @pytest.mark.parametrize(("model", "gpus", "degrees", "measured", "peak"), [

@@ -104,6 +104,9 @@ CASES = [
     Case("gpt3-175b-pipeline-fp16", T.DEEPSPEED, "gpt3-175b", "dgx-a100-80gb", 1024,
          dict(dp=16, tp=8, pp=8, micro_batch=1, recompute="full", zero_stage=1),
          precision="fp16"),
+    # AutoEP (expert_parallel.autoep_size): experts over 8 of the 64 data-parallel ranks.
+    Case("mixtral-8x7b-autoep", T.DEEPSPEED, "mixtral-8x7b", "dgx-h100", 64,
+         dict(dp=64, tp=1, pp=1, ep=8, etp=1, micro_batch=1, recompute="full", zero_stage=2)),
     Case("llama3-8b-node", T.TORCHRUN, "llama3-8b", "dgx-h100", 8,
          dict(dp=8, tp=1, pp=1, micro_batch=1, zero_stage=3)),
     Case("gpt3-175b-ascend-hccl", T.TORCHRUN, "gpt3-175b", "ascend-910b", 512,

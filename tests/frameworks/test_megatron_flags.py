@@ -124,3 +124,26 @@ def test_flag_lists_are_data():
     assert {"--nproc-per-node", "--nproc_per_node", "--rdzv-conf", "--use_env"} \
         <= megatron_flags.TORCHRUN_FLAGS
     assert not megatron_flags.TORCHRUN_FLAGS & megatron_flags.KNOWN_FLAGS
+
+
+@pytest.mark.parametrize(("backend", "stops"), [("flash", True), ("fused", False),
+                                                ("auto", False)])
+def test_attention_sinks_leave_no_flash_kernel(cli, write, backend, stops):
+    # Transformer Engine disables FlashAttention for softmax_type learnable (TE
+    # dot_product_attention/utils.py @252a4742); --attention-backend flash turns the others off.
+    path = write("args.txt", f"{ARGS} --attention-backend {backend} --softmax-type learnable")
+    code, out, err = _validate(cli, path, "--json")
+    found = [m for m, _ in _flag_findings(out) if "no attention backend is left" in m]
+    assert found == ([
+        "Transformer Engine stops: --softmax-type learnable disables FlashAttention, and "
+        "--attention-backend flash turns the fused and unfused kernels off, so no attention "
+        "backend is left"] if stops else [])
+
+
+def test_gpt_oss_is_emitted_with_the_fused_kernel():
+    from planner.frameworks import emit_files
+    from tests.frameworks.cases import CASES
+
+    case = next(c for c in CASES if c.name == "gpt-oss-120b-ep")
+    (text,) = emit_files([case.target], case.plan()).values()
+    assert "--softmax-type learnable" in text and "--attention-backend fused" in text

@@ -215,3 +215,16 @@ def test_use_flash_attention_sets_the_runs_attention_kernel(cli, write):
                          "--attention", "flash")
     assert given["attention"] == "flash"
     assert "--attention flash replaces the file's attention unfused" in given["notes"]
+
+
+def test_auto_parallel_says_the_search_may_change_the_degrees(cli, write):
+    # parallel_mode 2: MindSpore searches the shards at compile time (sharding_propagation
+    # from the strategies parallel_config seeds); before, the fixed dp/tp were priced silently.
+    text = LLAMA31_8B.replace("parallel_mode: 1 ", "parallel_mode: 2 ")
+    code, out, err = cli("validate", "llama3-8b", "ascend-910b", write("run.yaml", text),
+                         "--json", "--no-compare")
+    notes = json.loads(out)["notes"]
+    assert ("parallel.parallel_mode 2 (auto_parallel): MindSpore's sharding_propagation search "
+            "picks the operator shards when it compiles the graph, from the ones "
+            "parallel_config sets; priced as parallel_config's fixed data_parallel 8, "
+            "model_parallel 1, which the search may change") in notes

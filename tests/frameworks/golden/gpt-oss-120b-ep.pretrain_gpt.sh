@@ -38,7 +38,7 @@ MODEL_ARGS=(
   --untie-embeddings-and-output-weights
   --attention-dropout 0.0
   --hidden-dropout 0.0
-  --attention-backend flash
+  --attention-backend fused
   --window-size "128,0"
   --window-attn-skip-freq 2
   --softmax-type learnable

@@ -3,13 +3,13 @@
 # Strategy: dp 16, tp 1, pp 1, mb 4, global batch 512, seq_len 1024, sequence_parallel false,
 #   recompute none, zero_stage 0, bf16.
 # Predicted: 1.863 s per step, peak 40.7 GiB per GPU (stage 0), MFU 55.3%.
-# Keys checked against pytorch/torchtitan torchtitan/config/configs.py @0014ac2c, trainer.py
-#   @003fe280 (recipe); torchtitan/config/job_config.py @6404b932 (0.2.x TOML).
+# Keys checked against pytorch/torchtitan torchtitan/config/configs.py, trainer.py @b5bcd76c
+#   (recipe); torchtitan/config/job_config.py @6404b932 (0.2.x TOML).
 # Run: torchrun ... -m torchtitan.train --module torchtitan_recipe --config planner_plan
 
 from dataclasses import replace
 
-from torchtitan.config.configs import ActivationCheckpointConfig, ParallelismConfig
+from torchtitan.config import ParallelismConfig
 from torchtitan.trainer import Trainer
 
 
@@ -25,9 +25,9 @@ def planner_plan() -> Trainer.Config:
     return replace(
         config,
         training=replace(config.training,
-            local_batch_size=4,
-            global_batch_size=512,
-            seq_len=1024,
+            num_tokens_per_microbatch_per_dp_rank=4096,
+            num_tokens_per_train_step=524288,
+            max_context_length=1024,
             mixed_precision_param='bfloat16',
             mixed_precision_reduce='float32',
             steps=10000,
@@ -41,5 +41,5 @@ def planner_plan() -> Trainer.Config:
             context_parallel_degree=1,
             enable_sequence_parallel=False,
         ),
-        activation_checkpoint=ActivationCheckpointConfig(mode='none'),
+        activation_checkpoint=None,
     )

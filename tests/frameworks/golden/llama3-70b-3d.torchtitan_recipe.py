@@ -3,13 +3,14 @@
 # Strategy: dp 2, tp 8, pp 4, vpp 2, mb 1, global batch 512, seq_len 8192, sequence_parallel
 #   true, recompute full, zero_stage 2, bf16.
 # Predicted: 105.048 s per step, peak 26.3 GiB per GPU (stage 0), MFU 28.3%.
-# Keys checked against pytorch/torchtitan torchtitan/config/configs.py @0014ac2c, trainer.py
-#   @003fe280 (recipe); torchtitan/config/job_config.py @6404b932 (0.2.x TOML).
+# Keys checked against pytorch/torchtitan torchtitan/config/configs.py, trainer.py @b5bcd76c
+#   (recipe); torchtitan/config/job_config.py @6404b932 (0.2.x TOML).
 # Run: torchrun ... -m torchtitan.train --module torchtitan_recipe --config planner_plan
 
 from dataclasses import replace
 
-from torchtitan.config.configs import ActivationCheckpointConfig, ParallelismConfig
+from torchtitan.config import ParallelismConfig
+from torchtitan.distributed.activation_checkpoint import FullAC
 from torchtitan.trainer import Trainer
 
 from torchtitan.models.llama3.config_registry import llama3_70b as base_config
@@ -21,12 +22,13 @@ def planner_plan() -> Trainer.Config:
     return replace(
         config,
         training=replace(config.training,
-            local_batch_size=256,
-            global_batch_size=512,
-            seq_len=8192,
+            num_tokens_per_microbatch_per_dp_rank=8192,
+            num_tokens_per_train_step=4194304,
+            max_context_length=8192,
             mixed_precision_param='bfloat16',
             mixed_precision_reduce='float32',
             steps=10000,
+            disable_cuda_graphs=True,
         ),
         parallelism=ParallelismConfig(
             data_parallel_replicate_degree=1,
@@ -36,11 +38,14 @@ def planner_plan() -> Trainer.Config:
             pipeline_parallel_degree=4,
             context_parallel_degree=1,
             pipeline_parallel_schedule='Interleaved1F1B',
-            pipeline_parallel_microbatch_size=1,
+            num_pp_microbatches=256,
             pipeline_parallel_layers_per_stage=10,
             pipeline_parallel_first_stage_less_layers=0,
             pipeline_parallel_last_stage_less_layers=0,
             enable_sequence_parallel=True,
         ),
-        activation_checkpoint=ActivationCheckpointConfig(mode='full'),
+        activation_checkpoint=FullAC.Config(),
+        compile=replace(config.compile,
+            enable_async_tensor_parallel=False,
+        ),
     )

@@ -3,13 +3,14 @@
 # Strategy: dp 8, tp 1, pp 1, mb 1, global batch 512, seq_len 8192, sequence_parallel false,
 #   recompute selective, zero_stage 3, bf16.
 # Predicted: 62.569 s per step, peak 59.7 GiB per GPU (stage 0), MFU 43.6%.
-# Keys checked against pytorch/torchtitan torchtitan/config/configs.py @0014ac2c, trainer.py
-#   @003fe280 (recipe); torchtitan/config/job_config.py @6404b932 (0.2.x TOML).
+# Keys checked against pytorch/torchtitan torchtitan/config/configs.py, trainer.py @b5bcd76c
+#   (recipe); torchtitan/config/job_config.py @6404b932 (0.2.x TOML).
 # Run: torchrun ... -m torchtitan.train --module torchtitan_recipe --config planner_plan
 
 from dataclasses import replace
 
-from torchtitan.config.configs import ActivationCheckpointConfig, ParallelismConfig
+from torchtitan.config import ParallelismConfig
+from torchtitan.distributed.activation_checkpoint import SelectiveAC
 from torchtitan.trainer import Trainer
 
 from torchtitan.models.llama3.config_registry import llama3_8b as base_config
@@ -21,9 +22,9 @@ def planner_plan() -> Trainer.Config:
     return replace(
         config,
         training=replace(config.training,
-            local_batch_size=1,
-            global_batch_size=512,
-            seq_len=8192,
+            num_tokens_per_microbatch_per_dp_rank=8192,
+            num_tokens_per_train_step=4194304,
+            max_context_length=8192,
             mixed_precision_param='bfloat16',
             mixed_precision_reduce='float32',
             steps=10000,
@@ -37,5 +38,5 @@ def planner_plan() -> Trainer.Config:
             context_parallel_degree=1,
             enable_sequence_parallel=False,
         ),
-        activation_checkpoint=ActivationCheckpointConfig(mode='selective'),
+        activation_checkpoint=SelectiveAC.Config(),
     )

@@ -3,13 +3,14 @@
 # Strategy: dp 64, tp 1, pp 1, ep 8, mb 1, global batch 1024, seq_len 4096, sequence_parallel
 #   false, recompute full, zero_stage 3, bf16.
 # Predicted: 22.422 s per step, peak 16.9 GiB per GPU (stage 0), MFU 23.5%.
-# Keys checked against pytorch/torchtitan torchtitan/config/configs.py @0014ac2c, trainer.py
-#   @003fe280 (recipe); torchtitan/config/job_config.py @6404b932 (0.2.x TOML).
+# Keys checked against pytorch/torchtitan torchtitan/config/configs.py, trainer.py @b5bcd76c
+#   (recipe); torchtitan/config/job_config.py @6404b932 (0.2.x TOML).
 # Run: torchrun ... -m torchtitan.train --module torchtitan_recipe --config planner_plan
 
 from dataclasses import replace
 
-from torchtitan.config.configs import ActivationCheckpointConfig, ParallelismConfig
+from torchtitan.config import ParallelismConfig
+from torchtitan.distributed.activation_checkpoint import FullAC
 from torchtitan.trainer import Trainer
 
 
@@ -25,12 +26,13 @@ def planner_plan() -> Trainer.Config:
     return replace(
         config,
         training=replace(config.training,
-            local_batch_size=1,
-            global_batch_size=1024,
-            seq_len=4096,
+            num_tokens_per_microbatch_per_dp_rank=4096,
+            num_tokens_per_train_step=4194304,
+            max_context_length=4096,
             mixed_precision_param='bfloat16',
             mixed_precision_reduce='float32',
             steps=10000,
+            disable_cuda_graphs=True,
         ),
         parallelism=ParallelismConfig(
             data_parallel_replicate_degree=1,
@@ -42,5 +44,5 @@ def planner_plan() -> Trainer.Config:
             expert_parallel_degree=8,
             enable_sequence_parallel=False,
         ),
-        activation_checkpoint=ActivationCheckpointConfig(mode='full'),
+        activation_checkpoint=FullAC.Config(),
     )
