@@ -75,6 +75,25 @@ def test_layer_gemm_speedup_matches_transformer_engine_profile(recipe):
     assert predicted == pytest.approx(TE_H200_MS[None] / TE_H200_MS[recipe], rel=0.03)
 
 
+# The same page's B300 SXM6 run of the 5B config: per-layer ms under autocast (quantizing as
+# above) and pre-quantized (the GEMM kernels alone): BF16 12.758 / 13.102, FP8 current 9.147 /
+# 6.812, MXFP8 8.984 / 7.161. Their difference is the quantization the benchmark does.
+TE_B300_QUANTIZE_MS = {Fp8Recipe.TENSORWISE: 9.147 - 6.812, Fp8Recipe.MXFP8: 8.984 - 7.161}
+
+
+@pytest.mark.parametrize("recipe", sorted(TE_B300_QUANTIZE_MS, key=str))
+def test_blackwell_quantization_against_transformer_engine_profile(recipe):
+    # Held out (the B300 presets take nothing from it): the byte model of cost_models/fp8.py,
+    # one FP8 copy on Blackwell (transpose-free), at the preset's achieved HBM bandwidth, gives
+    # 1.94 ms (current) and 1.58 ms (MXFP8) for what TE measures as 2.34 and 1.82 ms: 17% and
+    # 14% under. Recorded within 20%.
+    cluster = load_cluster("dgx-b300")
+    assert cluster.gpu.fp8_transpose_free
+    hbm = cluster.gpu.hbm_gb_per_s * 1e9 * cluster.efficiency.hbm_fraction
+    predicted = quantize_bytes(_te_quantized_elements(), recipe, transpose_free=True) / hbm
+    assert predicted == pytest.approx(TE_B300_QUANTIZE_MS[recipe] / 1e3, rel=0.20)
+
+
 def test_fp8_copy_bytes_follow_transformer_engine():
     # TE performance_considerations.rst Table 2: Hopper keeps a row-wise and a transposed FP8
     # copy, Blackwell one for per-tensor scaling. TE issue #1880: "Blackwell: FP8 only requires
