@@ -714,6 +714,20 @@ def schema(file, out_file):
     _stderr(f"wrote {path}")
 
 
+def _usage_error(error: click.exceptions.UsageError) -> None:
+    """Click's message for a usage error, on one stderr line; a missing argument with choices
+    keeps click's list of them, a line each (click writes those lines, never the user)."""
+    hint = f"(see '{error.ctx.command_path} --help')" if error.ctx is not None else ""
+    message = error.format_message()
+    if isinstance(error, click.exceptions.MissingParameter) and "\n" in message:
+        first, *choices = message.splitlines()
+        for line in [f"Error: {first}", *(c.replace("\t", "  ") for c in choices), hint]:
+            if line:
+                _stderr(line)
+        return
+    _stderr(f"Error: {message} {hint}".rstrip())
+
+
 def run(args: list[str]) -> int:
     """Run the CLI on `args`; every failure becomes one stderr line and an exit code."""
     debug = "--debug" in args
@@ -727,9 +741,11 @@ def run(args: list[str]) -> int:
         for line in e.details:
             _stderr(f"  {line}")
         code = ExitCode.NOT_FEASIBLE
+    except click.exceptions.NoArgsIsHelpError as e:
+        click.echo(e.ctx.get_help(), err=True)     # `planner` alone: the help, as click shows it
+        code = ExitCode.BAD_INPUT
     except click.exceptions.UsageError as e:
-        hint = f" (see '{e.ctx.command_path} --help')" if e.ctx is not None else ""
-        _stderr(f"Error: {e.format_message()}{hint}")
+        _usage_error(e)
         code = ExitCode.BAD_INPUT
     except click.exceptions.Abort:
         _stderr("Aborted.")
