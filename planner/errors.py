@@ -11,6 +11,8 @@ class ExitCode(IntEnum):
     """The search found nothing that fits, or `validate` found violations."""
     BAD_INPUT = 2
     """Unreadable or invalid input (click's usage errors are 2 as well)."""
+    INTERRUPTED = 130
+    """Ctrl-C: 128 + SIGINT, as a shell reports a process that SIGINT ended."""
 
 
 class InputError(Exception):

@@ -342,7 +342,20 @@ def _problem_notes(*problems) -> None:
         _stderr(f"note: {note}")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Interrupted(Exception):
+    """Ctrl-C inside a command, carried past click (which would print a blank line and call
+    it an abort) to `run`."""
+
+
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise _Interrupted() from None
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="planner")
 @click.option("--debug", is_flag=True, help="Show the traceback of internal errors.")
 @click.pass_context
@@ -714,6 +727,15 @@ def schema(file, out_file):
     _stderr(f"wrote {path}")
 
 
+def _interrupted() -> ExitCode:
+    """Ctrl-C, wherever it landed: one line and 130 (the files being written are left as
+    they were: `frameworks.write_files` renames only whole files)."""
+    if sys.stderr.isatty():
+        click.echo(err=True)            # past the ^C the terminal echoed
+    _stderr("Error: interrupted")
+    return ExitCode.INTERRUPTED
+
+
 def _usage_error(error: click.exceptions.UsageError) -> None:
     """Click's message for a usage error, on one stderr line; a missing argument with choices
     keeps click's list of them, a line each (click writes those lines, never the user)."""
@@ -747,9 +769,14 @@ def run(args: list[str]) -> int:
     except click.exceptions.UsageError as e:
         _usage_error(e)
         code = ExitCode.BAD_INPUT
-    except click.exceptions.Abort:
-        _stderr("Aborted.")
-        code = ExitCode.NOT_FEASIBLE
+    except (_Interrupted, KeyboardInterrupt):
+        code = _interrupted()
+    except click.exceptions.Abort as e:
+        if isinstance(e.__cause__, KeyboardInterrupt):   # click's wrapping of Ctrl-C
+            code = _interrupted()
+        else:
+            _stderr("Aborted.")
+            code = ExitCode.NOT_FEASIBLE
     except click.exceptions.ClickException as e:
         _stderr(f"Error: {e.format_message()}")
         code = e.exit_code
