@@ -452,7 +452,10 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
     problem = _load_problem(model, cluster, framework=framework, **options)
     # The rules of the framework that prices the plans apply too (rules.rule_targets).
     space, settings = _search_space(pins, targets[:1])
-    result = search(problem, space, settings, num_tokens=tokens)
+    with _working(f"searching strategies for {problem.model.name} on {problem.num_gpus} "
+                  f"GPUs", quiet=as_json):
+        result = search(problem, space, settings, num_tokens=tokens)
+        by_comm = _best_per_dp_comm(problem, space, settings, tokens)
     from dataclasses import replace
 
     from planner.costing.uncertainty import uncertainty_notes
@@ -462,7 +465,6 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
     best = result.plans[0]
     notes = _notes(pinned_settings(problem, space, result.plans)
                    + uncertainty_notes(problem, best.strategy.cp, best.time.step_s))
-    by_comm = _best_per_dp_comm(problem, space, settings, tokens)
     # The wall time differs run to run: only with --timings, so that output is reproducible.
     stats = result.search if timings else result.search.model_copy(update={"seconds": None})
     chosen = []
@@ -478,8 +480,9 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
                            replace(settings, export_path=None), num_tokens=tokens)
             return [p.priced(price) for p in found.plans]
 
-        chosen = plans_per_target(targets, (problem, result.plans), load, search_one,
-                                  plan_rank)
+        with _working("searching each target's best plan", quiet=as_json or len(targets) < 2):
+            chosen = plans_per_target(targets, (problem, result.plans), load, search_one,
+                                      plan_rank)
         for c in chosen:
             notes += _notes(_emit_notes(c.problem, c.plan))
         chosen = _emit(chosen, out_dir, force, tokens, describe=len(targets) > 1)
@@ -609,10 +612,13 @@ def validate(model, cluster, strategy, targets, cross_node_tp, no_compare, token
     from planner.rules.gate import RuleOptions
 
     problem, given = _config_problem(model, cluster, gpus, overrides)
-    review = review_config(problem, strategy, gpus_given=gpus,
-                           options=RuleOptions(cross_node_tp=cross_node_tp, targets=targets),
-                           compare=not no_compare, num_tokens=tokens, framework=framework,
-                           given=given)
+    with _working(f"checking {strategy}" + ("" if no_compare else " and searching for the "
+                                            "best plan"), quiet=as_json):
+        review = review_config(problem, strategy, gpus_given=gpus,
+                               options=RuleOptions(cross_node_tp=cross_node_tp,
+                                                   targets=targets),
+                               compare=not no_compare, num_tokens=tokens, framework=framework,
+                               given=given)
     _problem_notes(review.problem)
     if as_json:
         report = review.report
@@ -734,6 +740,22 @@ def _interrupted() -> ExitCode:
         click.echo(err=True)            # past the ^C the terminal echoed
     _stderr("Error: interrupted")
     return ExitCode.INTERRUPTED
+
+
+def _working(message: str, *, quiet: bool = False):
+    """A spinner with `message` on stderr while a long step runs, erased when it ends: only
+    where stderr is a terminal (never into a pipe, a file or a test) and not under --json
+    (`quiet`). It redirects nothing, so stdout's bytes are the same with it or without."""
+    import contextlib
+
+    if quiet or not sys.stderr.isatty():
+        return contextlib.nullcontext()
+    from rich.console import Console
+    from rich.live import Live
+    from rich.spinner import Spinner
+
+    return Live(Spinner("dots", text=message), console=Console(stderr=True), transient=True,
+                redirect_stdout=False, redirect_stderr=False)
 
 
 def _usage_error(error: click.exceptions.UsageError) -> None:
