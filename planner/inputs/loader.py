@@ -265,9 +265,30 @@ def _parsed_model(data: dict[str, Any], file: str) -> tuple[ModelSpec, TrainingS
         raise InputError(f"{file}: {_describe(e.errors()[0], ModelSpec)}") from None
 
 
+def _not_a_directory(ref: str, expected: str, patterns: tuple[str, ...]) -> None:
+    """Refuse a directory given for a file (`expected`, e.g. "a cluster.yaml file"), pointing
+    at the first file in it that matches one of `patterns`, if any."""
+    path = Path(ref)
+    if not path.is_dir():
+        return
+    try:
+        found = [f for pattern in patterns for f in sorted(path.glob(pattern)) if f.is_file()]
+    except OSError:
+        found = []
+    hint = f" (did you mean '{shown(found[0])}'?)" if found else ", and it holds none"
+    raise InputError(f"{shown(ref)}: is a directory; expected {expected}{hint}")
+
+
+MODEL_FILES = ("model.yaml", "model.yml", "config.json", "*model*.yaml", "*model*.yml")
+CLUSTER_FILES = ("cluster.yaml", "cluster.yml", "*cluster*.yaml", "*cluster*.yml")
+"""Files looked for, in this order, in a directory given as MODEL or CLUSTER (to suggest)."""
+
+
 def load_model(ref: str) -> tuple[ModelSpec, TrainingSpec]:
     """A model from a model.yaml, a Hugging Face config.json, or a zoo name."""
     path = Path(ref)
+    if ref not in model_zoo.names():
+        _not_a_directory(ref, "a model.yaml or a Hugging Face config.json file", MODEL_FILES)
     if path.is_file() or path.suffix in (".yaml", ".yml", ".json") or "/" in ref:
         data = read_mapping(path)
         if path.suffix == ".json":
@@ -295,6 +316,8 @@ def is_preset(ref: str) -> bool:
 def load_cluster(ref: str, *, nodes: int | None = None) -> ClusterSpec:
     """A cluster from a cluster.yaml or a preset name; `nodes` overrides its node count."""
     path = Path(ref)
+    if not is_preset(ref):
+        _not_a_directory(ref, "a cluster.yaml file", CLUSTER_FILES)
     if is_preset(ref):
         data, file = read_mapping(presets.path(ref)), f"presets/{ref}.yaml"
     elif path.is_file() or path.suffix in (".yaml", ".yml") or "/" in ref:
