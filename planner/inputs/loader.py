@@ -174,10 +174,29 @@ def validate_file(cls: type[BaseModel], data: dict[str, Any], file: str | Path) 
     try:
         return cls.model_validate(data)
     except ValidationError as e:
-        errors = _ranked(e.errors(), cls)
-        first = _describe(errors[0], cls)
-        more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise InputError(f"{file}: {first}{more}") from None
+        raise InputError(f"{file}: {_summary(_ranked(e.errors(), cls), cls)}") from None
+
+
+def _summary(errors: list[dict], root: type[BaseModel]) -> str:
+    """The errors of one file in one line: all missing fields by name, else the first error
+    in full and the fields of the others ("+2 more: pp, micro_batch")."""
+    if len(errors) > 1 and all(e["type"] == "missing" for e in errors):
+        return f"required fields are missing: {_field_list(errors)}"
+    first, rest = _describe(errors[0], root), errors[1:]
+    return f"{first} (+{len(rest)} more: {_field_list(rest)})" if rest else first
+
+
+def _field_list(errors: list[dict], *, shown_at_most: int = 8) -> str:
+    """'gpu, intra_node, inter_node': the field of each error, once, in order (names cut at
+    40 characters; past `shown_at_most` fields, how many others)."""
+    names = list(dict.fromkeys(_short(_path_text(tuple(e.get("loc", ()))) or "(the file)")
+                               for e in errors))
+    others = len(names) - shown_at_most
+    return ", ".join(names[:shown_at_most]) + (f" and {others} others" if others > 0 else "")
+
+
+def _short(name: str, limit: int = 40) -> str:
+    return name if len(name) <= limit else name[:limit - 3] + "..."
 
 
 # --------------------------------------------------------------------------- models

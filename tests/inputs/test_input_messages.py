@@ -49,3 +49,25 @@ def test_a_zoo_name_wins_over_a_directory_of_that_name(cli, tmp_path, monkeypatc
     monkeypatch.chdir(tmp_path)
     code, _, _ = cli("plan", "llama2-7b", "dgx-h100", "--gpus", "8", "--top", "1", "--json")
     assert code == 0
+
+
+@pytest.mark.parametrize(("name", "text", "message"), [
+    # Every missing field by name, not the first and "(+2 more)".
+    ("model.yaml", "name: x\nnum_layers: 4\n",
+     "required fields are missing: hidden, num_heads, vocab_size"),
+    ("cluster.yaml", "name: c\nnum_nodes: 2\ngpus_per_node: 8\ngpu: {name: g}\n"
+     "intra_node: {kind: nvlink, bandwidth_gb_per_s: 1, latency_us: 1}\n"
+     "inter_node: {kind: infiniband, bandwidth_gb_per_s: 1, latency_us: 1}\n",
+     "required fields are missing: gpu.memory_gib, gpu.peak_tflops, gpu.hbm_gb_per_s, reserve, "
+     "efficiency"),
+    # One missing field reads as before; other errors name the fields of the rest.
+    ("model.yaml", TINY_MODEL.replace("hidden: 64\n", ""), "hidden: required field is missing"),
+    ("strategy.yaml", "tp: x\npp: y\nbogus: 1\n", "bogus: unknown field (+2 more: tp, pp)"),
+])
+def test_every_field_in_error_is_named(cli, write, tiny_model, small_cluster, name, text,
+                                       message):
+    path = write(name, text)
+    files = {"model.yaml": tiny_model, "cluster.yaml": small_cluster,
+             "strategy.yaml": write("s.yaml", "tp: 1\n"), name: path}
+    assert _error(cli, "memory", files["model.yaml"], files["cluster.yaml"],
+                  files["strategy.yaml"]) == f"Error: {path}: {message}"
