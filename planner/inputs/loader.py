@@ -19,6 +19,7 @@ import model_zoo
 from cost_models.units import GiB
 from cost_models.enums import AttentionKind, CpComm, Fp8Recipe, Precision, ZeroStage
 from planner.inputs import presets, profiles
+from planner.inputs.aliases import meant_field
 from planner.errors import InputError, shown
 from planner.inputs.hf_config import shorthand_from_hf
 from planner.inputs.safe_parse import load_json, load_yaml, read_text
@@ -131,11 +132,21 @@ _KIND_TAGS = {"embedding", "transformer", "norm", "output", "evoformer"}
 
 
 def _suggestion(error: dict, root: type[BaseModel]) -> str | None:
-    """For an unknown field, the closest field name allowed at its place."""
+    """For an unknown field, the field allowed at its place that it means: the one another
+    framework's name stands for (`aliases`, 'tensor_model_parallel_size' -> 'tp', or
+    'training.seq_len' where the field lives one section down), else the closest in
+    spelling."""
     loc = tuple(error.get("loc", ()))
     parent = _model_at(root, loc[:-1])
     if error["type"] != "extra_forbidden" or parent is None:
         return None
+    meant = meant_field(str(loc[-1]))
+    if meant in parent.model_fields:
+        return meant
+    for name, field in parent.model_fields.items():
+        if meant is not None and any(meant in section.model_fields
+                                     for section in _unwrap(field.annotation)):
+            return f"{name}.{meant}"
     close = difflib.get_close_matches(str(loc[-1]), list(parent.model_fields), n=1)
     return close[0] if close else None
 
@@ -145,7 +156,9 @@ def _describe(error: dict, root: type[BaseModel]) -> str:
     field = _path_text(loc)
     if error["type"] == "extra_forbidden":
         close = _suggestion(error, root)
-        hint = f" (did you mean '{close}'?)" if close else ""
+        meant = meant_field(str(loc[-1])) if loc else None
+        hint = (f" (did you mean '{close}'?)" if close else
+                f" (the planner's {meant}, which this file does not set)" if meant else "")
         return f"{field}: unknown field{hint}"
     if error["type"] == "missing":
         return f"{field}: required field is missing"

@@ -71,3 +71,52 @@ def test_every_field_in_error_is_named(cli, write, tiny_model, small_cluster, na
              "strategy.yaml": write("s.yaml", "tp: 1\n"), name: path}
     assert _error(cli, "memory", files["model.yaml"], files["cluster.yaml"],
                   files["strategy.yaml"]) == f"Error: {path}: {message}"
+
+
+@pytest.mark.parametrize(("key", "meant"), [
+    ("tensor_parallel", "tp"),                    # spelling alone says sequence_parallel
+    ("tensor_model_parallel_size", "tp"),
+    ("pipeline_model_parallel_size", "pp"),
+    ("pipeline_parallel", "pp"),
+    ("data_parallel_size", "dp"),
+    ("virtual_pipeline_model_parallel_size", "vpp"),
+    ("context_parallel_size", "cp"),
+    ("expert_model_parallel_size", "ep"),
+    ("expert_tensor_parallel_size", "etp"),
+    ("micro_batch_size", "micro_batch"),
+    ("train_micro_batch_size_per_gpu", "micro_batch"),
+    ("global_batch_size", "global_batch"),
+    ("tensor-model-parallel-size", "tp"),
+])
+def test_other_frameworks_names_in_a_strategy(cli, write, tiny_model, small_cluster, key,
+                                              meant):
+    strategy = write("strategy.yaml", f"{key}: 2\n")
+    assert _error(cli, "memory", tiny_model, small_cluster, strategy) == (
+        f"Error: {strategy}: {key}: unknown field (did you mean '{meant}'?)")
+
+
+def test_a_training_setting_in_the_wrong_file(cli, write, tiny_model, small_cluster):
+    strategy = write("strategy.yaml", "seq_length: 4096\n")
+    assert _error(cli, "memory", tiny_model, small_cluster, strategy) == (
+        f"Error: {strategy}: seq_length: unknown field (the planner's seq_len, which this "
+        f"file does not set)")
+    model = write("m.yaml", TINY_MODEL + "seq_length: 256\n")
+    assert _error(cli, "memory", model, small_cluster, strategy) == (
+        f"Error: {model}: seq_length: unknown field (did you mean 'training.seq_len'?)")
+    model = write("m.yaml", TINY_MODEL.replace("num_layers", "num_hidden_layers"))
+    assert _error(cli, "memory", model, small_cluster, strategy) == (
+        f"Error: {model}: num_hidden_layers: unknown field (did you mean 'num_layers'?)")
+
+
+def test_megatron_option_names_on_the_command_line(cli, tiny_model, small_cluster):
+    ours = cli("plan", tiny_model, small_cluster, "--tp", "2", "--pp", "1", "--micro-batch",
+               "1", "--global-batch", "16", "--seq-len", "64", "--cp", "1", "--json")
+    megatrons = cli("plan", tiny_model, small_cluster, "--tensor-model-parallel-size", "2",
+                    "--pipeline-model-parallel-size", "1", "--micro-batch-size", "1",
+                    "--global-batch-size", "16", "--seq-length", "64",
+                    "--context-parallel-size", "1", "--json")
+    assert ours[0] == 0 and megatrons == ours
+    for flag in ("--expert-model-parallel-size", "--expert-tensor-parallel-size",
+                 "--num-virtual-stages-per-pipeline-rank"):
+        code, _, err = cli("plan", tiny_model, small_cluster, flag, "0")
+        assert code == 2 and "Invalid value for" in err and flag in err
