@@ -22,6 +22,14 @@ def _stderr(line: str) -> None:
     click.echo(one_line(line), err=True)     # a newline in a file name stays one line
 
 
+class _Aliased(click.Option):
+    """An option with Megatron-LM's name as a second one (--tp, --tensor-model-parallel-size):
+    errors name it by its first, as they did before it had two."""
+
+    def get_error_hint(self, ctx: click.Context) -> str:
+        return f"'{self.opts[0]}'"
+
+
 def problem_options(function, *, gpus: bool = True):
     """Options shared by every command that loads a model and a cluster (`gpus`: with --gpus
     as one count)."""
@@ -29,9 +37,10 @@ def problem_options(function, *, gpus: bool = True):
         *([click.option("--gpus", type=int, help="GPUs to use (default: the whole cluster).")]
           if gpus else []),
         click.option("--nodes", type=int, help="Override the cluster's node count."),
-        click.option("--seq-len", "--seq-length", "seq_len", type=int,
+        click.option("--seq-len", "--seq-length", "seq_len", cls=_Aliased, type=int,
                      help="Override training.seq_len."),
-        click.option("--global-batch", "--global-batch-size", "global_batch", type=int,
+        click.option("--global-batch", "--global-batch-size", "global_batch", cls=_Aliased,
+                     type=int,
                      help="Override training.global_batch (sequences)."),
         click.option("--global-batch-tokens", type=_Count(),
                      help="The global batch in tokens (e.g. 4M): whole sequences of seq_len."),
@@ -156,24 +165,26 @@ def search_options(function):
     """Pins and bounds on the strategy, and solver settings, for commands that search."""
     positive = click.IntRange(min=1)
     options = [
-        click.option("--tp", "--tensor-model-parallel-size", "tp", type=positive,
+        click.option("--tp", "--tensor-model-parallel-size", "tp", cls=_Aliased, type=positive,
                      help="Pin the tensor-parallel size."),
-        click.option("--pp", "--pipeline-model-parallel-size", "pp", type=positive,
+        click.option("--pp", "--pipeline-model-parallel-size", "pp", cls=_Aliased, type=positive,
                      help="Pin the pipeline-parallel size."),
         click.option("--dp", type=positive, help="Pin the data-parallel size."),
-        click.option("--vpp", "--num-virtual-stages-per-pipeline-rank", "vpp", type=positive,
+        click.option("--vpp", "--num-virtual-stages-per-pipeline-rank", "vpp", cls=_Aliased,
+                     type=positive,
                      help="Pin the interleaved chunks per pipeline rank."),
-        click.option("--micro-batch", "--micro-batch-size", "micro_batch", type=positive,
+        click.option("--micro-batch", "--micro-batch-size", "micro_batch", cls=_Aliased,
+                     type=positive,
                      help="Pin the micro-batch size."),
         click.option("--dp-shard", type=positive,
                      help="Pin the ZeRO shard group (HSDP: shard over N data-parallel ranks, "
                           "replicate over the rest)."),
-        click.option("--ep", "--expert-model-parallel-size", "ep", type=positive,
+        click.option("--ep", "--expert-model-parallel-size", "ep", cls=_Aliased, type=positive,
                      help="Pin the expert-parallel size (MoE models)."),
-        click.option("--etp", "--expert-tensor-parallel-size", "etp", type=positive,
+        click.option("--etp", "--expert-tensor-parallel-size", "etp", cls=_Aliased, type=positive,
                      help="Pin the expert tensor-parallel size (MoE models)."),
         click.option("--max-ep", type=positive, help="Upper bound on ep."),
-        click.option("--cp", "--context-parallel-size", "cp", type=positive,
+        click.option("--cp", "--context-parallel-size", "cp", cls=_Aliased, type=positive,
                      help="Pin the context-parallel size (ranks sharing each sequence)."),
         click.option("--max-cp", type=positive, help="Upper bound on cp."),
         click.option("--cp-comm", type=click.Choice(["p2p", "all_gather", "a2a", "a2a+p2p"]),

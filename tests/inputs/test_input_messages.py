@@ -116,7 +116,9 @@ def test_megatron_option_names_on_the_command_line(cli, tiny_model, small_cluste
                     "--global-batch-size", "16", "--seq-length", "64",
                     "--context-parallel-size", "1", "--json")
     assert ours[0] == 0 and megatrons == ours
-    for flag in ("--expert-model-parallel-size", "--expert-tensor-parallel-size",
-                 "--num-virtual-stages-per-pipeline-rank"):
+    for flag, ours in (("--expert-model-parallel-size", "--ep"),
+                       ("--expert-tensor-parallel-size", "--etp"),
+                       ("--num-virtual-stages-per-pipeline-rank", "--vpp")):
         code, _, err = cli("plan", tiny_model, small_cluster, flag, "0")
-        assert code == 2 and "Invalid value for" in err and flag in err
+        assert (code, err) == (2, f"Error: Invalid value for '{ours}': 0 is not in the range "
+                                  f"x>=1. (see 'planner plan --help')\n")
