@@ -38,12 +38,19 @@ def problem_options(function, *, gpus: bool = True):
           if gpus else []),
         click.option("--nodes", type=int, help="Override the cluster's node count."),
         click.option("--seq-len", "--seq-length", "seq_len", cls=_Aliased, type=int,
-                     help="Override training.seq_len."),
+                     help="Override training.seq_len. Without --global-batch or "
+                          "--global-batch-tokens, the model's batch keeps its tokens per step "
+                          "(fewer, longer sequences; a power of two of them where the division "
+                          "is not whole), with a note."),
         click.option("--global-batch", "--global-batch-size", "global_batch", cls=_Aliased,
                      type=int,
                      help="Override training.global_batch (sequences)."),
-        click.option("--global-batch-tokens", type=_Count(),
-                     help="The global batch in tokens (e.g. 4M): whole sequences of seq_len."),
+        click.option("--global-batch-tokens", type=_Count(batch=True),
+                     help="The global batch in tokens, as whole sequences of seq_len: 4M is "
+                          "4 x 2^20 where that makes whole sequences (512 of 8192), as batch "
+                          "sizes in tokens are meant, else 4,000,000 (the nearest whole number "
+                          "of sequences); 4Mi is always 4 x 2^20, 4e6 always 4,000,000. A "
+                          "note says how it was read."),
         click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16", "fp8", "mxfp8",
                                                        "nvfp4"]),
                      help="Override training.precision (fp8: linear layers in FP8; mxfp8: FP8 "
@@ -103,17 +110,21 @@ def framework_option(function):
 
 
 class _Count(click.ParamType):
-    """A positive number, with an optional K/M/B/T suffix: 300B, 1.5T, 2e12."""
+    """A positive number, with an optional K/M/B/T suffix (Ki/Mi/Gi/Ti: powers of 1024):
+    300B, 1.5T, 2e12. `batch`: the value keeps how it was written
+    (`inputs.batch.TokenCount`), for the reading of --global-batch-tokens."""
 
     name = "count"
-    _SCALE = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
     LIMIT = 1e18
 
+    def __init__(self, *, batch: bool = False) -> None:
+        self.batch = batch
+
     def convert(self, value, param, ctx):
-        text = str(value).strip()
-        scale = self._SCALE.get(text[-1:].lower(), 1.0)
+        from planner.inputs.batch import parse_count
+
         try:
-            number = float(text[:-1] if scale != 1.0 else text) * scale
+            number = parse_count(value)
         except ValueError:
             self.fail(f"{value!r} is not a number (examples: 300B, 1.5T, 2e12)", param, ctx)
         if not math.isfinite(number) or number <= 0:
@@ -121,7 +132,7 @@ class _Count(click.ParamType):
         if number > self.LIMIT:     # Qwen3 trained on 36T tokens (arXiv:2505.09388)
             self.fail(f"{number:.3g} exceeds the largest accepted, {self.LIMIT:.0e} tokens "
                       f"(far above any real run)", param, ctx)
-        return number
+        return number if self.batch else float(number)
 
 
 class _OutDir(click.Path):

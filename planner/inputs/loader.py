@@ -20,6 +20,7 @@ from cost_models.units import GiB
 from cost_models.enums import AttentionKind, CpComm, Fp8Recipe, Precision, ZeroStage
 from planner.inputs import presets, profiles
 from planner.inputs.aliases import meant_field
+from planner.inputs.batch import sequences_for_seq_len, sequences_for_tokens
 from planner.errors import InputError, shown
 from planner.inputs.hf_config import shorthand_from_hf
 from planner.inputs.safe_parse import load_json, load_yaml, read_text
@@ -412,6 +413,13 @@ def make_problem(model_ref: str, cluster_ref: str, *, gpus: int | None = None,
                  if v is not None}
     notes = list(model.notes)
     stated = training.attention
+    if seq_len is not None and seq_len != training.seq_len and global_batch is None \
+            and global_batch_tokens is None and training.global_batch is not None:
+        # The model's batch at its own seq_len, kept in tokens per step (inputs.batch).
+        sequences, note = sequences_for_seq_len(training.global_batch, training.seq_len,
+                                                seq_len, model.name)
+        overrides["global_batch"] = sequences
+        notes.append(note)
     if overrides:   # validated like the file's own training section, enums included
         training = validate_file(TrainingSpec, {**training.model_dump(), **overrides},
                                  "command line")
@@ -428,13 +436,12 @@ def make_problem(model_ref: str, cluster_ref: str, *, gpus: int | None = None,
     if tokens is not None:
         if tokens < 1:
             raise InputError(f"--global-batch-tokens: must be at least 1 (got {tokens:g})")
-        sequences = max(1, round(tokens / training.seq_len))
+        sequences, note = sequences_for_tokens(tokens, training.seq_len)
         training = validate_file(TrainingSpec, {**training.model_dump(),
                                                 "global_batch": sequences},
                                  "--global-batch-tokens")
-        if global_batch_tokens is not None and sequences * training.seq_len != tokens:
-            notes.append(f"--global-batch-tokens {tokens:,.0f}: {sequences} sequences of "
-                         f"{training.seq_len} tokens ({sequences * training.seq_len:,} tokens)")
+        if global_batch_tokens is not None and note is not None:
+            notes.append(note)
     if model.max_context is not None and training.seq_len > model.max_context:
         notes.append(f"seq_len {training.seq_len} exceeds the {model.max_context} positions "
                      f"{model.name} was built for (extend its context first)")
