@@ -13,7 +13,7 @@ import sys
 import click
 
 from cost_models.enums import AttentionKind, Fp8Recipe
-from planner.errors import ExitCode, InfeasibleError, InputError, one_line
+from planner.errors import ExitCode, InfeasibleError, InputError, clipped, one_line
 
 INTERNAL_ERROR = 3
 
@@ -833,8 +833,8 @@ def run(args: list[str]) -> int:
     except Exception as e:  # noqa: BLE001 - our bug: say so in one line unless --debug
         if debug:
             raise
-        _stderr(f"Error: internal error ({type(e).__name__}: {e}); rerun with --debug and "
-                f"report the traceback")
+        _stderr(f"Error: internal error ({type(e).__name__}: {clipped(str(e))}); rerun with "
+                f"--debug and report the traceback")
         code = INTERNAL_ERROR
     return int(code or 0)
 

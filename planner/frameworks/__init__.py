@@ -15,7 +15,7 @@ from planner.frameworks import (deepspeed, megatron, mindformers, mindspore, tor
                                 torchtitan)
 from planner.frameworks.base import Emitter, LaunchPlan, ParsedConfig
 from planner.frameworks.megatron_flags import is_launch_text
-from planner.errors import InputError
+from planner.errors import InputError, shown
 from planner.schemas.strategy import LaunchTarget
 
 EMITTERS: dict[LaunchTarget, Emitter] = {
@@ -42,15 +42,16 @@ def write_files(files: dict[str, str], out_dir: str | Path, *, force: bool) -> l
     open() would give them under the umask (mkstemp's 0600 would not); scripts are
     executable."""
     out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise InputError(f"--out {out}: exists and is not a directory")
-    paths = [out / name for name in files]
-    existing = [str(p) for p in paths if p.exists()]
-    if existing and not force:
-        raise InputError(f"--out: {existing[0]} exists; pass --force to overwrite it"
-                         + (f" (and {len(existing) - 1} more)" if len(existing) > 1 else ""))
     staged: list[tuple[str, Path]] = []
     try:
+        if out.exists() and not out.is_dir():
+            raise InputError(f"--out {shown(out)}: exists and is not a directory")
+        paths = [out / name for name in files]
+        existing = [shown(p) for p in paths if p.exists()]
+        if existing and not force:
+            raise InputError(f"--out: {existing[0]} exists; pass --force to overwrite it"
+                             + (f" (and {len(existing) - 1} more)" if len(existing) > 1
+                                else ""))
         out.mkdir(parents=True, exist_ok=True)
         try:
             for path, text in zip(paths, files.values()):
@@ -64,8 +65,9 @@ def write_files(files: dict[str, str], out_dir: str | Path, *, force: bool) -> l
         finally:
             for tmp, _ in staged:
                 Path(tmp).unlink(missing_ok=True)
-    except OSError as e:
-        raise InputError(f"--out {out}: cannot write: {e.strerror or e}") from None
+    except OSError as e:      # a name too long for the system counts as well
+        where = shown(e.filename) if e.filename else f"--out {shown(out)}"
+        raise InputError(f"{where}: cannot write: {e.strerror or e}") from None
     return paths
 
 

@@ -21,9 +21,9 @@ from cost_models.enums import AttentionKind, CpComm, Fp8Recipe, Precision, ZeroS
 from planner.inputs import presets, profiles
 from planner.inputs.aliases import meant_field
 from planner.inputs.batch import sequences_for_seq_len, sequences_for_tokens
-from planner.errors import InputError, shown
+from planner.errors import InputError, clipped, shown
 from planner.inputs.hf_config import shorthand_from_hf
-from planner.inputs.safe_parse import load_json, load_yaml, read_text
+from planner.inputs.safe_parse import is_dir, is_file, load_json, load_yaml, read_text
 from planner.schemas.bounds import MAX_GPUS, MAX_LAYERS
 from planner.schemas.cluster import ClusterSpec
 from planner.schemas.framework import FrameworkProfile
@@ -302,10 +302,10 @@ def _not_a_directory(ref: str, expected: str, patterns: tuple[str, ...]) -> None
     """Refuse a directory given for a file (`expected`, e.g. "a cluster.yaml file"), pointing
     at the first file in it that matches one of `patterns`, if any."""
     path = Path(ref)
-    if not path.is_dir():
+    if not is_dir(path):
         return
     try:
-        found = [f for pattern in patterns for f in sorted(path.glob(pattern)) if f.is_file()]
+        found = [f for pattern in patterns for f in sorted(path.glob(pattern)) if is_file(f)]
     except OSError:
         found = []
     hint = f" (did you mean '{shown(found[0])}'?)" if found else ", and it holds none"
@@ -322,7 +322,7 @@ def load_model(ref: str) -> tuple[ModelSpec, TrainingSpec]:
     path = Path(ref)
     if ref not in model_zoo.names():
         _not_a_directory(ref, "a model.yaml or a Hugging Face config.json file", MODEL_FILES)
-    if path.is_file() or path.suffix in (".yaml", ".yml", ".json") or "/" in ref:
+    if is_file(path) or path.suffix in (".yaml", ".yml", ".json") or "/" in ref:
         data = read_mapping(path)
         if path.suffix == ".json":
             name = path.parent.name if path.name == "config.json" else path.stem
@@ -333,8 +333,8 @@ def load_model(ref: str) -> tuple[ModelSpec, TrainingSpec]:
         return _model_from_mapping(read_mapping(file), f"model_zoo/{file.name}")
     close = difflib.get_close_matches(ref, model_zoo.names(), n=1)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
-    raise InputError(f"no model named '{ref}' in the zoo{hint}; see `planner zoo`, or give a "
-                     f"path to a model.yaml or config.json")
+    raise InputError(f"no model named '{clipped(ref)}' in the zoo{hint}; see `planner zoo`, "
+                     f"or give a path to a model.yaml or config.json")
 
 
 # --------------------------------------------------------------------------- clusters
@@ -342,7 +342,7 @@ def load_model(ref: str) -> tuple[ModelSpec, TrainingSpec]:
 def is_preset(ref: str) -> bool:
     """Whether `load_cluster` reads `ref` as a preset name rather than a file."""
     path = Path(ref)
-    return not (path.is_file() or path.suffix in (".yaml", ".yml") or "/" in ref) \
+    return not (is_file(path) or path.suffix in (".yaml", ".yml") or "/" in ref) \
         and ref in presets.names()
 
 
@@ -353,7 +353,7 @@ def load_cluster(ref: str, *, nodes: int | None = None) -> ClusterSpec:
         _not_a_directory(ref, "a cluster.yaml file", CLUSTER_FILES)
     if is_preset(ref):
         data, file = read_mapping(presets.path(ref)), f"presets/{ref}.yaml"
-    elif path.is_file() or path.suffix in (".yaml", ".yml") or "/" in ref:
+    elif is_file(path) or path.suffix in (".yaml", ".yml") or "/" in ref:
         data, file = read_mapping(path), shown(path)
     else:
         raise _no_preset(ref)
@@ -365,7 +365,7 @@ def load_cluster(ref: str, *, nodes: int | None = None) -> ClusterSpec:
 def _no_preset(ref: str) -> InputError:
     close = difflib.get_close_matches(ref, presets.names(), n=1)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
-    return InputError(f"no cluster preset named '{ref}'{hint}; presets: "
+    return InputError(f"no cluster preset named '{clipped(ref)}'{hint}; presets: "
                       f"{', '.join(presets.names())}")
 
 

@@ -27,7 +27,7 @@ from ortools.sat.python import cp_model
 
 from planner.search.candidates import SearchSpace, generate
 from planner.costing.evaluate import report
-from planner.errors import InfeasibleError, InputError
+from planner.errors import InfeasibleError, InputError, shown
 from planner.core.problem import Problem
 from planner.search.pool import Pool, evaluate_groups, pareto, passes
 from planner.search.rebalance import LAYOUT_WORK, LayoutStats, WallClock, rebalance
@@ -264,7 +264,8 @@ def _search(problem: Problem, space: SearchSpace, settings: SolverSettings,
     hint = _heuristic(pool, ~over)
     plan_model = _PlanModel(pool, over, hint)
     if settings.export_path and not plan_model.model.export_to_file(settings.export_path):
-        raise InputError(f"--export-model {settings.export_path}: cannot write the model there")
+        raise InputError(f"--export-model {shown(settings.export_path)}: cannot write the "
+                         f"model there")
     chosen, statuses, pick_wall_stopped = [], [], False
     tolerance = ranking_tolerance(problem) if settings.rank_ties else 0.0
     while len(chosen) < settings.top_k:
