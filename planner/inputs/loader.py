@@ -21,7 +21,7 @@ from cost_models.enums import AttentionKind, CpComm, Fp8Recipe, Precision, ZeroS
 from planner.inputs import presets, profiles
 from planner.inputs.aliases import meant_field
 from planner.inputs.batch import sequences_for_seq_len, sequences_for_tokens
-from planner.errors import InputError, clipped, shown
+from planner.errors import InputError, clipped, one_line, shown
 from planner.inputs.hf_config import shorthand_from_hf
 from planner.inputs.safe_parse import is_dir, is_file, load_json, load_yaml, read_text
 from planner.schemas.bounds import MAX_GPUS, MAX_LAYERS
@@ -261,6 +261,7 @@ def _attention_in_model(data: dict[str, Any], file: str) -> tuple[dict[str, Any]
 def _model_from_mapping(data: dict[str, Any], file: str) -> tuple[ModelSpec, TrainingSpec]:
     data, note = _attention_in_model(data, file)
     model, training = _parsed_model(data, file)
+    _plain_name(file, "name", model.name)
     if note is not None:
         model = model.model_copy(update={"notes": (*model.notes, note)})
     return model, training
@@ -359,7 +360,19 @@ def load_cluster(ref: str, *, nodes: int | None = None) -> ClusterSpec:
         raise _no_preset(ref)
     if nodes is not None:
         data = {**data, "num_nodes": nodes}
-    return validate_file(ClusterSpec, data, file)
+    cluster = validate_file(ClusterSpec, data, file)
+    _plain_name(file, "name", cluster.name)
+    _plain_name(file, "gpu.name", cluster.gpu.name)
+    return cluster
+
+
+def _plain_name(file: str, field: str, name: str) -> None:
+    """Names go into headings and into the configs `--emit` writes (comments, TOML strings,
+    shell variables), where a newline or an escape sequence would break the file: refuse
+    control characters."""
+    if not name.isprintable():
+        raise InputError(f"{file}: {field}: a name must not hold control characters (got "
+                         f"'{clipped(one_line(name), 60)}')")
 
 
 def _no_preset(ref: str) -> InputError:

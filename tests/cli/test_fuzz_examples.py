@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, SMALL_CLUSTER
 
 TORCHTITAN = """\
 [training]
@@ -185,3 +185,21 @@ def test_very_long_names(cli, tmp_path, tiny_model, small_cluster):
         errors = [line for line in err.splitlines() if not line.startswith("note: ")]
         assert code == 2 and len(errors) == 1 and len(errors[0]) < 400, err[:400]
         assert "internal error" not in err and "(10,0" in err    # the name cut, its length said
+
+
+@pytest.mark.parametrize(("kind", "text", "field", "shown_as"), [
+    # An escaped newline would put a line of its own into the scripts --emit writes.
+    ("model", 'name: "tiny\\necho hi"\nnum_layers: 4\nhidden: 64\nnum_heads: 8\n'
+              'vocab_size: 512\n', "name", "tiny\\necho hi"),
+    ("cluster", None, "gpu.name", "g\\x1b[31m"),
+])
+def test_names_with_control_characters(cli, write, tiny_model, small_cluster, kind, text,
+                                        field, shown_as):
+    if text is None:
+        text = SMALL_CLUSTER.replace("name: test-gpu", 'name: "g\\x1b[31m"')
+    path = write(f"{kind}.yaml", text)
+    args = (path, small_cluster) if kind == "model" else (tiny_model, path)
+    code, _, err = cli("plan", *args)
+    assert code == 2
+    assert err == (f"Error: {path}: {field}: a name must not hold control characters (got "
+                   f"'{shown_as}')\n")
