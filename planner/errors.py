@@ -11,6 +11,8 @@ class ExitCode(IntEnum):
     """The search found nothing that fits, or `validate` found violations."""
     BAD_INPUT = 2
     """Unreadable or invalid input (click's usage errors are 2 as well)."""
+    INTERRUPTED = 130
+    """Ctrl-C: 128 + SIGINT, as a shell reports a process that SIGINT ended."""
 
 
 class InputError(Exception):
@@ -27,11 +29,24 @@ class InfeasibleError(Exception):
 
 def shown(path) -> str:
     """A file name as messages show it: as given, or quoted with escapes when it holds a
-    newline or another control character, so that the message stays one line."""
-    text = str(path)
+    newline or another control character, so that the message stays one line; cut in the
+    middle past MAX_SHOWN characters."""
+    text = clipped(str(path))
     if text.isprintable():
         return text
     return "'" + one_line(text.replace("\\", "\\\\").replace("'", "\\'")) + "'"
+
+
+MAX_SHOWN = 160
+"""Characters of a name (a file, a model, a preset) that an error message repeats."""
+
+
+def clipped(text: str, limit: int = MAX_SHOWN) -> str:
+    """`text`, or its start and end around '...' and its length when it is longer than
+    `limit` (a 10,000-character argument stays a readable line)."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit * 2 // 3]}...{text[-(limit // 4):]} ({len(text):,} characters)"
 
 
 def one_line(text: str) -> str:

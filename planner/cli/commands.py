@@ -13,13 +13,21 @@ import sys
 import click
 
 from cost_models.enums import AttentionKind, Fp8Recipe
-from planner.errors import ExitCode, InfeasibleError, InputError, one_line
+from planner.errors import ExitCode, InfeasibleError, InputError, clipped, one_line
 
 INTERNAL_ERROR = 3
 
 
 def _stderr(line: str) -> None:
     click.echo(one_line(line), err=True)     # a newline in a file name stays one line
+
+
+class _Aliased(click.Option):
+    """An option with Megatron-LM's name as a second one (--tp, --tensor-model-parallel-size):
+    errors name it by its first, as they did before it had two."""
+
+    def get_error_hint(self, ctx: click.Context) -> str:
+        return f"'{self.opts[0]}'"
 
 
 def problem_options(function, *, gpus: bool = True):
@@ -29,10 +37,20 @@ def problem_options(function, *, gpus: bool = True):
         *([click.option("--gpus", type=int, help="GPUs to use (default: the whole cluster).")]
           if gpus else []),
         click.option("--nodes", type=int, help="Override the cluster's node count."),
-        click.option("--seq-len", type=int, help="Override training.seq_len."),
-        click.option("--global-batch", type=int, help="Override training.global_batch."),
-        click.option("--global-batch-tokens", type=_Count(),
-                     help="The global batch in tokens (e.g. 4M): whole sequences of seq_len."),
+        click.option("--seq-len", "--seq-length", "seq_len", cls=_Aliased, type=int,
+                     help="Override training.seq_len. Without --global-batch or "
+                          "--global-batch-tokens, the model's batch keeps its tokens per step "
+                          "(fewer, longer sequences; a power of two of them where the division "
+                          "is not whole), with a note."),
+        click.option("--global-batch", "--global-batch-size", "global_batch", cls=_Aliased,
+                     type=int,
+                     help="Override training.global_batch (sequences)."),
+        click.option("--global-batch-tokens", type=_Count(batch=True),
+                     help="The global batch in tokens, as whole sequences of seq_len: 4M is "
+                          "4 x 2^20 where that makes whole sequences (512 of 8192), as batch "
+                          "sizes in tokens are meant, else 4,000,000 (the nearest whole number "
+                          "of sequences); 4Mi is always 4 x 2^20, 4e6 always 4,000,000. A "
+                          "note says how it was read."),
         click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16", "fp8", "mxfp8",
                                                        "nvfp4"]),
                      help="Override training.precision (fp8: linear layers in FP8; mxfp8: FP8 "
@@ -92,17 +110,21 @@ def framework_option(function):
 
 
 class _Count(click.ParamType):
-    """A positive number, with an optional K/M/B/T suffix: 300B, 1.5T, 2e12."""
+    """A positive number, with an optional K/M/B/T suffix (Ki/Mi/Gi/Ti: powers of 1024):
+    300B, 1.5T, 2e12. `batch`: the value keeps how it was written
+    (`inputs.batch.TokenCount`), for the reading of --global-batch-tokens."""
 
     name = "count"
-    _SCALE = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
     LIMIT = 1e18
 
+    def __init__(self, *, batch: bool = False) -> None:
+        self.batch = batch
+
     def convert(self, value, param, ctx):
-        text = str(value).strip()
-        scale = self._SCALE.get(text[-1:].lower(), 1.0)
+        from planner.inputs.batch import parse_count
+
         try:
-            number = float(text[:-1] if scale != 1.0 else text) * scale
+            number = parse_count(value)
         except ValueError:
             self.fail(f"{value!r} is not a number (examples: 300B, 1.5T, 2e12)", param, ctx)
         if not math.isfinite(number) or number <= 0:
@@ -110,7 +132,7 @@ class _Count(click.ParamType):
         if number > self.LIMIT:     # Qwen3 trained on 36T tokens (arXiv:2505.09388)
             self.fail(f"{number:.3g} exceeds the largest accepted, {self.LIMIT:.0e} tokens "
                       f"(far above any real run)", param, ctx)
-        return number
+        return number if self.batch else float(number)
 
 
 class _OutDir(click.Path):
@@ -154,20 +176,26 @@ def search_options(function):
     """Pins and bounds on the strategy, and solver settings, for commands that search."""
     positive = click.IntRange(min=1)
     options = [
-        click.option("--tp", type=positive, help="Pin the tensor-parallel size."),
-        click.option("--pp", type=positive, help="Pin the pipeline-parallel size."),
+        click.option("--tp", "--tensor-model-parallel-size", "tp", cls=_Aliased, type=positive,
+                     help="Pin the tensor-parallel size."),
+        click.option("--pp", "--pipeline-model-parallel-size", "pp", cls=_Aliased, type=positive,
+                     help="Pin the pipeline-parallel size."),
         click.option("--dp", type=positive, help="Pin the data-parallel size."),
-        click.option("--vpp", type=positive, help="Pin the interleaved chunks per pipeline rank."),
-        click.option("--micro-batch", type=positive, help="Pin the micro-batch size."),
+        click.option("--vpp", "--num-virtual-stages-per-pipeline-rank", "vpp", cls=_Aliased,
+                     type=positive,
+                     help="Pin the interleaved chunks per pipeline rank."),
+        click.option("--micro-batch", "--micro-batch-size", "micro_batch", cls=_Aliased,
+                     type=positive,
+                     help="Pin the micro-batch size."),
         click.option("--dp-shard", type=positive,
                      help="Pin the ZeRO shard group (HSDP: shard over N data-parallel ranks, "
                           "replicate over the rest)."),
-        click.option("--ep", type=positive,
+        click.option("--ep", "--expert-model-parallel-size", "ep", cls=_Aliased, type=positive,
                      help="Pin the expert-parallel size (MoE models)."),
-        click.option("--etp", type=positive,
+        click.option("--etp", "--expert-tensor-parallel-size", "etp", cls=_Aliased, type=positive,
                      help="Pin the expert tensor-parallel size (MoE models)."),
         click.option("--max-ep", type=positive, help="Upper bound on ep."),
-        click.option("--cp", type=positive,
+        click.option("--cp", "--context-parallel-size", "cp", cls=_Aliased, type=positive,
                      help="Pin the context-parallel size (ranks sharing each sequence)."),
         click.option("--max-cp", type=positive, help="Upper bound on cp."),
         click.option("--cp-comm", type=click.Choice(["p2p", "all_gather", "a2a", "a2a+p2p"]),
@@ -342,7 +370,20 @@ def _problem_notes(*problems) -> None:
         _stderr(f"note: {note}")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Interrupted(Exception):
+    """Ctrl-C inside a command, carried past click (which would print a blank line and call
+    it an abort) to `run`."""
+
+
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise _Interrupted() from None
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="planner")
 @click.option("--debug", is_flag=True, help="Show the traceback of internal errors.")
 @click.pass_context
@@ -439,7 +480,10 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
     problem = _load_problem(model, cluster, framework=framework, **options)
     # The rules of the framework that prices the plans apply too (rules.rule_targets).
     space, settings = _search_space(pins, targets[:1])
-    result = search(problem, space, settings, num_tokens=tokens)
+    with _working(f"searching strategies for {problem.model.name} on {problem.num_gpus} "
+                  f"GPUs", quiet=as_json):
+        result = search(problem, space, settings, num_tokens=tokens)
+        by_comm = _best_per_dp_comm(problem, space, settings, tokens)
     from dataclasses import replace
 
     from planner.costing.uncertainty import uncertainty_notes
@@ -449,7 +493,6 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
     best = result.plans[0]
     notes = _notes(pinned_settings(problem, space, result.plans)
                    + uncertainty_notes(problem, best.strategy.cp, best.time.step_s))
-    by_comm = _best_per_dp_comm(problem, space, settings, tokens)
     # The wall time differs run to run: only with --timings, so that output is reproducible.
     stats = result.search if timings else result.search.model_copy(update={"seconds": None})
     chosen = []
@@ -465,8 +508,9 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
                            replace(settings, export_path=None), num_tokens=tokens)
             return [p.priced(price) for p in found.plans]
 
-        chosen = plans_per_target(targets, (problem, result.plans), load, search_one,
-                                  plan_rank)
+        with _working("searching each target's best plan", quiet=as_json or len(targets) < 2):
+            chosen = plans_per_target(targets, (problem, result.plans), load, search_one,
+                                      plan_rank)
         for c in chosen:
             notes += _notes(_emit_notes(c.problem, c.plan))
         chosen = _emit(chosen, out_dir, force, tokens, describe=len(targets) > 1)
@@ -596,10 +640,13 @@ def validate(model, cluster, strategy, targets, cross_node_tp, no_compare, token
     from planner.rules.gate import RuleOptions
 
     problem, given = _config_problem(model, cluster, gpus, overrides)
-    review = review_config(problem, strategy, gpus_given=gpus,
-                           options=RuleOptions(cross_node_tp=cross_node_tp, targets=targets),
-                           compare=not no_compare, num_tokens=tokens, framework=framework,
-                           given=given)
+    with _working(f"checking {strategy}" + ("" if no_compare else " and searching for the "
+                                            "best plan"), quiet=as_json):
+        review = review_config(problem, strategy, gpus_given=gpus,
+                               options=RuleOptions(cross_node_tp=cross_node_tp,
+                                                   targets=targets),
+                               compare=not no_compare, num_tokens=tokens, framework=framework,
+                               given=given)
     _problem_notes(review.problem)
     if as_json:
         report = review.report
@@ -714,6 +761,45 @@ def schema(file, out_file):
     _stderr(f"wrote {path}")
 
 
+def _interrupted() -> ExitCode:
+    """Ctrl-C, wherever it landed: one line and 130 (the files being written are left as
+    they were: `frameworks.write_files` renames only whole files)."""
+    if sys.stderr.isatty():
+        click.echo(err=True)            # past the ^C the terminal echoed
+    _stderr("Error: interrupted")
+    return ExitCode.INTERRUPTED
+
+
+def _working(message: str, *, quiet: bool = False):
+    """A spinner with `message` on stderr while a long step runs, erased when it ends: only
+    where stderr is a terminal (never into a pipe, a file or a test) and not under --json
+    (`quiet`). It redirects nothing, so stdout's bytes are the same with it or without."""
+    import contextlib
+
+    if quiet or not sys.stderr.isatty():
+        return contextlib.nullcontext()
+    from rich.console import Console
+    from rich.live import Live
+    from rich.spinner import Spinner
+
+    return Live(Spinner("dots", text=message), console=Console(stderr=True), transient=True,
+                redirect_stdout=False, redirect_stderr=False)
+
+
+def _usage_error(error: click.exceptions.UsageError) -> None:
+    """Click's message for a usage error, on one stderr line; a missing argument with choices
+    keeps click's list of them, a line each (click writes those lines, never the user)."""
+    hint = f"(see '{error.ctx.command_path} --help')" if error.ctx is not None else ""
+    message = error.format_message()
+    if isinstance(error, click.exceptions.MissingParameter) and "\n" in message:
+        first, *choices = message.splitlines()
+        for line in [f"Error: {first}", *(c.replace("\t", "  ") for c in choices), hint]:
+            if line:
+                _stderr(line)
+        return
+    _stderr(f"Error: {message} {hint}".rstrip())
+
+
 def run(args: list[str]) -> int:
     """Run the CLI on `args`; every failure becomes one stderr line and an exit code."""
     debug = "--debug" in args
@@ -727,21 +813,28 @@ def run(args: list[str]) -> int:
         for line in e.details:
             _stderr(f"  {line}")
         code = ExitCode.NOT_FEASIBLE
-    except click.exceptions.UsageError as e:
-        hint = f" (see '{e.ctx.command_path} --help')" if e.ctx is not None else ""
-        _stderr(f"Error: {e.format_message()}{hint}")
+    except click.exceptions.NoArgsIsHelpError as e:
+        click.echo(e.ctx.get_help(), err=True)     # `planner` alone: the help, as click shows it
         code = ExitCode.BAD_INPUT
-    except click.exceptions.Abort:
-        _stderr("Aborted.")
-        code = ExitCode.NOT_FEASIBLE
+    except click.exceptions.UsageError as e:
+        _usage_error(e)
+        code = ExitCode.BAD_INPUT
+    except (_Interrupted, KeyboardInterrupt):
+        code = _interrupted()
+    except click.exceptions.Abort as e:
+        if isinstance(e.__cause__, KeyboardInterrupt):   # click's wrapping of Ctrl-C
+            code = _interrupted()
+        else:
+            _stderr("Aborted.")
+            code = ExitCode.NOT_FEASIBLE
     except click.exceptions.ClickException as e:
         _stderr(f"Error: {e.format_message()}")
         code = e.exit_code
     except Exception as e:  # noqa: BLE001 - our bug: say so in one line unless --debug
         if debug:
             raise
-        _stderr(f"Error: internal error ({type(e).__name__}: {e}); rerun with --debug and "
-                f"report the traceback")
+        _stderr(f"Error: internal error ({type(e).__name__}: {clipped(str(e))}); rerun with "
+                f"--debug and report the traceback")
         code = INTERNAL_ERROR
     return int(code or 0)
 

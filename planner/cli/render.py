@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
 from rich import box
 from rich.console import Console, Group
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -532,7 +535,33 @@ def review_view(review) -> Group:
 
 
 def print_renderable(renderable, *, stderr: bool = False) -> None:
-    Console(stderr=stderr).print(renderable)
+    """Print on stdout (or stderr): at the terminal's width on a terminal or where COLUMNS
+    says; into a pipe or a file, at least as wide as every table's natural width, so that
+    `planner plan ... | tee plan.txt` keeps every column whole and every row on its line
+    (text still wraps, at 80 columns or the widest table)."""
+    console = Console(stderr=stderr)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(stderr=stderr, width=max(PIPE_WIDTH, natural_width(renderable)))
+    console.print(renderable)
+
+
+PIPE_WIDTH = 80
+"""Columns that text wraps at outside a terminal (without COLUMNS), rich's own default."""
+
+
+def natural_width(renderable) -> int:
+    """The widest table's width with no cell wrapped or cut (0 without a table), in columns;
+    groups are searched through."""
+    if isinstance(renderable, Group):
+        return max((natural_width(r) for r in renderable.renderables), default=0)
+    if not isinstance(renderable, Table):
+        return 0
+    console = Console(width=_UNBOUNDED)
+    return Measurement.get(console, console.options, renderable).maximum
+
+
+_UNBOUNDED = 100_000
+"""A width no table reaches: measuring at it gives each column its widest cell."""
 
 
 # --------------------------------------------------------------------------- planner diff

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import json
 import sys
+from pathlib import Path
 
 import click
 
@@ -14,7 +15,7 @@ from planner.cli.commands import (_Count, _config_problem, _json_head, _load_pro
                                   _problem_notes, _search_space, _stderr, cli, framework_option,
                                   low_precision_json, problem_options, run_precision_options,
                                   search_options)
-from planner.errors import ExitCode, InfeasibleError, InputError
+from planner.errors import ExitCode, InfeasibleError, InputError, shown
 
 
 @cli.command()
@@ -118,8 +119,8 @@ class _Counts(click.ParamType):
 @click.option("--gpu-hour-price", type=click.FloatRange(min=0, min_open=True, max=1e6),
               metavar="USD", help="Price of one GPU-hour: adds the cost to train --tokens.")
 @click.option("--plot", type=click.Path(dir_okay=False), help="Write throughput and cost (or "
-              "scaling efficiency) against GPU count to this SVG (and a PNG beside it where "
-              "matplotlib is installed).")
+              "scaling efficiency) against GPU count to this .svg (and a PNG beside it where "
+              "matplotlib is installed), or to this .png (needs matplotlib).")
 @framework_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def sweep(model, cluster, counts, tokens, gpu_hour_price, plot, framework, as_json, nodes,
@@ -133,8 +134,8 @@ def sweep(model, cluster, counts, tokens, gpu_hour_price, plot, framework, as_js
     if gpu_hour_price is not None and tokens is None:
         raise InputError("--gpu-hour-price: give --tokens too (the cost is that of training "
                          "them)")
-    if plot is not None and not plot.strip():
-        raise InputError("--plot: empty path")
+    if plot is not None:
+        _plot_format(plot)
     pins.pop("timings", None)
     run_precision = run_precision_options(pins)
     framework = framework_name(framework)
@@ -185,10 +186,26 @@ def sweep(model, cluster, counts, tokens, gpu_hour_price, plot, framework, as_js
     render.print_renderable(render.sweep_view(heading, rows))
 
 
-def _write_plot(path: str, problem, rows) -> None:
-    """The sweep's SVG (and PNG where matplotlib is), each written whole or not at all."""
-    from pathlib import Path
+def _plot_format(path: str) -> str:
+    """'svg' or 'png', from --plot's suffix; refused before the sweep runs when the name asks
+    for a format the planner cannot write (a PNG needs matplotlib)."""
+    import importlib.util
 
+    if not path.strip():
+        raise InputError("--plot: empty path")
+    suffix = Path(path).suffix.lower()
+    if suffix == ".png" and importlib.util.find_spec("matplotlib") is None:
+        raise InputError(f"--plot {shown(path)}: PNG needs matplotlib (pip install "
+                         f"matplotlib); use a .svg name")
+    if suffix not in (".svg", ".png"):
+        raise InputError(f"--plot {shown(path)}: the plot is an SVG (or a PNG with "
+                         f"matplotlib); use a .svg or .png name")
+    return suffix[1:]
+
+
+def _write_plot(path: str, problem, rows) -> None:
+    """The sweep's plot, written whole or not at all: to a .svg name the SVG (and a PNG
+    beside it where matplotlib is), to a .png name the PNG alone."""
     from planner.cli import plot
     from planner.frameworks import write_files
 
@@ -200,14 +217,19 @@ def _write_plot(path: str, problem, rows) -> None:
     panels = [("throughput (tokens/s)", tokens), second]
     title = f"{problem.model.name} on {problem.cluster.gpu.name}"
     target = Path(path)
-    written = write_files({target.name: plot.sweep_svg(title, xs, panels)}, target.parent,
-                          force=True)
-    png = target.with_suffix(".png")
+    written, png = [], target
+    if _plot_format(path) == "svg":
+        written = write_files({target.name: plot.sweep_svg(title, xs, panels)}, target.parent,
+                              force=True)
+        png = target.with_suffix(".png")
     partial = png.with_name(f".{png.name}.tmp.png")
     try:
         if plot.sweep_png(str(partial), title, xs, panels):
             partial.replace(png)
             written.append(png)
+        elif not written:
+            raise InputError(f"--plot {shown(path)}: PNG needs matplotlib, which did not "
+                             f"load; use a .svg name")
     finally:
         partial.unlink(missing_ok=True)
     for p in written:

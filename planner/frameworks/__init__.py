@@ -15,7 +15,7 @@ from planner.frameworks import (deepspeed, megatron, mindformers, mindspore, tor
                                 torchtitan)
 from planner.frameworks.base import Emitter, LaunchPlan, ParsedConfig
 from planner.frameworks.megatron_flags import is_launch_text
-from planner.errors import InputError
+from planner.errors import InputError, shown
 from planner.schemas.strategy import LaunchTarget
 
 EMITTERS: dict[LaunchTarget, Emitter] = {
@@ -37,31 +37,46 @@ def emit_files(targets: list[LaunchTarget], plan: LaunchPlan) -> dict[str, str]:
 
 def write_files(files: dict[str, str], out_dir: str | Path, *, force: bool) -> list[Path]:
     """Write every file or none: refuse existing files without `force`, and write each one
-    to a temporary file in the same directory, then rename it (never half-written)."""
+    to a temporary file in the same directory, then rename them all (never half-written; an
+    interrupt before the renames leaves the old files). The files get the mode a plain
+    open() would give them under the umask (mkstemp's 0600 would not); scripts are
+    executable."""
     out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise InputError(f"--out {out}: exists and is not a directory")
-    paths = [out / name for name in files]
-    existing = [str(p) for p in paths if p.exists()]
-    if existing and not force:
-        raise InputError(f"--out: {existing[0]} exists; pass --force to overwrite it"
-                         + (f" (and {len(existing) - 1} more)" if len(existing) > 1 else ""))
+    staged: list[tuple[str, Path]] = []
     try:
+        if out.exists() and not out.is_dir():
+            raise InputError(f"--out {shown(out)}: exists and is not a directory")
+        paths = [out / name for name in files]
+        existing = [shown(p) for p in paths if p.exists()]
+        if existing and not force:
+            raise InputError(f"--out: {existing[0]} exists; pass --force to overwrite it"
+                             + (f" (and {len(existing) - 1} more)" if len(existing) > 1
+                                else ""))
         out.mkdir(parents=True, exist_ok=True)
-        for path, text in zip(paths, files.values()):
-            fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{path.name}.", suffix=".tmp")
-            try:
+        try:
+            for path, text in zip(paths, files.values()):
+                fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{path.name}.", suffix=".tmp")
+                staged.append((tmp, path))
                 with os.fdopen(fd, "w", encoding="utf-8") as handle:
                     handle.write(text)
-                if path.suffix == ".sh":
-                    os.chmod(tmp, 0o755)
+                os.chmod(tmp, created_mode(executable=path.suffix == ".sh"))
+            for tmp, path in staged:
                 os.replace(tmp, path)
-            except BaseException:
+        finally:
+            for tmp, _ in staged:
                 Path(tmp).unlink(missing_ok=True)
-                raise
-    except OSError as e:
-        raise InputError(f"--out {out}: cannot write: {e.strerror or e}") from None
+    except OSError as e:      # a name too long for the system counts as well
+        where = shown(e.filename) if e.filename else f"--out {shown(out)}"
+        raise InputError(f"{where}: cannot write: {e.strerror or e}") from None
     return paths
+
+
+def created_mode(*, executable: bool = False) -> int:
+    """The permission bits open() gives a new file: 0666 (0777 for a script) less the
+    process umask."""
+    umask = os.umask(0)      # the only way to read it is to set it: put it straight back
+    os.umask(umask)
+    return (0o777 if executable else 0o666) & ~umask
 
 
 SHELL_SUFFIXES = (".sh", ".bash")

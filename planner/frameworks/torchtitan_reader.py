@@ -86,6 +86,15 @@ def _int(fields: dict, key: str, default: int, file: str) -> int:
     return value
 
 
+def _degree(par: dict, key: str, file: str, default: int = 1) -> int:
+    """A [parallelism] degree: an integer of at least 1 (torchtitan's ParallelDims asserts
+    the same; 0 would divide by zero here)."""
+    value = _int(par, key, default, file)
+    if value < 1:
+        raise InputError(f"{file}: parallelism.{key}: must be at least 1 (got {value})")
+    return value
+
+
 
 def _fqn_counts(parts: Any, file: str) -> tuple[int, ...]:
     """Decoder layers in each part of module_fqns_per_model_part (a list of lists of names)."""
@@ -207,11 +216,14 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None,
                                f"{did_you_mean(key, known)}", f"fix or remove {section}.{key}")
     par = sections.get("parallelism", {})
     train = sections.get("training", {})
-    tp = _int(par, "tensor_parallel_degree", 1, file)
-    pp = _int(par, "pipeline_parallel_degree", 1, file)
-    cp = _int(par, "context_parallel_degree", 1, file)
-    replicate = _int(par, "data_parallel_replicate_degree", 1, file)
+    tp = _degree(par, "tensor_parallel_degree", file)
+    pp = _degree(par, "pipeline_parallel_degree", file)
+    cp = _degree(par, "context_parallel_degree", file)
+    replicate = _degree(par, "data_parallel_replicate_degree", file)
     shard = _int(par, "data_parallel_shard_degree", -1, file)
+    if shard != -1 and shard < 1:
+        raise InputError(f"{file}: parallelism.data_parallel_shard_degree: must be at least 1, "
+                         f"or -1 for the ranks left over (got {shard})")
     if shard == -1:                               # the leftover ranks (parallel_dims.py)
         world = num_gpus or problem.num_gpus
         shard = max(1, world // (replicate * cp * tp * pp))
@@ -252,10 +264,10 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None,
             global_batch = local * dp
     recompute = _recompute(parsed, sections.get("activation_checkpoint", {}), file)
     sp = bool(par.get("enable_sequence_parallel", True)) and tp > 1
-    ep = _int(par, "expert_parallel_degree", 1, file)
+    ep = _degree(par, "expert_parallel_degree", file)
     # torchtitan before c4b409af2 had expert_tensor_parallel_degree; since, experts are whole
     # with EP and split like the dense MLP without.
-    etp = _int(par, "expert_tensor_parallel_degree", 1 if ep > 1 else tp, file)
+    etp = _degree(par, "expert_tensor_parallel_degree", file, 1 if ep > 1 else tp)
     parsed.strategy.update(ep=ep, etp=etp)
     if cp > 1:
         # HEAD runs CP through FlexAttention with K/V all-gathered (models/common/

@@ -19,9 +19,11 @@ import model_zoo
 from cost_models.units import GiB
 from cost_models.enums import AttentionKind, CpComm, Fp8Recipe, Precision, ZeroStage
 from planner.inputs import presets, profiles
-from planner.errors import InputError, shown
+from planner.inputs.aliases import meant_field
+from planner.inputs.batch import sequences_for_seq_len, sequences_for_tokens
+from planner.errors import InputError, clipped, one_line, shown
 from planner.inputs.hf_config import shorthand_from_hf
-from planner.inputs.safe_parse import load_json, load_yaml, read_text
+from planner.inputs.safe_parse import is_dir, is_file, load_json, load_yaml, read_text
 from planner.schemas.bounds import MAX_GPUS, MAX_LAYERS
 from planner.schemas.cluster import ClusterSpec
 from planner.schemas.framework import FrameworkProfile
@@ -131,11 +133,21 @@ _KIND_TAGS = {"embedding", "transformer", "norm", "output", "evoformer"}
 
 
 def _suggestion(error: dict, root: type[BaseModel]) -> str | None:
-    """For an unknown field, the closest field name allowed at its place."""
+    """For an unknown field, the field allowed at its place that it means: the one another
+    framework's name stands for (`aliases`, 'tensor_model_parallel_size' -> 'tp', or
+    'training.seq_len' where the field lives one section down), else the closest in
+    spelling."""
     loc = tuple(error.get("loc", ()))
     parent = _model_at(root, loc[:-1])
     if error["type"] != "extra_forbidden" or parent is None:
         return None
+    meant = meant_field(str(loc[-1]))
+    if meant in parent.model_fields:
+        return meant
+    for name, field in parent.model_fields.items():
+        if meant is not None and any(meant in section.model_fields
+                                     for section in _unwrap(field.annotation)):
+            return f"{name}.{meant}"
     close = difflib.get_close_matches(str(loc[-1]), list(parent.model_fields), n=1)
     return close[0] if close else None
 
@@ -145,7 +157,9 @@ def _describe(error: dict, root: type[BaseModel]) -> str:
     field = _path_text(loc)
     if error["type"] == "extra_forbidden":
         close = _suggestion(error, root)
-        hint = f" (did you mean '{close}'?)" if close else ""
+        meant = meant_field(str(loc[-1])) if loc else None
+        hint = (f" (did you mean '{close}'?)" if close else
+                f" (the planner's {meant}, which this file does not set)" if meant else "")
         return f"{field}: unknown field{hint}"
     if error["type"] == "missing":
         return f"{field}: required field is missing"
@@ -174,10 +188,29 @@ def validate_file(cls: type[BaseModel], data: dict[str, Any], file: str | Path) 
     try:
         return cls.model_validate(data)
     except ValidationError as e:
-        errors = _ranked(e.errors(), cls)
-        first = _describe(errors[0], cls)
-        more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise InputError(f"{file}: {first}{more}") from None
+        raise InputError(f"{file}: {_summary(_ranked(e.errors(), cls), cls)}") from None
+
+
+def _summary(errors: list[dict], root: type[BaseModel]) -> str:
+    """The errors of one file in one line: all missing fields by name, else the first error
+    in full and the fields of the others ("+2 more: pp, micro_batch")."""
+    if len(errors) > 1 and all(e["type"] == "missing" for e in errors):
+        return f"required fields are missing: {_field_list(errors)}"
+    first, rest = _describe(errors[0], root), errors[1:]
+    return f"{first} (+{len(rest)} more: {_field_list(rest)})" if rest else first
+
+
+def _field_list(errors: list[dict], *, shown_at_most: int = 8) -> str:
+    """'gpu, intra_node, inter_node': the field of each error, once, in order (names cut at
+    40 characters; past `shown_at_most` fields, how many others)."""
+    names = list(dict.fromkeys(_short(_path_text(tuple(e.get("loc", ()))) or "(the file)")
+                               for e in errors))
+    others = len(names) - shown_at_most
+    return ", ".join(names[:shown_at_most]) + (f" and {others} others" if others > 0 else "")
+
+
+def _short(name: str, limit: int = 40) -> str:
+    return name if len(name) <= limit else name[:limit - 3] + "..."
 
 
 # --------------------------------------------------------------------------- models
@@ -228,6 +261,7 @@ def _attention_in_model(data: dict[str, Any], file: str) -> tuple[dict[str, Any]
 def _model_from_mapping(data: dict[str, Any], file: str) -> tuple[ModelSpec, TrainingSpec]:
     data, note = _attention_in_model(data, file)
     model, training = _parsed_model(data, file)
+    _plain_name(file, "name", model.name)
     if note is not None:
         model = model.model_copy(update={"notes": (*model.notes, note)})
     return model, training
@@ -265,10 +299,31 @@ def _parsed_model(data: dict[str, Any], file: str) -> tuple[ModelSpec, TrainingS
         raise InputError(f"{file}: {_describe(e.errors()[0], ModelSpec)}") from None
 
 
+def _not_a_directory(ref: str, expected: str, patterns: tuple[str, ...]) -> None:
+    """Refuse a directory given for a file (`expected`, e.g. "a cluster.yaml file"), pointing
+    at the first file in it that matches one of `patterns`, if any."""
+    path = Path(ref)
+    if not is_dir(path):
+        return
+    try:
+        found = [f for pattern in patterns for f in sorted(path.glob(pattern)) if is_file(f)]
+    except OSError:
+        found = []
+    hint = f" (did you mean '{shown(found[0])}'?)" if found else ", and it holds none"
+    raise InputError(f"{shown(ref)}: is a directory; expected {expected}{hint}")
+
+
+MODEL_FILES = ("model.yaml", "model.yml", "config.json", "*model*.yaml", "*model*.yml")
+CLUSTER_FILES = ("cluster.yaml", "cluster.yml", "*cluster*.yaml", "*cluster*.yml")
+"""Files looked for, in this order, in a directory given as MODEL or CLUSTER (to suggest)."""
+
+
 def load_model(ref: str) -> tuple[ModelSpec, TrainingSpec]:
     """A model from a model.yaml, a Hugging Face config.json, or a zoo name."""
     path = Path(ref)
-    if path.is_file() or path.suffix in (".yaml", ".yml", ".json") or "/" in ref:
+    if ref not in model_zoo.names():
+        _not_a_directory(ref, "a model.yaml or a Hugging Face config.json file", MODEL_FILES)
+    if is_file(path) or path.suffix in (".yaml", ".yml", ".json") or "/" in ref:
         data = read_mapping(path)
         if path.suffix == ".json":
             name = path.parent.name if path.name == "config.json" else path.stem
@@ -279,8 +334,8 @@ def load_model(ref: str) -> tuple[ModelSpec, TrainingSpec]:
         return _model_from_mapping(read_mapping(file), f"model_zoo/{file.name}")
     close = difflib.get_close_matches(ref, model_zoo.names(), n=1)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
-    raise InputError(f"no model named '{ref}' in the zoo{hint}; see `planner zoo`, or give a "
-                     f"path to a model.yaml or config.json")
+    raise InputError(f"no model named '{clipped(ref)}' in the zoo{hint}; see `planner zoo`, "
+                     f"or give a path to a model.yaml or config.json")
 
 
 # --------------------------------------------------------------------------- clusters
@@ -288,28 +343,42 @@ def load_model(ref: str) -> tuple[ModelSpec, TrainingSpec]:
 def is_preset(ref: str) -> bool:
     """Whether `load_cluster` reads `ref` as a preset name rather than a file."""
     path = Path(ref)
-    return not (path.is_file() or path.suffix in (".yaml", ".yml") or "/" in ref) \
+    return not (is_file(path) or path.suffix in (".yaml", ".yml") or "/" in ref) \
         and ref in presets.names()
 
 
 def load_cluster(ref: str, *, nodes: int | None = None) -> ClusterSpec:
     """A cluster from a cluster.yaml or a preset name; `nodes` overrides its node count."""
     path = Path(ref)
+    if not is_preset(ref):
+        _not_a_directory(ref, "a cluster.yaml file", CLUSTER_FILES)
     if is_preset(ref):
         data, file = read_mapping(presets.path(ref)), f"presets/{ref}.yaml"
-    elif path.is_file() or path.suffix in (".yaml", ".yml") or "/" in ref:
+    elif is_file(path) or path.suffix in (".yaml", ".yml") or "/" in ref:
         data, file = read_mapping(path), shown(path)
     else:
         raise _no_preset(ref)
     if nodes is not None:
         data = {**data, "num_nodes": nodes}
-    return validate_file(ClusterSpec, data, file)
+    cluster = validate_file(ClusterSpec, data, file)
+    _plain_name(file, "name", cluster.name)
+    _plain_name(file, "gpu.name", cluster.gpu.name)
+    return cluster
+
+
+def _plain_name(file: str, field: str, name: str) -> None:
+    """Names go into headings and into the configs `--emit` writes (comments, TOML strings,
+    shell variables), where a newline or an escape sequence would break the file: refuse
+    control characters."""
+    if not name.isprintable():
+        raise InputError(f"{file}: {field}: a name must not hold control characters (got "
+                         f"'{clipped(one_line(name), 60)}')")
 
 
 def _no_preset(ref: str) -> InputError:
     close = difflib.get_close_matches(ref, presets.names(), n=1)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
-    return InputError(f"no cluster preset named '{ref}'{hint}; presets: "
+    return InputError(f"no cluster preset named '{clipped(ref)}'{hint}; presets: "
                       f"{', '.join(presets.names())}")
 
 
@@ -357,6 +426,13 @@ def make_problem(model_ref: str, cluster_ref: str, *, gpus: int | None = None,
                  if v is not None}
     notes = list(model.notes)
     stated = training.attention
+    if seq_len is not None and seq_len != training.seq_len and global_batch is None \
+            and global_batch_tokens is None and training.global_batch is not None:
+        # The model's batch at its own seq_len, kept in tokens per step (inputs.batch).
+        sequences, note = sequences_for_seq_len(training.global_batch, training.seq_len,
+                                                seq_len, model.name)
+        overrides["global_batch"] = sequences
+        notes.append(note)
     if overrides:   # validated like the file's own training section, enums included
         training = validate_file(TrainingSpec, {**training.model_dump(), **overrides},
                                  "command line")
@@ -373,13 +449,12 @@ def make_problem(model_ref: str, cluster_ref: str, *, gpus: int | None = None,
     if tokens is not None:
         if tokens < 1:
             raise InputError(f"--global-batch-tokens: must be at least 1 (got {tokens:g})")
-        sequences = max(1, round(tokens / training.seq_len))
+        sequences, note = sequences_for_tokens(tokens, training.seq_len)
         training = validate_file(TrainingSpec, {**training.model_dump(),
                                                 "global_batch": sequences},
                                  "--global-batch-tokens")
-        if global_batch_tokens is not None and sequences * training.seq_len != tokens:
-            notes.append(f"--global-batch-tokens {tokens:,.0f}: {sequences} sequences of "
-                         f"{training.seq_len} tokens ({sequences * training.seq_len:,} tokens)")
+        if global_batch_tokens is not None and note is not None:
+            notes.append(note)
     if model.max_context is not None and training.seq_len > model.max_context:
         notes.append(f"seq_len {training.seq_len} exceeds the {model.max_context} positions "
                      f"{model.name} was built for (extend its context first)")

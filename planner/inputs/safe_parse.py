@@ -36,6 +36,22 @@ MAX_NUMBER_DIGITS = 64
 """Digits in one integer literal; the bounds in planner.schemas.bounds are 8 digits or fewer."""
 
 
+def is_file(path: Path) -> bool:
+    """Path.is_file(), and False where the system cannot even look (a name too long for it)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
+
+
+def is_dir(path: Path) -> bool:
+    """Path.is_dir(), and False where the system cannot even look."""
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
+
+
 def read_text(path: Path) -> str:
     """The file as text: at most MAX_FILE_BYTES of UTF-8."""
     name = shown(path)
@@ -120,7 +136,14 @@ _InputLoader.add_constructor("tag:yaml.org,2002:int", _InputLoader.construct_yam
 
 def load_yaml(text: str, file: str) -> Any:
     """Parse planner YAML (see the module docstring for what is refused)."""
-    loader = _InputLoader(text)
+    try:
+        loader = _InputLoader(text)
+    except yaml.reader.ReaderError as e:     # a control character or NUL outside an escape
+        line = text.count("\n", 0, e.position) + 1
+        column = e.position - (text.rfind("\n", 0, e.position) + 1) + 1
+        raise InputError(f"{file}: line {line}, column {column}: control character "
+                         f"U+{e.character:04X} is not allowed in YAML (write it as an escape "
+                         f"in a double-quoted string, or remove it)") from None
     try:
         data = loader.get_single_data()
     except _Refused as e:

@@ -15,6 +15,7 @@ from planner.search.candidates import SearchSpace
 from planner.frameworks import ParsedConfig, read_config
 from planner.errors import InfeasibleError, InputError
 from planner.core.problem import Problem
+from planner.inputs.batch import sequences_for_tokens
 from planner.inputs.loader import (RECIPE_PRECISIONS, framework_name, load_framework,
                                    resolve_strategy, resolve_training, validate_file)
 from planner.search.rebalance import layout_advice
@@ -164,12 +165,11 @@ def _training(problem: Problem, parsed: ParsedConfig, *, file: str,
                              f"not fp8; give --precision fp8 too")
         tokens = given.global_batch_tokens
         if tokens is not None and values["seq_len"] != training.seq_len:
-            seq_len = values["seq_len"]
-            values["global_batch"] = sequences = max(1, round(tokens / seq_len))
+            values["global_batch"], note = sequences_for_tokens(tokens, values["seq_len"])
             notes = tuple(n for n in notes if not n.startswith("--global-batch-tokens "))
-            if sequences * seq_len != tokens:
-                notes += (f"--global-batch-tokens {tokens:,.0f}: {sequences} sequences of "
-                          f"{seq_len} tokens ({sequences * seq_len:,} tokens)",)
+            notes += (note,) if note else ()
+        if "global_batch" in kept:      # the file's batch, not the model's kept in tokens
+            notes = tuple(n for n in notes if not n.startswith("--seq-len "))
         training = resolve_training(validate_file(TrainingSpec, values, file), problem.cluster,
                                     problem.framework, file=file)
     for name in sorted(given.names & stated.keys()):

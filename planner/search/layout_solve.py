@@ -118,6 +118,7 @@ def layout_solver(work_limit: float, wall_limit_s: float | None, *,
     solver.parameters.cp_model_presolve = presolve
     if linearization is not None:
         solver.parameters.linearization_level = linearization
+    solver.parameters.catch_sigint_signal = False       # Ctrl-C is Python's (see make_solver)
     return solver
 
 

@@ -27,7 +27,7 @@ from ortools.sat.python import cp_model
 
 from planner.search.candidates import SearchSpace, generate
 from planner.costing.evaluate import report
-from planner.errors import InfeasibleError, InputError
+from planner.errors import InfeasibleError, InputError, shown
 from planner.core.problem import Problem
 from planner.search.pool import Pool, evaluate_groups, pareto, passes
 from planner.search.rebalance import LAYOUT_WORK, LayoutStats, WallClock, rebalance
@@ -119,6 +119,9 @@ def make_solver(settings: SolverSettings) -> cp_model.CpSolver:
     # 262 ms per solve with them, 12 ms without).
     solver.parameters.cp_model_presolve = False
     solver.parameters.cp_model_probing_level = 0
+    # Ctrl-C is Python's: CP-SAT would stop the search as at a time limit (a plan printed as
+    # if nothing happened) and leave SIGINT at its default, which kills the process unclean.
+    solver.parameters.catch_sigint_signal = False
     return solver
 
 
@@ -261,7 +264,8 @@ def _search(problem: Problem, space: SearchSpace, settings: SolverSettings,
     hint = _heuristic(pool, ~over)
     plan_model = _PlanModel(pool, over, hint)
     if settings.export_path and not plan_model.model.export_to_file(settings.export_path):
-        raise InputError(f"--export-model {settings.export_path}: cannot write the model there")
+        raise InputError(f"--export-model {shown(settings.export_path)}: cannot write the "
+                         f"model there")
     chosen, statuses, pick_wall_stopped = [], [], False
     tolerance = ranking_tolerance(problem) if settings.rank_ties else 0.0
     while len(chosen) < settings.top_k:

@@ -145,11 +145,19 @@ def test_global_batch_in_tokens(cli):
                          "--json", "--global-batch-tokens", "4M")
     assert code == 0, err
     result = json.loads(out)
-    # 4e6 / 8192 = 488.3 -> 488 sequences, and the note says how many tokens that is.
-    assert result["global_batch"] == 488 and result["seq_len"] == 8192
-    assert result["notes"] == ["--global-batch-tokens 4,000,000: 488 sequences of 8192 tokens "
-                               "(3,997,696 tokens)"]
-    assert err.startswith("note: --global-batch-tokens 4,000,000: 488 sequences")
+    # "A 4M-token batch" is 4 x 2^20 = 512 x 8192 (inputs.batch), not 4e6 / 8192 = 488.3;
+    # the note says how it was read.
+    assert result["global_batch"] == 512 and result["seq_len"] == 8192
+    assert result["notes"] == ["--global-batch-tokens 4M: 512 sequences of 8192 tokens "
+                               "(4,194,304 tokens: M as 2^20, the usual reading of a batch in "
+                               "tokens; 4000000 means 4,000,000)"]
+    assert err.startswith("note: --global-batch-tokens 4M: 512 sequences")
+    # Written out, 4,000,000 is taken as written: the nearest whole number of sequences.
+    code, out, err = cli("plan", "llama3-8b", "dgx-h100", "--gpus", "64", "--top", "1",
+                         "--json", "--global-batch-tokens", "4e6")
+    assert json.loads(out)["notes"] == [
+        "--global-batch-tokens 4e6: 488 sequences of 8192 tokens (3,997,696 tokens), the "
+        "nearest whole number of sequences to 4,000,000"]
 
 
 def test_global_batch_and_tokens_together_is_an_input_error(cli):

@@ -59,3 +59,44 @@ def test_bad_sweep_input(cli):
     assert code == 2 and "--gpu-hour-price: give --tokens too" in err
     code, _, err = cli(*ARGS, "--gpus", "8", "--plot", "")
     assert code == 2 and err.strip() == "Error: --plot: empty path"
+
+
+def _matplotlib(monkeypatch, installed: bool):
+    """Pretend matplotlib is installed (its PNG a stand-in) or absent."""
+    import importlib.util
+
+    from planner.cli import plot
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: (
+        (real("json") if installed else None) if name == "matplotlib" else real(name, *a)))
+
+    def sweep_png(path, *_):
+        if installed:
+            open(path, "wb").write(b"\x89PNG\r\n\x1a\n")
+        return installed
+
+    monkeypatch.setattr(plot, "sweep_png", sweep_png)
+
+
+def test_a_png_plot_without_matplotlib_is_refused_before_the_sweep(cli, tmp_path, monkeypatch):
+    _matplotlib(monkeypatch, installed=False)
+    path = tmp_path / "out.png"
+    code, out, err = cli(*ARGS, "--gpus", "8", "--plot", str(path))
+    assert (code, out) == (2, "")
+    assert err == (f"Error: --plot {path}: PNG needs matplotlib (pip install matplotlib); use "
+                   f"a .svg name\n")
+    assert list(tmp_path.iterdir()) == []                    # no SVG bytes under a .png name
+    code, _, err = cli(*ARGS, "--gpus", "8", "--plot", str(tmp_path / "out.pdf"))
+    assert code == 2 and "use a .svg or .png name" in err and list(tmp_path.iterdir()) == []
+
+
+def test_a_png_plot_with_matplotlib_is_a_png(cli, tmp_path, monkeypatch):
+    _matplotlib(monkeypatch, installed=True)
+    code, _, err = cli(*ARGS, "--gpus", "8", "--plot", str(tmp_path / "out.png"))
+    assert code == 0 and err == f"wrote {tmp_path / 'out.png'}\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.png"]
+    assert (tmp_path / "out.png").read_bytes().startswith(b"\x89PNG")
+    code, _, err = cli(*ARGS, "--gpus", "8", "--plot", str(tmp_path / "s.svg"))
+    assert code == 0 and sorted(p.name for p in tmp_path.iterdir()) == ["out.png", "s.png",
+                                                                         "s.svg"]

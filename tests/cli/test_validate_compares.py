@@ -123,8 +123,9 @@ def test_batch_in_tokens_counts_sequences_of_the_files_seq_len(cli, tmp_path):
     code, out, err = cli("validate", "llama3-8b", "dgx-h100", config, "--gpus", "8",
                          "--global-batch-tokens", "1M", "--no-compare", "--json")
     review = json.loads(out)
-    assert (review["global_batch"], review["seq_len"]) == (244, 4096)   # round(1e6 / 4096)
-    assert review["strategy"]["global_batch"] == 244
-    stated = "--global-batch-tokens 1,000,000: 244 sequences of 4096 tokens (999,424 tokens)"
+    assert (review["global_batch"], review["seq_len"]) == (256, 4096)   # 2^20 / 4096
+    assert review["strategy"]["global_batch"] == 256
+    stated = ("--global-batch-tokens 1M: 256 sequences of 4096 tokens (1,048,576 tokens: M as "
+              "2^20, the usual reading of a batch in tokens; 1000000 means 1,000,000)")
     assert stated in review["notes"] and f"note: {stated}" in err.splitlines()
     assert "8192" not in err
