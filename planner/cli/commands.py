@@ -13,6 +13,7 @@ import sys
 import click
 
 from cost_models.enums import AttentionKind, Fp8Recipe
+from planner.cli.pictures import check_paths, picture_options
 from planner.errors import ExitCode, InfeasibleError, InputError, one_line
 
 INTERNAL_ERROR = 3
@@ -416,6 +417,7 @@ def memory(model, cluster, strategy, framework, as_json, **overrides):
               metavar="USD", help="Price of one GPU-hour: adds the cost to train --tokens.")
 @click.option("--timings", is_flag=True, help="Also show how long the search took (the output "
               "then differs from run to run).")
+@picture_options
 def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, as_json, gpus,
          nodes, seq_len, global_batch, global_batch_tokens, precision, optimizer, fp8_recipe,
          attention, min_free, **pins):
@@ -425,6 +427,8 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
 
     timings = pins.pop("timings")
     price = pins.pop("gpu_hour_price")
+    pictures = {"timeline": pins.pop("timeline"), "memory_chart": pins.pop("memory_chart")}
+    check_paths(**pictures)
     if price is not None and tokens is None:
         raise InputError("--gpu-hour-price: give --tokens too (the cost is that of training "
                          "them)")
@@ -471,6 +475,7 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
             notes += _notes(_emit_notes(c.problem, c.plan))
         chosen = _emit(chosen, out_dir, force, tokens, describe=len(targets) > 1)
     written = [path for c in chosen for path in c.files]
+    _pictures(problem, result.plans, plan_rank, pictures)
     if as_json:
         out = {**_json_head(problem, notes),
                "plans": [p.model_dump(mode="json") for p in result.plans],
@@ -500,6 +505,28 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
         from planner.cli.targets import targets_view
 
         render.print_renderable(targets_view(chosen, plan_rank))
+
+
+def _pictures(problem, plans: list, rank: int, pictures: dict, *, what: str | None = None
+              ) -> None:
+    """--timeline and --memory-chart of the plan at --plan's rank (`what`: how the heading
+    names it; default 'plan #rank')."""
+    from planner.cli import render
+    from planner.cli.pictures import write_pictures
+
+    if not any(pictures.values()):
+        return
+    if not plans:          # validate: a strategy that cannot be laid out on the model
+        _stderr("note: no picture drawn: the strategy has no stage layout to draw")
+        return
+    if rank > len(plans):
+        raise InputError(f"--plan {rank}: the search ranked {len(plans)} plan(s)")
+    chosen = plans[rank - 1]
+    heading = (f"{problem.model.name} ({render.params_label(problem.model)}) on "
+               f"{problem.num_gpus} x {problem.cluster.gpu.name}: {what or f'plan #{rank}'}, "
+               f"{render.strategy_label(chosen)}")
+    for path in write_pictures(chosen, heading, **pictures):
+        _stderr(f"wrote {path}")
 
 
 def _best_per_dp_comm(problem, space, settings, tokens) -> dict:
@@ -587,20 +614,27 @@ def _emit(chosen: list, out_dir, force, tokens, *, describe: bool = False) -> li
 @click.option("--tokens", type=_Count(), help="Training tokens: adds time to train.")
 @framework_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+@picture_options
 def validate(model, cluster, strategy, targets, cross_node_tp, no_compare, tokens, framework,
-             as_json, gpus, **overrides):
+             as_json, gpus, timeline, memory_chart, **overrides):
     """Check STRATEGY: a strategy.yaml, DeepSpeed JSON, Megatron-LM script or argument file,
     torchtitan recipe or TOML, MindSpore setup or MindFormers run YAML. Exit 1 when a rule is
     broken or it does not fit."""
     from planner.review.config import review_config
     from planner.rules.gate import RuleOptions
 
+    check_paths(timeline, memory_chart)
     problem, given = _config_problem(model, cluster, gpus, overrides)
     review = review_config(problem, strategy, gpus_given=gpus,
                            options=RuleOptions(cross_node_tp=cross_node_tp, targets=targets),
                            compare=not no_compare, num_tokens=tokens, framework=framework,
                            given=given)
     _problem_notes(review.problem)
+    from pathlib import Path
+
+    _pictures(review.problem, [review.report] if review.report else [], 1,
+              {"timeline": timeline, "memory_chart": memory_chart},
+              what=one_line(Path(strategy).name))
     if as_json:
         report = review.report
         out = {**_json_head(review.problem), "file": strategy,

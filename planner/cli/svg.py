@@ -31,6 +31,17 @@ def text_width(text: str, size: float = FONT_SIZE) -> float:
     return len(text) * size * CHAR_WIDTH
 
 
+def wrap(text: str, max_width: float, size: float = FONT_SIZE) -> list[str]:
+    """`text` in lines of at most `max_width` pixels (estimated), broken at spaces."""
+    lines: list[str] = []
+    for word in text.split(" "):
+        if lines and text_width(lines[-1] + " " + word, size) <= max_width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return lines
+
+
 class Svg:
     """An SVG document built element by element."""
 
@@ -91,6 +102,16 @@ class Svg:
         if rotate:
             attrs += f' transform="rotate(-90 {num(x)} {num(y)})"'
         self.parts.append(f"<text {attrs}>{escape(text)}</text>")
+
+    def paragraph(self, x: float, y: float, text: str, *, max_width: float,
+                  size: float = FONT_SIZE, bold: bool = False, kind: str | None = None,
+                  fill: str | None = None) -> float:
+        """`text` wrapped to `max_width`, its first baseline at y; returns the y below it."""
+        step = size * 1.35
+        for line in wrap(text, max_width, size):
+            self.text(x, y, line, size=size, bold=bold, kind=kind, fill=fill)
+            y += step
+        return y - step + size * 0.9
 
     def polyline(self, points: Sequence[tuple[float, float]], *, stroke: str,
                  width: float = 2.0, dash: str | None = None, kind: str | None = None) -> None:
