@@ -209,6 +209,11 @@ class _Row:
                       opacity=share if share < FADED else None)
 
 
+def _width(item: Pass | _Run, times: _TimeMap) -> float:
+    """Pixels a pass or a run spans (at the picture's scale, cut or not)."""
+    return (item.end_s - item.start_s) * times.scale
+
+
 def _visible(row: list[Pass], times: _TimeMap) -> list[Pass]:
     """The passes of a row not wholly inside the cut."""
     if times.cut is None:
@@ -272,13 +277,16 @@ def timeline_svg(plan: PlanReport, *, heading: str) -> str:
     items = _all_items([_visible(row, times) for row in t.passes], times)
     tips = sum(map(len, items)) <= MAX_TIPS
     entries = [("forward", FORWARD), ("backward + recompute", BACKWARD)]
-    if any(t.comm_share):
+    if any(share * _width(item, times) >= MIN_COMM_PX
+           for share, row in zip(t.comm_share, items) for item in row):
         entries.append(("exposed communication", COMM))
     entries.append(("idle (bubble)", IDLE))
     if any(isinstance(i, _Run) and i.num_forward and i.num_backward
            for row in items for i in row):
         entries.append(("forward and backward passes too thin to draw apart", "url(#fb)"))
-    entries += [(g.name, SEGMENT_COLOURS[g.name]) for g in t.segments]
+    # Parts of the step under a pixel are drawn (and named on hover) but not in the legend.
+    entries += [(g.name, SEGMENT_COLOURS[g.name]) for g in t.segments
+                if g.seconds * times.scale >= 1]
 
     doc = svg.Svg(width, 0, title=heading)
     _defs(doc)
