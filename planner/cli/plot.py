@@ -67,11 +67,12 @@ def sweep_panels(rows) -> list[Panel]:
 
 
 def _ideal(xs: list[int], ys: list[float | None], *, power: int) -> list[float | None] | None:
-    """y of the first count with a value, times (x / that count) ** power, at every count."""
+    """y of the first count with a value, times (x / that count) ** power, at that count and
+    every one after it (None before it: nothing fits there)."""
     first = next(((x, y) for x, y in zip(xs, ys) if y is not None), None)
     if first is None:
         return None
-    return [first[1] * (x / first[0]) ** power for x in xs]
+    return [first[1] * (x / first[0]) ** power if x >= first[0] else None for x in xs]
 
 
 def _gpu_labels(xs: list[int], px) -> list[str]:
@@ -147,6 +148,10 @@ def _panel(doc: svg.Svg, x0: float, y0: float, xs: list[int], panel: Panel) -> N
     if panel.ideal is not None:
         doc.polyline([(px(x), py(y)) for x, y in zip(xs, panel.ideal) if y is not None],
                      stroke=IDEAL, width=1.5, dash="5,4", kind="ideal")
+    for x, y in zip(xs, panel.values):
+        if y is None:         # nothing fits on this many GPUs
+            doc.text(px(x), base - 6, "x", anchor="middle", fill="#c0392b", bold=True,
+                     kind="none")
     known = [(x, y) for x, y in zip(xs, panel.values) if y is not None]
     if known:
         doc.polyline([(px(x), py(y)) for x, y in known], stroke=LINE, kind="series")
@@ -165,6 +170,8 @@ def sweep_svg(title: str, xs: list[int], panels: list[Panel]) -> str:
     entries = [("predicted (best plan per count)", f"line:{LINE}")]
     if any(p.ideal is not None or p.percent for p in panels):
         entries.append(("ideal (linear) scaling", f"line:{IDEAL}|5,4"))
+    if any(y is None for y in panels[0].values):
+        entries.append(("x: no plan fits", "line:#c0392b"))
     legend_w = sum(16 + svg.text_width(n) + 14 for n, _ in entries)
     doc.legend(max(8.0, (width - legend_w) / 2), 36, entries, max_width=width - 16)
     for k, panel in enumerate(panels):
@@ -193,7 +200,9 @@ def sweep_png(path: str, title: str, xs: list[int], panels: list[Panel]) -> bool
         axis.plot([x for x, _ in known], [y for _, y in known], marker="o", color=LINE,
                   label="predicted")
         if panel.ideal is not None:
-            axis.plot(xs, panel.ideal, linestyle="--", color=IDEAL, label="ideal")
+            ideal = [(x, y) for x, y in zip(xs, panel.ideal) if y is not None]
+            axis.plot([x for x, _ in ideal], [y for _, y in ideal], linestyle="--", color=IDEAL,
+                      label="ideal")
         if panel.percent:
             axis.axhline(1.0, linestyle="--", color=IDEAL)
         axis.set_xscale("log", base=2)

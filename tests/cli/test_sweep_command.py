@@ -96,14 +96,16 @@ def _row(gpus: int, tokens_per_s: float | None, efficiency: float | None = None)
 
 
 def test_ideal_scaling_runs_from_the_first_count_with_a_plan():
-    from planner.cli.plot import sweep_panels
+    from planner.cli.plot import sweep_panels, sweep_svg
 
     rows = [_row(8, None), _row(16, 1000.0, 1.0), _row(32, 1800.0, 0.9), _row(64, 3000.0, 0.75)]
     throughput, efficiency, train = sweep_panels(rows)
-    assert throughput.ideal == [500.0, 1000.0, 2000.0, 4000.0]
+    assert throughput.ideal == [None, 1000.0, 2000.0, 4000.0]      # none before the first plan
     assert throughput.log_y and train.log_y and efficiency.percent
     first = train.values[1]
-    assert train.ideal == pytest.approx([2 * first, first, first / 2, first / 4])
+    assert train.ideal[1:] == pytest.approx([first, first / 2, first / 4])
+    root = ET.fromstring(sweep_svg("t", [8, 16, 32, 64], [throughput, efficiency, train]))
+    assert len(_by_class(root, "text", "none")) == 3              # 8 GPUs, in each panel
 
 
 def test_gpu_tick_labels_are_thinned_so_none_overlaps():
