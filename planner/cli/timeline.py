@@ -115,10 +115,8 @@ class _TimeMap:
         pieces = [(start_s, end_s)]
         if self.cut is not None:
             a, b = self.cut
-            pieces = [(max(lo, hi_lo[0]), min(hi, hi_lo[1])) for lo, hi in pieces
-                      for hi_lo in ((start_s, a), (b, end_s))]
-            pieces = [(lo, hi) for lo, hi in pieces if hi > lo]
-        return [(self.x(lo), (hi - lo) * self.scale, hi - lo) for lo, hi in pieces]
+            pieces = [(start_s, min(end_s, a)), (max(start_s, b), end_s)]
+        return [(self.x(lo), (hi - lo) * self.scale, hi - lo) for lo, hi in pieces if hi > lo]
 
 
 def _cut(timeline: Timeline) -> tuple[float, float] | None:
