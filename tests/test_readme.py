@@ -64,3 +64,28 @@ def test_readme_examples_print_what_it_shows(cli, tmp_path, monkeypatch):
         for line in shown:
             if line.strip() != "...":
                 assert " ".join(line.split()) in printed, line
+
+
+def test_readme_python_examples_run(capsys):
+    """Every ```python block (the Python API section) runs as shown."""
+    blocks = [b.split("```", 1)[0] for b in README.split("```python\n")[1:]]
+    assert blocks
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), {"__name__": "readme"})
+    printed = capsys.readouterr().out
+    assert "no strategy for llama3-405b on 8 x H100-SXM5-80GB" in printed
+
+
+def test_readme_picture_is_what_the_command_draws(cli, tmp_path):
+    """The timeline the Pictures section shows is the one its first command writes."""
+    section = README.split("### Pictures:", 1)[1]
+    command = section.split("```sh\n", 1)[1].splitlines()[0]
+    args = shlex.split(command)[1:]
+    shown = args[args.index("--timeline") + 1]
+    args[args.index("--timeline") + 1] = str(tmp_path / "timeline.svg")
+    args[args.index("--memory-chart") + 1] = str(tmp_path / "memory.svg")
+    code, _, _ = cli(*args)
+    assert code == 0
+    root = Path(__file__).resolve().parent.parent
+    assert f"]({shown})" in section
+    assert (tmp_path / "timeline.svg").read_bytes() == (root / shown).read_bytes()

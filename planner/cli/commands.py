@@ -13,6 +13,7 @@ import sys
 import click
 
 from cost_models.enums import AttentionKind, Fp8Recipe
+from planner.cli.pictures import check_paths, picture_options
 from planner.errors import ExitCode, InfeasibleError, InputError, clipped, one_line
 
 INTERNAL_ERROR = 3
@@ -87,14 +88,12 @@ def problem_options(function, *, gpus: bool = True):
     return function
 
 
-RUN_PRECISION_OPTIONS = ("fp8_attention", "fp8_output_layer", "bf16_first_layers",
-                         "bf16_last_layers")
-"""The options of `problem_options` that set what a low-precision run puts in FP8 beyond the
-linear layers, or keeps out of it (training settings of the same names)."""
-
-
 def run_precision_options(options: dict) -> dict:
-    """Take the `RUN_PRECISION_OPTIONS` out of a command's options."""
+    """Take the options of `problem_options` that set what a low-precision run puts in FP8
+    beyond the linear layers, or keeps out of it (`planner.api.RUN_PRECISION_OPTIONS`), out
+    of a command's options."""
+    from planner.api import RUN_PRECISION_OPTIONS
+
     return {name: options.pop(name, None) for name in RUN_PRECISION_OPTIONS}
 
 
@@ -283,36 +282,12 @@ def search_options(function):
 
 
 def _search_space(pins: dict, targets: tuple = ()):
-    """SearchSpace and SolverSettings from the options of `search_options`."""
-    from cost_models.enums import CpComm, RankOrder, Recompute, ZeroStage
-    from planner.search.candidates import SearchSpace
-    from planner.schemas.strategy import DpComm
-    from planner.search.solver import SolverSettings
+    """SearchSpace and SolverSettings from the options of `search_options`
+    (`planner.api.search_space`)."""
+    from planner.api import search_space
 
-    recompute = tuple(Recompute(r) for r in pins.pop("recompute")) or tuple(Recompute)
-    if pins.pop("no_recompute"):
-        recompute = (Recompute.NONE,)
-    module_sets = tuple(_module_set(text) for text in pins.pop("recompute_modules")) or None
-    zero = tuple(ZeroStage(int(z)) for z in pins.pop("zero")) or tuple(ZeroStage)
-    sp = pins.pop("sequence_parallel")
-    cp_comm = tuple(CpComm(k) for k in pins.pop("cp_comm")) or None
-    dp_comm = pins.pop("dp_comm")
-    offload = tuple(dict.fromkeys(pins.pop("offload")))
-    dispatcher = pins.pop("moe_dispatcher")
-    from cost_models.enums import MoeDispatcher
-    pins["moe_dispatcher"] = MoeDispatcher(dispatcher) if dispatcher is not None else None
-    order = pins.pop("rank_order")
-    rank_order = RankOrder(order) if order is not None else None
-    comms = (tuple(DpComm) if dp_comm == "both" else (DpComm(dp_comm),))
-    settings = SolverSettings(top_k=pins.pop("top_k"), time_limit_s=pins.pop("time_limit"),
-                              layout_work=pins.pop("layout_work"),
-                              num_workers=pins.pop("workers"), random_seed=pins.pop("seed"),
-                              export_path=pins.pop("export_model"), rank_ties=True)
-    space = SearchSpace(zero_stages=zero, recompute=recompute, recompute_modules=module_sets,
-                        sequence_parallel=(False, True) if sp is None else (sp,),
-                        dp_comm=comms, targets=targets, cp_comm=cp_comm, offload=offload,
-                        rank_order=rank_order, **pins)
-    return space, settings
+    modules = tuple(_module_set(text) for text in pins.pop("recompute_modules")) or None
+    return search_space(targets=targets, recompute_modules=modules, **pins)
 
 
 def _module_set(text: str):
@@ -330,20 +305,11 @@ def _module_set(text: str):
     return frozenset(RecomputeModule(n) for n in names)
 
 
-def _load_problem(model, cluster, *, gpus, nodes, seq_len, global_batch, global_batch_tokens,
-                  precision, optimizer, framework="megatron", fp8_recipe=None, attention=None,
-                  min_free=None, quiet=False, **run_precision):
-    from planner.inputs.loader import make_problem
+def _load_problem(model, cluster, *, quiet=False, **options):
+    """`planner.api.load_problem`, its notes on stderr unless `quiet`."""
+    from planner.api import load_problem
 
-    for flag, value in (("--seq-len", seq_len), ("--global-batch", global_batch),
-                        ("--nodes", nodes)):
-        if value is not None and value < 1:
-            raise InputError(f"{flag}: must be at least 1 (got {value})")
-    problem = make_problem(model, cluster, gpus=gpus, nodes=nodes, seq_len=seq_len,
-                           global_batch=global_batch, global_batch_tokens=global_batch_tokens,
-                           precision=precision, optimizer=optimizer, framework=framework,
-                           fp8_recipe=fp8_recipe, min_free_gib=min_free, attention=attention,
-                           **run_precision)
+    problem = load_problem(model, cluster, **options)
     for note in () if quiet else problem.notes:
         click.echo(f"note: {note}", err=True)
     return problem
@@ -351,16 +317,10 @@ def _load_problem(model, cluster, *, gpus, nodes, seq_len, global_batch, global_
 
 def _config_problem(model, cluster, gpus, overrides: dict):
     """The problem and the command line's training settings for a command that reads a config
-    file (validate, emit, diff): those settings win over the file's, the file's over the
-    model's. --fp8-recipe without --precision waits for the file's precision, and so do the
-    `RUN_PRECISION_OPTIONS`."""
-    from planner.review.config import Given
+    file (validate, emit, diff): `planner.api.config_problem`."""
+    from planner.api import config_problem
 
-    given = Given.from_options(**overrides)
-    if overrides.get("precision") is None:
-        overrides = {**overrides, "fp8_recipe": None,
-                     **{name: None for name in RUN_PRECISION_OPTIONS}}
-    return _load_problem(model, cluster, gpus=gpus, quiet=True, **overrides), given
+    return config_problem(model, cluster, gpus, overrides)
 
 
 def _problem_notes(*problems) -> None:
@@ -406,16 +366,14 @@ def cli(ctx: click.Context, debug: bool) -> None:
 def memory(model, cluster, strategy, framework, as_json, **overrides):
     """Per-GPU memory of STRATEGY (a strategy.yaml), stage by stage. Exit 1 when it does not
     fit."""
+    from planner.api import resolved_strategy
     from planner.costing.evaluate import evaluate_strategy
-    from planner.rules.ineffective import ineffective_settings
-    from planner.rules.validate import check_layout, margin_note
-    from planner.inputs.loader import load_strategy, resolve_strategy
-
     from planner.inputs.loader import framework_name
+    from planner.rules.ineffective import ineffective_settings
+    from planner.rules.validate import margin_note
 
     problem = _load_problem(model, cluster, framework=framework_name(framework), **overrides)
-    plan = resolve_strategy(load_strategy(strategy), problem, file=strategy)
-    check_layout(plan, problem, file=strategy)
+    plan = resolved_strategy(problem, strategy)
     report = evaluate_strategy(problem, plan)
     notes = _notes([*ineffective_settings(problem, plan),
                     *filter(None, [margin_note(problem, report)])])
@@ -457,18 +415,19 @@ def memory(model, cluster, strategy, framework, as_json, **overrides):
               metavar="USD", help="Price of one GPU-hour: adds the cost to train --tokens.")
 @click.option("--timings", is_flag=True, help="Also show how long the search took (the output "
               "then differs from run to run).")
+@picture_options
 def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, as_json, gpus,
          nodes, seq_len, global_batch, global_batch_tokens, precision, optimizer, fp8_recipe,
          attention, min_free, **pins):
     """The fastest strategies that fit MODEL on CLUSTER, ranked."""
+    from planner.api import check_price, plan_problem
     from planner.inputs.loader import framework_name
-    from planner.search.solver import search
 
     timings = pins.pop("timings")
     price = pins.pop("gpu_hour_price")
-    if price is not None and tokens is None:
-        raise InputError("--gpu-hour-price: give --tokens too (the cost is that of training "
-                         "them)")
+    pictures = {"timeline": pins.pop("timeline"), "memory_chart": pins.pop("memory_chart")}
+    check_paths(**pictures)
+    check_price(tokens, price)
     # Several targets: the ranking shown is the first's; each target's files come from its
     # own best plan (cli.targets), as `--emit TARGET` alone would write them.
     framework_given = framework
@@ -482,22 +441,15 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
     space, settings = _search_space(pins, targets[:1])
     with _working(f"searching strategies for {problem.model.name} on {problem.num_gpus} "
                   f"GPUs", quiet=as_json):
-        result = search(problem, space, settings, num_tokens=tokens)
-        by_comm = _best_per_dp_comm(problem, space, settings, tokens)
-    from dataclasses import replace
-
-    from planner.costing.uncertainty import uncertainty_notes
-    from planner.search.pin_notes import pinned_settings
-
-    result = replace(result, plans=[p.priced(price) for p in result.plans])
-    best = result.plans[0]
-    notes = _notes(pinned_settings(problem, space, result.plans)
-                   + uncertainty_notes(problem, best.strategy.cp, best.time.step_s))
-    # The wall time differs run to run: only with --timings, so that output is reproducible.
-    stats = result.search if timings else result.search.model_copy(update={"seconds": None})
+        out = plan_problem(problem, space, settings, tokens=tokens, gpu_hour_price=price,
+                           timings=timings)
+    notes = _notes(out.notes[len(problem.notes):])
     chosen = []
     if targets:
-        from planner.cli.targets import plans_per_target
+        from dataclasses import replace
+
+        from planner.cli.targets import plans_per_target, target_out
+        from planner.search.solver import search
 
         def load(target):
             return _load_problem(model, cluster, quiet=True, **options,
@@ -509,26 +461,20 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
             return [p.priced(price) for p in found.plans]
 
         with _working("searching each target's best plan", quiet=as_json or len(targets) < 2):
-            chosen = plans_per_target(targets, (problem, result.plans), load, search_one,
+            chosen = plans_per_target(targets, (problem, out.plans), load, search_one,
                                       plan_rank)
         for c in chosen:
             notes += _notes(_emit_notes(c.problem, c.plan))
         chosen = _emit(chosen, out_dir, force, tokens, describe=len(targets) > 1)
-    written = [path for c in chosen for path in c.files]
+        out = out.model_copy(update={
+            "notes": list(problem.notes) + notes,
+            "emitted": [str(path) for c in chosen for path in c.files],
+            "targets": [target_out(c, plan_rank) for c in chosen]})
+    _pictures(problem, out.plans, plan_rank, pictures)
     if as_json:
-        out = {**_json_head(problem, notes),
-               "plans": [p.model_dump(mode="json") for p in result.plans],
-               "search": stats.model_dump(mode="json", exclude={"seconds"} if not timings
-                                          else set()),
-               "emitted": [str(p) for p in written]}
-        if chosen:
-            from planner.cli.targets import target_json
-
-            out["targets"] = [target_json(c, plan_rank) for c in chosen]
-        if by_comm:
-            out["dp_comm"] = {comm: (best.model_dump(mode="json") if not isinstance(best, str)
-                                     else {"error": best}) for comm, best in by_comm.items()}
-        click.echo(json.dumps(out, indent=2))
+        # The wall time differs run to run: only with --timings, so that output is reproducible.
+        click.echo(json.dumps(out.model_dump(mode="json", exclude=_absent(out, timings)),
+                              indent=2))
         return
     from planner.cli import render
 
@@ -536,34 +482,47 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
     heading = (f"{problem.model.name} ({render.params_label(problem.model)}) on "
                f"{problem.num_gpus} x {problem.cluster.gpu.name}: batch {t.global_batch} x "
                f"{t.seq_len} tokens, {render.run_label(problem)}, {problem.framework.name}")
-    render.print_renderable(render.plan_view(heading=heading, plans=result.plans,
-                                             search=stats))
-    if by_comm:
-        render.print_renderable(render.dp_comm_table(by_comm))
+    render.print_renderable(render.plan_view(heading=heading, plans=out.plans,
+                                             search=out.search))
+    if out.dp_comm:
+        render.print_renderable(render.dp_comm_table(
+            {comm: getattr(best, "error", best) for comm, best in out.dp_comm.items()}))
     if len(chosen) > 1:
         from planner.cli.targets import targets_view
 
         render.print_renderable(targets_view(chosen, plan_rank))
 
 
-def _best_per_dp_comm(problem, space, settings, tokens) -> dict:
-    """With --dp-comm both: the best plan of each data-parallel exchange on its own, by name
-    (or why none fits), to show side by side; empty otherwise."""
-    from dataclasses import replace
+def _absent(out, timings: bool) -> dict:
+    """What `plan --json` leaves out: the search's wall time without --timings, the targets
+    without --emit, the per-exchange plans without --dp-comm both."""
+    exclude: dict = {} if timings else {"search": {"seconds"}}
+    for key in ("targets", "dp_comm"):
+        if not getattr(out, key):
+            exclude[key] = True
+    return exclude
 
-    from planner.search.solver import search
 
-    if len(space.dp_comm) < 2:
-        return {}
-    out = {}
-    for comm in space.dp_comm:
-        try:
-            out[comm.value] = search(problem, replace(space, dp_comm=(comm,)),
-                                     replace(settings, top_k=1, export_path=None),
-                                     num_tokens=tokens).plans[0]
-        except InfeasibleError as e:      # why, in one line: the first rule that says so
-            out[comm.value] = (e.details[0] if e.details else str(e)).strip()
-    return out
+def _pictures(problem, plans: list, rank: int, pictures: dict, *, what: str | None = None
+              ) -> None:
+    """--timeline and --memory-chart of the plan at --plan's rank (`what`: how the heading
+    names it; default 'plan #rank')."""
+    from planner.cli import render
+    from planner.cli.pictures import write_pictures
+
+    if not any(pictures.values()):
+        return
+    if not plans:          # validate: a strategy that cannot be laid out on the model
+        _stderr("note: no picture drawn: the strategy has no stage layout to draw")
+        return
+    if rank > len(plans):
+        raise InputError(f"--plan {rank}: the search ranked {len(plans)} plan(s)")
+    chosen = plans[rank - 1]
+    heading = (f"{problem.model.name} ({render.params_label(problem.model)}) on "
+               f"{problem.num_gpus} x {problem.cluster.gpu.name}: {what or f'plan #{rank}'}, "
+               f"{render.strategy_label(chosen)}")
+    for path in write_pictures(chosen, heading, **pictures):
+        _stderr(f"wrote {path}")
 
 
 def _notes(notes: list[str]) -> list[str]:
@@ -575,19 +534,10 @@ def _notes(notes: list[str]) -> list[str]:
 
 def _json_head(problem, notes: list[str] = ()) -> dict:
     """The keys every --json output starts with: what was planned, on what, and the notes
-    (the problem's, then `notes`)."""
-    return {"model": problem.model.name,
-            "params": {"total": problem.model.num_params,
-                       "active": problem.model.num_active_params},
-            "cluster": problem.cluster.name, "num_gpus": problem.num_gpus,
-            "framework": problem.framework.name, "global_batch": problem.training.global_batch,
-            "seq_len": problem.training.seq_len,
-            "precision": problem.training.precision.value,
-            "fp8_recipe": (problem.training.fp8_recipe.value
-                           if problem.training.fp8_recipe is not None else None),
-            "attention": problem.attention.value,
-            **low_precision_json(problem.training),
-            "notes": list(problem.notes) + list(notes)}
+    (the problem's, then `notes`): `planner.api.run_head`."""
+    from planner.api import run_head
+
+    return run_head(problem, notes).model_dump(mode="json")
 
 
 def low_precision_json(training) -> dict:
@@ -631,38 +581,30 @@ def _emit(chosen: list, out_dir, force, tokens, *, describe: bool = False) -> li
 @click.option("--tokens", type=_Count(), help="Training tokens: adds time to train.")
 @framework_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+@picture_options
 def validate(model, cluster, strategy, targets, cross_node_tp, no_compare, tokens, framework,
-             as_json, gpus, **overrides):
+             as_json, gpus, timeline, memory_chart, **overrides):
     """Check STRATEGY: a strategy.yaml, DeepSpeed JSON, Megatron-LM script or argument file,
     torchtitan recipe or TOML, MindSpore setup or MindFormers run YAML. Exit 1 when a rule is
     broken or it does not fit."""
-    from planner.review.config import review_config
-    from planner.rules.gate import RuleOptions
+    from pathlib import Path
 
+    from planner.api import review_source, validate_output
+
+    check_paths(timeline, memory_chart)
     problem, given = _config_problem(model, cluster, gpus, overrides)
     with _working(f"checking {strategy}" + ("" if no_compare else " and searching for the "
                                             "best plan"), quiet=as_json):
-        review = review_config(problem, strategy, gpus_given=gpus,
-                               options=RuleOptions(cross_node_tp=cross_node_tp,
-                                                   targets=targets),
-                               compare=not no_compare, num_tokens=tokens, framework=framework,
+        review = review_source(problem, strategy, gpus=gpus, tokens=tokens,
+                               framework=framework, targets=targets,
+                               cross_node_tp=cross_node_tp, compare=not no_compare,
                                given=given)
     _problem_notes(review.problem)
+    _pictures(review.problem, [review.report] if review.report else [], 1,
+              {"timeline": timeline, "memory_chart": memory_chart},
+              what=one_line(Path(strategy).name))
     if as_json:
-        report = review.report
-        out = {**_json_head(review.problem), "file": strategy,
-               "target": review.target.value if review.target else None,
-               "valid": review.valid,
-               "violations": [v.model_dump(mode="json") for v in review.violations],
-               "strategy": review.strategy.model_dump(mode="json"),
-               **({k: getattr(report, k).model_dump(mode="json")
-                   for k in ("memory", "time", "throughput")} if report else
-                  {"memory": None, "time": None, "throughput": None}),
-               "best": review.best.model_dump(mode="json") if review.best else None,
-               "best_note": review.best_note, "speedup": review.speedup,
-               "layout_advice": review.advice,
-               "notes": list(review.problem.notes) + list(review.notes)}
-        click.echo(json.dumps(out, indent=2))
+        click.echo(json.dumps(validate_output(review).model_dump(mode="json"), indent=2))
     else:
         from planner.cli import render
 
@@ -739,12 +681,14 @@ def clusters(show):
 
 
 @cli.command()
-@click.argument("file", type=click.Choice(["model", "cluster", "strategy"]))  # file_schema.FILES
+@click.argument("file", type=click.Choice(["model", "cluster", "strategy",  # file_schema.FILES
+                                           "report"]))                    # and .OUTPUTS
 @click.option("--out", "out_file", type=click.Path(dir_okay=False), metavar="FILE",
               help="Write the schema to FILE (replacing it) instead of printing it.")
 def schema(file, out_file):
     """Print the JSON Schema of a model.yaml, cluster.yaml or strategy.yaml, made from the
-    models the planner validates that file with."""
+    models the planner validates that file with, or of the report `plan --json` and
+    `validate --json` print."""
     from pathlib import Path
 
     from planner.frameworks import write_files

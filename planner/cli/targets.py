@@ -27,6 +27,7 @@ from planner.frameworks import LaunchPlan, emit_files, write_files
 from planner.inputs.loader import load_framework
 from planner.review.config import strategy_of
 from planner.errors import InfeasibleError, InputError
+from planner.schemas.output import TargetOut
 from planner.schemas.report import PlanReport
 from planner.schemas.strategy import LaunchTarget
 
@@ -84,11 +85,10 @@ def write_targets(chosen: list[TargetPlan], out_dir, *, force: bool,
     return [replace(c, files=tuple(by_name[n] for n in own)) for c, own in zip(chosen, names)]
 
 
-def target_json(chosen: TargetPlan, rank: int) -> dict:
+def target_out(chosen: TargetPlan, rank: int) -> TargetOut:
     """One entry of `planner plan --json`'s "targets": which plan a target's files hold."""
-    return {"target": chosen.target.value, "framework": chosen.problem.framework.name,
-            "rank": rank, "plan": chosen.plan.model_dump(mode="json"),
-            "files": [str(p) for p in chosen.files]}
+    return TargetOut(target=chosen.target.value, framework=chosen.problem.framework.name,
+                     rank=rank, plan=chosen.plan, files=[str(p) for p in chosen.files])
 
 
 def wrote_line(path: Path, chosen: TargetPlan) -> str:

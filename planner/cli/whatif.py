@@ -118,9 +118,10 @@ class _Counts(click.ParamType):
               "and GPU-hours.")
 @click.option("--gpu-hour-price", type=click.FloatRange(min=0, min_open=True, max=1e6),
               metavar="USD", help="Price of one GPU-hour: adds the cost to train --tokens.")
-@click.option("--plot", type=click.Path(dir_okay=False), help="Write throughput and cost (or "
-              "scaling efficiency) against GPU count to this .svg (and a PNG beside it where "
-              "matplotlib is installed), or to this .png (needs matplotlib).")
+@click.option("--plot", type=click.Path(dir_okay=False), help="Write throughput (log-log, with "
+              "ideal scaling), scaling efficiency, and with --tokens time to train (and cost) "
+              "against GPU count to this .svg (and a PNG beside it where matplotlib is "
+              "installed), or to this .png (needs matplotlib).")
 @framework_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def sweep(model, cluster, counts, tokens, gpu_hour_price, plot, framework, as_json, nodes,
@@ -210,12 +211,10 @@ def _write_plot(path: str, problem, rows) -> None:
     from planner.frameworks import write_files
 
     xs = [r.gpus for r in rows]
-    tokens = [r.plan.throughput.tokens_per_s if r.plan else None for r in rows]
-    costs = [r.plan.throughput.cost_usd if r.plan else None for r in rows]
-    second = (("cost to train (USD)", costs) if any(c is not None for c in costs) else
-              ("scaling efficiency", [r.scaling_efficiency for r in rows]))
-    panels = [("throughput (tokens/s)", tokens), second]
-    title = f"{problem.model.name} on {problem.cluster.gpu.name}"
+    panels = plot.sweep_panels(rows)
+    t = problem.training
+    title = (f"{problem.model.name} on {problem.cluster.gpu.name}: batch {t.global_batch} x "
+             f"{t.seq_len} tokens (fixed), best plan per GPU count")
     target = Path(path)
     written, png = [], target
     if _plot_format(path) == "svg":

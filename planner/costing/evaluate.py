@@ -154,6 +154,8 @@ class Evaluation:
     """Bytes of the pipeline engine's kept stage outputs (framework profile)."""
     stage_layers: np.ndarray
     stage_compute_s: np.ndarray
+    stage_forward_s: np.ndarray
+    """Of stage_compute_s, the forward pass (the rest: backward and recomputation)."""
     stage_tp_s: np.ndarray
     stage_ep_s: np.ndarray
     stage_cp_s: np.ndarray
@@ -280,7 +282,7 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
         stage_optimizer=optimizer, stage_activations=activations, stage_other=other,
         stage_in_flight=in_flight.sum(2) / v, stage_pipe_buffers=pipe_buffers,
         stage_layers=occ.stage_counts[:, occ.is_layer].sum(1),
-        stage_compute_s=compute, stage_tp_s=tp_comm, stage_ep_s=ep_comm, stage_cp_s=cp_comm,
+        stage_compute_s=compute, stage_forward_s=fwd, stage_tp_s=tp_comm, stage_ep_s=ep_comm, stage_cp_s=cp_comm,
         stage_pp_s=pp_comm,
         stage_dp_s=dp_per_mb, peak_bytes=total[rows, peak_stage], peak_stage=peak_stage,
         compute_s=m * compute[rows, slowest], tp_comm_s=m * tp_comm[rows, slowest],
@@ -411,6 +413,7 @@ def report(problem: Problem, layout: Layout, cands: Candidates, ev: Evaluation, 
                           host_bytes=float(ev.host_bytes[i]),
                           host_capacity_bytes=problem.cluster.host_bytes_per_gpu)
     stage_times = [StageTime(stage=r, compute_s=float(ev.stage_compute_s[i, r]),
+                             forward_s=float(ev.stage_forward_s[i, r]),
                              tp_comm_s=float(ev.stage_tp_s[i, r]),
                              ep_comm_s=float(ev.stage_ep_s[i, r]),
                              cp_comm_s=float(ev.stage_cp_s[i, r]),

@@ -1,4 +1,5 @@
-"""JSON Schema of the three input files, from the pydantic models the loader validates them with.
+"""JSON Schema of the three input files, from the pydantic models the loader validates them with,
+and of the report `planner plan --json` and `planner validate --json` print.
 
 A cluster.yaml is a `ClusterSpec`, a strategy.yaml a `Strategy`. A model.yaml is one of two
 shapes, and `loader._model_from_mapping` picks by the `layers` key: with it, a `LayersFile`
@@ -20,13 +21,17 @@ from pydantic.json_schema import models_json_schema
 from planner.schemas.bounds import MAX_LAYERS
 from planner.schemas.cluster import ClusterSpec
 from planner.schemas.model_file import LayersFile, TransformerShorthand
+from planner.schemas.output import REPORTS
 from planner.schemas.strategy import Strategy
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 """pydantic writes JSON Schema draft 2020-12."""
 
 FILES = ("model", "cluster", "strategy")
-"""The names `planner schema` takes: model.yaml, cluster.yaml, strategy.yaml."""
+"""The input files `planner schema` describes: model.yaml, cluster.yaml, strategy.yaml."""
+
+OUTPUTS = ("report",)
+"""The outputs it describes: the JSON of `plan --json` or `validate --json`."""
 
 _REPEAT = {"type": "integer", "minimum": 1, "maximum": MAX_LAYERS,
            "description": "Copies of this block in a row (the loader's `repeat`, default 1)."}
@@ -40,7 +45,9 @@ def file_schema(name: str) -> dict[str, Any]:
         return _single(Strategy, "strategy.yaml")
     if name == "model":
         return _model()
-    raise ValueError(f"no schema named {name!r}; one of {', '.join(FILES)}")
+    if name == "report":
+        return _report()
+    raise ValueError(f"no schema named {name!r}; one of {', '.join(FILES + OUTPUTS)}")
 
 
 def schema_text(name: str) -> str:
@@ -64,6 +71,18 @@ def _model() -> dict[str, Any]:
             "oneOf": [refs[(TransformerShorthand, "validation")],
                       refs[(LayersFile, "validation")]],
             "$defs": defs}
+
+
+def _report() -> dict[str, Any]:
+    """`PlanOutput` or `ValidateOutput`, as serialized (computed fields included)."""
+    refs, top = models_json_schema([(cls, "serialization") for cls in REPORTS])
+    return {"$schema": DIALECT, "title": "planner report",
+            "description": "The JSON `planner plan --json` prints (a PlanOutput) or "
+                           "`planner validate --json` prints (a ValidateOutput); `planner "
+                           "memory --json` prints the head keys, `strategy` and a "
+                           "MemoryReport's keys.",
+            "anyOf": [refs[(cls, "serialization")] for cls in REPORTS],
+            "$defs": top["$defs"]}
 
 
 def _entries_may_repeat(defs: dict[str, Any]) -> None:

@@ -270,14 +270,16 @@ def review_config(problem: Problem, path: str, *, gpus_given: int | None,
                   options: RuleOptions = RuleOptions(), compare: bool = True,
                   num_tokens: float | None = None,
                   settings: SolverSettings = SolverSettings(top_k=1),
-                  framework: str | None = None, given: Given = Given()) -> Review:
-    """Check a config file. Its framework's profile prices it unless `framework` is given
-    (a strategy.yaml with --target uses the target's; else Megatron-LM's). The best plan it
-    is compared with is searched for the same problem: the file's GPU count, global batch,
-    seq_len and precision (the command line's where `given`)."""
+                  framework: str | None = None, given: Given = Given(),
+                  parsed: ParsedConfig | None = None) -> Review:
+    """Check a config file (`parsed`: already read, `path` then only names it). Its
+    framework's profile prices it unless `framework` is given (a strategy.yaml with --target
+    uses the target's; else Megatron-LM's). The best plan it is compared with is searched for
+    the same problem: the file's GPU count, global batch, seq_len and precision (the command
+    line's where `given`)."""
     problem, strategy, parsed, options = read_strategy(
         problem, path, gpus_given=gpus_given, options=options, settings=settings,
-        num_tokens=num_tokens, framework=framework, given=given)
+        num_tokens=num_tokens, framework=framework, given=given, parsed=parsed)
     targets = options.targets
     check = validate(problem, strategy, options=options, num_tokens=num_tokens)
     best = note = None

@@ -116,6 +116,9 @@ class StageTime(BaseModel):
     model_config = _OUT
     stage: int
     compute_s: float
+    forward_s: float = 0.0
+    """Of compute_s, the forward pass; the rest is the backward pass and any recomputation
+    (what `planner plan --timeline` splits each micro-batch's work by)."""
     tp_comm_s: float
     pp_comm_s: float
     dp_comm_s: float

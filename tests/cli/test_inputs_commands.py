@@ -11,7 +11,7 @@ import yaml
 import model_zoo
 from planner.cli.commands import cli as cli_group
 from planner.inputs import presets
-from planner.inputs.file_schema import FILES, file_schema
+from planner.inputs.file_schema import FILES, OUTPUTS, file_schema
 from planner.inputs.loader import load_cluster, load_model
 from planner.schemas.bounds import MAX_GPUS, MAX_LAYERS
 from planner.schemas.cluster import ClusterSpec
@@ -109,7 +109,7 @@ def test_schema_prints_a_json_schema_with_sorted_keys(cli, name):
 
 
 def test_schema_names_are_the_files_the_command_takes():
-    assert tuple(cli_group.commands["schema"].params[0].type.choices) == FILES
+    assert tuple(cli_group.commands["schema"].params[0].type.choices) == FILES + OUTPUTS
 
 
 def test_schema_of_cluster_and_strategy_lists_every_field():
@@ -188,8 +188,9 @@ def test_schema_of_a_layers_entry_takes_repeat(tmp_path):
 def test_schema_unknown_file_is_a_usage_error(cli):
     code, out, err = cli("schema", "modle")
     assert (code, out) == (2, "")
-    assert err == ("Error: Invalid value for '{model|cluster|strategy}': 'modle' is not one of "
-                   "'model', 'cluster', 'strategy'. (see 'planner schema --help')\n")
+    assert err == ("Error: Invalid value for '{model|cluster|strategy|report}': 'modle' is not "
+                   "one of 'model', 'cluster', 'strategy', 'report'. (see 'planner schema "
+                   "--help')\n")
 
 
 def test_schema_out_writes_the_file(cli, tmp_path):

@@ -14,7 +14,7 @@ def _interrupt(*_, **__):
 
 @pytest.mark.parametrize("where", [
     "planner.search.solver.search",               # in the search
-    "planner.inputs.loader.make_problem",         # while the inputs load
+    "planner.api.make_problem",                   # while the inputs load
     "planner.cli.render.print_renderable",        # while the result prints
 ])
 def test_ctrl_c_inside_a_command_is_130(cli, monkeypatch, where):

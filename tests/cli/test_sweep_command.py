@@ -39,17 +39,90 @@ def test_a_count_where_nothing_fits_is_a_row_with_the_reason(cli):
     assert "none fits" in out and "8 GPUs: no strategy" in " ".join(out.split())
 
 
-def test_plot_is_an_svg_of_throughput_and_cost(cli, tmp_path):
+NS = "{http://www.w3.org/2000/svg}"
+
+
+def _by_class(root, tag: str, kind: str) -> list:
+    return [e for e in root.iter(f"{NS}{tag}") if e.get("class") == kind]
+
+
+def test_plot_is_an_svg_of_throughput_efficiency_time_and_cost(cli, tmp_path):
     path = tmp_path / "sweep.svg"
     code, _, err = cli(*ARGS, "--gpus", "8,16,32", "--gpu-hour-price", "2", "--plot",
                        str(path))
     assert code == 0 and f"wrote {path}" in err
     svg = ET.parse(path).getroot()
-    ns = "{http://www.w3.org/2000/svg}"
-    texts = [t.text for t in svg.iter(f"{ns}text")]
-    assert "throughput (tokens/s)" in texts and "cost to train (USD)" in texts
-    lines = list(svg.iter(f"{ns}polyline"))
-    assert len(lines) == 2 and all(len(p.get("points").split()) == 3 for p in lines)
+    texts = [t.text for t in svg.iter(f"{NS}text")]
+    for title in ("Throughput", "Scaling efficiency", "Time to train", "Cost to train"):
+        assert title in texts
+    # Every axis says what it is and in which unit.
+    assert texts.count("GPUs (log scale)") == 4
+    assert {t.text for t in _by_class(svg, "text", "ylabel")} == {
+        "tokens/s (log scale)", "tokens/s per GPU vs. first (%)", "days (log scale)", "USD"}
+    assert any(t.text.endswith("%") for t in _by_class(svg, "text", "ytick"))
+    series = _by_class(svg, "polyline", "series")
+    assert len(series) == 4 and all(len(p.get("points").split()) == 3 for p in series)
+    # Ideal scaling: throughput and time to train (lines), efficiency (100%).
+    assert len(_by_class(svg, "polyline", "ideal")) == 2
+    assert len(_by_class(svg, "line", "ideal")) == 1
+    assert path.read_bytes() == _rerun(cli, tmp_path, "--gpu-hour-price", "2")
+
+
+def _rerun(cli, tmp_path, *extra) -> bytes:
+    again = tmp_path / "again.svg"
+    cli(*ARGS, "--gpus", "8,16,32", *extra, "--plot", str(again))
+    return again.read_bytes()
+
+
+def test_plot_without_tokens_has_no_time_to_train_panel(cli, tmp_path):
+    path = tmp_path / "sweep.svg"
+    code, _, _ = cli(*ARGS[:3], "--gpus", "8,16", "--plot", str(path))
+    assert code == 0
+    texts = [t.text for t in ET.parse(path).getroot().iter(f"{NS}text")]
+    assert "Throughput" in texts and "Scaling efficiency" in texts
+    assert "Time to train" not in texts and "Cost to train" not in texts
+
+
+def _row(gpus: int, tokens_per_s: float | None, efficiency: float | None = None):
+    from types import SimpleNamespace
+
+    from planner.search.sweep import SweepRow
+
+    if tokens_per_s is None:
+        return SweepRow(gpus, None, "nothing fits")
+    throughput = SimpleNamespace(tokens_per_s=tokens_per_s, time_to_train_s=1e12 / tokens_per_s,
+                                 cost_usd=None)
+    return SweepRow(gpus, SimpleNamespace(throughput=throughput), None, efficiency)
+
+
+def test_ideal_scaling_runs_from_the_first_count_with_a_plan():
+    from planner.cli.plot import sweep_panels, sweep_svg
+
+    rows = [_row(8, None), _row(16, 1000.0, 1.0), _row(32, 1800.0, 0.9), _row(64, 3000.0, 0.75)]
+    throughput, efficiency, train = sweep_panels(rows)
+    assert throughput.ideal == [None, 1000.0, 2000.0, 4000.0]      # none before the first plan
+    assert throughput.log_y and train.log_y and efficiency.percent
+    first = train.values[1]
+    assert train.ideal[1:] == pytest.approx([first, first / 2, first / 4])
+    root = ET.fromstring(sweep_svg("t", [8, 16, 32, 64], [throughput, efficiency, train]))
+    assert len(_by_class(root, "text", "none")) == 3              # 8 GPUs, in each panel
+
+
+def test_gpu_tick_labels_are_thinned_so_none_overlaps():
+    from planner.cli import svg as svg_text
+    from planner.cli.plot import sweep_panels, sweep_svg
+
+    counts = list(range(8, 41)) + [48, 56, 64, 1000, 1024]
+    rows = [_row(n, 100.0 * n, 1.0) for n in counts]
+    root = ET.fromstring(sweep_svg("t", counts, sweep_panels(rows)))
+    ticks = _by_class(root, "text", "xtick")
+    panel = [t for t in ticks if float(t.get("x")) < 420           # the first panel's
+             and t.get("y") == ticks[0].get("y")]
+    assert panel[0].text == "8" and panel[-1].text == "1024"
+    assert 3 < len(panel) < len(counts)
+    spans = sorted((float(t.get("x")) - svg_text.text_width(t.text) / 2,
+                    float(t.get("x")) + svg_text.text_width(t.text) / 2) for t in panel)
+    assert all(b[0] > a[1] for a, b in zip(spans, spans[1:]))
 
 
 def test_bad_sweep_input(cli):

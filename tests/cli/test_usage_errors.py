@@ -18,10 +18,11 @@ def test_a_missing_argument_with_choices_lists_them(cli):
     code, out, err = cli("schema")
     assert (code, out) == (2, "")
     assert err.splitlines() == [
-        "Error: Missing argument '{model|cluster|strategy}'. Choose from:",
+        "Error: Missing argument '{model|cluster|strategy|report}'. Choose from:",
         "  model,",
         "  cluster,",
-        "  strategy",
+        "  strategy,",
+        "  report",
         "(see 'planner schema --help')",
     ]
 

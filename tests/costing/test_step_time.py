@@ -153,3 +153,15 @@ def test_mfu_counts_attention_as_the_kernel_runs_it():
     skipped = 32 * 3 * (2 * 2 * s * s * 128 * 32) / 2     # 32 layers, 32 heads of 128
     assert full - as_run == pytest.approx(skipped, rel=1e-12)
     assert (full - as_run) / full == pytest.approx(0.41, abs=0.01)   # 41% of Megatron's count
+
+
+def test_stage_forward_is_the_forward_share_of_compute():
+    """StageTime.forward_s (what --timeline splits a micro-batch by) is the forward pass:
+    part of compute_s, about a third of it without recomputation (backward = 2 x forward)."""
+    from planner.inputs.loader import resolve_strategy
+
+    problem = make_problem("llama2-7b", "dgx-h100", gpus=16)
+    plan = evaluate_strategy(problem, resolve_strategy(Strategy(tp=2, pp=2), problem))
+    for stage in plan.time.stages:
+        assert 0 < stage.forward_s < stage.compute_s
+        assert stage.forward_s / stage.compute_s == pytest.approx(1 / 3, abs=0.05)
