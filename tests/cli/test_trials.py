@@ -115,3 +115,13 @@ def test_existing_trials_need_force(trials, cli):
     assert code == 2 and "--force" in err
     code, _, err = cli(*PLAN, "--emit-trials", "2", "--out", str(out), "--force")
     assert code == 0, err
+
+
+def test_every_trial_flag_is_one_megatron_knows(trials):
+    from planner.frameworks.megatron import KNOWN_FLAGS
+
+    out, _, _ = trials
+    for script in out.glob("trial-*/pretrain_gpt.sh"):
+        flags = set(re.findall(r"^\s+(--[a-z0-9-]+)", script.read_text(), re.M))
+        assert flags and flags <= KNOWN_FLAGS | {"--rdzv-backend", "--rdzv-endpoint",
+                                                 "--rdzv-id"}, flags - KNOWN_FLAGS
