@@ -409,6 +409,10 @@ def memory(model, cluster, strategy, framework, as_json, **overrides):
 @click.option("--plan", "plan_rank", type=click.IntRange(min=1), default=1, show_default=True,
               help="Which ranked plan --emit writes.")
 @click.option("--force", is_flag=True, help="Let --emit overwrite existing files.")
+@click.option("--emit-trials", "num_trials", type=click.IntRange(min=1), metavar="K",
+              help="Write a short Megatron-LM benchmark run of each of the top K plans under "
+                   "--out (trial-1/, ...), run_trials.sh to run them all, and the runs.yaml "
+                   "that `planner calibrate` reads their logs from.")
 @framework_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 @click.option("--gpu-hour-price", type=click.FloatRange(min=0, min_open=True, max=1e6),
@@ -416,9 +420,9 @@ def memory(model, cluster, strategy, framework, as_json, **overrides):
 @click.option("--timings", is_flag=True, help="Also show how long the search took (the output "
               "then differs from run to run).")
 @picture_options
-def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, as_json, gpus,
-         nodes, seq_len, global_batch, global_batch_tokens, precision, optimizer, fp8_recipe,
-         attention, min_free, **pins):
+def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, num_trials, framework,
+         as_json, gpus, nodes, seq_len, global_batch, global_batch_tokens, precision, optimizer,
+         fp8_recipe, attention, min_free, **pins):
     """The fastest strategies that fit MODEL on CLUSTER, ranked."""
     from planner.api import check_price, plan_problem
     from planner.inputs.loader import framework_name
@@ -427,6 +431,10 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
     price = pins.pop("gpu_hour_price")
     pictures = {"timeline": pins.pop("timeline"), "memory_chart": pins.pop("memory_chart")}
     check_paths(**pictures)
+    others = [t.value for t in targets if t.value != "megatron"]
+    if num_trials and others:
+        raise InputError(f"--emit-trials: trial runs are written for megatron only (not "
+                         f"{', '.join(others)}); use --emit megatron or leave --emit out")
     check_price(tokens, price)
     # Several targets: the ranking shown is the first's; each target's files come from its
     # own best plan (cli.targets), as `--emit TARGET` alone would write them.
@@ -435,10 +443,11 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
                    global_batch_tokens=global_batch_tokens, precision=precision,
                    optimizer=optimizer, fp8_recipe=fp8_recipe, attention=attention,
                    min_free=min_free, **run_precision_options(pins))
-    framework = framework_name(framework, targets[:1])
+    search_targets = targets[:1] or _trial_targets(num_trials, pins)
+    framework = framework_name(framework, search_targets)
     problem = _load_problem(model, cluster, framework=framework, **options)
     # The rules of the framework that prices the plans apply too (rules.rule_targets).
-    space, settings = _search_space(pins, targets[:1])
+    space, settings = _search_space(pins, search_targets)
     with _working(f"searching strategies for {problem.model.name} on {problem.num_gpus} "
                   f"GPUs", quiet=as_json):
         out = plan_problem(problem, space, settings, tokens=tokens, gpu_hour_price=price,
@@ -470,6 +479,10 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
             "notes": list(problem.notes) + notes,
             "emitted": [str(path) for c in chosen for path in c.files],
             "targets": [target_out(c, plan_rank) for c in chosen]})
+    if num_trials:
+        trials = _emit_trials(problem, out.plans[:num_trials], num_trials, model, cluster,
+                              out_dir, force)
+        out = out.model_copy(update={"emitted": out.emitted + [str(p) for p in trials]})
     _pictures(problem, out.plans, plan_rank, pictures)
     if as_json:
         # The wall time differs run to run: only with --timings, so that output is reproducible.
@@ -491,6 +504,40 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, framework, 
         from planner.cli.targets import targets_view
 
         render.print_renderable(targets_view(chosen, plan_rank))
+
+
+def _trial_targets(num_trials: int | None, pins: dict) -> tuple:
+    """--emit-trials alone: the search keeps to what Megatron-LM runs, and ranks at least K
+    plans (--top)."""
+    from planner.schemas.strategy import LaunchTarget
+
+    if not num_trials:
+        return ()
+    pins["top_k"] = max(pins["top_k"], num_trials)
+    return (LaunchTarget.MEGATRON,)
+
+
+def _emit_trials(problem, plans: list, num_trials: int, model: str, cluster: str, out_dir,
+                 force) -> list:
+    """--emit-trials: a trial run of each plan, the launcher and runs.yaml, all or none."""
+    from pathlib import Path
+
+    from planner.calibrate.trials import LAUNCHER, RUNS_FILE, trial_files
+    from planner.frameworks import write_files
+    from planner.review.config import strategy_of
+
+    files = trial_files(problem, [(p, strategy_of(p)) for p in plans], model, out_dir)
+    paths = write_files(files, out_dir, force=force)
+    for path in paths:
+        _stderr(f"wrote {path}")
+    out = Path(out_dir)
+    if len(plans) < num_trials:
+        _stderr(f"note: --emit-trials {num_trials}: the search ranked {len(plans)} plan(s); "
+                f"wrote a trial of each")
+    _stderr(f"note: {len(plans)} trial run(s) of the top plans: run `bash {out / LAUNCHER}` on "
+            f"every node (MASTER_ADDR=<first node>), then `planner calibrate {cluster} "
+            f"{out / RUNS_FILE}` fits the cluster's constants to their logs")
+    return paths
 
 
 def _absent(out, timings: bool) -> dict:

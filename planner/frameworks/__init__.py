@@ -40,7 +40,8 @@ def write_files(files: dict[str, str], out_dir: str | Path, *, force: bool) -> l
     to a temporary file in the same directory, then rename them all (never half-written; an
     interrupt before the renames leaves the old files). The files get the mode a plain
     open() would give them under the umask (mkstemp's 0600 would not); scripts are
-    executable."""
+    executable. A name may hold a sub-directory ('trial-1/pretrain_gpt.sh'): it is made
+    before the files are staged."""
     out = Path(out_dir)
     staged: list[tuple[str, Path]] = []
     try:
@@ -55,7 +56,9 @@ def write_files(files: dict[str, str], out_dir: str | Path, *, force: bool) -> l
         out.mkdir(parents=True, exist_ok=True)
         try:
             for path, text in zip(paths, files.values()):
-                fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{path.name}.", suffix=".tmp")
+                path.parent.mkdir(parents=True, exist_ok=True)     # 'trial-1/run.sh'
+                fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.",
+                                           suffix=".tmp")
                 staged.append((tmp, path))
                 with os.fdopen(fd, "w", encoding="utf-8") as handle:
                     handle.write(text)

@@ -9,6 +9,8 @@ data/megatron_args.txt); a test checks every emitted flag against it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from cost_models.enums import (AttentionKind, CpComm, CudaGraphs, Fp8Recipe, LoadBalancing,
                                MlpKind, MoeDispatcher, NormKind, Optimizer, PositionKind,
                                Precision, RankOrder, Recompute, RecomputeModule, ZeroStage)
@@ -299,7 +301,7 @@ MCore's CudaGraphManager, or one graph per iteration, which needs the NaN check 
 off. CudaGraphs.NONE writes nothing (the default, none)."""
 
 
-def _training_args(plan: LaunchPlan) -> list[str]:
+def _training_args(plan: LaunchPlan, trial: Trial | None = None) -> list[str]:
     training, s = plan.problem.training, plan.strategy
     if training.precision is Precision.BF16:
         args = ["--bf16"]
@@ -334,14 +336,52 @@ def _training_args(plan: LaunchPlan) -> list[str]:
     else:
         momentum = "0.9" if training.optimizer is Optimizer.SGD_MOMENTUM else "0.0"
         args += ["--optimizer sgd", f"--sgd-momentum {momentum}"]
-    iters = plan.train_iters
+    iters = trial.train_iters if trial else plan.train_iters
     args += [f'--train-iters "${{TRAIN_ITERS:-{iters if iters else 500000}}}"',
              '--lr "${LR:-3.0e-4}"', '--min-lr "${MIN_LR:-3.0e-5}"', "--lr-decay-style cosine",
              "--lr-warmup-fraction 0.01", "--weight-decay 0.1", "--clip-grad 1.0"]
     return args
 
 
+@dataclass(frozen=True)
+class Trial:
+    """A short benchmark run of a plan (`planner plan --emit-trials`): enough iterations for
+    several logged intervals after the first, which holds the warm-up (the log reader of
+    `planner calibrate` takes the median of the others); no evaluation, no checkpoints."""
+
+    train_iters: int = 30
+    log_interval: int = 5
+    log_file: str = "train.log"
+    """Next to the script; each node appends (Megatron-LM prints its arguments on rank 0 and
+    the iteration lines on the last rank, which may be another node)."""
+
+
+EVAL_INTERVAL_NEVER = 1_000_000
+"""--eval-interval past any trial's iterations (with --eval-iters 0: no evaluation)."""
+
+
 def emit(plan: LaunchPlan) -> dict[str, str]:
+    name, text = _script(plan, None)
+    return {name: text}
+
+
+def emit_trial(plan: LaunchPlan, trial: Trial) -> tuple[str, str]:
+    """(script name, text): the launch script `emit` writes, cut to a short benchmark run
+    whose output goes to `trial.log_file` beside the script as well as to the terminal."""
+    return _script(plan, trial)
+
+
+def _logging_args(trial: Trial | None) -> list[str]:
+    if trial is None:
+        return ["--log-interval 10", "--log-throughput", "--eval-interval 1000",
+                "--eval-iters 10", '--save "$CHECKPOINT_PATH"', '--load "$CHECKPOINT_PATH"',
+                "--save-interval 1000"]
+    # No --save: Megatron-LM writes no checkpoint; --eval-iters 0 skips validation.
+    return [f"--log-interval {trial.log_interval}", "--log-throughput",
+            f"--eval-interval {EVAL_INTERVAL_NEVER}", "--eval-iters 0"]
+
+
+def _script(plan: LaunchPlan, trial: Trial | None) -> tuple[str, str]:
     p = plan.problem
     shape = transformer_shape(p.model, "megatron")
     script = "pretrain_gpt.py" if shape.layer.causal else "pretrain_bert.py"
@@ -362,6 +402,9 @@ def emit(plan: LaunchPlan) -> dict[str, str]:
     lines = [
         "#!/usr/bin/env bash",
         *(f"# {line}" for line in header_lines(plan, "Megatron-LM", CHECKED_AGAINST)),
+        *([] if trial is None else [
+            f"# A trial run: {trial.train_iters} iterations, logged every {trial.log_interval}, "
+            f"no evaluation, no checkpoint; the output is appended to {trial.log_file}"]),
         "# Run on every node: MASTER_ADDR=<first node> "
         + ("[DATA_PATH=<prefix>]" if shape.layer.causal
            else "DATA_PATH=<prefix> VOCAB_FILE=<vocab.txt>") + f" bash {name}",
@@ -370,7 +413,8 @@ def emit(plan: LaunchPlan) -> dict[str, str]:
         *([] if shape.layer.causal else [
             "DATA_PATH=${DATA_PATH:?set DATA_PATH to a Megatron .bin/.idx prefix}",
             "VOCAB_FILE=${VOCAB_FILE:?set VOCAB_FILE to the BERT WordPiece vocabulary}"]),
-        f"CHECKPOINT_PATH=${{CHECKPOINT_PATH:-checkpoints/{p.model.name}}}",
+        *([f"CHECKPOINT_PATH=${{CHECKPOINT_PATH:-checkpoints/{p.model.name}}}"] if trial is None
+          else [f'LOG_FILE=${{LOG_FILE:-"$(dirname "$0")/{trial.log_file}"}}']),
         *torchrun.launcher(plan), "",
         *torchrun.environment(p.cluster, tp=plan.strategy.tp,
                               ordered_kernels=plan.strategy.zero_stage < ZeroStage.GRADIENTS,
@@ -378,17 +422,15 @@ def emit(plan: LaunchPlan) -> dict[str, str]:
         "",
         *_array("MODEL_ARGS", _model_args(plan)),
         *_array("PARALLEL_ARGS", _parallel_args(plan)),
-        *_array("TRAINING_ARGS", _training_args(plan)),
+        *_array("TRAINING_ARGS", _training_args(plan, trial)),
         *tokenizer,
-        *_array("LOGGING_ARGS", ["--log-interval 10", "--log-throughput",
-                                 "--eval-interval 1000", "--eval-iters 10",
-                                 '--save "$CHECKPOINT_PATH"', '--load "$CHECKPOINT_PATH"',
-                                 "--save-interval 1000"]),
+        *_array("LOGGING_ARGS", _logging_args(trial)),
         "",
         f'{torchrun.TORCHRUN} \\\n  "$MEGATRON_PATH/{script}" \\\n'
         '  "${MODEL_ARGS[@]}" "${PARALLEL_ARGS[@]}" "${TRAINING_ARGS[@]}" '
-        '"${TOKENIZER_ARGS[@]}" \\\n  "${DATA_ARGS[@]}" "${LOGGING_ARGS[@]}"', ""]
-    return {name: "\n".join(lines)}
+        '"${TOKENIZER_ARGS[@]}" \\\n  "${DATA_ARGS[@]}" "${LOGGING_ARGS[@]}"'
+        + ("" if trial is None else ' \\\n  2>&1 | tee -a "$LOG_FILE"'), ""]
+    return name, "\n".join(lines)
 
 
 def profile() -> FrameworkProfile:
