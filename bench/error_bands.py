@@ -39,6 +39,10 @@ FITTED_ON = {
     # held out there (bench/calibrate_step_sync.py) but go with it here, per source.
     ("mlperf_training_v51_llama31_8b", "megatron"): "per-step host + sync time "
                                                      "(bench/calibrate_step_sync.py)",
+    # Its 70B pairs set torchtitan's async-TP share; the 8B pairs are held out there
+    # (bench/calibrate_async_tp.py) but go with it here, per source.
+    ("torchtitan_asynctp_h100_202506", "torchtitan"): "torchtitan async-TP share "
+                                                      "(bench/calibrate_async_tp.py)",
 }
 """(source, framework) whose runs set a constant (bench/calibrate_frameworks.py): not held out."""
 
