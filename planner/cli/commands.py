@@ -363,20 +363,26 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @problem_options
 @framework_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (bytes) instead of a table.")
-def memory(model, cluster, strategy, framework, as_json, **overrides):
+@picture_options
+def memory(model, cluster, strategy, framework, as_json, timeline, memory_chart, **overrides):
     """Per-GPU memory of STRATEGY (a strategy.yaml), stage by stage. Exit 1 when it does not
     fit."""
+    from pathlib import Path
+
     from planner.api import resolved_strategy
     from planner.costing.evaluate import evaluate_strategy
     from planner.inputs.loader import framework_name
     from planner.rules.ineffective import ineffective_settings
     from planner.rules.validate import margin_note
 
+    check_paths(timeline, memory_chart)
     problem = _load_problem(model, cluster, framework=framework_name(framework), **overrides)
     plan = resolved_strategy(problem, strategy)
     report = evaluate_strategy(problem, plan)
     notes = _notes([*ineffective_settings(problem, plan),
                     *filter(None, [margin_note(problem, report)])])
+    _pictures(problem, [report], 1, {"timeline": timeline, "memory_chart": memory_chart},
+              what=one_line(Path(strategy).name))
     code = ExitCode.OK if report.memory.fits else ExitCode.NOT_FEASIBLE
     if as_json:
         out = {**_json_head(problem, notes),

@@ -131,6 +131,19 @@ def test_validate_draws_the_config(cli, tmp_path, write):
     assert len(_classed(ET.parse(chart).getroot(), "bar")) == 4
 
 
+def test_memory_draws_the_strategy(cli, tmp_path, write):
+    # `planner memory` takes the same two options as plan and validate.
+    strategy = write("strategy.yaml", "tp: 2\npp: 4\nvpp: 1\nmicro_batch: 1\n")
+    timeline, chart = tmp_path / "t.svg", tmp_path / "m.svg"
+    code, out, err = cli("memory", "llama2-7b", "dgx-h100", strategy, "--gpus", "16",
+                         "--global-batch", "16", "--timeline", str(timeline),
+                         "--memory-chart", str(chart))
+    assert code == 0 and f"wrote {timeline}" in err and f"wrote {chart}" in err
+    assert len(_classed(ET.parse(chart).getroot(), "bar")) == 4
+    assert len(_classed(ET.parse(timeline).getroot(), "stage")) == 4
+    assert "strategy.yaml" in ET.parse(chart).getroot().find(f"{NS}title").text
+
+
 @pytest.mark.parametrize("flag", ["--timeline", "--memory-chart"])
 def test_empty_picture_path_is_bad_input(cli, tiny_model, small_cluster, flag):
     code, _, err = cli("plan", tiny_model, small_cluster, flag, "")
