@@ -14,6 +14,15 @@ Unknown strategy fields are filled by one rule for all runs, never per row:
 
 Runs the planner cannot express yet (FP8) are counted as skipped.
 
+What is compared: the step time that tokens per second give, wherever a run states tokens per
+second per GPU (tokens count the same everywhere); TFLOP/s only where a source gives nothing
+else. A source's TFLOP/s follow its own FLOP formula, and the formulas differ on attention:
+Megatron-Bridge counts half the causal score matrix (src/megatron/bridge/training/utils/
+flop_utils.py @684a68616: "Only half of the attention matrix is non-zero"; its Llama 3 8B rows
+at 8K give 51.5 GFLOP per token), the planner's model TFLOP/s count all of it as Megatron-LM
+(and NeMo's flops_formulas.py, torchtitan's get_num_flop_per_token) do: 57.9. Compared as
+TFLOP/s, the same step was 12.5% "too fast".
+
 Besides the run fields, a file may set in its `source:` block
 - framework_overrides: fields of the framework profile (planner/inputs/profiles/*.yaml) as the
   source's framework version had them, merged into the profile for every run of the file, e.g.
@@ -22,7 +31,6 @@ Besides the run fields, a file may set in its `source:` block
   recipes set for every run, e.g. `{bf16_gradients: true}` where they reduce gradients in bf16,
   `{attention: unfused}` where the runs predate fused attention (the framework's default is
   flash);
-- compare: tokens_per_s, to compare the step time that tokens per second give;
 - strategy_defaults: strategy fields every run of the file has unless it says otherwise, e.g.
   `{moe_a2a_overlap: false}` where the source's recipes leave a framework default off;
 and a run may set cluster_overrides: fields of the cluster preset (a GPU part, a slower NIC).
@@ -235,8 +243,7 @@ def load_runs(tmp: Path, cluster: ClusterSpec | None = None,
                 problem = replace(problem, cluster=cluster)
             measured = run["measured"]
             tflops, step_s = measured.get("tflops_per_gpu"), measured.get("step_s")
-            if data["source"].get("compare") == "tokens_per_s" and \
-                    measured.get("tokens_per_s_per_gpu"):
+            if measured.get("tokens_per_s_per_gpu"):
                 # The source's FLOP counting is not the planner's: compare the step time its
                 # tokens per second give (tokens count the same everywhere).
                 tokens = run["global_batch"] * run["seq_len"]

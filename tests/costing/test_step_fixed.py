@@ -101,7 +101,7 @@ def test_megatron_plans_pay_the_profiles_host_and_sync_time_once_per_step():
     # The constants are the Megatron profile's (fitted by bench/calibrate_step_sync.py); the
     # other profiles assume the same (not measured there).
     fw = load_profile("megatron")
-    assert fw.step_host_s > 0 and fw.step_cross_node_s > 0
+    assert fw.step_host_s >= 0 and fw.step_cross_node_s > 0
     t1, t2 = (_plan("megatron", gpus)[1].time for gpus in (8, 16))
     assert t1.overhead_s == pytest.approx(fw.step_host_s, rel=1e-12)
     assert t2.overhead_s == pytest.approx(fw.step_host_s + fw.step_cross_node_s, rel=1e-12)

@@ -49,20 +49,24 @@ def mape(predictions):
     ("narayanan2021_table2", 0.030, 0.10),       # 12 runs: ZeRO-3 (calibrated) and PTD-P
     # 9 runs; the 32B tp8 pp1 run -22% -> -30% with the per-step host + sync time (53 ms on
     # 384 GPUs) and the data-parallel buckets; H100 refitted 0.61 -> 0.62 (MAPE 7.0% -> 6.9%).
-    ("megatron_lm_readme_h100", 0.069, 0.31),
+    # 6.9% -> 7.1% with H100 refitted 0.62 -> 0.61 once the per-step host term went to 0
+    # (bench/calibrate_step_sync.py after the B200 GEMM rate, bench/blackwell_gemm_share.py).
+    ("megatron_lm_readme_h100", 0.071, 0.31),
     # DeepSpeed pipeline engine: its per-micro-batch overhead is fitted on these two (384 and
     # 2240-3360 A100), 2.2% on the 9 runs; refitted (0.032 -> 0.04 s) with the A100 constants
     # SC21 Table 1 gave once each of its rows ran its script's DDP: BLOOM 2.2% -> 1.7%, MT-NLG
     # 1.6% -> 3.1%.
-    ("bloom_176b_tr11", 0.017, 0.06),
+    # 0.04 -> 0.032 s refitted with the current A100 constants and per-step terms: 2.0%.
+    ("bloom_176b_tr11", 0.020, 0.06),
     # 3.1% -> 3.7% with the A100 refit (0.72 / 128 -> 0.69 / 64, calibrate_sc21.py).
-    ("mt_nlg_530b", 0.037, 0.06),
+    ("mt_nlg_530b", 0.019, 0.06),                # 3.7% -> 1.9% with 0.032 s
     # 8192-16384 H100, nothing fitted on it: the 8K rows +17%; the 128K CP16 row (all-gather
     # CP, priced since issue 14) +39% by Megatron-LM's full-s^2 FLOP count, -3% if Meta counts
     # the causal half FlashAttention runs (the paper does not say which). 20.7% -> 23.9% when
     # the interleaved schedule's pipeline transfers became hidden (Megatron-LM's
     # overlap_p2p_comm; Meta's schedule is priced as Megatron-LM's).
-    ("llama3_405b_table4", 0.239, 0.39),
+    # 23.9% -> 22.7% with H100 0.61.
+    ("llama3_405b_table4", 0.227, 0.39),
     # Held out, nothing fitted on it: Megatron-LM of May 2022 (README MFU table = Korthikanti
     # et al. 2022 Table 5), tp 8, dp 1, sequence parallel + selective recompute on 8-512 A100,
     # no TP or pipeline-transfer overlap. 22B +2.7%, 175B -0.4%, 530B -5.0%, 1T -10.1% (vpp 1,
@@ -74,16 +78,20 @@ def mape(predictions):
     # each row's own DDP (gemm_peak_fraction 0.675 -> 0.72 with half-efficiency dim 0 -> 128):
     # these tp-1 FSDP runs have the widest GEMMs, which the refit makes 4-6% faster.
     # 9.3% -> 6.2% with the A100 refit (0.69 / 64); the 405B on 128 H100 +20%.
-    ("torchtitan_perf_2024_a100_h100", 0.062, 0.21),
-    ("torchtitan_llama31_h100_202412", 0.253, 0.36),   # Meta's 500 W H100s: peak unknown
+    # 6.2% -> 7.9% with tokens/s compared (bench/published.py), not TFLOP/s: torchtitan's TFLOP/s were
+    # computed from tokens by 6N + 12Lhs, with N counting the input embedding.
+    ("torchtitan_perf_2024_a100_h100", 0.079, 0.21),
+    # 25.3% -> 31.4% with tokens/s compared (bench/published.py), not TFLOP/s (Meta's 500 W H100s: peak unknown).
+    ("torchtitan_llama31_h100_202412", 0.314, 0.43),
     # The same machines; torchtitan's async-TP share (0.47) is fitted on this source's 70B
     # pairs (bench/calibrate_async_tp.py): 22.2% -> 14.5%.
-    ("torchtitan_asynctp_h100_202506", 0.145, 0.21),
+    # 14.5% -> 17.5% with tokens/s compared (bench/published.py), not TFLOP/s.
+    ("torchtitan_asynctp_h100_202506", 0.175, 0.27),
     ("bloom_176b_prequel", 0.145, 0.57),         # 124 BLOOM topology-search runs, step times
     # Held out: Megatron-Bridge's controlled Qwen3-30B-A3B runs on 16 H100 (BF16, HybridEP, EP
     # 16; its skills pages @067f987df): all three priced 10-15% fast, the EP overlap's ratio
     # right (1.18x predicted, 1.177x measured).
-    ("megatron_bridge_skills_moe", 0.135, 0.15),
+    ("megatron_bridge_skills_moe", 0.121, 0.14),
 ])
 def test_error_per_source_stays_at_what_was_recorded(by_source, source, recorded_mape, worst):
     predictions = by_source[source]
@@ -102,14 +110,18 @@ def test_error_per_source_stays_at_what_was_recorded(by_source, source, recorded
     # stated its recipes' bf16 gradient reduce (training_overrides: half the gradient bytes
     # and reduce-scatter traffic), the rows a little faster still. 8.3% -> 8.9% with the GEMM
     # fraction refitted on H100 (0.61 -> 0.62; B200 assumes it): the B200 rows +17% -> +19%.
-    ("megatron_bridge_perf_summary", 0.089, 0.19),
+    # 8.9% -> 4.9% (worst 19% -> 8%) with tokens/s compared (bench/published.py), not TFLOP/s: Megatron-Bridge
+    # counts half the causal score matrix (flop_utils.py), the planner all of it: the same
+    # step read 12.5% fast on Llama 3 8B at 8K. And the B200 at its own GEMM rate (XLA's
+    # measured B200 / H100 share, bench/blackwell_gemm_share.py; no run fitted).
+    ("megatron_bridge_perf_summary", 0.049, 0.08),
     # 9 GPT-3 / Llama runs, 64-512 H100. Worst 15.9% -> 16.7% with the fixed per-step terms
     # (cost_models/step_fixed.py): GPT-3 20B on 64 GPUs, already predicted slow, pays the
     # Megatron gradient-buffer memset (15 ms) and clipping (1.5 ms) of its 10B local parameters.
     # GPT-3 20B on 64 H100 -17% -> -20% with the per-step host + sync time (53 ms).
-    ("nemo_perf_summary_2407", 0.075, 0.21),
-    ("torchtitan_perf_2024_a100_h100", 0.057, 0.07),  # 405B tensorwise on 128 H100
-    ("torchtitan_llama31_8b_h200_trainy_202506", 0.081, 0.09),
+    ("nemo_perf_summary_2407", 0.075, 0.21),     # 7.2% with tokens/s compared
+    ("torchtitan_perf_2024_a100_h100", 0.057, 0.07),  # 405B tensorwise on 128 H100 (3.9%)
+    ("torchtitan_llama31_8b_h200_trainy_202506", 0.105, 0.12),  # 8.1% -> 10.5%: tokens/s
     # GB200 (issue 24's expert layouts; preset gb200-nvl72 not fitted on any run): Llama 3 8B
     # on one node +23% (no pipeline, no network: the assumed GB200 rate itself is high), the
     # MXFP8 405B pipeline +45%, the 405B TP4 PP16 -13%; Megatron-FSDP rows within 10%. Since
@@ -122,26 +134,35 @@ def test_error_per_source_stays_at_what_was_recorded(by_source, source, recorded
     # GB200 rate: those rows went from within 6% to +27-30%; the MXFP8 405B +45% -> +48%.
     # With the recipes' bf16 gradient reduce: 27.2% (rank correlation 0.08 -> 0.71).
     # 27.2% -> 27.9% with H100's refitted GEMM fraction (0.62), which gb200-nvl72 assumes.
-    ("megatron_bridge_gb200_dense", 0.279, 0.49),
-    ("nemo_perf_summary_2504_gb200", 0.196, 0.27),
+    # 27.9% / 49% -> 6.4% / 21% with tokens/s compared (bench/published.py), not TFLOP/s and the GB200 at the
+    # B200's GEMM rate (the same die measures 3-4.5% faster than a B200 here, not its
+    # datasheet's 11%; bench/blackwell_gemm_share.py): 8B on one node +23% -> -1%.
+    ("megatron_bridge_gb200_dense", 0.064, 0.22),
+    ("nemo_perf_summary_2504_gb200", 0.070, 0.09),   # 19.6% -> 7.0%, likewise
     # GB300 (preset gb300-nvl72, efficiencies assumed: H100's GEMM fractions, B300's NVLink 5
     # fractions; nothing fitted on these rows): Llama 3 8B +3.0%, 70B Megatron-FSDP with 20
     # offloaded layers -1.0%, 70B MXFP8 PP4 VP5 -5.3%, 405B TP4 PP8 VP4 -9.3%, 405B MXFP8 TP2
     # PP8 CP2 -8.4% (recorded: 5.4%; the model is slow on the 405B pipelines, as on GB200).
-    ("megatron_bridge_gb300_dense", 0.047, 0.09),
+    # 4.7% -> 10.2% (worst -12%, the model slow) with tokens/s compared (bench/published.py), not TFLOP/s and
+    # H100's 0.61: the GB300 runs faster than H100's share of its peak.
+    ("megatron_bridge_gb300_dense", 0.102, 0.12),
     # NVFP4 and MXFP8 at the same layouts on GB200 (Megatron-Bridge 26.04.01): the NVFP4 GEMM
     # efficiency is fitted on the 405B pair's ratio (bench/calibrate_nvfp4.py), the 70B pair's
     # ratio held out (+9.0%); the absolute errors are the assumed GB200 rate's (MXFP8 +16/+24%).
     # 22.5% -> 23.6% with the assumed GEMM fraction 0.61 -> 0.62 (as H100).
-    ("megatron_bridge_nvfp4", 0.236, 0.36),
+    # 23.6% -> 5.8% with tokens/s and the GB200 at the B200's rate; NVFP4 refitted 0.847 ->
+    # 0.824, the 70B pair held out +10.5%.
+    ("megatron_bridge_nvfp4", 0.058, 0.11),
     # GB300 NVFP4, held out (its rate from TE's B300 GEMM profile): 70B -5.2%, 405B +0.2%.
-    ("megatron_bridge_nvfp4_gb300", 0.028, 0.06),
+    ("megatron_bridge_nvfp4_gb300", 0.079, 0.13),   # 2.8% -> 7.9%: tokens/s and 0.61
     # MLPerf Training v5.1 Llama 3.1 8B: small steps (1K-16K tokens per GPU; MI355X 32K), step
     # times from the result logs. 35.1% -> 7.9% with the data-parallel buckets and the per-step
     # host + sync time, whose two constants are fitted on UF's six B200 runs
     # (bench/calibrate_step_sync.py: fitted 3.6%, the 10 held-out NVIDIA-stack runs 5.6%);
     # worst: Cisco's H100 tp 2 (an older stack without CUDA graphs) +43%.
-    ("mlperf_training_v51_llama31_8b", 0.079, 0.44),
+    # 7.9% -> 8.3% when the B200 took its own GEMM rate and the two constants were refitted:
+    # host 18 -> 0 ms (bounded at 0), cross-node 35 -> 41 ms; held out 5.6% -> 5.8%.
+    ("mlperf_training_v51_llama31_8b", 0.083, 0.47),
     # Recorded, not good: MoE (the bf16 MoE rows are as far off), Meta's 500 W H100s, and
     # long-context rows whose error grows with the sequence (attention at 32K-256K tokens
     # through torchtitan's all-gather CP / NeMo's ring: the next thing to calibrate).
@@ -160,10 +181,12 @@ def test_error_per_source_stays_at_what_was_recorded(by_source, source, recorded
     # 30B-A3B H100 FP8 -8% -> +55%, GB200/B200 +20..30% -> +30..44%); the flex model itself
     # matches Megatron-Bridge's H100 BF16 alltoall -> HybridEP pair within 1%
     # (tests/costing/test_moe.py). Worst: Qwen3-30B-A3B B200 FP8-MX 25.11 (mb 1) +273%.
-    ("megatron_bridge_moe", 0.439, 2.73),
+    # 0.439 -> 0.417 with tokens/s compared for every source and the B200 / GB200 rates.
+    ("megatron_bridge_moe", 0.417, 2.62),
     ("nemo_long_context_cp", 0.330, 0.49),
-    ("torchtitan_asynctp_h100_202506", 0.191, 0.44),  # 28.0% -> 19.1% with the async-TP share
-    ("torchtitan_llama31_h100_202412", 0.523, 1.51),
+    # 28.0% -> 19.1% with the async-TP share; 22.6% with tokens/s compared.
+    ("torchtitan_asynctp_h100_202506", 0.226, 0.52),
+    ("torchtitan_llama31_h100_202412", 0.538, 1.53),  # 52.3% -> 53.8%: tokens/s
 ])
 def test_fp8_error_per_source_stays_at_what_was_recorded(fp8_by_source, source, recorded_mape,
                                                          worst):
