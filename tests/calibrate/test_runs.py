@@ -75,8 +75,8 @@ def test_a_config_file_as_the_strategy(write):
     ("{model: llama3-8b, gpus: 8, strategy: {tp: 2, micro_batchs: 1}, measured: {step_s: 1}}",
      "runs.yaml: runs[0].strategy.micro_batchs: unknown field (did you mean 'micro_batch'?)"),
     ("{model: llama3-8b, gpus: 8, strategy: {tp: 2}, config: x.sh, measured: {step_s: 1}}",
-     "runs.yaml: runs[0]: give exactly one of strategy, config and log (got strategy, "
-     "config)"),
+     "runs.yaml: runs[0]: give exactly one of strategy, config and log, or a config with "
+     "its run's log (got strategy, config)"),
     ("{model: llama3-8b, gpus: 8, strategy: {tp: 2}}",
      "runs.yaml: runs[0]: measured: required (step_s, peak_gib or both) unless the run is a "
      "log"),
@@ -115,7 +115,8 @@ def test_two_runs_of_one_name(write):
 
 @pytest.mark.parametrize("text, message", [
     ("iteration 10/ 100 | elapsed time per iteration (ms): 100.0 |\n",
-     "not a Megatron-LM log: no 'arguments' block"),
+     "neither a Megatron-LM log (no 'arguments' block, which it prints at start-up) nor a "
+     "torchtitan log (no 'step: N ... tps: T' metrics line)"),
     ("------------------------ arguments ------------------------\n  world_size ... 8\n",
      "the arguments block has no end line"),
     (LOG.read_text().split(" [2026-11-20 10:01")[0],
