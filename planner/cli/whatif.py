@@ -311,9 +311,21 @@ def _calibration_json(calibration, cluster, runs_file: str, written: str | None)
                   "before_error": r.error("before"), "after_error": r.error("after"),
                   "measured_peak_gib": gib(r.run.peak_bytes),
                   "before_peak_gib": gib(r.before.peak_bytes),
-                  "after_peak_gib": gib(r.after.peak_bytes)}
+                  "after_peak_gib": gib(r.after.peak_bytes),
+                  "logged_memory": _logged_memory_json(r.logged_memory)}
                  for r in calibration.runs],
         "not_fitted": [{"name": name, "why": why} for name, why in calibration.not_fitted],
         "mean_abs_error": {"before": calibration.mean_abs_error("before"),
-                           "after": calibration.mean_abs_error("after")},
+                           "after": calibration.mean_abs_error("after"),
+                           "logged_memory": calibration.mean_abs_logged_memory_error()},
     }
+
+
+def _logged_memory_json(peak) -> dict | None:
+    """A log's peak memory against the planner's (GiB): reported, not fitted."""
+    from cost_models.units import GiB
+
+    if peak is None:
+        return None
+    return {"kind": peak.kind, "measured_gib": peak.measured_bytes / GiB,
+            "predicted_gib": peak.predicted_bytes / GiB, "error": peak.error}
