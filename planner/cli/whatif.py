@@ -247,7 +247,9 @@ def _write_plot(path: str, problem, rows) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 def calibrate(cluster, runs_file, out_file, names, nodes, as_json):
     """Fit CLUSTER's efficiency constants to the measured runs of RUNS (a runs.yaml whose
-    runs give a strategy, a config file or a Megatron-LM log, and the step time measured):
+    runs give a strategy, a config file or a Megatron-LM log, and the step time measured; a
+    config with its run's Megatron-LM or torchtitan log gives both, and the logged peak memory
+    is reported beside the planner's):
     error per run before and after, each fitted constant with its uncertainty, and with --out
     a cluster.yaml to plan with. Without --fit, the constants the runs determine are fitted
     and the others kept, each with why; exit 1 when the runs cannot determine the constants
