@@ -1,8 +1,11 @@
+"""What PyTorch's allocator reports at the planner's peak: the inverse of its reserve."""
+
+import pytest
+
+from cost_models.memory import allocator_bytes_of_total, reserve_bytes
 
 
 def test_allocator_bytes_invert_the_reserve():
-    from cost_models.memory import allocator_bytes_of_total, reserve_bytes
-
     # 2 GiB framework, 10% fragmentation: a 70 GiB total holds 68 GiB in the allocator's
     # pool (reserved), of which 68 / 1.1 GiB are allocated; adding the reserve back to that
     # gives the total again.
