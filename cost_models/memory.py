@@ -313,6 +313,22 @@ def reserve_bytes(*, allocated_bytes, framework_bytes: float, fragmentation_frac
     return framework_bytes + fragmentation_fraction * allocated_bytes
 
 
+def allocator_bytes_of_total(*, total_bytes, framework_bytes: float,
+                             fragmentation_fraction: float) -> tuple:
+    """(allocated, reserved) bytes of a GPU whose total is `total_bytes`: what PyTorch's caching
+    allocator reports as max_memory_allocated and max_memory_reserved at that peak.
+
+    Ref: the inverse of `reserve_bytes`. The total is allocated + framework + fraction x
+    allocated, so allocated = (total - framework) / (1 + fraction); the allocator's reserved
+    pool is the allocated bytes with their fragmentation, total - framework (the framework
+    term, CUDA context and communicator buffers, lies outside the pool). Assumes every
+    allocated byte goes through the caching allocator (HCCL and NCCL buffers do not, but they
+    are in the framework term).
+    """
+    reserved = np.maximum(np.asarray(total_bytes, dtype=float) - framework_bytes, 0.0)
+    return reserved / (1 + fragmentation_fraction), reserved
+
+
 def framework_buffer_bytes(*, data_parallel, zero_stage, tp, pp, cp,
                            grad_bucket_elements: float, grad_bucket_copies: int,
                            gather_bucket_elements: float, per_communicator_bytes: float,

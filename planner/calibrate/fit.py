@@ -26,6 +26,8 @@ from importlib import resources
 
 import numpy as np
 
+from cost_models.memory import allocator_bytes_of_total
+from cost_models.units import GiB
 from planner.calibrate.runs import MeasuredRun
 from planner.costing.evaluate import evaluate_strategy
 from planner.errors import InfeasibleError, InputError
@@ -128,15 +130,25 @@ def with_values(cluster: ClusterSpec, values: dict[str, float]) -> ClusterSpec:
 class Predicted:
     step_s: float
     peak_bytes: float
+    """The fullest GPU's total, as nvidia-smi shows it (reserve included)."""
+    allocated_bytes: float = 0.0
+    """That GPU's peak as PyTorch's max_memory_allocated shows it: the total less the reserve."""
+    reserved_bytes: float = 0.0
+    """As max_memory_reserved shows it: allocated plus fragmentation."""
 
 
 def predict(runs: list[MeasuredRun], values: dict[str, float]) -> list[Predicted]:
     """Each run priced on its own cluster with some constants replaced ({path: value})."""
     out = []
     for run in runs:
-        problem = replace(run.problem, cluster=with_values(run.problem.cluster, values))
-        report = evaluate_strategy(problem, run.strategy)
-        out.append(Predicted(report.time.step_s, report.memory.peak_bytes))
+        cluster = with_values(run.problem.cluster, values)
+        report = evaluate_strategy(replace(run.problem, cluster=cluster), run.strategy)
+        allocated, reserved = allocator_bytes_of_total(
+            total_bytes=report.memory.peak_bytes,
+            framework_bytes=cluster.reserve.framework_gib * GiB,
+            fragmentation_fraction=cluster.reserve.fragmentation_fraction)
+        out.append(Predicted(report.time.step_s, report.memory.peak_bytes, float(allocated),
+                             float(reserved)))
     return out
 
 
@@ -295,6 +307,33 @@ class RunFit:
         return None if self.run.peak_bytes is None else \
             predicted.peak_bytes / self.run.peak_bytes - 1
 
+    @property
+    def logged_memory(self) -> LoggedPeak | None:
+        """The log's peak memory against the prediction with the cluster's own constants
+        (reported, never fitted)."""
+        logged = self.run.logged_memory
+        if logged is None:
+            return None
+        if logged.allocated_bytes is not None:
+            return LoggedPeak("max allocated", logged.allocated_bytes,
+                              self.before.allocated_bytes)
+        return LoggedPeak("max reserved", logged.reserved_bytes, self.before.reserved_bytes)
+
+
+@dataclass(frozen=True)
+class LoggedPeak:
+    """A log's peak memory and the planner's prediction of the same quantity."""
+
+    kind: str
+    """'max allocated' (Megatron-LM prints it) or 'max reserved' (torchtitan prints only it)."""
+    measured_bytes: float
+    predicted_bytes: float
+
+    @property
+    def error(self) -> float:
+        """predicted / measured - 1."""
+        return self.predicted_bytes / self.measured_bytes - 1
+
 
 @dataclass(frozen=True)
 class Calibration:
@@ -308,6 +347,10 @@ class Calibration:
 
     def mean_abs_error(self, which: str, kind: str = STEP) -> float | None:
         errors = [abs(e) for r in self.runs if (e := r.error(which, kind)) is not None]
+        return sum(errors) / len(errors) if errors else None
+
+    def mean_abs_logged_memory_error(self) -> float | None:
+        errors = [abs(m.error) for r in self.runs if (m := r.logged_memory) is not None]
         return sum(errors) / len(errors) if errors else None
 
 

@@ -1,5 +1,6 @@
 """Measured runs for `planner calibrate`: a RUNS.yaml, whose runs give their strategy inline,
-as any config file `planner validate` reads, or as a Megatron-LM training log.
+as any config file `planner validate` reads, or as a Megatron-LM training log; a config file
+may come with a training log (Megatron-LM's or torchtitan's) that gives the measurements.
 
 A run is one configuration on the user's cluster and what it measured: the step time (seconds
 per optimizer step, steady state) and, optionally, the peak memory per GPU (GiB as nvidia-smi
@@ -8,9 +9,6 @@ shows it: the allocator's reserved bytes plus the CUDA context and communication
 
 from __future__ import annotations
 
-import re
-import shlex
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -19,11 +17,11 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, model_validato
 
 from cost_models.enums import AttentionKind, Fp8Recipe
 from cost_models.units import GiB
+from planner.calibrate.logs import LoggedMemory, MegatronLog, TorchtitanLog, read_log
 from planner.errors import InputError, shown
 from planner.core.problem import Problem
 from planner.rules.validate import check_layout
 from planner.inputs.loader import make_problem, read_mapping, resolve_strategy, validate_file
-from planner.inputs.safe_parse import read_text
 from planner.schemas.bounds import GlobalBatch, Gpus, NonNegativeInt, SeqLen
 from planner.schemas.strategy import Strategy
 
@@ -76,15 +74,18 @@ class RunEntry(BaseModel):
     config: str | None = Field(default=None, max_length=4096)
     """Or a config file `planner validate` reads (Megatron-LM script, DeepSpeed JSON, ...)."""
     log: str | None = Field(default=None, max_length=4096)
-    """Or a Megatron-LM training log: its arguments and its iteration times."""
+    """Or a Megatron-LM training log: its arguments, iteration times and memory reports. With
+    `config`: the log of that config's run (Megatron-LM or torchtitan), which gives the step
+    time and the logged peak memory; torchtitan does not print its config, so its log needs
+    the config beside it."""
     measured: Measured | None = None
 
     @model_validator(mode="after")
     def _one_strategy(self):
         given = [k for k in ("strategy", "config", "log") if getattr(self, k) is not None]
-        if len(given) != 1:
-            raise ValueError("give exactly one of strategy, config and log "
-                             f"(got {', '.join(given) or 'none'})")
+        if len(given) != 1 and given != ["config", "log"]:
+            raise ValueError("give exactly one of strategy, config and log, or a config with "
+                             f"its run's log (got {', '.join(given) or 'none'})")
         if self.log is None and (self.measured is None or self.measured.step_s is None
                                  and self.measured.peak_gib is None):
             raise ValueError("measured: required (step_s, peak_gib or both) unless the run "
@@ -106,6 +107,9 @@ class MeasuredRun:
     strategy: Strategy
     step_s: float | None
     peak_bytes: float | None = None
+    """Peak memory as nvidia-smi shows it (measured.peak_gib): fitted."""
+    logged_memory: LoggedMemory | None = None
+    """Peak memory the run's log prints (allocator bytes): reported, not fitted."""
 
 
 def load_runs(path: str, cluster_ref: str, *, nodes: int | None = None) -> list[MeasuredRun]:
@@ -135,11 +139,16 @@ def _run(entry: RunEntry, where: str, base: Path, cluster_ref: str, nodes: int |
     from planner.review.config import read_strategy
 
     try:
-        log = _read_log(_beside(base, entry.log)) if entry.log else None
+        log = read_log(_beside(base, entry.log)) if entry.log else None
     except InputError as e:
         raise InputError(f"{where}.log: {e}") from None
+    if isinstance(log, TorchtitanLog) and entry.config is None:
+        raise InputError(f"{where}: {shown(entry.log)} is a torchtitan log, which does not "
+                         f"hold the run's config (torchtitan prints it only with "
+                         f"debug.print_config): name the config too, e.g. config: "
+                         f"torchtitan_recipe.py")
     gpus = entry.gpus
-    if gpus is None and log is not None:
+    if gpus is None and isinstance(log, MegatronLog):
         gpus = log.world_size
     if gpus is None and entry.strategy is not None:
         s = entry.strategy
@@ -164,7 +173,7 @@ def _run(entry: RunEntry, where: str, base: Path, cluster_ref: str, nodes: int |
     else:
         ref = _beside(base, entry.config or entry.log)
         parsed = None
-        if log is not None:
+        if entry.config is None:        # a Megatron-LM log alone: its arguments
             from planner.frameworks import megatron
 
             parsed = megatron.parse(log.arguments, file=shown(ref), problem=problem,
@@ -172,80 +181,14 @@ def _run(entry: RunEntry, where: str, base: Path, cluster_ref: str, nodes: int |
         problem, strategy, _, _ = read_strategy(problem, ref, gpus_given=gpus,
                                                 framework=entry.framework, parsed=parsed)
         check_layout(strategy, problem, file=shown(ref))
-    measured = entry.measured or Measured(step_s=log.step_s)
-    step_s = measured.step_s if measured.step_s is not None else (log.step_s if log else None)
+    logged_step_s = None
+    if isinstance(log, MegatronLog):
+        logged_step_s = log.step_s
+    elif log is not None:
+        logged_step_s = log.step_s(global_batch_tokens=strategy.global_batch
+                                   * problem.training.seq_len, num_gpus=problem.num_gpus)
+    measured = entry.measured or Measured(step_s=logged_step_s)
+    step_s = measured.step_s if measured.step_s is not None else logged_step_s
     peak = measured.peak_gib * GiB if measured.peak_gib is not None else None
-    return MeasuredRun(entry.name or default_name, problem, strategy, step_s, peak)
-
-
-# --------------------------------------------------------------------------- Megatron-LM logs
-
-@dataclass(frozen=True)
-class MegatronLog:
-    arguments: str
-    """The logged arguments as a command line Megatron-LM would accept."""
-    world_size: int | None
-    step_s: float
-    """Median of the logged 'elapsed time per iteration' after the first interval."""
-
-
-_ARGS_START = "------------------------ arguments ------------------------"
-_ARGS_END = "-------------------- end of arguments ---------------------"
-# megatron/training/arguments.py _print_args: '  {name} {dots} {value}', dots = 48 - len(name).
-_ARG_LINE = re.compile(r"^\s*([A-Za-z_]\w*) (?:\.+ |\s)(.*?)\s*$")
-# megatron/training/training.py training_log: 'iteration N/ M | ... | elapsed time per
-# iteration (ms): T | ...', the mean over the last --log-interval iterations.
-_ITERATION = re.compile(r"iteration\s+(\d+)\s*/\s*\d+\s*\|.*?elapsed time per iteration "
-                        r"\(ms\):\s*([0-9.]+(?:[eE][+-]?\d+)?)")
-_PREFIX = re.compile(r"^(?:\[[^\]]*\]:?\s*|[A-Z]+:[\w.]+:)+")
-"""What launchers and loggers put before a line: '[rank0]: ', '[2025-01-01 10:00:00] ',
-'INFO:megatron.training.arguments:'."""
-_DEST_FLAGS = {"fp8": "--fp8-format"}
-"""Arguments whose flag is not their name (arguments.py: --fp8-format has dest='fp8')."""
-
-
-def _read_log(path: str) -> MegatronLog:
-    from planner.frameworks.megatron import KNOWN_FLAGS
-
-    file = shown(path)
-    text = read_text(Path(path))
-    start = text.rfind(_ARGS_START)      # the last launch in the file, if it restarted
-    if start < 0:
-        raise InputError(f"{file}: not a Megatron-LM log: no '{_ARGS_START.strip('- ')}' "
-                         f"block (Megatron-LM prints its arguments at start-up)")
-    end = text.find(_ARGS_END, start)
-    if end < 0:
-        raise InputError(f"{file}: the arguments block has no end line: the log is cut")
-    values = {}
-    for line in text[start + len(_ARGS_START):end].splitlines():
-        m = _ARG_LINE.match(_PREFIX.sub("", line))
-        if m:
-            values[m.group(1)] = m.group(2)
-    words = ["pretrain_gpt.py"]
-    for dest, value in values.items():
-        flag = _DEST_FLAGS.get(dest, "--" + dest.replace("_", "-"))
-        if flag not in KNOWN_FLAGS or value in ("None", "False", ""):
-            continue
-        words.append(flag)
-        if value != "True":
-            words += _value_words(value)
-    times = [(int(m.group(1)), float(m.group(2)) / 1000)
-             for m in _ITERATION.finditer(text, end)]
-    if len(times) < 2:
-        raise InputError(f"{file}: {len(times)} 'elapsed time per iteration (ms)' line"
-                         f"{'' if len(times) == 1 else 's'} after the arguments; the first "
-                         f"interval holds the start-up, so log at least two (--log-interval)")
-    world = values.get("world_size", "")
-    return MegatronLog(arguments=" ".join(words),
-                       world_size=int(world) if world.isdigit() and int(world) > 0 else None,
-                       step_s=statistics.median(t for _, t in times[1:]))
-
-
-def _value_words(value: str) -> list[str]:
-    """A logged value as command-line words: lists spread, enums by their member name."""
-    if value.startswith("[") and value.endswith("]"):
-        return [shlex.quote(v.strip().strip("'\"")) for v in value[1:-1].split(",")
-                if v.strip()]
-    enum = re.fullmatch(r"[A-Z]\w*\.(\w+)", value)     # AttnBackend.auto -> auto
-    return [shlex.quote(enum.group(1) if enum else value)]
-
+    return MeasuredRun(entry.name or default_name, problem, strategy, step_s, peak,
+                       log.memory if log is not None else None)

@@ -416,9 +416,10 @@ def memory(model, cluster, strategy, framework, as_json, timeline, memory_chart,
               help="Which ranked plan --emit writes.")
 @click.option("--force", is_flag=True, help="Let --emit overwrite existing files.")
 @click.option("--emit-trials", "num_trials", type=click.IntRange(min=1), metavar="K",
-              help="Write a short Megatron-LM benchmark run of each of the top K plans under "
-                   "--out (trial-1/, ...), run_trials.sh to run them all, and the runs.yaml "
-                   "that `planner calibrate` reads their logs from.")
+              help="Write a short Megatron-LM benchmark run (torchtitan with --emit "
+                   "torchtitan) of each of the top K plans under --out (trial-1/, ...), "
+                   "run_trials.sh to run them all, and the runs.yaml that `planner calibrate` "
+                   "reads their logs from.")
 @framework_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 @click.option("--gpu-hour-price", type=click.FloatRange(min=0, min_open=True, max=1e6),
@@ -437,10 +438,8 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, num_trials,
     price = pins.pop("gpu_hour_price")
     pictures = {"timeline": pins.pop("timeline"), "memory_chart": pins.pop("memory_chart")}
     check_paths(**pictures)
-    others = [t.value for t in targets if t.value != "megatron"]
-    if num_trials and others:
-        raise InputError(f"--emit-trials: trial runs are written for megatron only (not "
-                         f"{', '.join(others)}); use --emit megatron or leave --emit out")
+    if num_trials:
+        _check_trial_targets(targets)
     check_price(tokens, price)
     # Several targets: the ranking shown is the first's; each target's files come from its
     # own best plan (cli.targets), as `--emit TARGET` alone would write them.
@@ -487,7 +486,7 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, num_trials,
             "targets": [target_out(c, plan_rank) for c in chosen]})
     if num_trials:
         trials = _emit_trials(problem, out.plans[:num_trials], num_trials, model, cluster,
-                              out_dir, force)
+                              out_dir, force, search_targets[0])
         out = out.model_copy(update={"emitted": out.emitted + [str(p) for p in trials]})
     _pictures(problem, out.plans, plan_rank, pictures)
     if as_json:
@@ -512,6 +511,22 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, num_trials,
         render.print_renderable(targets_view(chosen, plan_rank))
 
 
+def _check_trial_targets(targets: tuple) -> None:
+    """--emit-trials runs one target a trial can run on: Megatron-LM (the default) or
+    torchtitan."""
+    from planner.calibrate.trials import NOT_RUNNABLE, TARGETS
+
+    if len(targets) > 1:
+        raise InputError(f"--emit-trials: trials run on one target at a time (got "
+                         f"{', '.join(t.value for t in targets)}); write each target's trials "
+                         f"with its own --emit and --out")
+    if targets and targets[0] not in TARGETS:
+        target = targets[0]
+        why = NOT_RUNNABLE.get(target, f"the planner writes no trial run for {target.value}")
+        raise InputError(f"--emit-trials: no trials for {target.value}: {why}; trials run on "
+                         f"{' or '.join(t.value for t in TARGETS)}")
+
+
 def _trial_targets(num_trials: int | None, pins: dict) -> tuple:
     """--emit-trials alone: the search keeps to what Megatron-LM runs, and ranks at least K
     plans (--top)."""
@@ -524,7 +539,7 @@ def _trial_targets(num_trials: int | None, pins: dict) -> tuple:
 
 
 def _emit_trials(problem, plans: list, num_trials: int, model: str, cluster: str, out_dir,
-                 force) -> list:
+                 force, target) -> list:
     """--emit-trials: a trial run of each plan, the launcher and runs.yaml, all or none."""
     from pathlib import Path
 
@@ -532,7 +547,7 @@ def _emit_trials(problem, plans: list, num_trials: int, model: str, cluster: str
     from planner.frameworks import write_files
     from planner.review.config import strategy_of
 
-    files = trial_files(problem, [(p, strategy_of(p)) for p in plans], model, out_dir)
+    files = trial_files(problem, [(p, strategy_of(p)) for p in plans], model, out_dir, target)
     paths = write_files(files, out_dir, force=force)
     for path in paths:
         _stderr(f"wrote {path}")

@@ -32,10 +32,16 @@ def constants_table(calibration) -> Table:
     return table
 
 
+LOGGED_KIND = {"max allocated": "alloc", "max reserved": "resv"}
+"""How the runs table labels a log's peak: PyTorch's max allocated or max reserved bytes."""
+
+
 def runs_table(calibration) -> Table:
     peaks = any(r.run.peak_bytes is not None for r in calibration.runs)
+    logged = any(r.logged_memory is not None for r in calibration.runs)
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
     columns = ["run", "step", "before", "after"] + (["peak", "before", "after"] if peaks else [])
+    columns += ["log GiB", "predicted"] if logged else []
     for name in columns:
         table.add_column(name, justify="left" if name == "run" else "right",
                          no_wrap=name != "run", max_width=24 if name == "run" else None)
@@ -51,6 +57,11 @@ def runs_table(calibration) -> Table:
             else:
                 cells += [f"{r.run.peak_bytes / GiB:.1f} GiB", _signed(r.error("before", "peak")),
                           _signed(r.error("after", "peak"))]
+        if logged:
+            m = r.logged_memory
+            cells += ["", ""] if m is None else [
+                f"{m.measured_bytes / GiB:.1f} {LOGGED_KIND[m.kind]}",
+                f"{m.predicted_bytes / GiB:.1f} {_signed(m.error)}"]
         table.add_row(*cells)
     return table
 
@@ -72,6 +83,10 @@ def calibrate_view(heading: str, calibration, *, written: str | None) -> Group:
             summary.append(f"mean |error| of the {what}: {percent(before)} with the cluster's "
                            f"constants, {percent(calibration.mean_abs_error('after', kind))} "
                            f"fitted")
+    logged = calibration.mean_abs_logged_memory_error()
+    if logged is not None:
+        summary.append(f"mean |error| of the logged peak memory: {percent(logged)} with the "
+                       f"cluster's constants (reported, not fitted)")
     parts.append(Text("\n".join(summary)))
     bounded = [c.constant.name for c in calibration.constants if c.at_bound]
     if bounded:
@@ -82,6 +97,11 @@ def calibrate_view(heading: str, calibration, *, written: str | None) -> Group:
     parts.append(Text("before/after: predicted / measured - 1; +- 1 sd: the fitted value's "
                       "standard error (from the runs' scatter, never below the assumed "
                       "run-to-run noise)", style="dim"))
+    if logged is not None:
+        parts.append(Text("log GiB: the fullest GPU's peak the log prints, PyTorch's max "
+                          "allocated (alloc, Megatron-LM) or max reserved (resv, torchtitan); "
+                          "predicted: the planner's peak less its reserve (CUDA context, "
+                          "buffers; and, for alloc, fragmentation)", style="dim"))
     if not written:
         parts.append(Text("pass --out FILE to write the calibrated cluster.yaml", style="dim"))
     return Group(*parts)

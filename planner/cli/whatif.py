@@ -247,7 +247,9 @@ def _write_plot(path: str, problem, rows) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 def calibrate(cluster, runs_file, out_file, names, nodes, as_json):
     """Fit CLUSTER's efficiency constants to the measured runs of RUNS (a runs.yaml whose
-    runs give a strategy, a config file or a Megatron-LM log, and the step time measured):
+    runs give a strategy, a config file or a Megatron-LM log, and the step time measured; a
+    config with its run's Megatron-LM or torchtitan log gives both, and the logged peak memory
+    is reported beside the planner's):
     error per run before and after, each fitted constant with its uncertainty, and with --out
     a cluster.yaml to plan with. Without --fit, the constants the runs determine are fitted
     and the others kept, each with why; exit 1 when the runs cannot determine the constants
@@ -311,9 +313,21 @@ def _calibration_json(calibration, cluster, runs_file: str, written: str | None)
                   "before_error": r.error("before"), "after_error": r.error("after"),
                   "measured_peak_gib": gib(r.run.peak_bytes),
                   "before_peak_gib": gib(r.before.peak_bytes),
-                  "after_peak_gib": gib(r.after.peak_bytes)}
+                  "after_peak_gib": gib(r.after.peak_bytes),
+                  "logged_memory": _logged_memory_json(r.logged_memory)}
                  for r in calibration.runs],
         "not_fitted": [{"name": name, "why": why} for name, why in calibration.not_fitted],
         "mean_abs_error": {"before": calibration.mean_abs_error("before"),
-                           "after": calibration.mean_abs_error("after")},
+                           "after": calibration.mean_abs_error("after"),
+                           "logged_memory": calibration.mean_abs_logged_memory_error()},
     }
+
+
+def _logged_memory_json(peak) -> dict | None:
+    """A log's peak memory against the planner's (GiB): reported, not fitted."""
+    from cost_models.units import GiB
+
+    if peak is None:
+        return None
+    return {"kind": peak.kind, "measured_gib": peak.measured_bytes / GiB,
+            "predicted_gib": peak.predicted_bytes / GiB, "error": peak.error}

@@ -49,6 +49,23 @@ class LaunchPlan:
         return max(1, round(self.num_tokens / tokens_per_step))
 
 
+@dataclass(frozen=True)
+class Trial:
+    """A short benchmark run of a plan (`planner plan --emit-trials`): enough steps for
+    several logged intervals after the first, which holds the warm-up (the log reader of
+    `planner calibrate` takes the median of the others); no evaluation, no checkpoints."""
+
+    train_iters: int = 30
+    """Optimizer steps; a multiple of log_interval (Megatron-LM asserts it of
+    --log-memory-interval)."""
+    log_interval: int = 5
+    """Steps between logged lines (Megatron-LM --log-interval, torchtitan metrics.log_freq)."""
+    log_file: str = "train.log"
+    """Next to the script; each node appends (Megatron-LM prints its arguments on rank 0 and
+    the iteration lines on the last rank, which may be another node; torchtitan prints on
+    every rank)."""
+
+
 @dataclass
 class ParsedConfig:
     """A strategy read from a launch config, and what the framework would get wrong with it."""

@@ -9,13 +9,11 @@ data/megatron_args.txt); a test checks every emitted flag against it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from cost_models.enums import (AttentionKind, CpComm, CudaGraphs, Fp8Recipe, LoadBalancing,
                                MlpKind, MoeDispatcher, NormKind, Optimizer, PositionKind,
                                Precision, RankOrder, Recompute, RecomputeModule, ZeroStage)
 from planner.frameworks import torchrun
-from planner.frameworks.base import LaunchPlan, header_lines, transformer_shape
+from planner.frameworks.base import LaunchPlan, Trial, header_lines, transformer_shape
 from planner.frameworks.megatron_reader import FSDP_STRATEGIES, parse  # noqa: F401
 from planner.frameworks.megatron_flags import (CHECKED_AGAINST, CHOICES, KNOWN_FLAGS,  # noqa: F401
                                                MEGATRON_COMMIT, TORCHRUN_FLAGS, check_flags)
@@ -343,19 +341,6 @@ def _training_args(plan: LaunchPlan, trial: Trial | None = None) -> list[str]:
     return args
 
 
-@dataclass(frozen=True)
-class Trial:
-    """A short benchmark run of a plan (`planner plan --emit-trials`): enough iterations for
-    several logged intervals after the first, which holds the warm-up (the log reader of
-    `planner calibrate` takes the median of the others); no evaluation, no checkpoints."""
-
-    train_iters: int = 30
-    log_interval: int = 5
-    log_file: str = "train.log"
-    """Next to the script; each node appends (Megatron-LM prints its arguments on rank 0 and
-    the iteration lines on the last rank, which may be another node)."""
-
-
 EVAL_INTERVAL_NEVER = 1_000_000
 """--eval-interval past any trial's iterations (with --eval-iters 0: no evaluation)."""
 
@@ -377,7 +362,11 @@ def _logging_args(trial: Trial | None) -> list[str]:
                 "--eval-iters 10", '--save "$CHECKPOINT_PATH"', '--load "$CHECKPOINT_PATH"',
                 "--save-interval 1000"]
     # No --save: Megatron-LM writes no checkpoint; --eval-iters 0 skips validation.
+    # --log-memory-interval (a multiple of --log-interval, arguments.py) reports each model-
+    # parallel rank's memory at the last iteration too, its peak over the whole run
+    # (training.py training_log -> report_memory; the first report comes after one interval).
     return [f"--log-interval {trial.log_interval}", "--log-throughput",
+            f"--log-memory-interval {trial.train_iters}",
             f"--eval-interval {EVAL_INTERVAL_NEVER}", "--eval-iters 0"]
 
 

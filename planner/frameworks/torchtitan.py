@@ -24,12 +24,13 @@ from planner.core.rules import (Rule, TargetRule, any_offload, context_parallel_
                                 fp8_rule, largest_divisor_at_most, num_micro_batches)
 from planner.errors import InputError
 from planner.frameworks import torchtitan_recipe
-from planner.frameworks.base import LaunchPlan, header_lines, transformer_shape
+from planner.frameworks import torchrun
+from planner.frameworks.base import LaunchPlan, Trial, header_lines, transformer_shape
 from planner.frameworks.torchtitan_reader import FLOAT8, MX, OUTPUT_FQN, parse
 from planner.inputs import profiles
 from planner.schemas.framework import FrameworkProfile
 
-__all__ = ["CHECKED_AGAINST", "RULES", "emit", "parse", "profile"]
+__all__ = ["CHECKED_AGAINST", "RULES", "emit", "emit_trial", "parse", "profile"]
 
 CHECKED_AGAINST = (f"{torchtitan_recipe.CHECKED_AGAINST}; torchtitan/config/job_config.py "
                    f"@6404b932 (0.2.x TOML)")
@@ -123,7 +124,7 @@ def module_fqns(counts, *, output: str = "output") -> list[list[str]]:
     return parts
 
 
-def _training(plan: LaunchPlan) -> dict[str, Any]:
+def _training(plan: LaunchPlan, trial: Trial | None = None) -> dict[str, Any]:
     """[training] of the 0.2.x TOML, in samples."""
     s, training = plan.strategy, plan.problem.training
     # With a pipeline a step feeds local_batch_size samples in micro-batches; without one,
@@ -131,18 +132,19 @@ def _training(plan: LaunchPlan) -> dict[str, Any]:
     # global batch.
     local = s.global_batch // s.dp if s.pp > 1 else s.micro_batch
     out = {"local_batch_size": local, "global_batch_size": s.global_batch,
-           "seq_len": training.seq_len, **_precision_fields(plan)}
+           "seq_len": training.seq_len, **_precision_fields(plan, trial)}
     if s.optimizer_offload or s.param_offload:   # FSDP2 CPUOffloadPolicy: all of it, together
         out["enable_cpu_offload"] = True
     return out
 
 
-def _precision_fields(plan: LaunchPlan) -> dict[str, Any]:
+def _precision_fields(plan: LaunchPlan, trial: Trial | None = None) -> dict[str, Any]:
+    steps = trial.train_iters if trial else plan.train_iters or 10000
     return {"mixed_precision_param": PRECISIONS.get(plan.problem.training.precision, "bfloat16"),
-            "mixed_precision_reduce": "float32", "steps": plan.train_iters or 10000}
+            "mixed_precision_reduce": "float32", "steps": steps}
 
 
-def _recipe_training(plan: LaunchPlan) -> dict[str, Any]:
+def _recipe_training(plan: LaunchPlan, trial: Trial | None = None) -> dict[str, Any]:
     """The recipe's TrainingConfig, in tokens (configs.py @b5bcd76c): a micro-batch of whole
     sequences per data-parallel rank, the global batch per step; with a pipeline the step's
     micro-batches are num_pp_microbatches (one accumulation step), without one torchtitan
@@ -151,7 +153,7 @@ def _recipe_training(plan: LaunchPlan) -> dict[str, Any]:
     s, seq = plan.strategy, plan.problem.training.seq_len
     out = {"num_tokens_per_microbatch_per_dp_rank": s.micro_batch * seq,
            "num_tokens_per_train_step": s.global_batch * seq, "max_context_length": seq,
-           **_precision_fields(plan)}
+           **_precision_fields(plan, trial)}
     if s.optimizer_offload or s.param_offload:
         out["enable_cpu_offload"] = True
     if s.pp > 1 or (plan.problem.model.is_moe and s.ep > 1):
@@ -181,18 +183,23 @@ UNFUSED_NOTE = ("Planned with unfused attention (--attention unfused), which tor
 (torchtitan/models/attention.py)."""
 
 
-def _header(plan: LaunchPlan, target: str) -> list[str]:
+def _header(plan: LaunchPlan, target: str, trial: Trial | None = None) -> list[str]:
     lines = header_lines(plan, target, CHECKED_AGAINST)
     if plan.problem.attention is not AttentionKind.FLASH:
         lines += textwrap.wrap(UNFUSED_NOTE, width=94)
+    if trial is not None:
+        lines.append(f"A trial run: {trial.train_iters} steps, metrics logged every "
+                     f"{trial.log_interval}, no checkpoint, no validation.")
     return [f"# {line}" for line in lines]
 
 
-def _toml(plan: LaunchPlan) -> str:
+def _toml(plan: LaunchPlan, trial: Trial | None = None) -> str:
     name = plan.problem.model.name
     registered = torchtitan_recipe.REGISTERED.get(name)
-    lines = [*_header(plan, "torchtitan 0.2.x"),
-             "# Run: torchrun ... -m torchtitan.train --job.config_file torchtitan.toml", "",
+    run = (f"# Run: bash {TRIAL_SCRIPT} (checkpoint.enable and validation.enable are off by "
+           f"default)" if trial else
+           "# Run: torchrun ... -m torchtitan.train --job.config_file torchtitan.toml")
+    lines = [*_header(plan, "torchtitan 0.2.x", trial), run, "",
              "[job]", f'description = "planner plan for {name}"', "", "[model]"]
     if registered:
         lines += [f'name = "{registered.module}"', f'flavor = "{registered.flavor}"']
@@ -202,9 +209,12 @@ def _toml(plan: LaunchPlan) -> str:
     converters, quantize = _float8_sections(plan)
     if converters:
         lines.append(f"converters = {_toml_value(converters)}")
-    sections = {"training": _training(plan), "parallelism": _parallelism(plan, recipe=False),
+    sections = {"training": _training(plan, trial),
+                "parallelism": _parallelism(plan, recipe=False),
                 "activation_checkpoint": {"mode": _checkpoint_mode(plan.strategy.recompute)},
                 **quantize}
+    if trial is not None:
+        sections["metrics"] = _trial_metrics(trial)
     if plan.strategy.recompute is Recompute.SELECTIVE:
         sections["activation_checkpoint"]["selective_ac_option"] = "op"
     for section, fields in sections.items():
@@ -212,19 +222,23 @@ def _toml(plan: LaunchPlan) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _recipe(plan: LaunchPlan) -> str:
+def _recipe(plan: LaunchPlan, trial: Trial | None = None) -> str:
     s, model = plan.strategy, plan.problem.model
     registered = torchtitan_recipe.REGISTERED.get(model.name)
     # Only DeepSeek-V3's registry takes num_mtp_layers (models/deepseek_v3/__init__.py).
     mtp = (transformer_shape(model, "torchtitan").mtp_layers
            if registered and registered.module == "deepseek_v3" else 0)
     return torchtitan_recipe.render(torchtitan_recipe.RecipeParts(
-        name=model.name, label=s.degrees_label(), header=_header(plan, "torchtitan"),
-        training=_recipe_training(plan),
+        name=model.name, label=s.degrees_label(), header=_header(plan, "torchtitan", trial),
+        training=_recipe_training(plan, trial),
         parallelism={**_parallelism(plan, recipe=True),
                      "enable_sequence_parallel": s.sequence_parallel},
         recompute=_checkpoint_mode(s.recompute),
-        async_tp=plan.overlap("tp_comm_overlap") if s.tp > 1 else None, mtp_layers=mtp))
+        async_tp=plan.overlap("tp_comm_overlap") if s.tp > 1 else None, mtp_layers=mtp,
+        **({} if trial is None else {
+            "replaced": {"metrics": _trial_metrics(trial), "checkpoint": {"enable": False},
+                         "validator": {"enable": False}},
+            "run_line": f"# Run: bash {TRIAL_SCRIPT}"})))
 
 
 def emit(plan: LaunchPlan) -> dict[str, str]:
@@ -234,6 +248,48 @@ def emit(plan: LaunchPlan) -> dict[str, str]:
     if plan.problem.training.precision is Precision.FP8:
         return {"torchtitan.toml": _toml(plan)}
     return {"torchtitan_recipe.py": _recipe(plan), "torchtitan.toml": _toml(plan)}
+
+
+TRIAL_SCRIPT = "run_torchtitan.sh"
+
+
+def _trial_metrics(trial: Trial) -> dict[str, Any]:
+    """metrics settings of a trial (MetricsProcessor.Config @b5bcd76c, [metrics] in 0.2.x):
+    a line every log_interval steps (and at step 1), without colour codes."""
+    return {"log_freq": trial.log_interval, "disable_color_printing": True}
+
+
+def emit_trial(plan: LaunchPlan, trial: Trial) -> dict[str, str]:
+    """{file name: text}: the config `emit` writes, cut to a short benchmark run, and a script
+    that launches it with its output appended to `trial.log_file`. The recipe is what current
+    torchtitan runs (`--module torchtitan_recipe --config planner_plan`, the module found on
+    PYTHONPATH: config/manager.py imports a module that is not one of torchtitan's by its
+    name); FP8 plans get the 0.2.x TOML (`--job.config_file`), as `emit` writes them."""
+    recipe = plan.problem.training.precision is not Precision.FP8
+    config = "torchtitan_recipe.py" if recipe else "torchtitan.toml"
+    text = _recipe(plan, trial) if recipe else _toml(plan, trial)
+    train = ("--module torchtitan_recipe --config planner_plan" if recipe
+             else '--job.config_file "$HERE/torchtitan.toml"')
+    lines = [
+        "#!/usr/bin/env bash",
+        *_header(plan, "torchtitan", trial),
+        f"# Run on every node: MASTER_ADDR=<first node> bash {TRIAL_SCRIPT}; it runs "
+        f"{config} from the",
+        "# torchtitan checkout (TORCHTITAN_PATH: its recipes read ./assets), every rank's "
+        f"output appended to {trial.log_file}.",
+        "set -euo pipefail", "",
+        'HERE=$(cd "$(dirname "$0")" && pwd)',
+        f'LOG_FILE=${{LOG_FILE:-"$HERE/{trial.log_file}"}}',
+        "TORCHTITAN_PATH=${TORCHTITAN_PATH:-/workspace/torchtitan}",
+        *torchrun.launcher(plan), "",
+        *torchrun.environment(plan.problem.cluster, tp=plan.strategy.tp,
+                              nvls=plan.strategy.nvls),
+        'export PYTHONPATH="$HERE${PYTHONPATH:+:$PYTHONPATH}"    # the recipe module',
+        'export PYTORCH_ALLOC_CONF="expandable_segments:True"    # as torchtitan\'s run_train.sh',
+        "", 'cd "$TORCHTITAN_PATH"',
+        f'{torchrun.TORCHRUN} \\\n  -m torchtitan.train {train} \\\n'
+        '  2>&1 | tee -a "$LOG_FILE"', ""]
+    return {config: text, TRIAL_SCRIPT: "\n".join(lines)}
 
 
 # --------------------------------------------------------------------------- profile

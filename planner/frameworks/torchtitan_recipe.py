@@ -82,6 +82,11 @@ class RecipeParts:
     """compile.enable_async_tensor_parallel (None: leave the base's)."""
     mtp_layers: int = 0
     model_notes: list[str] = field(default_factory=list)
+    replaced: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Other Trainer.Config fields set over the base's, {field: {setting: value}} (a trial
+    run's metrics, checkpoint and validator)."""
+    run_line: str = ("# Run: torchrun ... -m torchtitan.train --module torchtitan_recipe "
+                     "--config planner_plan")
 
 
 def _call(head: str, fields: dict[str, Any], indent: str = "        ") -> str:
@@ -152,9 +157,10 @@ def render(parts: RecipeParts) -> str:
             compile_fields = {"enable": True, "components": ["model", "loss"], **compile_fields}
         fields.append("        compile=" + _call("replace", {"__obj__": None, **compile_fields})
                       .replace("\n            __obj__=None,", "config.compile,") + ",")
-    lines = [*parts.header,
-             "# Run: torchrun ... -m torchtitan.train --module torchtitan_recipe --config "
-             "planner_plan", "", *imports, "", *base, "", "",
+    for name, settings in parts.replaced.items():
+        fields.append(f"        {name}=" + _call("replace", {"__obj__": None, **settings})
+                      .replace("\n            __obj__=None,", f"config.{name},") + ",")
+    lines = [*parts.header, parts.run_line, "", *imports, "", *base, "", "",
              "def planner_plan() -> Trainer.Config:",
              f'    """{parts.name}: {parts.label} (planner)."""',
              "    config = base_config()", *model_lines,
