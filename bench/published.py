@@ -12,6 +12,17 @@ Unknown strategy fields are filled by one rule for all runs, never per row:
 - overlap_grad_reduce "unknown": the framework profile's default;
 - ep: 1; etp: 1 with ep > 1 (experts whole, as Megatron-Bridge's MoE recipes run them), else tp.
 
+A run's strategy may also state what its recipe sets, each read as given (the fill rule then
+applies only to the fields still null):
+- recompute_modules: Megatron --recompute-modules (core_attn, layernorm, mla_up_proj, mlp, moe,
+  moe_act, shared_experts); implies recompute selective;
+- layers_per_stage: repeated layers on each of the pp * vpp chunks in pipeline order, the
+  embedding with the first and the output (and MTP) with the last, e.g. a Megatron
+  pipeline_model_parallel_layout or account_for_embedding/loss_in_pipeline_split written out;
+- cuda_graphs: none, layer or full_iteration (Megatron --cuda-graph-impl; not priced);
+- moe_dispatcher, moe_a2a_overlap, tp_comm_overlap, overlap_grad_reduce, overlap_param_gather,
+  activation_offload_layers (Strategy's fields of those names).
+
 Runs the planner cannot express yet (FP8) are counted as skipped.
 
 What is compared: the step time that tokens per second give, wherever a run states tokens per
@@ -169,12 +180,19 @@ def _strategy(run: dict, problem: Problem, framework: str) -> Strategy:
         fields["activation_offload_layers"] = s["activation_offload_layers"]
     if isinstance(run.get("fp8_param_gather"), bool):
         fields["fp8_param_gather"] = run["fp8_param_gather"]
+    if s.get("cuda_graphs"):   # Megatron --cuda-graph-impl, as the run's recipe sets it
+        fields["cuda_graphs"] = s["cuda_graphs"]
+    if s.get("layers_per_stage"):   # the recipe's own pipeline layout (repeated layers per chunk)
+        fields["layers_per_stage"] = tuple(s["layers_per_stage"])
     if s.get("pp_partition"):   # DeepSpeed PipelineModule partition_method, as the run states
         counts = partitioned_layer_counts(problem.model.num_layers, pp,
                                           PipelinePartition(s["pp_partition"]))
         fields["layers_per_stage"] = tuple(counts) if len(set(counts)) > 1 else None
     recompute = s.get("recompute")
     recomputes = [Recompute(recompute)] if recompute else list(Recompute)
+    if s.get("recompute_modules"):   # Megatron --recompute-modules: selective, as the run says
+        fields["recompute_modules"] = tuple(s["recompute_modules"])
+        recomputes = [Recompute.SELECTIVE]
     layers_per_stage = problem.model.num_layers // pp
     # vpp: the divisors of the layers per stage, as the search tries them (a pp that does not
     # divide the layers gives some chunks one layer more, planner/costing/layout.py).

@@ -182,7 +182,10 @@ def test_error_per_source_stays_at_what_was_recorded(by_source, source, recorded
     # matches Megatron-Bridge's H100 BF16 alltoall -> HybridEP pair within 1%
     # (tests/costing/test_moe.py). Worst: Qwen3-30B-A3B B200 FP8-MX 25.11 (mb 1) +273%.
     # 0.439 -> 0.417 with tokens/s compared for every source and the B200 / GB200 rates.
-    ("megatron_bridge_moe", 0.417, 2.62),
+    # 0.417 -> 0.374 (worst 2.62 -> 2.32) now that the rows carry their recipes' settings
+    # (recompute modules, dispatcher, EP overlap, pipeline layout, traced per release in
+    # Megatron-Bridge): DeepSeek-V3 leaves full recompute.
+    ("megatron_bridge_moe", 0.374, 2.32),
     ("nemo_long_context_cp", 0.330, 0.49),
     # 28.0% -> 19.1% with the async-TP share; 22.6% with tokens/s compared.
     ("torchtitan_asynctp_h100_202506", 0.226, 0.52),
