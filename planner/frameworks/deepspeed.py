@@ -165,6 +165,12 @@ def _autotp_lines(s) -> list[str]:
     return lines
 
 
+MICS_REMOVED = ("MiCS (zero_optimization.mics_shard_size): DeepSpeed 0.19.7 removed it and "
+                "stops on the key (deepspeedai/DeepSpeed issue 8489):")
+"""DeepSpeed 0.19.7 runtime/config.py _REMOVED_ZERO_CONFIG_KEYS rejects the key; 0.19.6 and the
+commits the keys were checked against read it (bench/framework_parsers.py runs both)."""
+
+
 def emit(plan: LaunchPlan) -> dict[str, str]:
     s, training = plan.strategy, plan.problem.training
     full = s.recompute is Recompute.FULL
@@ -188,6 +194,10 @@ def emit(plan: LaunchPlan) -> dict[str, str]:
                     f"deepspeed.moe.layer.MoE takes ep_size={s.ep} in model code instead "
                     f"(Megatron-DeepSpeed: --moe-expert-parallel-size {s.ep}): then drop "
                     f"expert_parallel."]
+    if s.dp_shard not in (None, s.dp):
+        comment += [MICS_REMOVED + f" this file needs DeepSpeed 0.19.6 or earlier; on a later "
+                    f"one drop mics_shard_size, and ZeRO-3 shards over all {s.dp} data-parallel "
+                    f"ranks instead of {s.dp_shard} (not the plan priced)."]
     if s.tp > 1:
         comment += _autotp_lines(s)
     method = _partition_method(plan.problem.model.num_layers, s) if s.pp > 1 else None

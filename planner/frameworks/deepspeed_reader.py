@@ -261,6 +261,11 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
     mics = zero.get("mics_shard_size", -1) if isinstance(zero, dict) else -1
     if isinstance(mics, int) and not isinstance(mics, bool) and mics > 0:
         parsed.strategy["dp_shard"] = mics     # MiCS: ZeRO-3 within groups of mics_shard_size
+        # DeepSpeed 0.19.7 rejects the key (runtime/config.py _REMOVED_ZERO_CONFIG_KEYS,
+        # issue 8489); 0.19.6 and the commits the planner checks against read it.
+        parsed.notes.append(f"mics_shard_size {mics}: DeepSpeed 0.19.7 and later stop on it "
+                            f"(MiCS removed, deepspeedai/DeepSpeed issue 8489); priced as "
+                            f"DeepSpeed 0.19.6 runs it, ZeRO-3 within groups of {mics} ranks")
     # DeepSpeed-Ulysses (deepspeed/sequence/layer.py): sequence_parallel_size ranks share each
     # sequence and exchange heads by all-to-all.
     cp = _int(data, "sequence_parallel_size", file) or 1

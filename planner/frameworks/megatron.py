@@ -14,7 +14,8 @@ from cost_models.enums import (AttentionKind, CpComm, CudaGraphs, Fp8Recipe, Loa
                                Precision, RankOrder, Recompute, RecomputeModule, ZeroStage)
 from planner.frameworks import torchrun
 from planner.frameworks.base import LaunchPlan, Trial, header_lines, transformer_shape
-from planner.frameworks.megatron_reader import FSDP_STRATEGIES, parse  # noqa: F401
+from planner.frameworks.megatron_reader import (FSDP_STRATEGIES, parse,  # noqa: F401
+                                              per_layer_graph_problem)
 from planner.frameworks.megatron_flags import (CHECKED_AGAINST, CHOICES, KNOWN_FLAGS,  # noqa: F401
                                                MEGATRON_COMMIT, TORCHRUN_FLAGS, check_flags)
 from planner.errors import InputError
@@ -328,6 +329,11 @@ def _training_args(plan: LaunchPlan, trial: Trial | None = None) -> list[str]:
         args = []
     if training.bf16_gradients and training.precision in (Precision.BF16, Precision.FP8):
         args.append("--grad-reduce-in-bf16")
+    problem = per_layer_graph_problem(s.cuda_graphs, s.recompute,
+                                      bool(s.activation_offload_layers))
+    if problem is not None:
+        raise InputError(f"--emit megatron: cuda_graphs {s.cuda_graphs.value}: Megatron-Core "
+                         f"stops: {problem[0]}; {problem[1]}")
     args += CUDA_GRAPH_ARGS.get(s.cuda_graphs, [])
     if training.optimizer is Optimizer.ADAM:
         args += ["--optimizer adam", "--adam-beta1 0.9", "--adam-beta2 0.95"]
@@ -405,7 +411,7 @@ def _script(plan: LaunchPlan, trial: Trial | None) -> tuple[str, str]:
         *([f"CHECKPOINT_PATH=${{CHECKPOINT_PATH:-checkpoints/{p.model.name}}}"] if trial is None
           else [f'LOG_FILE=${{LOG_FILE:-"$(dirname "$0")/{trial.log_file}"}}']),
         *torchrun.launcher(plan), "",
-        *torchrun.environment(p.cluster, tp=plan.strategy.tp,
+        *torchrun.environment(p.cluster, tp=plan.strategy.tp, cp=plan.strategy.cp,
                               ordered_kernels=plan.strategy.zero_stage < ZeroStage.GRADIENTS,
                               nvls=plan.strategy.nvls),
         "",

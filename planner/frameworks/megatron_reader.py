@@ -150,6 +150,24 @@ CUDA_GRAPH_IMPLS = {"none": CudaGraphs.NONE, "local": CudaGraphs.LAYER,
                     "full_iteration": CudaGraphs.FULL_ITERATION}
 
 
+def per_layer_graph_problem(graphs: CudaGraphs | None, recompute: Recompute | None,
+                            activation_offload: bool) -> tuple[str, str] | None:
+    """(what Megatron-Core says, the fix) where per-layer CUDA graphs meet what they cannot
+    capture, or None. TransformerConfig.__post_init__ @d98e8a64, for cuda_graph_impl other
+    than full_iteration: "full recompute is only supported with full iteration CUDA graph.",
+    and "CUDA graphs not supported with CPU offloading." (seen by running it:
+    bench/framework_parsers.py)."""
+    if graphs is not CudaGraphs.LAYER:
+        return None
+    if recompute is Recompute.FULL:
+        return ("full recompute is only supported with full iteration CUDA graph",
+                "use cuda_graphs full_iteration, or recompute selective or none")
+    if activation_offload:
+        return ("CUDA graphs not supported with CPU offloading (per-layer graphs)",
+                "use cuda_graphs full_iteration, or offload no activations")
+    return None
+
+
 def _cuda_graphs(flags, file: str) -> CudaGraphs | None:
     """What the script captures in CUDA graphs: --cuda-graph-impl, or the deprecated
     --enable-cuda-graph (local) and --external-cuda-graph (transformer_engine), and
@@ -342,6 +360,11 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
     graphs = _cuda_graphs(flags, file)
     if graphs is not None:
         s["cuda_graphs"] = graphs
+    layer_graph_problem = per_layer_graph_problem(graphs, s.get("recompute"),
+                                                  "--cpu-offloading-num-layers" in flags)
+    if layer_graph_problem is not None:
+        parsed.finding("megatron_flag", f"Megatron-Core stops: {layer_graph_problem[0]}",
+                       layer_graph_problem[1])
     nvls = script.variables.get("NCCL_NVLS_ENABLE")
     if nvls in ("0", "1"):          # NCCL docs, env.html: NCCL_NVLS_ENABLE 0 or 1 (default 1)
         s["nvls"] = nvls == "1"
@@ -350,9 +373,10 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
         parsed.finding("megatron_environment", "Megatron-LM stops: Megatron-FSDP needs "
                        "CUDA_DEVICE_MAX_CONNECTIONS other than 1",
                        "remove export CUDA_DEVICE_MAX_CONNECTIONS=1")
-    if tp > 1 and not fsdp and script.mentions("torchrun") and connections != "1":
-        parsed.finding("megatron_environment", "Megatron-LM stops on pre-Blackwell GPUs: tensor "
-                       "parallelism needs CUDA_DEVICE_MAX_CONNECTIONS=1 in the environment",
+    if (tp > 1 or cp > 1) and not fsdp and script.mentions("torchrun") and connections != "1":
+        what = "tensor" if tp > 1 else "context"
+        parsed.finding("megatron_environment", f"Megatron-LM stops on pre-Blackwell GPUs: {what} "
+                       f"parallelism needs CUDA_DEVICE_MAX_CONNECTIONS=1 in the environment",
                        "add export CUDA_DEVICE_MAX_CONNECTIONS=1")
     _offload(parsed, flags, file)
     if "--fp8-param-gather" in flags and "--fp8-format" not in flags:

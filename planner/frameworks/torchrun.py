@@ -24,7 +24,7 @@ def _comment(lines: list[str]) -> list[str]:
     return [f"# {line}" for line in lines]
 
 
-def environment(cluster: ClusterSpec, *, tp: int, ordered_kernels: bool = True,
+def environment(cluster: ClusterSpec, *, tp: int, cp: int = 1, ordered_kernels: bool = True,
                 nvls: bool = True) -> list[str]:
     """`export` lines for the cluster's collective library and network. `ordered_kernels`:
     whether tensor parallelism may ask for one CUDA connection (Megatron-FSDP refuses it);
@@ -53,9 +53,12 @@ def environment(cluster: ClusterSpec, *, tp: int, ordered_kernels: bool = True,
     else:
         lines += ["# HCCL (Ascend, torch_npu): allow slow first connections on large clusters",
                   "export HCCL_CONNECT_TIMEOUT=${HCCL_CONNECT_TIMEOUT:-1200}"]
-    if tp > 1 and ordered_kernels:
-        lines += ["# Tensor-parallel kernels must be issued in order (Megatron-LM asserts it "
-                  "with tp > 1)", "export CUDA_DEVICE_MAX_CONNECTIONS=1"]
+    # megatron/training/arguments.py validate_args @d98e8a64: before Blackwell, "Using tensor
+    # model parallelism or context parallelism require setting the environment variable
+    # CUDA_DEVICE_MAX_CONNECTIONS to 1" (tp > 1 or cp > 1).
+    if (tp > 1 or cp > 1) and ordered_kernels:
+        lines += ["# Tensor- and context-parallel kernels must be issued in order (Megatron-LM "
+                  "asserts it with tp > 1 or cp > 1)", "export CUDA_DEVICE_MAX_CONNECTIONS=1"]
     return lines
 
 
@@ -94,7 +97,7 @@ def emit(plan: LaunchPlan) -> dict[str, str]:
     lines = ["#!/usr/bin/env bash", *_comment(header_lines(plan, "torchrun", CHECKED_AGAINST)),
              "# Run on every node: MASTER_ADDR=<first node> bash torchrun.sh train.py [args]",
              "set -euo pipefail", "", *launcher(plan), "",
-             *environment(plan.problem.cluster, tp=plan.strategy.tp,
+             *environment(plan.problem.cluster, tp=plan.strategy.tp, cp=plan.strategy.cp,
                           nvls=plan.strategy.nvls), "",
              f'{TORCHRUN} \\\n  "$@"', ""]
     return {"torchrun.sh": "\n".join(lines)}

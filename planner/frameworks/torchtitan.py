@@ -97,7 +97,14 @@ def _parallelism(plan: LaunchPlan, *, recipe: bool) -> dict[str, Any]:
             fields["num_pp_microbatches"] = plan.num_micro_batches
         else:
             fields["pipeline_parallel_microbatch_size"] = s.micro_batch
-        if s.layers_per_stage is None:
+        # pipeline_llm (pipeline_parallel.py _get_pipeline_metadata @b5bcd76c, inline in
+        # 0.2.x) makes ceil(layers / layers_per_stage) stages and stops unless pp divides
+        # them: an uneven split (61 layers on 8 stages) is spelled out module by module, in the
+        # counts the plan was priced with.
+        counts = s.layers_per_stage
+        if counts is None and layers % (s.pp * s.vpp):
+            counts = tuple(plan.report.strategy.layers_per_stage)
+        if counts is None:
             fields.update(
                 pipeline_parallel_layers_per_stage=layers // (s.pp * s.vpp),
                 # The embedding and the output layer are not counted as layers of their stages.
@@ -105,7 +112,7 @@ def _parallelism(plan: LaunchPlan, *, recipe: bool) -> dict[str, Any]:
                 pipeline_parallel_last_stage_less_layers=0)
         else:
             fields["module_fqns_per_model_part"] = module_fqns(
-                s.layers_per_stage, output="lm_head" if recipe else "output")
+                counts, output="lm_head" if recipe else "output")
     return fields
 
 

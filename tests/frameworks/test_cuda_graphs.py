@@ -69,3 +69,34 @@ def test_not_priced_carried_and_noted():
     assert any(n.startswith("cuda_graphs full_iteration is not priced") for n in notes)
     assert not any("cuda_graphs" in n for n in ineffective_settings(
         problem, s.model_copy(update={"cuda_graphs": None})))
+
+
+# Megatron-Core's TransformerConfig.__post_init__ @d98e8a64 refuses per-layer graphs with full
+# recompute ("full recompute is only supported with full iteration CUDA graph.") and with
+# activation CPU offloading ("CUDA graphs not supported with CPU offloading."); found by
+# running it on the emitted script (bench/framework_parsers.py).
+@pytest.mark.parametrize("strategy", [dict(recompute="full"),
+                                      dict(activation_offload_layers=4)])
+def test_per_layer_graphs_are_not_emitted_where_megatron_core_stops(strategy):
+    from planner.errors import InputError
+
+    problem = make_problem("llama3-8b", "dgx-h100", gpus=8)
+    s = Strategy(dp=8, micro_batch=1, global_batch=problem.training.global_batch,
+                 zero_stage=1, cuda_graphs=CudaGraphs.LAYER, **strategy)
+    with pytest.raises(InputError, match="Megatron-Core stops"):
+        emit_files([LaunchTarget.MEGATRON], LaunchPlan(problem, s, evaluate_strategy(problem, s)))
+    # full_iteration captures them: written as planned.
+    s = s.model_copy(update=dict(cuda_graphs=CudaGraphs.FULL_ITERATION))
+    text = next(iter(emit_files([LaunchTarget.MEGATRON],
+                                LaunchPlan(problem, s, evaluate_strategy(problem, s))).values()))
+    assert "--cuda-graph-impl full_iteration" in text
+
+
+@pytest.mark.parametrize("extra", ["--recompute-granularity full --recompute-method uniform "
+                                   "--recompute-num-layers 1", "--cpu-offloading-num-layers 4"])
+def test_per_layer_graphs_with_what_they_cannot_capture_are_found(extra):
+    problem, _, text = _script(CudaGraphs.LAYER)
+    text = text.replace("--bf16", f"--bf16 {extra}", 1)
+    parsed = parse(text, file="train.sh", problem=problem, num_gpus=16)
+    assert any("Megatron-Core stops" in f.message and f.rule == "megatron_flag"
+               for f in parsed.findings), parsed.findings

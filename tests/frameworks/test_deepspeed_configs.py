@@ -188,3 +188,25 @@ def test_bloom_runs_70_layers_on_12_deepspeed_stages(cli, tmp_path):
                          str(tmp_path / "ds_config.json"), "--json", "--no-compare")
     assert code == 0, err
     assert json.loads(out)["strategy"]["layers_per_stage"] == best["layers_per_stage"]
+
+
+def test_mics_config_says_which_deepspeed_runs_it():
+    """DeepSpeedConfig 0.19.7+ stops on zero_optimization.mics_shard_size ("MiCS ZeRO-3
+    sharding has been removed", issue 8489), 0.19.6 reads it (bench/framework_parsers.py runs
+    both): the emitted HSDP config says so, and reading it back notes it without a finding."""
+    from planner.costing.evaluate import evaluate_strategy
+    from planner.frameworks import LaunchPlan, emit_files
+    from planner.frameworks.deepspeed import parse
+
+    problem = make_problem("llama3-8b", "dgx-h100", gpus=64, framework="deepspeed")
+    s = Strategy(dp=64, micro_batch=1, global_batch=problem.training.global_batch,
+                 recompute="full", zero_stage=3, dp_shard=8)
+    text = emit_files([LaunchTarget.DEEPSPEED],
+                      LaunchPlan(problem, s, evaluate_strategy(problem, s)))["ds_config.json"]
+    config = json.loads(text)
+    assert config["zero_optimization"]["mics_shard_size"] == 8
+    comment = " ".join(config["_comment"])
+    assert "DeepSpeed 0.19.7 removed it" in comment and "0.19.6 or earlier" in comment
+    parsed = parse(text, file="ds_config.json", problem=problem, num_gpus=64)
+    assert parsed.strategy["dp_shard"] == 8 and not parsed.findings
+    assert any("DeepSpeed 0.19.7 and later stop on it" in note for note in parsed.notes)

@@ -75,7 +75,8 @@ def test_torchrun_round_trips_its_world_size(case, tmp_path):
     (tmp_path / name).write_text(text)
     parsed = read_config(str(tmp_path / name), plan.problem)
     assert parsed.world_size == plan.problem.num_gpus
-    assert ("CUDA_DEVICE_MAX_CONNECTIONS=1" in text) == (plan.strategy.tp > 1)
+    assert ("CUDA_DEVICE_MAX_CONNECTIONS=1" in text) == (plan.strategy.tp > 1
+                                                        or plan.strategy.cp > 1)
 
 
 def test_deepspeed_json_parses_back_structurally():
@@ -132,3 +133,27 @@ def test_moe_a2a_overlap_round_trips_as_megatron_flags(tmp_path):
     # Off, nothing is emitted: Megatron-LM's default.
     plain = replace(plan, strategy=off, report=slower)
     assert "--overlap-moe-expert-parallel-comm" not in emit_files([case.target], plain)[name]
+
+
+def test_context_parallelism_alone_exports_one_cuda_connection():
+    """validate_args @d98e8a64 stops before Blackwell without CUDA_DEVICE_MAX_CONNECTIONS=1 for
+    tp > 1 *or* cp > 1 (found by running it on the emitted script: bench/framework_parsers.py);
+    the script of a cp 2, tp 1 plan exports it, and reading it back finds nothing."""
+    from planner.costing.evaluate import evaluate_strategy
+    from planner.frameworks import LaunchPlan
+    from planner.frameworks.megatron import parse
+    from planner.inputs.loader import make_problem
+    from planner.schemas.strategy import Strategy
+
+    problem = make_problem("llama3-8b", "dgx-h100", gpus=8)
+    s = Strategy(dp=4, tp=1, cp=2, micro_batch=1, global_batch=problem.training.global_batch,
+                 zero_stage=1, recompute="full")
+    text = next(iter(emit_files([LaunchTarget.MEGATRON],
+                                LaunchPlan(problem, s, evaluate_strategy(problem, s))).values()))
+    assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in text
+    assert not parse(text, file="train.sh", problem=problem, num_gpus=8).findings
+    parsed = parse(text.replace("export CUDA_DEVICE_MAX_CONNECTIONS=1\n", ""), file="train.sh",
+                   problem=problem, num_gpus=8)
+    assert [f.message for f in parsed.findings] == [
+        "Megatron-LM stops on pre-Blackwell GPUs: context parallelism needs "
+        "CUDA_DEVICE_MAX_CONNECTIONS=1 in the environment"]

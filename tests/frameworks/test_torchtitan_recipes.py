@@ -329,3 +329,31 @@ def test_cuda_graphs_with_a_pipeline(cli, write):
     assert ("torchtitan_cuda_graphs", "torchtitan stops: pipeline_parallel_degree 2: CUDA "
             "graphs do not support pipeline parallelism") in [
         (v["rule"], v["message"]) for v in result["violations"]]
+
+
+def test_an_uneven_pipeline_is_spelled_out_module_by_module(tmp_path):
+    """DeepSeek-V3's 61 layers on 8 stages: pipeline_parallel_layers_per_stage 61 // 8 = 7
+    makes torchtitan build ceil(61 / 7) = 9 stages and stop ("Number of virtual stages (9)
+    must be divisible by pipeline parallel size (8)", pipeline_parallel.py
+    _get_pipeline_metadata @b5bcd76c; found by running it on the emitted recipe:
+    bench/framework_parsers.py). Both files name each stage's modules instead, in the layer
+    counts the plan was priced with, and read back to the same price."""
+    plan = _plan("deepseek-v3", 256, dp=32, pp=8, ep=32, etp=1, recompute="full",
+                 zero_stage=3)
+    counts = plan.report.strategy.layers_per_stage
+    assert sum(counts) == 61 and len(set(counts)) > 1
+    files = emit_files([T], plan)
+    for name, text in files.items():
+        assert "pipeline_parallel_layers_per_stage" not in text, name
+        assert "module_fqns_per_model_part" in text, name
+        (tmp_path / name).write_text(text)
+        review = review_config(plan.problem, str(tmp_path / name), gpus_given=None,
+                               options=RuleOptions(), compare=False)
+        assert review.strategy.layers_per_stage == tuple(counts), name
+        assert not review.violations, (name, review.violations)
+        assert review.report.time.step_s == pytest.approx(plan.report.time.step_s, rel=1e-12)
+    recipe = files["torchtitan_recipe.py"]
+    parts = ast.literal_eval(recipe.split("module_fqns_per_model_part=")[1].split("],\n")[0]
+                             + "]")
+    assert [sum(m.startswith("layers.") for m in part) for part in parts] == list(counts)
+    assert parts[-1][-2:] == ["norm", "lm_head"] and parts[0][0] == "tok_embeddings"

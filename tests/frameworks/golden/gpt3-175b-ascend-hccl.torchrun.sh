@@ -16,7 +16,7 @@ RDZV_ID=${RDZV_ID:-planner-gpt3-175b}
 
 # HCCL (Ascend, torch_npu): allow slow first connections on large clusters
 export HCCL_CONNECT_TIMEOUT=${HCCL_CONNECT_TIMEOUT:-1200}
-# Tensor-parallel kernels must be issued in order (Megatron-LM asserts it with tp > 1)
+# Tensor- and context-parallel kernels must be issued in order (Megatron-LM asserts it with tp > 1 or cp > 1)
 export CUDA_DEVICE_MAX_CONNECTIONS=1
 
 torchrun --nnodes "$NNODES" --nproc-per-node "$NPROC_PER_NODE" \

@@ -21,7 +21,7 @@ RDZV_ID=${RDZV_ID:-planner-llama3-8b}
 export NCCL_IB_DISABLE=0
 export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 export TORCH_NCCL_ASYNC_ERROR_HANDLING=1   # fail fast on a hung collective
-# Tensor-parallel kernels must be issued in order (Megatron-LM asserts it with tp > 1)
+# Tensor- and context-parallel kernels must be issued in order (Megatron-LM asserts it with tp > 1 or cp > 1)
 export CUDA_DEVICE_MAX_CONNECTIONS=1
 
 MODEL_ARGS=(
