@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from cost_models.enums import (DEFAULT_RECOMPUTE_MODULES, CpComm, DpComm, MoeDispatcher,
-                               RankOrder, Recompute, RecomputeModule)
+from cost_models.enums import (DEFAULT_RECOMPUTE_MODULES, CpComm, CudaGraphs, DpComm,
+                               MoeDispatcher, RankOrder, Recompute, RecomputeModule)
 
 if TYPE_CHECKING:
     from planner.schemas.framework import OverlapDefaults
@@ -45,6 +45,7 @@ def strategy_modules(mask: int) -> tuple[RecomputeModule, ...] | None:
 
 
 MOE_DISPATCHER_ORDER = tuple(MoeDispatcher)
+CUDA_GRAPHS_ORDER = tuple(CudaGraphs)
 
 
 @dataclass
@@ -103,6 +104,9 @@ class Candidates:
     recompute is selective (None: core_attn where selective, the default)."""
     dispatcher: np.ndarray = None  # type: ignore[assignment]
     """Index into MOE_DISPATCHER_ORDER (None: 0, alltoall)."""
+    cuda_graphs: np.ndarray = None  # type: ignore[assignment]
+    """Index into CUDA_GRAPHS_ORDER (None: 0, none). Not priced; the search never sets it,
+    a strategy file or launch script does, and framework rules gate it."""
 
     def __post_init__(self) -> None:
         n = len(self.tp)
@@ -136,6 +140,8 @@ class Candidates:
                 n, dtype=np.int64)
         if self.dispatcher is None:
             self.dispatcher = np.zeros(n, dtype=int)
+        if self.cuda_graphs is None:
+            self.cuda_graphs = np.zeros(n, dtype=int)
 
     @property
     def edp(self) -> np.ndarray:
@@ -214,5 +220,6 @@ class Candidates:
                    rank_order=one(RANK_ORDER.index(overlap("rank_order"))),
                    moe_overlap=one(overlap("moe_a2a_overlap")),
                    rc_modules=one(modules_mask(s.selective_modules)),
-                   dispatcher=one(MOE_DISPATCHER_ORDER.index(overlap("moe_dispatcher"))))
+                   dispatcher=one(MOE_DISPATCHER_ORDER.index(overlap("moe_dispatcher"))),
+                   cuda_graphs=one(CUDA_GRAPHS_ORDER.index(s.cuda_graphs or CudaGraphs.NONE)))
 

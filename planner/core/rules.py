@@ -55,6 +55,7 @@ class Rule(str, Enum):
     TORCHTITAN_FP8 = "torchtitan_fp8"
     MINDSPORE_FP8 = "mindspore_fp8"
     MEGATRON_MOE_BIAS_ETP = "megatron_moe_bias_etp"
+    MEGATRON_CUDA_GRAPHS = "megatron_cuda_graphs"
     MEGATRON_OFFLOAD = "megatron_offload"
     DEEPSPEED_OFFLOAD = "deepspeed_offload"
     TORCHTITAN_OFFLOAD = "torchtitan_offload"

@@ -9,6 +9,8 @@ data/megatron_args.txt); a test checks every emitted flag against it.
 
 from __future__ import annotations
 
+import numpy as np
+
 from cost_models.enums import (AttentionKind, CpComm, CudaGraphs, Fp8Recipe, LoadBalancing,
                                MlpKind, MoeDispatcher, NormKind, Optimizer, PositionKind,
                                Precision, RankOrder, Recompute, RecomputeModule, ZeroStage)
@@ -21,7 +23,7 @@ from planner.frameworks.megatron_flags import (CHECKED_AGAINST, CHOICES, KNOWN_F
 from planner.errors import InputError
 from planner.inputs import profiles
 from planner.schemas.framework import FrameworkProfile
-from planner.core.candidates import modules_mask
+from planner.core.candidates import CUDA_GRAPHS_ORDER, RECOMPUTE_ORDER, modules_mask
 from planner.core.rules import Rule, TargetRule, fp8_rule
 from planner.core.problem import Problem
 
@@ -488,6 +490,17 @@ def _explain_recompute_modules(p, s):
             "use another fp8_recipe, or drop moe_act and layernorm from recompute_modules")
 
 
+def _layer_graphs_break(p: Problem, c) -> np.ndarray:
+    layer = c.cuda_graphs == CUDA_GRAPHS_ORDER.index(CudaGraphs.LAYER)
+    return layer & ((c.recompute == RECOMPUTE_ORDER.index(Recompute.FULL)) | (c.act_offload > 0))
+
+
+def _explain_layer_graphs(p: Problem, s) -> tuple[str, str]:
+    message, fix = per_layer_graph_problem(s.cuda_graphs, s.recompute,
+                                           bool(s.activation_offload_layers))
+    return f"cuda_graphs layer: Megatron-Core stops: {message}", fix
+
+
 RULES: dict[Rule, TargetRule] = {
     Rule.MEGATRON_FP8: fp8_rule("Megatron-LM", profile().fp8, bf16_layers_per_stage=True),
     Rule.MEGATRON_RECOMPUTE_MODULES: TargetRule(
@@ -496,6 +509,11 @@ RULES: dict[Rule, TargetRule] = {
     Rule.MEGATRON_OFFLOAD: TargetRule(
         "Megatron-LM offloads activations only with pp 1 and no recompute, and the optimizer "
         "with FP8 parameters only under delayed scaling", _offload_breaks, _explain_offload),
+    # transformer_config.py __post_init__ @d98e8a64, for a cuda_graph_impl other than
+    # full_iteration (found by running it: bench/framework_parsers.py).
+    Rule.MEGATRON_CUDA_GRAPHS: TargetRule(
+        "Megatron-Core captures per-layer CUDA graphs only without full recompute and without "
+        "activation offload", _layer_graphs_break, _explain_layer_graphs),
     # transformer_config.py __post_init__: "Bias in Moe is only supported when ETP==1".
     Rule.MEGATRON_MOE_BIAS_ETP: TargetRule(
         "Megatron-Core supports biased experts only with etp 1",

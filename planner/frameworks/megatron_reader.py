@@ -153,7 +153,7 @@ CUDA_GRAPH_IMPLS = {"none": CudaGraphs.NONE, "local": CudaGraphs.LAYER,
 def per_layer_graph_problem(graphs: CudaGraphs | None, recompute: Recompute | None,
                             activation_offload: bool) -> tuple[str, str] | None:
     """(what Megatron-Core says, the fix) where per-layer CUDA graphs meet what they cannot
-    capture, or None. TransformerConfig.__post_init__ @d98e8a64, for cuda_graph_impl other
+    capture, or None (the rule megatron_cuda_graphs and the emitter's guard). TransformerConfig.__post_init__ @d98e8a64, for cuda_graph_impl other
     than full_iteration: "full recompute is only supported with full iteration CUDA graph.",
     and "CUDA graphs not supported with CPU offloading." (seen by running it:
     bench/framework_parsers.py)."""
@@ -360,11 +360,6 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
     graphs = _cuda_graphs(flags, file)
     if graphs is not None:
         s["cuda_graphs"] = graphs
-    layer_graph_problem = per_layer_graph_problem(graphs, s.get("recompute"),
-                                                  "--cpu-offloading-num-layers" in flags)
-    if layer_graph_problem is not None:
-        parsed.finding("megatron_flag", f"Megatron-Core stops: {layer_graph_problem[0]}",
-                       layer_graph_problem[1])
     nvls = script.variables.get("NCCL_NVLS_ENABLE")
     if nvls in ("0", "1"):          # NCCL docs, env.html: NCCL_NVLS_ENABLE 0 or 1 (default 1)
         s["nvls"] = nvls == "1"

@@ -4,6 +4,8 @@ flags), carried to the report, not priced, and said so in a note."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from cost_models.enums import CudaGraphs
@@ -94,9 +96,26 @@ def test_per_layer_graphs_are_not_emitted_where_megatron_core_stops(strategy):
 
 @pytest.mark.parametrize("extra", ["--recompute-granularity full --recompute-method uniform "
                                    "--recompute-num-layers 1", "--cpu-offloading-num-layers 4"])
-def test_per_layer_graphs_with_what_they_cannot_capture_are_found(extra):
+def test_per_layer_graphs_with_what_they_cannot_capture_break_a_rule(cli, write, extra):
+    # One rule (megatron_cuda_graphs) gates a script and a strategy file alike.
+    import json
+
     problem, _, text = _script(CudaGraphs.LAYER)
-    text = text.replace("--bf16", f"--bf16 {extra}", 1)
-    parsed = parse(text, file="train.sh", problem=problem, num_gpus=16)
-    assert any("Megatron-Core stops" in f.message and f.rule == "megatron_flag"
-               for f in parsed.findings), parsed.findings
+    path = write("train.sh", text.replace("--bf16", f"--bf16 {extra}", 1))
+    code, out, _ = cli("validate", "llama3-8b", "dgx-h100", path, "--no-compare", "--json")
+    rules = {v["rule"]: v["message"] for v in json.loads(out)["violations"]}
+    assert "Megatron-Core stops" in rules["megatron_cuda_graphs"], rules
+    strategy = write("s.yaml", "dp: 16\nmicro_batch: 1\nzero_stage: 1\ncuda_graphs: layer\n"
+                     + ("recompute: full\n" if "full" in extra
+                        else "activation_offload_layers: 4\n"))
+    code, out, _ = cli("validate", "llama3-8b", "dgx-h100", strategy, "--no-compare", "--json",
+                       "--gpus", "16")
+    assert "megatron_cuda_graphs" in {v["rule"] for v in json.loads(out)["violations"]}
+    # Captured whole (full_iteration), the same settings break nothing here.
+    code, out, _ = cli("validate", "llama3-8b", "dgx-h100",
+                       write("f.yaml", Path(strategy).read_text().replace("graphs: layer",
+                                                                "graphs: full_iteration")),
+                       "--no-compare", "--json", "--gpus", "16")
+    assert "megatron_cuda_graphs" not in {v["rule"] for v in json.loads(out)["violations"]}
+
+
