@@ -16,14 +16,14 @@ from cost_models.enums import (AttentionKind, CpComm, CudaGraphs, Fp8Recipe, Loa
                                Precision, RankOrder, Recompute, RecomputeModule, ZeroStage)
 from planner.frameworks import torchrun
 from planner.frameworks.base import LaunchPlan, Trial, header_lines, transformer_shape
-from planner.frameworks.megatron_reader import (FSDP_STRATEGIES, parse,  # noqa: F401
-                                              per_layer_graph_problem)
+from planner.frameworks.megatron_reader import FSDP_STRATEGIES, parse  # noqa: F401
 from planner.frameworks.megatron_flags import (CHECKED_AGAINST, CHOICES, KNOWN_FLAGS,  # noqa: F401
                                                MEGATRON_COMMIT, TORCHRUN_FLAGS, check_flags)
 from planner.errors import InputError
 from planner.inputs import profiles
 from planner.schemas.framework import FrameworkProfile
-from planner.core.candidates import CUDA_GRAPHS_ORDER, RECOMPUTE_ORDER, modules_mask
+from planner.core.candidates import (CUDA_GRAPHS_ORDER, RECOMPUTE_ORDER, Candidates,
+                                     modules_mask)
 from planner.core.rules import Rule, TargetRule, fp8_rule
 from planner.core.problem import Problem
 
@@ -331,11 +331,11 @@ def _training_args(plan: LaunchPlan, trial: Trial | None = None) -> list[str]:
         args = []
     if training.bf16_gradients and training.precision in (Precision.BF16, Precision.FP8):
         args.append("--grad-reduce-in-bf16")
-    problem = per_layer_graph_problem(s.cuda_graphs, s.recompute,
-                                      bool(s.activation_offload_layers))
-    if problem is not None:
-        raise InputError(f"--emit megatron: cuda_graphs {s.cuda_graphs.value}: Megatron-Core "
-                         f"stops: {problem[0]}; {problem[1]}")
+    graphs_rule = RULES[Rule.MEGATRON_CUDA_GRAPHS]      # the rule's own test, not a copy
+    if graphs_rule.check(plan.problem, Candidates.from_strategy(s, plan.problem.framework
+                                                                .defaults))[0]:
+        message, fix = graphs_rule.explain(plan.problem, s)
+        raise InputError(f"--emit megatron: {message}; {fix}")
     args += CUDA_GRAPH_ARGS.get(s.cuda_graphs, [])
     if training.optimizer is Optimizer.ADAM:
         args += ["--optimizer adam", "--adam-beta1 0.9", "--adam-beta2 0.95"]
@@ -496,9 +496,13 @@ def _layer_graphs_break(p: Problem, c) -> np.ndarray:
 
 
 def _explain_layer_graphs(p: Problem, s) -> tuple[str, str]:
-    message, fix = per_layer_graph_problem(s.cuda_graphs, s.recompute,
-                                           bool(s.activation_offload_layers))
-    return f"cuda_graphs layer: Megatron-Core stops: {message}", fix
+    if s.recompute is Recompute.FULL:
+        return ("cuda_graphs layer with full recompute: Megatron-Core stops (\"full recompute "
+                "is only supported with full iteration CUDA graph.\")",
+                "use cuda_graphs full_iteration, or recompute selective or none")
+    return ("cuda_graphs layer with activation offload: Megatron-Core stops (\"CUDA graphs not "
+            "supported with CPU offloading.\")",
+            "use cuda_graphs full_iteration, or offload no activations")
 
 
 RULES: dict[Rule, TargetRule] = {

@@ -150,24 +150,6 @@ CUDA_GRAPH_IMPLS = {"none": CudaGraphs.NONE, "local": CudaGraphs.LAYER,
                     "full_iteration": CudaGraphs.FULL_ITERATION}
 
 
-def per_layer_graph_problem(graphs: CudaGraphs | None, recompute: Recompute | None,
-                            activation_offload: bool) -> tuple[str, str] | None:
-    """(what Megatron-Core says, the fix) where per-layer CUDA graphs meet what they cannot
-    capture, or None (the rule megatron_cuda_graphs and the emitter's guard). TransformerConfig.__post_init__ @d98e8a64, for cuda_graph_impl other
-    than full_iteration: "full recompute is only supported with full iteration CUDA graph.",
-    and "CUDA graphs not supported with CPU offloading." (seen by running it:
-    bench/framework_parsers.py)."""
-    if graphs is not CudaGraphs.LAYER:
-        return None
-    if recompute is Recompute.FULL:
-        return ("full recompute is only supported with full iteration CUDA graph",
-                "use cuda_graphs full_iteration, or recompute selective or none")
-    if activation_offload:
-        return ("CUDA graphs not supported with CPU offloading (per-layer graphs)",
-                "use cuda_graphs full_iteration, or offload no activations")
-    return None
-
-
 def _cuda_graphs(flags, file: str) -> CudaGraphs | None:
     """What the script captures in CUDA graphs: --cuda-graph-impl, or the deprecated
     --enable-cuda-graph (local) and --external-cuda-graph (transformer_engine), and

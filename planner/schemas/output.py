@@ -8,17 +8,15 @@ Schema.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
-from planner.schemas.report import (MemoryReport, PlanReport, SearchReport, ThroughputReport,
-                                    TimeReport, Violation)
+from planner.schemas.report import (OUTPUT_CONFIG, MemoryReport, PlanReport, SearchReport,
+                                    ThroughputReport, TimeReport, Violation)
 from planner.schemas.strategy import Strategy
-
-_OUT = ConfigDict(frozen=True, use_attribute_docstrings=True)
 
 
 class ParamCounts(BaseModel):
-    model_config = _OUT
+    model_config = OUTPUT_CONFIG
     total: int
     """Parameters of the model (without multi-token-prediction modules)."""
     active: int
@@ -28,7 +26,7 @@ class ParamCounts(BaseModel):
 class RunHead(BaseModel):
     """What was planned, on what: the keys every --json output starts with."""
 
-    model_config = _OUT
+    model_config = OUTPUT_CONFIG
     model: str
     params: ParamCounts
     cluster: str
@@ -51,7 +49,7 @@ class RunHead(BaseModel):
 
 
 class DpCommError(BaseModel):
-    model_config = _OUT
+    model_config = OUTPUT_CONFIG
     error: str
     """Why no plan uses this data-parallel exchange."""
 
@@ -59,7 +57,7 @@ class DpCommError(BaseModel):
 class TargetOut(BaseModel):
     """The plan one launch target's files (`--emit`) were written from."""
 
-    model_config = _OUT
+    model_config = OUTPUT_CONFIG
     target: str
     framework: str
     rank: int

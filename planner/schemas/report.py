@@ -10,13 +10,14 @@ from cost_models.enums import (CpComm, CudaGraphs, MoeDispatcher, RankOrder, Rec
                                RecomputeModule, ZeroStage)
 from planner.schemas.strategy import DpComm
 
-_OUT = ConfigDict(frozen=True, use_attribute_docstrings=True)
+OUTPUT_CONFIG = ConfigDict(frozen=True, use_attribute_docstrings=True)
+"""Every output model's: frozen, each field's docstring its JSON Schema description."""
 
 
 class StrategyOut(BaseModel):
     """The strategy of a plan, with every degree resolved."""
 
-    model_config = _OUT
+    model_config = OUTPUT_CONFIG
     dp: int
     tp: int
     pp: int
@@ -70,7 +71,7 @@ class StrategyOut(BaseModel):
 class StageMemory(BaseModel):
     """Bytes one GPU of one pipeline stage holds at its peak."""
 
-    model_config = _OUT
+    model_config = OUTPUT_CONFIG
     stage: int
     weights_bytes: float
     gradients_bytes: float
@@ -91,7 +92,7 @@ class StageMemory(BaseModel):
 
 
 class MemoryReport(BaseModel):
-    model_config = _OUT
+    model_config = OUTPUT_CONFIG
     stages: list[StageMemory]
     peak_bytes: float
     peak_stage: int
@@ -113,7 +114,7 @@ class MemoryReport(BaseModel):
 class StageTime(BaseModel):
     """Seconds one micro-batch spends on one pipeline stage (forward + backward)."""
 
-    model_config = _OUT
+    model_config = OUTPUT_CONFIG
     stage: int
     compute_s: float
     forward_s: float = 0.0
@@ -140,7 +141,7 @@ class StageTime(BaseModel):
 class TimeReport(BaseModel):
     """One optimizer step, split into its parts (they add up to step_s)."""
 
-    model_config = _OUT
+    model_config = OUTPUT_CONFIG
     compute_s: float
     """Forward, backward and recomputation of the slowest stage, all micro-batches."""
     tp_comm_s: float
@@ -187,7 +188,7 @@ class TimeReport(BaseModel):
 
 
 class ThroughputReport(BaseModel):
-    model_config = _OUT
+    model_config = OUTPUT_CONFIG
     tokens_per_s: float
     model_tflops_per_gpu: float
     """Model FLOPs (no recomputation) per second per GPU, by Megatron-LM's formula: every
@@ -218,7 +219,7 @@ class PlanReport(BaseModel):
         """The plan with its cost to train (`ThroughputReport.priced`)."""
         return self.model_copy(update={"throughput": self.throughput.priced(gpu_hour_price)})
 
-    model_config = _OUT
+    model_config = OUTPUT_CONFIG
     strategy: StrategyOut
     memory: MemoryReport
     time: TimeReport
@@ -239,7 +240,7 @@ class PlanReport(BaseModel):
 
 
 class Violation(BaseModel):
-    model_config = _OUT
+    model_config = OUTPUT_CONFIG
     rule: str
     message: str
     fix: str
@@ -248,7 +249,7 @@ class Violation(BaseModel):
 class SearchReport(BaseModel):
     """How the search went."""
 
-    model_config = _OUT
+    model_config = OUTPUT_CONFIG
     status: str
     """CP-SAT's status for the best plan: OPTIMAL, or FEASIBLE when a limit stopped it."""
     proven_optimal: bool
