@@ -114,6 +114,61 @@ def dispatcher_sync_s(*, ep, etp, sync_s: float):
     return np.where((ep > 1) | (etp > 1), sync_s, 0.0)
 
 
+def expert_gemm_launches(expert_gemms, *, backward: bool):
+    """cuBLAS GEMMs the host launches for one MoE layer's routed experts in one pass: one per
+    local expert and grouped linear in the forward, two (input and weight gradient) in the
+    backward.
+
+    Ref: Transformer Engine GroupedLinear (transformer_engine/pytorch/module/grouped_linear.py:
+    general_grouped_gemm once in the forward, for dgrad and wgrad in the backward) over
+    nvte_multi_tensor_gemm, which outside Hopper's opt-in CUTLASS path loops over the
+    num_gemms GEMMs launching each on its own stream (common/gemm/cublaslt_gemm.cu
+    multi_stream_cublas_gemm @d0067d0da); `expert_gemms` are the layer's grouped GEMMs, each
+    `batch` local experts.
+    """
+    per_pass = sum(g.batch for g in expert_gemms)
+    return (2 if backward else 1) * per_pass
+
+
+def expert_quantizations(expert_gemms, *, fp8: bool):
+    """Per-expert FP8 casts the host launches for one MoE layer in one pass: each grouped
+    linear's input split per local expert in the forward, its output gradient in the
+    backward (the weights' FP8 copies are cached across micro-batches, the inputs saved in
+    FP8); none in bf16.
+
+    Ref: Transformer Engine GroupedLinear: _split_quantize of the input by m_splits with one
+    quantizer per GEMM (grouped_linear.py @d0067d0da) and of grad_output in the backward.
+    """
+    return sum(g.batch for g in expert_gemms) if fp8 else 0
+
+
+def moe_host_s(launches, quantizations=0, *, token_path_s: float, gemm_launch_s: float,
+               quantize_launch_s: float = 0.0, graphed):
+    """Host seconds to issue one MoE layer's token path in one pass: the dispatcher's and the
+    permutation's kernels (`token_path_s`, framework data), `launches` expert GEMMs at
+    `gemm_launch_s` and `quantizations` per-expert FP8 casts at `quantize_launch_s` each;
+    none where a CUDA graph replays the layer (`graphed`).
+
+    Ref: Megatron-Core MoE README, "CPU Overhead Bottleneck" (megatron/core/transformer/moe/
+    README.md @d98e8a64): gaps between GPU kernels where the CPU cannot launch them fast
+    enough; CUDA graphs, fewer kernel launches or larger micro-batches remove them.
+    """
+    return np.where(graphed, 0.0, token_path_s + launches * gemm_launch_s
+                    + quantizations * quantize_launch_s)
+
+
+def host_wait_s(host_s, gpu_s):
+    """Seconds the GPU idles waiting for the host to issue work whose GPU time is `gpu_s`.
+
+    Ref: the token dispatcher copies the split sizes to the host and waits for them before the
+    expert GEMMs, whose m_splits Transformer Engine takes as a host list (Megatron-Core
+    token_dispatcher.py _maybe_dtoh_and_synchronize; grouped_linear.py m_splits): the GPU's
+    queue is empty there, so the token path takes max(host, GPU) and the GPU waits the
+    difference. Without such a sync (the backward pass) the host runs ahead by the same rule.
+    """
+    return np.maximum(np.asarray(host_s) - gpu_s, 0.0)
+
+
 def paired_a2a_exposed_s(a2a_s, *, forward_s, backward_s, expert_forward_s,
                          interference: float):
     """Seconds a layer's expert all-to-alls add to the critical path on a paired chunk pass of

@@ -105,8 +105,9 @@ class Candidates:
     dispatcher: np.ndarray = None  # type: ignore[assignment]
     """Index into MOE_DISPATCHER_ORDER (None: 0, alltoall)."""
     cuda_graphs: np.ndarray = None  # type: ignore[assignment]
-    """Index into CUDA_GRAPHS_ORDER (None: 0, none). Not priced; the search never sets it,
-    a strategy file or launch script does, and framework rules gate it."""
+    """Index into CUDA_GRAPHS_ORDER (None: 0, none). Priced where the framework gives host
+    costs (whole-layer graphs launch nothing from the host); the search never sets it, a
+    strategy file or launch script does, and framework rules gate it."""
 
     def __post_init__(self) -> None:
         n = len(self.tp)

@@ -23,9 +23,11 @@ from cost_models.compute import (BACKWARD_ELEMENTWISE_RATIO, BACKWARD_FLOPS_RATI
 from cost_models.context_parallel import (cp_attention_comm, cp_working_bytes, kv_chunk_bytes,
                                           ulysses_bytes)
 from cost_models.enums import (DEFAULT_RECOMPUTE_MODULES, AttentionKind, Collective, CpComm,
-                               LoadBalancing, MoeDispatcher, Precision, Recompute,
+                               CudaGraphs, LoadBalancing, MoeDispatcher, Precision, Recompute,
                                RecomputeModule)
-from cost_models.expert_parallel import dispatcher_sync_s, expert_dispatch_s, router_bytes
+from cost_models.expert_parallel import (dispatcher_sync_s, expert_dispatch_s,
+                                         expert_gemm_launches, expert_quantizations,
+                                         host_wait_s, moe_host_s, router_bytes)
 from cost_models.evoformer import (evoformer_block_activation_bytes,
                                    evoformer_block_elementwise_bytes, evoformer_block_gemms,
                                    evoformer_block_tp_allreduce_elements)
@@ -37,7 +39,7 @@ from cost_models.memory import (embedding_activation_bytes, moe_activation_bytes
 from cost_models.tensor_parallel import (tp_collective_s, tp_passes,
                                          transformer_layer_tp_collectives)
 from cost_models.units import bytes_per_value
-from planner.core.candidates import MOE_DISPATCHER_ORDER
+from planner.core.candidates import CUDA_GRAPHS_ORDER, MOE_DISPATCHER_ORDER
 from planner.costing.placement import strided_placement, tp_placement
 from planner.schemas.cluster import ClusterSpec
 from planner.schemas.framework import FrameworkProfile
@@ -80,10 +82,12 @@ class _Kernels:
     """GEMM and memory-bound kernel times on this cluster's GPU at one precision."""
 
     def __init__(self, cluster: ClusterSpec, training: TrainingSpec,
-                 framework: FrameworkProfile, dispatcher=0) -> None:
+                 framework: FrameworkProfile, dispatcher=0, graphed=False) -> None:
         eff = cluster.efficiency
         self.dispatcher = dispatcher
         """The MoE dispatcher per point (index into MoeDispatcher)."""
+        self.graphed = graphed
+        """Per point: CUDA graphs replay whole layers (no kernel launched from the host)."""
         self.selective_attention = framework.selective_recompute_attention
         self.selective_gemm_share = framework.selective_recompute_gemm_share
         self.value_bytes = bytes_per_value(training.precision)
@@ -312,6 +316,22 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
             imbalance=imbalance, ep=ep, etp=etp, k=k, cluster=cluster,
             num_experts=moe.num_experts, router_groups=block.router_groups,
             router_group_topk=block.router_group_topk)
+    if moe is not None:
+        # The host issues the token path (dispatch, permutation, one GEMM per local expert,
+        # combine) after the dispatcher's sync: the GPU waits where that takes longer than
+        # the GPU work it issues (forward: the experts and their all-to-alls; backward: the
+        # whole layer's, the host running ahead of it).
+        fw = k.framework
+        host = dict(token_path_s=fw.moe_token_path_host_s,
+                    gemm_launch_s=fw.moe_gemm_launch_host_s,
+                    quantize_launch_s=fw.moe_quantize_launch_host_s, graphed=k.graphed)
+        casts = expert_quantizations(g.experts, fp8=k.fp8 is not None)
+        forward = forward + host_wait_s(
+            moe_host_s(expert_gemm_launches(g.experts, backward=False), casts, **host),
+            expert_forward + one_pass_ep)
+        backward = backward + host_wait_s(
+            moe_host_s(expert_gemm_launches(g.experts, backward=True), casts, **host),
+            backward + one_pass_ep)
     comm_passes = tp_passes(rc)
     modules = modules if rc is Recompute.SELECTIVE else frozenset()
     tp_rerun, ep_rerun = 0 * tp, 0 * tp
@@ -573,13 +593,14 @@ _BY_KIND = {"transformer": _transformer, "evoformer": _evoformer, "embedding": _
 def block_cost(block, *, training: TrainingSpec, cluster: ClusterSpec,
                framework: FrameworkProfile, tp, mb, sequence_parallel: bool,
                recompute: Recompute, place: Group, ep=1, etp=1, cp=1,
-               cp_comm: CpComm = CpComm.P2P, cp_a2a=1, dispatcher=0,
+               cp_comm: CpComm = CpComm.P2P, cp_a2a=1, dispatcher=0, cuda_graphs=0,
                recompute_modules: frozenset[RecomputeModule] = DEFAULT_RECOMPUTE_MODULES
                ) -> BlockCost:
-    """Costs of `block` at arrays of tp, micro-batch, ep, etp, cp, cp_a2a and MoE dispatcher
-    (index into MoeDispatcher) values (one SP, recompute and CP communication setting). Every
-    block sees s / cp tokens per sequence. `recompute_modules`: what selective recompute
-    re-runs in a transformer layer (`RecomputeModule`)."""
+    """Costs of `block` at arrays of tp, micro-batch, ep, etp, cp, cp_a2a, MoE dispatcher
+    (index into MoeDispatcher) and CUDA graphs (index into CudaGraphs) values (one SP,
+    recompute and CP communication setting). Every block sees s / cp tokens per sequence.
+    `recompute_modules`: what selective recompute re-runs in a transformer layer
+    (`RecomputeModule`)."""
     tp = np.asarray(tp, dtype=float)
     mb = np.asarray(mb, dtype=float)
     ep = np.asarray(ep, dtype=float) + 0 * tp
@@ -588,8 +609,11 @@ def block_cost(block, *, training: TrainingSpec, cluster: ClusterSpec,
                               seq_len=training.seq_len, kind=cp_comm, a2a=cp_a2a)
     if getattr(block, "keep_bf16", False) and training.precision is Precision.FP8:
         training = _bf16_training(training)
+    graphs = np.asarray(cuda_graphs) + 0 * tp.astype(int)
+    graphed = ((graphs == CUDA_GRAPHS_ORDER.index(CudaGraphs.LAYER))
+               | (graphs == CUDA_GRAPHS_ORDER.index(CudaGraphs.FULL_ITERATION)))
     k = _Kernels(cluster, training, framework,
-                 dispatcher=np.asarray(dispatcher) + 0 * tp.astype(int))
+                 dispatcher=np.asarray(dispatcher) + 0 * tp.astype(int), graphed=graphed)
     # An Evoformer's pair representation has no context parallelism (a rule): whole sequence.
     local = training.seq_len if block.kind == "evoformer" else training.seq_len / context.size
     return _BY_KIND[block.kind](block, seq_len=local, mb=mb, tp=tp,

@@ -68,7 +68,7 @@ class BlockCosts:
 
 
 BLOCK_COST_FIELDS = ("tp", "mb", "sp", "recompute", "rc_modules", "ep", "etp", "cp", "cp_comm",
-                     "cp_a2a", "nvls", "dispatcher")
+                     "cp_a2a", "nvls", "dispatcher", "cuda_graphs")
 """The Candidates fields a block's costs depend on (not the layout, dp or ZeRO)."""
 
 
@@ -98,7 +98,7 @@ def block_costs(problem: Problem, cands: Candidates) -> BlockCosts:
                               place=place, ep=at.ep, etp=at.etp, cp=at.cp,
                               cp_comm=CP_COMM_ORDER[kind], cp_a2a=at.cp_a2a,
                               recompute_modules=mask_modules(modules),
-                              dispatcher=at.dispatcher)
+                              dispatcher=at.dispatcher, cuda_graphs=at.cuda_graphs)
             for name, value in zip(BlockCost._fields, cost):
                 out[name][mask, u] = value
     return BlockCosts(**{name: table[inverse] for name, table in out.items()})
@@ -458,7 +458,7 @@ def evaluate_strategy(problem: Problem, strategy: Strategy, *,
     out = report(problem, layout, cands, ev, 0, num_tokens=num_tokens)
     if strategy.cuda_graphs is None:
         return out
-    # Not priced (Strategy.cuda_graphs): carried from the strategy to its report.
+    # Priced as its index (none where unset); the report keeps the strategy's own value.
     return out.model_copy(update={"strategy": out.strategy.model_copy(
         update={"cuda_graphs": strategy.cuda_graphs})})
 

@@ -52,12 +52,18 @@ def ineffective_settings(problem: Problem, strategy: Strategy) -> list[str]:
         notes.append(f"fp8_param_gather has no effect in {problem.training.precision.value}: "
                      f"only FP8 linear weights are gathered in FP8")
     if s.cuda_graphs is not None:
-        notes.append(f"cuda_graphs {s.cuda_graphs.value} is not priced: the per-step host time "
-                     f"was fitted on runs with CUDA graphs (MLPerf v5.1, "
-                     f"bench/calibrate_step_sync.py) and kernel-launch latency is not modelled"
-                     + ("" if problem.framework.name == "megatron" else
-                        f"; {problem.framework.description} has no such setting and nothing "
-                        f"is written"))
+        fw = problem.framework
+        host_priced = (fw.moe_token_path_host_s or fw.moe_gemm_launch_host_s
+                       or fw.moe_quantize_launch_host_s)
+        if fw.name != "megatron":
+            notes.append(f"cuda_graphs {s.cuda_graphs.value} has no effect on {fw.description}: "
+                         f"it has no such setting and nothing is written")
+        elif not (problem.model.is_moe and host_priced):
+            notes.append(f"cuda_graphs {s.cuda_graphs.value} changes no price here: only an MoE "
+                         f"layer's eager token path is priced as host time (the per-step host "
+                         f"time was fitted on runs with CUDA graphs, MLPerf v5.1, "
+                         f"bench/calibrate_step_sync.py; a dense layer's kernel launches are not "
+                         f"modelled)")
     if not s.nvls and problem.cluster.efficiency.nvls_bus_fraction is None:
         notes.append(f"nvls false has no effect on {problem.cluster.name}: its NVLink switch "
                      f"has no NVLS (no efficiency.nvls_bus_fraction), so NCCL runs ring and "

@@ -196,6 +196,14 @@ class FrameworkProfile(BaseModel):
     moe_dispatcher_sync_s: float = Field(default=0.0, ge=0)
     """GPU idle time of the token dispatcher's host synchronisation, per MoE layer and forward
     pass (`expert_parallel.dispatcher_sync_s`); 0 where the dispatcher does not sync."""
+    moe_token_path_host_s: float = Field(default=0.0, ge=0)
+    moe_gemm_launch_host_s: float = Field(default=0.0, ge=0)
+    moe_quantize_launch_host_s: float = Field(default=0.0, ge=0)
+    """Host seconds to issue one MoE layer's token path in one pass outside a CUDA graph:
+    `moe_token_path_host_s` for the dispatcher's and permutation's kernels, plus
+    `moe_gemm_launch_host_s` per expert GEMM and `moe_quantize_launch_host_s` per expert FP8
+    cast (`expert_parallel.moe_host_s`); the GPU waits where they exceed its work. 0: not
+    priced."""
     moe_a2a_overlap_interference: float | None = Field(default=None, ge=0, le=1)
     """Share of an overlapped expert all-to-all's time the compute beside it still loses
     (`communication.overlap_pieces`); None: the cluster's overlap_interference."""

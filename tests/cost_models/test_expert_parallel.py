@@ -155,3 +155,43 @@ def test_group_limited_nodes(nodes, groups, topk, bound):
     # Megatron-Core transformer_config.py moe_router_num_groups / moe_router_group_topk.
     from cost_models.expert_parallel import group_limited_nodes
     assert group_limited_nodes(nodes, num_groups=groups, group_topk=topk) == bound
+
+
+from cost_models.compute import MoeDims, transformer_layer_gemms  # noqa: E402
+from cost_models.enums import MlpKind  # noqa: E402
+from cost_models.expert_parallel import (expert_gemm_launches, expert_quantizations,  # noqa: E402
+                                         host_wait_s, moe_host_s)
+
+
+def _qwen3_30b_experts(ep: int):
+    """Qwen3-30B-A3B's routed experts on one rank (128 experts, top 8, 768 wide, h 2048)."""
+    moe = MoeDims(num_experts=128, top_k=8, expert_ffn_hidden=768)
+    return transformer_layer_gemms(seq_len=4096, micro_batch=1, hidden=2048, num_heads=32,
+                                   num_kv_heads=4, head_dim=128, ffn_hidden=0,
+                                   mlp=MlpKind.SWIGLU, tp=1, moe=moe, tokens_per_rank=4096,
+                                   ep=ep, etp=1).experts
+
+
+def test_grouped_linear_launches_one_gemm_per_local_expert_and_pass():
+    # Transformer Engine's grouped linear: fc1 and fc2, one cuBLAS GEMM per local expert
+    # forward; dgrad and wgrad backward. EP 8 of 128 experts: 16 local experts.
+    experts = _qwen3_30b_experts(ep=8)
+    assert expert_gemm_launches(experts, backward=False) == 2 * 16
+    assert expert_gemm_launches(experts, backward=True) == 4 * 16
+    assert expert_gemm_launches(_qwen3_30b_experts(ep=64), backward=True) == 4 * 2
+    assert expert_quantizations(experts, fp8=True) == 2 * 16
+    assert expert_quantizations(experts, fp8=False) == 0
+
+
+def test_host_time_is_gone_inside_a_cuda_graph():
+    host = moe_host_s(np.array([32, 32]), np.array([32, 32]), token_path_s=3e-3,
+                      gemm_launch_s=30e-6, quantize_launch_s=50e-6,
+                      graphed=np.array([False, True]))
+    assert host[0] == pytest.approx(3e-3 + 32 * 30e-6 + 32 * 50e-6)
+    assert host[1] == 0.0
+
+
+def test_gpu_waits_only_where_the_host_is_slower():
+    # max(host, GPU) - GPU: the token path's GPU time or the host's, whichever is longer.
+    assert host_wait_s(5e-3, 2e-3) == pytest.approx(3e-3)
+    assert host_wait_s(1e-3, 2e-3) == 0.0

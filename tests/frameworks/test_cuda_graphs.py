@@ -1,6 +1,7 @@
 """CUDA graphs as a run setting: Megatron-LM's --cuda-graph-impl written and read back
 (docs/user-guide/features/cuda_graph.md @d98e8a64, and its migration table for the deprecated
-flags), carried to the report, not priced, and said so in a note."""
+flags), carried to the report, priced where an MoE layer's token path runs eagerly, and said
+so in a note where it changes nothing."""
 
 from __future__ import annotations
 
@@ -60,7 +61,7 @@ def test_deprecated_and_other_spellings_are_read(old, graphs):
         "cuda_graphs"] is graphs
 
 
-def test_not_priced_carried_and_noted():
+def test_dense_not_priced_carried_and_noted():
     problem, s, _ = _script(CudaGraphs.FULL_ITERATION)
     plain = evaluate_strategy(problem, s.model_copy(update={"cuda_graphs": None}))
     graphed = evaluate_strategy(problem, s)
@@ -68,9 +69,31 @@ def test_not_priced_carried_and_noted():
     assert graphed.strategy.cuda_graphs is CudaGraphs.FULL_ITERATION
     assert plain.strategy.cuda_graphs is None
     notes = ineffective_settings(problem, s)
-    assert any(n.startswith("cuda_graphs full_iteration is not priced") for n in notes)
+    assert any(n.startswith("cuda_graphs full_iteration changes no price here") for n in notes)
     assert not any("cuda_graphs" in n for n in ineffective_settings(
         problem, s.model_copy(update={"cuda_graphs": None})))
+
+
+def test_graphs_remove_the_moe_token_paths_host_time():
+    # Qwen3-30B-A3B on 8 B200, EP 8, micro-batch 1 (Megatron-Bridge 25.11's recipe): 16 local
+    # experts per layer launched eagerly keep the GPU waiting; a graph of each layer does not.
+    problem = make_problem("qwen3-30b-a3b", "dgx-b200", gpus=8)
+    s = Strategy(dp=8, ep=8, micro_batch=1, global_batch=512, zero_stage=1)
+    eager = evaluate_strategy(problem, s)
+    graphed = evaluate_strategy(problem, s.model_copy(update={"cuda_graphs": CudaGraphs.LAYER}))
+    full = evaluate_strategy(problem, s.model_copy(
+        update={"cuda_graphs": CudaGraphs.FULL_ITERATION}))
+    assert graphed.time.step_s == full.time.step_s
+    assert eager.time.step_s > 1.5 * graphed.time.step_s
+    assert not any("cuda_graphs" in n for n in ineffective_settings(
+        problem, s.model_copy(update={"cuda_graphs": CudaGraphs.LAYER})))
+    # Without host costs in the profile the setting changes nothing.
+    fw = problem.framework.model_copy(update={"moe_token_path_host_s": 0.0,
+                                              "moe_gemm_launch_host_s": 0.0,
+                                              "moe_quantize_launch_host_s": 0.0})
+    from dataclasses import replace
+    bare = replace(problem, framework=fw)
+    assert evaluate_strategy(bare, s).time.step_s == graphed.time.step_s
 
 
 # Megatron-Core's TransformerConfig.__post_init__ @d98e8a64 refuses per-layer graphs with full
