@@ -14,10 +14,10 @@ the few runs measured at 3x their prediction do not set it alone): `moe_token_pa
 and one cuBLASLt launch with its descriptors and heuristic query, 0-100 us) and
 `moe_quantize_launch_host_s` (per expert FP8 cast: its quantizer's amax, scale and cast
 launches, 0-100 us). The error is flat along a ridge (less token path, more per expert): the
-grid's minimum is reported, and the held-out error moves by under 1 point along the ridge. Fitted on the 25.11 release's rows (one
-software stack, every model and GPU of the source, bf16 and FP8); held out: the rows of the
-seven other releases and the skills source's BF16 runs (bench/data/
-megatron_bridge_skills_moe.yaml). Copy the result into megatron.yaml.
+grid's minimum is reported, and the held-out error moves by under 1 point along the ridge.
+Fitted on the 25.11 release's rows (one software stack, every model and GPU of the source, bf16
+and FP8); held out: the rows of the seven other releases and the skills source's BF16 runs
+(bench/data/megatron_bridge_skills_moe.yaml). Copy the result into megatron.yaml.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ states (planner/costing/uncertainty.py explains both).
 
 Every run of bench/data is priced as bench/published.py fills it; runs of a source whose
 numbers a constant was fitted on (FITTED_ON, from bench/calibrate_frameworks.py) and the runs
-named in FITTED_RUNS are left out, so every error here is held out. SC21 Table 1, the A100 calibration set, is not in bench/data.
+named in FITTED_RUNS are left out, so every error here is held out. SC21 Table 1, the A100
+calibration set, is not in bench/data.
 """
 
 from __future__ import annotations
