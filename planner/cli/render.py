@@ -137,6 +137,7 @@ TIME_ROWS = (
     ("data-parallel comm. (exposed)", "dp_comm_s"),
     ("expert-parallel comm. (exposed)", "ep_comm_s"),
     ("context-parallel comm. (exposed)", "cp_comm_s"),
+    ("MoE host launch wait (eager)", "host_wait_s"),
     ("pipeline bubble", "bubble_s"),
     ("optimizer step", "optimizer_s"),
     ("CPU offload (exposed)", "offload_s"),
@@ -147,8 +148,8 @@ TIME_ROWS = (
 )
 
 
-OPTIONAL_TIME_ROWS = ("ep_comm_s", "cp_comm_s", "offload_s", "grad_zero_s", "grad_norm_s",
-                      "loss_reduce_s")
+OPTIONAL_TIME_ROWS = ("ep_comm_s", "cp_comm_s", "host_wait_s", "offload_s", "grad_zero_s",
+                      "grad_norm_s", "loss_reduce_s")
 """Rows shown only where the plan has them (an MoE model's experts, a split sequence)."""
 
 

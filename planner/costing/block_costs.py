@@ -70,6 +70,9 @@ class BlockCost(NamedTuple):
     expert_forward_s: object = 0.0
     """The routed experts' share of `forward_s` (grouped GEMMs, their FP8 casts and
     activation): the compute an overlapped all-to-all runs beside in the expert passes."""
+    host_wait_s: object = 0.0
+    """GPU idle time waiting for the host to launch an MoE layer's eager token path, forward
+    and backward (`expert_parallel.host_wait_s`)."""
 
 
 def _tp_collective_s(elements, *, sequence_parallel: bool, place: Group, cluster: ClusterSpec,
@@ -260,6 +263,7 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
                                                                  attention=AttentionKind.FLASH)
     pairs = 0 * tp
     expert_forward = 0 * tp
+    waited = 0 * tp
     if moe is not None:
         pairs = expert_tokens_per_rank(tokens_per_rank, top_k=moe.top_k, etp=etp,
                                        imbalance=imbalance)
@@ -326,10 +330,9 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
                     gemm_launch_s=fw.moe_gemm_launch_host_s,
                     quantize_launch_s=fw.moe_quantize_launch_host_s, graphed=k.graphed)
         casts = expert_quantizations(g.experts, fp8=k.fp8 is not None)
-        forward = forward + host_wait_s(
+        waited = host_wait_s(
             moe_host_s(expert_gemm_launches(g.experts, backward=False), casts, **host),
-            expert_forward + one_pass_ep)
-        backward = backward + host_wait_s(
+            expert_forward + one_pass_ep) + host_wait_s(
             moe_host_s(expert_gemm_launches(g.experts, backward=True), casts, **host),
             backward + one_pass_ep)
     comm_passes = tp_passes(rc)
@@ -384,7 +387,7 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
     return BlockCost(forward, backward, recompute,
                      comm_passes * one_pass_comm + tp_rerun, activations,
                      tokens_hidden + 0 * tp, working, (comm_passes + ep_rerun) * one_pass_ep,
-                     cp_comm, expert_forward)
+                     cp_comm, expert_forward, waited)
 
 
 class SelectiveRerun(NamedTuple):
@@ -583,7 +586,8 @@ def _mtp(block: MtpBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute, k: _Kerne
         activation_bytes=layer.activation_bytes + head.activation_bytes + kept,
         output_elements=seq_len * mb * h + 0 * tp,
         recompute_working_bytes=layer.recompute_working_bytes, ep_comm_s=layer.ep_comm_s,
-        cp_comm_s=layer.cp_comm_s, expert_forward_s=layer.expert_forward_s)
+        cp_comm_s=layer.cp_comm_s, expert_forward_s=layer.expert_forward_s,
+        host_wait_s=layer.host_wait_s)
 
 
 _BY_KIND = {"transformer": _transformer, "evoformer": _evoformer, "embedding": _embedding,

@@ -19,7 +19,7 @@ MEMORY_TERMS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activati
 """StageMemory fields, at the peak stage; they add up to peak_bytes."""
 
 TIME_TERMS = ("compute_s", "tp_comm_s", "pp_comm_s", "dp_comm_s", "ep_comm_s", "cp_comm_s",
-              "bubble_s", "optimizer_s", "offload_s", "grad_zero_s", "grad_norm_s",
+              "host_wait_s", "bubble_s", "optimizer_s", "offload_s", "grad_zero_s", "grad_norm_s",
               "loss_reduce_s", "overhead_s")
 """TimeReport fields; they add up to step_s."""
 
@@ -257,6 +257,11 @@ def _ep(_, plan: PlanReport) -> str:
     return f"ep {plan.strategy.ep}"
 
 
+def _graphs(_, plan: PlanReport) -> str:
+    graphs = plan.strategy.cuda_graphs
+    return f"cuda_graphs {graphs.value}" if graphs is not None else "no CUDA graphs"
+
+
 def _offload(_, plan: PlanReport) -> str:
     return ", ".join(offload_labels(plan.strategy)) or "no offload"
 
@@ -271,6 +276,7 @@ _DRIVERS = {
     "dp_comm_s": (_dp, _zero, _overlap),
     "ep_comm_s": (_ep,),
     "cp_comm_s": (_cp,),
+    "host_wait_s": (_ep, _micro_batch, _graphs),
     "bubble_s": (_pp, _micro_batches, _vpp),
     "optimizer_s": (_zero, _dp),
     "offload_s": (_offload,),

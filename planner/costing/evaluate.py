@@ -62,6 +62,7 @@ class BlockCosts:
     ep_comm_s: np.ndarray
     cp_comm_s: np.ndarray
     expert_forward_s: np.ndarray
+    host_wait_s: np.ndarray
 
     def take(self, index) -> BlockCosts:
         return BlockCosts(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
@@ -159,6 +160,8 @@ class Evaluation:
     stage_tp_s: np.ndarray
     stage_ep_s: np.ndarray
     stage_cp_s: np.ndarray
+    stage_host_s: np.ndarray
+    """The GPU waiting on the host's launches of eager MoE token paths, per micro-batch."""
     stage_pp_s: np.ndarray
     stage_dp_s: np.ndarray
     stage_offload_s: np.ndarray
@@ -173,6 +176,7 @@ class Evaluation:
     tp_comm_s: np.ndarray
     ep_comm_s: np.ndarray
     cp_comm_s: np.ndarray
+    host_wait_s: np.ndarray
     pp_comm_s: np.ndarray
     dp_comm_s: np.ndarray
     bubble_s: np.ndarray
@@ -240,6 +244,7 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
     fwd, bwd = values(sm.forward), values(sm.backward)
     compute = fwd + bwd + values(sm.recompute)
     tp_comm, ep_comm, cp_comm = values(sm.tp), values(sm.ep), values(sm.cp)
+    host_wait = values(sm.host)
     pp_comm = values(sm.pp)
     dense, dense_gather = values(sm.dense_params), values(sm.dense_gather)
     experts = expert_gather = None
@@ -252,7 +257,7 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
                                                   forward=fwd, backward=bwd,
                                                   held=occ.stage_counts)
     offload = total_values(sm.offload, occ, in_flight)
-    tau = compute + tp_comm + ep_comm + cp_comm + pp_comm + dp_per_mb + offload
+    tau = compute + tp_comm + ep_comm + cp_comm + host_wait + pp_comm + dp_per_mb + offload
     slowest = tau.argmax(1)
     pipeline = pipeline_time_s(max_stage_s=tau.max(1), sum_stage_s=tau.sum(1),
                                num_micro_batches=m, vpp=v)
@@ -283,11 +288,11 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
         stage_in_flight=in_flight.sum(2) / v, stage_pipe_buffers=pipe_buffers,
         stage_layers=occ.stage_counts[:, occ.is_layer].sum(1),
         stage_compute_s=compute, stage_forward_s=fwd, stage_tp_s=tp_comm, stage_ep_s=ep_comm, stage_cp_s=cp_comm,
-        stage_pp_s=pp_comm,
+        stage_host_s=host_wait, stage_pp_s=pp_comm,
         stage_dp_s=dp_per_mb, peak_bytes=total[rows, peak_stage], peak_stage=peak_stage,
         compute_s=m * compute[rows, slowest], tp_comm_s=m * tp_comm[rows, slowest],
         ep_comm_s=m * ep_comm[rows, slowest], cp_comm_s=m * cp_comm[rows, slowest],
-        pp_comm_s=m * pp_comm[rows, slowest],
+        host_wait_s=m * host_wait[rows, slowest], pp_comm_s=m * pp_comm[rows, slowest],
         dp_comm_s=m * dp_per_mb[rows, slowest] + dp_end[rows, last],
         stage_offload_s=offload, offload_s=m * offload[rows, slowest] + offload_end[rows, last],
         host_bytes=(values(sm.host_states) + to_host).max(1),
@@ -417,13 +422,15 @@ def report(problem: Problem, layout: Layout, cands: Candidates, ev: Evaluation, 
                              tp_comm_s=float(ev.stage_tp_s[i, r]),
                              ep_comm_s=float(ev.stage_ep_s[i, r]),
                              cp_comm_s=float(ev.stage_cp_s[i, r]),
+                             host_wait_s=float(ev.stage_host_s[i, r]),
                              pp_comm_s=float(ev.stage_pp_s[i, r]),
                              dp_comm_s=float(ev.stage_dp_s[i, r]),
                              offload_s=float(ev.stage_offload_s[i, r])) for r in range(p)]
     time = TimeReport(
         compute_s=float(ev.compute_s[i]), tp_comm_s=float(ev.tp_comm_s[i]),
         ep_comm_s=float(ev.ep_comm_s[i]), cp_comm_s=float(ev.cp_comm_s[i]),
-        pp_comm_s=float(ev.pp_comm_s[i]), dp_comm_s=float(ev.dp_comm_s[i]),
+        host_wait_s=float(ev.host_wait_s[i]), pp_comm_s=float(ev.pp_comm_s[i]),
+        dp_comm_s=float(ev.dp_comm_s[i]),
         bubble_s=float(ev.bubble_s[i]), optimizer_s=float(ev.optimizer_s[i]),
         grad_zero_s=float(ev.grad_zero_s[i]), grad_norm_s=float(ev.grad_norm_s[i]),
         loss_reduce_s=float(ev.loss_reduce_s[i]),

@@ -275,6 +275,8 @@ class StageModel:
     tp: Linear
     ep: Linear
     cp: Linear
+    host: Linear
+    """The GPU waiting on the host's launches of eager MoE token paths, per micro-batch."""
     pp: Linear | None
     """Pipeline sends and receives per micro-batch (None without a pipeline)."""
     dp: tuple[MicroBatchTraffic, ...]
@@ -302,7 +304,7 @@ class StageModel:
     @property
     def time_terms(self) -> tuple:
         """Terms of a stage's time per micro-batch (all rows; `dp` holds its own rows)."""
-        items = [self.compute, self.tp, self.ep, self.cp, *self.offload]
+        items = [self.compute, self.tp, self.ep, self.cp, self.host, *self.offload]
         if self.pp is not None:
             items.append(self.pp)
         return tuple(items)
@@ -400,6 +402,7 @@ def stage_model(problem: Problem, cands, costs, *, pp: int, tied_copy: Linear,
     ep_comm = Linear(block=np.where(moe_overlap_applies(problem, cands)[:, None], overlapped,
                                     plain))
     cp_comm = Linear(block=costs.cp_comm_s)
+    host_wait = Linear(block=costs.host_wait_s)
     pp_comm = _pipeline_comm(problem, cands, costs, pp) if pp > 1 else None
 
     gathered_fp8 = fp8_params_gathered(problem, cands)
@@ -462,7 +465,7 @@ def stage_model(problem: Problem, cands, costs, *, pp: int, tied_copy: Linear,
         host_states=host_states, activations=activations, activations_to_host=to_host,
         working=Peak(costs.recompute_working_bytes), pipe_buffers=pipe_buffers,
         gathered=gathered, buffers=buffers, forward=forward, backward=backward,
-        recompute=recompute, tp=tp_comm, ep=ep_comm, cp=cp_comm, pp=pp_comm,
+        recompute=recompute, tp=tp_comm, ep=ep_comm, cp=cp_comm, host=host_wait, pp=pp_comm,
         dp=tuple(dp_traffic), offload=tuple(offload),
         framework_bytes=cluster.reserve.framework_gib * 2**30,
         fragmentation=cluster.reserve.fragmentation_fraction)

@@ -128,6 +128,8 @@ class StageTime(BaseModel):
     """Expert-parallel token dispatch and combine not hidden by compute."""
     cp_comm_s: float = 0.0
     """Context-parallel K/V exchange not hidden by attention."""
+    host_wait_s: float = 0.0
+    """The GPU waiting for the host to launch eager MoE token paths."""
     offload_s: float = 0.0
     """Host copies (offloaded activations, ZeRO-3 shards) not hidden by compute."""
 
@@ -135,7 +137,7 @@ class StageTime(BaseModel):
     @property
     def total_s(self) -> float:
         return (self.compute_s + self.tp_comm_s + self.ep_comm_s + self.cp_comm_s
-                + self.pp_comm_s + self.dp_comm_s + self.offload_s)
+                + self.host_wait_s + self.pp_comm_s + self.dp_comm_s + self.offload_s)
 
 
 class TimeReport(BaseModel):
@@ -153,6 +155,11 @@ class TimeReport(BaseModel):
     cp_comm_s: float = 0.0
     """Context-parallel K/V exchange (ring steps, all-gathers, all-to-alls) not hidden behind
     the attention kernels."""
+    host_wait_s: float = 0.0
+    """The GPU idle while the host launches the MoE layers' eager token paths (dispatch,
+    one GEMM per local expert, combine) after the dispatcher's sync: what whole-layer CUDA
+    graphs, fewer local experts or larger micro-batches remove (cost_models/
+    expert_parallel.py host_wait_s)."""
     bubble_s: float
     optimizer_s: float
     """The optimizer step on the GPU (of the states it keeps)."""
@@ -182,7 +189,8 @@ class TimeReport(BaseModel):
     @property
     def step_s(self) -> float:
         return (self.compute_s + self.tp_comm_s + self.ep_comm_s + self.cp_comm_s
-                + self.pp_comm_s + self.dp_comm_s + self.bubble_s + self.optimizer_s
+                + self.host_wait_s + self.pp_comm_s + self.dp_comm_s + self.bubble_s
+                + self.optimizer_s
                 + self.offload_s + self.grad_zero_s + self.grad_norm_s + self.loss_reduce_s
                 + self.overhead_s)
 
@@ -233,7 +241,9 @@ class PlanReport(BaseModel):
     @property
     def dominant_cost(self) -> str:
         parts = {"compute": self.time.compute_s, "tp_comm": self.time.tp_comm_s,
-                 "ep_comm": self.time.ep_comm_s, "cp_comm": self.time.cp_comm_s, "pp_comm": self.time.pp_comm_s, "dp_comm": self.time.dp_comm_s,
+                 "ep_comm": self.time.ep_comm_s, "cp_comm": self.time.cp_comm_s,
+                 "host_wait": self.time.host_wait_s, "pp_comm": self.time.pp_comm_s,
+                 "dp_comm": self.time.dp_comm_s,
                  "bubble": self.time.bubble_s, "optimizer": self.time.optimizer_s,
                  "offload": self.time.offload_s}
         return max(parts, key=parts.get)

@@ -171,8 +171,8 @@ def test_linear_costs_reproduce_costing_evaluate(model, fields):
     block = block_costs(problem, cands)
     ev = evaluate(problem, layout, cands, block)
     times, memory = stage_totals(chain_costs(problem, cands, block, layout, 0), layout.bounds)
-    tau = (ev.stage_compute_s + ev.stage_tp_s + ev.stage_ep_s + ev.stage_cp_s + ev.stage_pp_s
-           + ev.stage_dp_s + ev.stage_offload_s)
+    tau = (ev.stage_compute_s + ev.stage_tp_s + ev.stage_ep_s + ev.stage_cp_s + ev.stage_host_s
+           + ev.stage_pp_s + ev.stage_dp_s + ev.stage_offload_s)
     assert times == pytest.approx(list(tau[0]), rel=1e-12)
     assert memory == pytest.approx(list(ev.stage_total[0]), rel=1e-12)
 
@@ -271,8 +271,8 @@ def test_layout_bounds_hold_for_every_layout_of_an_moe_chain(write, moe):
         for counts in compositions(problem.model.num_layers, pp * vpp):
             layout = layout_from_layer_counts(problem.model, pp, vpp, counts)
             ev = evaluate(problem, layout, cands, costs)
-            tau = (ev.stage_compute_s + ev.stage_tp_s + ev.stage_ep_s + ev.stage_pp_s
-                   + ev.stage_dp_s)[0]
+            tau = (ev.stage_compute_s + ev.stage_tp_s + ev.stage_ep_s + ev.stage_host_s
+                   + ev.stage_pp_s + ev.stage_dp_s)[0]
             pipeline = ev.bubble_s[0] + cands.num_micro_batches[0] * tau.max() + ev.overhead_s
             best_time = min(best_time, float(pipeline))
             best_memory = min(best_memory, float(ev.peak_bytes[0]))
