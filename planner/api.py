@@ -171,6 +171,24 @@ def check_price(tokens: float | None, gpu_hour_price: float | None) -> None:
                          "them)")
 
 
+HOST_WAIT_NOTE_SHARE = 0.05
+"""A plan whose GPUs wait on the host's MoE launches for more of its step than this gets a
+note saying what removes the wait."""
+
+
+def host_wait_notes(plan: PlanReport) -> list[str]:
+    """What the best plan's eager MoE launches cost it, where that is a noticeable share."""
+    t = plan.time
+    if t.host_wait_s <= HOST_WAIT_NOTE_SHARE * t.step_s:
+        return []
+    return [f"the best plan's GPUs wait {t.host_wait_s:.3g} s of its {t.step_s:.3g} s step "
+            f"({100 * t.host_wait_s / t.step_s:.0f}%) for the host to launch its MoE layers' "
+            f"token paths eagerly (dispatch, one GEMM per local expert, combine); a "
+            f"full-iteration CUDA graph (cuda_graphs: full_iteration in a strategy file, with "
+            f"static expert shapes) removes it, fewer local experts or larger micro-batches "
+            f"shrink it"]
+
+
 def plan_problem(problem: Problem, space: SearchSpace, settings: SolverSettings, *,
                  tokens: float | None = None, gpu_hour_price: float | None = None,
                  timings: bool = False) -> PlanOutput:
@@ -186,7 +204,8 @@ def plan_problem(problem: Problem, space: SearchSpace, settings: SolverSettings,
     plans = [p.priced(gpu_hour_price) for p in result.plans]
     best = plans[0]
     notes = (pinned_settings(problem, space, plans)
-             + uncertainty_notes(problem, best.strategy.cp, best.time.step_s))
+             + uncertainty_notes(problem, best.strategy.cp, best.time.step_s)
+             + host_wait_notes(best))
     stats = result.search if timings else result.search.model_copy(update={"seconds": None})
     return PlanOutput(**dict(run_head(problem, notes)), plans=plans, search=stats,
                       dp_comm=_best_per_dp_comm(problem, space, settings, tokens) or None)

@@ -85,12 +85,15 @@ class _Kernels:
     """GEMM and memory-bound kernel times on this cluster's GPU at one precision."""
 
     def __init__(self, cluster: ClusterSpec, training: TrainingSpec,
-                 framework: FrameworkProfile, dispatcher=0, graphed=False) -> None:
+                 framework: FrameworkProfile, dispatcher=0, graphed=False,
+                 full_graph=False) -> None:
         eff = cluster.efficiency
         self.dispatcher = dispatcher
         """The MoE dispatcher per point (index into MoeDispatcher)."""
         self.graphed = graphed
         """Per point: CUDA graphs replay whole layers (no kernel launched from the host)."""
+        self.full_graph = full_graph
+        """Per point: one CUDA graph replays the whole forward and backward."""
         self.selective_attention = framework.selective_recompute_attention
         self.selective_gemm_share = framework.selective_recompute_gemm_share
         self.value_bytes = bytes_per_value(training.precision)
@@ -325,10 +328,14 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
         # combine) after the dispatcher's sync: the GPU waits where that takes longer than
         # the GPU work it issues (forward: the experts and their all-to-alls; backward: the
         # whole layer's, the host running ahead of it).
+        # Per-layer graphs capture the token path only with drop-padding (static expert
+        # shapes: "moe cuda graph is only supported with drop-padding MoE", Megatron-Core
+        # transformer_config.py @d98e8a64); a full-iteration graph always does.
+        graphed = k.full_graph | (k.graphed & (block.capacity_factor is not None))
         fw = k.framework
         host = dict(token_path_s=fw.moe_token_path_host_s,
                     gemm_launch_s=fw.moe_gemm_launch_host_s,
-                    quantize_launch_s=fw.moe_quantize_launch_host_s, graphed=k.graphed)
+                    quantize_launch_s=fw.moe_quantize_launch_host_s, graphed=graphed)
         casts = expert_quantizations(g.experts, fp8=k.fp8 is not None)
         waited = host_wait_s(
             moe_host_s(expert_gemm_launches(g.experts, backward=False), casts, **host),
@@ -614,10 +621,11 @@ def block_cost(block, *, training: TrainingSpec, cluster: ClusterSpec,
     if getattr(block, "keep_bf16", False) and training.precision is Precision.FP8:
         training = _bf16_training(training)
     graphs = np.asarray(cuda_graphs) + 0 * tp.astype(int)
-    graphed = ((graphs == CUDA_GRAPHS_ORDER.index(CudaGraphs.LAYER))
-               | (graphs == CUDA_GRAPHS_ORDER.index(CudaGraphs.FULL_ITERATION)))
+    full = graphs == CUDA_GRAPHS_ORDER.index(CudaGraphs.FULL_ITERATION)
+    graphed = (graphs == CUDA_GRAPHS_ORDER.index(CudaGraphs.LAYER)) | full
     k = _Kernels(cluster, training, framework,
-                 dispatcher=np.asarray(dispatcher) + 0 * tp.astype(int), graphed=graphed)
+                 dispatcher=np.asarray(dispatcher) + 0 * tp.astype(int), graphed=graphed,
+                 full_graph=full)
     # An Evoformer's pair representation has no context parallelism (a rule): whole sequence.
     local = training.seq_len if block.kind == "evoformer" else training.seq_len / context.size
     return _BY_KIND[block.kind](block, seq_len=local, mb=mb, tp=tp,
