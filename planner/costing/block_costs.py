@@ -337,11 +337,8 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
                     gemm_launch_s=fw.moe_gemm_launch_host_s,
                     quantize_launch_s=fw.moe_quantize_launch_host_s, graphed=graphed)
         casts = expert_quantizations(g.experts, fp8=k.fp8 is not None)
-        waited = host_wait_s(
-            moe_host_s(expert_gemm_launches(g.experts, backward=False), casts, **host),
-            expert_forward + one_pass_ep) + host_wait_s(
-            moe_host_s(expert_gemm_launches(g.experts, backward=True), casts, **host),
-            backward + one_pass_ep)
+        host_fwd = moe_host_s(expert_gemm_launches(g.experts, backward=False), casts, **host)
+        host_bwd = moe_host_s(expert_gemm_launches(g.experts, backward=True), casts, **host)
     comm_passes = tp_passes(rc)
     modules = modules if rc is Recompute.SELECTIVE else frozenset()
     tp_rerun, ep_rerun = 0 * tp, 0 * tp
@@ -391,6 +388,13 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
 
     activations = stored(rc)
     working = stored(Recompute.NONE) - activations + cp.working_bytes(block, mb=mb, tp=tp, k=k)
+    if moe is not None:
+        # A recomputed token path (full recompute, or the moe module) is issued again in the
+        # backward pass, beside the recomputation and its all-to-alls.
+        rerun_ep = comm_passes - 2 + ep_rerun
+        waited = host_wait_s(host_fwd, expert_forward + one_pass_ep) + host_wait_s(
+            host_bwd + np.where(rerun_ep > 0, host_fwd, 0.0),
+            backward + recompute + (1 + rerun_ep) * one_pass_ep)
     return BlockCost(forward, backward, recompute,
                      comm_passes * one_pass_comm + tp_rerun, activations,
                      tokens_hidden + 0 * tp, working, (comm_passes + ep_rerun) * one_pass_ep,

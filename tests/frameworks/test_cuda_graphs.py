@@ -81,13 +81,13 @@ def test_dense_not_priced_carried_and_noted():
 def test_graphs_remove_the_moe_token_paths_host_time(tmp_path):
     # Qwen3-30B-A3B on 8 B200, EP 8, micro-batch 1 (Megatron-Bridge 25.11's recipe): 16 local
     # experts per layer launched eagerly keep the GPU waiting; a full-iteration graph does not.
-    problem = make_problem("qwen3-30b-a3b", "dgx-b200", gpus=8)
+    problem = make_problem("qwen3-30b-a3b", "dgx-b200", gpus=8, precision="fp8")
     s = Strategy(dp=8, ep=8, micro_batch=1, global_batch=512, zero_stage=1)
     eager = evaluate_strategy(problem, s)
     layer = s.model_copy(update={"cuda_graphs": CudaGraphs.LAYER})
     full = evaluate_strategy(problem, s.model_copy(
         update={"cuda_graphs": CudaGraphs.FULL_ITERATION}))
-    assert eager.time.host_wait_s > 0.3 * eager.time.step_s
+    assert eager.time.host_wait_s > 0.25 * eager.time.step_s
     assert full.time.host_wait_s == 0.0
     assert eager.time.step_s - full.time.step_s == pytest.approx(eager.time.host_wait_s)
     # Per-layer graphs capture the token path only with drop-padding ("moe cuda graph is only
@@ -99,7 +99,7 @@ def test_graphs_remove_the_moe_token_paths_host_time(tmp_path):
     spec = yaml.safe_load((ZOO / "qwen3-30b-a3b.yaml").read_text())
     spec["capacity_factor"] = 1.0
     (tmp_path / "padded.yaml").write_text(yaml.safe_dump(spec))
-    padded = make_problem(str(tmp_path / "padded.yaml"), "dgx-b200", gpus=8)
+    padded = make_problem(str(tmp_path / "padded.yaml"), "dgx-b200", gpus=8, precision="fp8")
     assert evaluate_strategy(padded, layer).time.host_wait_s == 0.0
     assert evaluate_strategy(padded, s).time.host_wait_s > 0.0
     assert not any("cuda_graphs" in n for n in ineffective_settings(padded, layer))

@@ -91,9 +91,10 @@ def mape(predictions):
     # Held out: Megatron-Bridge's controlled Qwen3-30B-A3B runs on 16 H100 (BF16, HybridEP, EP
     # 16; its skills pages @067f987df): all three priced 10-15% fast, the EP overlap's ratio
     # right (1.18x predicted, 1.177x measured).
-    # 12.1% -> 7.8% (worst 0.14 -> 0.10) with the MoE token path's host time, fitted on the
-    # 25.11 rows of megatron_bridge_moe (bench/calibrate_moe_host.py); these stay held out.
-    ("megatron_bridge_skills_moe", 0.079, 0.10),
+    # Unchanged by the MoE token path's host time (fitted on the 25.11 rows of
+    # megatron_bridge_moe, bench/calibrate_moe_host.py; these stay held out): at these bf16
+    # shapes the GPU work hides the host's launches.
+    ("megatron_bridge_skills_moe", 0.121, 0.14),
     # Megatron-Bridge's 17 bf16 MoE rows (GPT-OSS-120B, DeepSeek-V3 and Qwen3-235B-A22B on
     # GB200): GPT-OSS priced 30-100% fast by a cost outside the MoE terms (its attention
     # sinks and biased experts are the candidates); worst GPT-OSS B200 25.11 +102%.
@@ -197,11 +198,11 @@ def test_error_per_source_stays_at_what_was_recorded(by_source, source, recorded
     # 0.417 -> 0.374 (worst 2.62 -> 2.32) now that the rows carry their recipes' settings
     # (recompute modules, dispatcher, EP overlap, pipeline layout, traced per release in
     # Megatron-Bridge): DeepSeek-V3 leaves full recompute.
-    # 0.374 -> 0.173 (worst 2.32 -> 1.26) with the host time of the eager MoE token path
+    # 0.374 -> 0.176 (worst 2.32 -> 1.30) with the host time of the eager MoE token path
     # (cost_models/expert_parallel.py moe_host_s; three Megatron profile constants fitted on
-    # the 25.11 rows, bench/calibrate_moe_host.py: held out 34.3% -> 21.9% over bf16 and FP8).
-    # Worst: Qwen3-30B-A3B H100 FP8-CS 25.11 (pp 2 vpp 24 mb 2) +125%.
-    ("megatron_bridge_moe", 0.173, 1.26),
+    # the 25.11 rows, bench/calibrate_moe_host.py: held out 34.3% -> 22.2% over bf16 and FP8).
+    # Worst: Qwen3-30B-A3B H100 FP8-CS 25.11 (pp 2 vpp 24 mb 2) +129%.
+    ("megatron_bridge_moe", 0.176, 1.30),
     ("nemo_long_context_cp", 0.330, 0.49),
     # 28.0% -> 19.1% with the async-TP share; 22.6% with tokens/s compared.
     ("torchtitan_asynctp_h100_202506", 0.226, 0.52),
