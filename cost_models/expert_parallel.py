@@ -142,6 +142,16 @@ def expert_quantizations(expert_gemms, *, fp8: bool):
     return sum(g.batch for g in expert_gemms) if fp8 else 0
 
 
+def token_path_graphed(*, layer_graphs, full_graph, drop_padded):
+    """Whether CUDA graphs replay an MoE layer's token path: a full-iteration graph always,
+    per-layer graphs only with drop-padding (static expert shapes).
+
+    Ref: Megatron-Core transformer_config.py @d98e8a64: "moe cuda graph is only supported
+    with drop-padding MoE" (moe_expert_capacity_factor with moe_pad_expert_input_to_capacity).
+    """
+    return full_graph | (layer_graphs & drop_padded)
+
+
 def moe_host_s(launches, quantizations=0, *, token_path_s: float, gemm_launch_s: float,
                quantize_launch_s: float = 0.0, graphed):
     """Host seconds to issue one MoE layer's token path in one pass: the dispatcher's and the

@@ -27,7 +27,8 @@ from cost_models.enums import (DEFAULT_RECOMPUTE_MODULES, AttentionKind, Collect
                                RecomputeModule)
 from cost_models.expert_parallel import (dispatcher_sync_s, expert_dispatch_s,
                                          expert_gemm_launches, expert_quantizations,
-                                         host_wait_s, moe_host_s, router_bytes)
+                                         host_wait_s, moe_host_s, router_bytes,
+                                         token_path_graphed)
 from cost_models.evoformer import (evoformer_block_activation_bytes,
                                    evoformer_block_elementwise_bytes, evoformer_block_gemms,
                                    evoformer_block_tp_allreduce_elements)
@@ -85,13 +86,13 @@ class _Kernels:
     """GEMM and memory-bound kernel times on this cluster's GPU at one precision."""
 
     def __init__(self, cluster: ClusterSpec, training: TrainingSpec,
-                 framework: FrameworkProfile, dispatcher=0, graphed=False,
+                 framework: FrameworkProfile, dispatcher=0, layer_graphs=False,
                  full_graph=False) -> None:
         eff = cluster.efficiency
         self.dispatcher = dispatcher
         """The MoE dispatcher per point (index into MoeDispatcher)."""
-        self.graphed = graphed
-        """Per point: CUDA graphs replay whole layers (no kernel launched from the host)."""
+        self.layer_graphs = layer_graphs
+        """Per point: a CUDA graph per layer (CudaGraphs.LAYER)."""
         self.full_graph = full_graph
         """Per point: one CUDA graph replays the whole forward and backward."""
         self.selective_attention = framework.selective_recompute_attention
@@ -328,10 +329,8 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
         # combine) after the dispatcher's sync: the GPU waits where that takes longer than
         # the GPU work it issues (forward: the experts and their all-to-alls; backward: the
         # whole layer's, the host running ahead of it).
-        # Per-layer graphs capture the token path only with drop-padding (static expert
-        # shapes: "moe cuda graph is only supported with drop-padding MoE", Megatron-Core
-        # transformer_config.py @d98e8a64); a full-iteration graph always does.
-        graphed = k.full_graph | (k.graphed & (block.capacity_factor is not None))
+        graphed = token_path_graphed(layer_graphs=k.layer_graphs, full_graph=k.full_graph,
+                                     drop_padded=block.capacity_factor is not None)
         fw = k.framework
         host = dict(token_path_s=fw.moe_token_path_host_s,
                     gemm_launch_s=fw.moe_gemm_launch_host_s,
@@ -625,11 +624,10 @@ def block_cost(block, *, training: TrainingSpec, cluster: ClusterSpec,
     if getattr(block, "keep_bf16", False) and training.precision is Precision.FP8:
         training = _bf16_training(training)
     graphs = np.asarray(cuda_graphs) + 0 * tp.astype(int)
-    full = graphs == CUDA_GRAPHS_ORDER.index(CudaGraphs.FULL_ITERATION)
-    graphed = (graphs == CUDA_GRAPHS_ORDER.index(CudaGraphs.LAYER)) | full
     k = _Kernels(cluster, training, framework,
-                 dispatcher=np.asarray(dispatcher) + 0 * tp.astype(int), graphed=graphed,
-                 full_graph=full)
+                 dispatcher=np.asarray(dispatcher) + 0 * tp.astype(int),
+                 layer_graphs=graphs == CUDA_GRAPHS_ORDER.index(CudaGraphs.LAYER),
+                 full_graph=graphs == CUDA_GRAPHS_ORDER.index(CudaGraphs.FULL_ITERATION))
     # An Evoformer's pair representation has no context parallelism (a rule): whole sequence.
     local = training.seq_len if block.kind == "evoformer" else training.seq_len / context.size
     return _BY_KIND[block.kind](block, seq_len=local, mb=mb, tp=tp,

@@ -11,6 +11,7 @@ is a note here. `validate`, `memory`, `diff` and `calibrate` judge the strategy 
 from __future__ import annotations
 
 from cost_models.enums import CpComm, CudaGraphs, Precision, RankOrder, RecomputeModule
+from cost_models.expert_parallel import token_path_graphed
 from cost_models.tensor_parallel import tp_overlap_reaches
 from planner.core.problem import Problem
 from planner.costing.placement import tp_placement
@@ -64,7 +65,10 @@ def ineffective_settings(problem: Problem, strategy: Strategy) -> list[str]:
                          f"time was fitted on runs with CUDA graphs, MLPerf v5.1, "
                          f"bench/calibrate_step_sync.py; a dense layer's kernel launches are not "
                          f"modelled)")
-        elif s.cuda_graphs is CudaGraphs.LAYER and not _drop_padded(problem.model):
+        elif s.cuda_graphs is CudaGraphs.LAYER and not token_path_graphed(
+                layer_graphs=True, full_graph=False,
+                drop_padded=all(b.capacity_factor is not None for b in problem.model.blocks
+                                if getattr(b, "moe", None) is not None)):
             notes.append("cuda_graphs layer changes no price for a dropless MoE: Megatron-Core "
                          "graphs an MoE layer's token path only with drop-padding (\"moe cuda "
                          "graph is only supported with drop-padding MoE\", transformer_config.py;"
@@ -99,9 +103,3 @@ def _ineffective_recompute_modules(problem: Problem, s: Strategy) -> list[str]:
             M.SHARED_EXPERTS: "no shared experts", M.MLP: "no dense MLP layers"}
     return [f"recompute_modules {m.value} has no effect on {problem.model.name}: it has "
             f"{what[m]}" for m in s.recompute_modules or () if missing.get(m)]
-
-
-def _drop_padded(model) -> bool:
-    """Every MoE layer of `model` pads its experts' inputs to a capacity (static shapes)."""
-    return all(getattr(b, "capacity_factor", None) is not None
-               for b in model.blocks if getattr(b, "moe", None) is not None)

@@ -195,3 +195,11 @@ def test_gpu_waits_only_where_the_host_is_slower():
     # max(host, GPU) - GPU: the token path's GPU time or the host's, whichever is longer.
     assert host_wait_s(5e-3, 2e-3) == pytest.approx(3e-3)
     assert host_wait_s(1e-3, 2e-3) == 0.0
+
+
+def test_per_layer_graphs_capture_the_token_path_only_with_drop_padding():
+    from cost_models.expert_parallel import token_path_graphed
+    assert token_path_graphed(layer_graphs=False, full_graph=True, drop_padded=False)
+    assert token_path_graphed(layer_graphs=True, full_graph=False, drop_padded=True)
+    assert not token_path_graphed(layer_graphs=True, full_graph=False, drop_padded=False)
+    assert not token_path_graphed(layer_graphs=False, full_graph=False, drop_padded=True)
