@@ -29,7 +29,8 @@ from planner.costing.data_parallel import step_end_s
 from planner.costing.layout import Layout, framework_layouts, layout_from_layer_counts
 from planner.costing.placement import data_parallel_gap, tp_placement
 from planner.costing.step_fixed import step_fixed_s, step_overhead_s
-from planner.costing.stage_model import (chain_types, fp8_params_gathered,  # noqa: F401 (API)
+from planner.costing.stage_model import (block_times, chain_types,  # noqa: F401 (API)
+                                         fp8_params_gathered,
                                          fp8_weight_extra_bytes, gpu_states, host_rates,
                                          rank_states, shards_to_host, stage_model,
                                          moe_overlap_applies, state_floor_bytes,
@@ -305,6 +306,21 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
         dp_algorithm=dp_algorithm[rows, last],
         model_flops=model_flops * batch, hardware_flops=(model_flops + extra) * batch,
         mfu_flops=mfu_flops_per_sequence(model, training.seq_len, problem.attention) * batch)
+
+
+def step_lower_bound_s(problem: Problem, cands: Candidates, costs: BlockCosts) -> np.ndarray:
+    """Per candidate, a step time that `evaluate` in no layout goes below: a stage's time per
+    micro-batch is its blocks' `block_times`, which add up to the chain's total however the
+    layers are split, plus pipeline sends, ZeRO traffic and host copies, none negative; the
+    slowest stage takes at least the mean, `pipeline_time_s` rises with both, and what
+    follows the last micro-batch takes no less than nothing. The search evaluates only the
+    candidates whose bound can reach its best plans (`search.pool.evaluate_promising`)."""
+    types = chain_types(problem.model)
+    counts = np.bincount(types.type_of_position, minlength=len(types.unique_blocks))
+    total = block_times(problem, cands, costs).total @ counts
+    return (pipeline_time_s(max_stage_s=total / cands.pp, sum_stage_s=total,
+                            num_micro_batches=cands.num_micro_batches, vpp=cands.vpp)
+            + step_overhead_s(problem))
 
 
 def _step_end_data_parallel(problem: Problem, cands: Candidates, dense, dense_gather, experts,

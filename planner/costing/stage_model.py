@@ -310,6 +310,56 @@ class StageModel:
         return tuple(items)
 
 
+@dataclass(frozen=True)
+class BlockTimes:
+    """(N, U) seconds per micro-batch of each block type that a stage adds for every block of
+    that type it holds, whatever the layout: its compute and its exposed TP, EP, CP and host
+    waits. (Pipeline sends, ZeRO traffic and host copies depend on the layout.)"""
+
+    forward: np.ndarray
+    backward: np.ndarray
+    recompute: np.ndarray
+    tp: np.ndarray
+    ep: np.ndarray
+    cp: np.ndarray
+    host: np.ndarray
+
+    @property
+    def total(self) -> np.ndarray:
+        return (self.forward + self.backward + self.recompute + self.tp + self.ep + self.cp
+                + self.host)
+
+
+def block_times(problem: Problem, cands, costs) -> BlockTimes:
+    """The per-block time terms of `stage_model` (block costs `costs`)."""
+    fw = problem.framework
+    k = problem.cluster.efficiency.overlap_interference
+    block_compute = costs.forward_s + costs.backward_s + costs.recompute_s
+    tp_share = np.where(tp_overlap_applies(problem, cands), fw.tp_comm_overlap_fraction,
+                        0.0)[:, None]
+    tp_comm = tp_exposed_s(costs.tp_comm_s, block_compute, overlap_share=tp_share,
+                           interference=k)
+    # Expert dispatch and combine: with moe_a2a_overlap, on the paired chunk passes of the
+    # combined 1F1B schedule (`a2a_overlap_share`) each all-to-all runs beside one piece of
+    # the other micro-batch's layer (`paired_a2a_exposed_s`), the unpaired ones in line;
+    # otherwise the framework's share, if any, overlaps the layer's compute.
+    paired = a2a_overlap_share(num_micro_batches=cands.num_micro_batches, pp=cands.pp,
+                               vpp=cands.vpp)[:, None]
+    overlapped = (paired * paired_a2a_exposed_s(
+        costs.ep_comm_s, forward_s=costs.forward_s,
+        backward_s=costs.backward_s + costs.recompute_s,
+        expert_forward_s=costs.expert_forward_s,
+        interference=k if fw.moe_a2a_overlap_interference is None
+        else fw.moe_a2a_overlap_interference)
+        + (1 - paired) * costs.ep_comm_s)
+    plain = exposed_time_s(costs.ep_comm_s, block_compute, interference=k,
+                           share=fw.ep_comm_overlap_fraction)
+    ep_comm = np.where(moe_overlap_applies(problem, cands)[:, None], overlapped, plain)
+    return BlockTimes(forward=costs.forward_s, backward=costs.backward_s,
+                      recompute=costs.recompute_s, tp=tp_comm, ep=ep_comm, cp=costs.cp_comm_s,
+                      host=costs.host_wait_s)
+
+
 def stage_model(problem: Problem, cands, costs, *, pp: int, tied_copy: Linear,
                 reachable_only: bool = False) -> StageModel:
     """The per-stage terms of `cands` (block costs `costs`) in a pipeline of `pp` stages.
@@ -376,33 +426,11 @@ def stage_model(problem: Problem, cands, costs, *, pp: int, tied_copy: Linear,
     buffers = Linear(const=framework_buffers[:, None]) + (dense + experts) * grad_copy
 
     # ---- time per micro-batch
-    k = cluster.efficiency.overlap_interference
-    forward, backward = Linear(block=costs.forward_s), Linear(block=costs.backward_s)
-    recompute = Linear(block=costs.recompute_s)
-    block_compute = costs.forward_s + costs.backward_s + costs.recompute_s
-    tp_share = np.where(tp_overlap_applies(problem, cands), fw.tp_comm_overlap_fraction,
-                        0.0)[:, None]
-    tp_comm = Linear(block=tp_exposed_s(costs.tp_comm_s, block_compute, overlap_share=tp_share,
-                                        interference=k))
-    # Expert dispatch and combine: with moe_a2a_overlap, on the paired chunk passes of the
-    # combined 1F1B schedule (`a2a_overlap_share`) each all-to-all runs beside one piece of
-    # the other micro-batch's layer (`paired_a2a_exposed_s`), the unpaired ones in line;
-    # otherwise the framework's share, if any, overlaps the layer's compute.
-    paired = a2a_overlap_share(num_micro_batches=cands.num_micro_batches, pp=cands.pp,
-                               vpp=cands.vpp)[:, None]
-    overlapped = (paired * paired_a2a_exposed_s(
-        costs.ep_comm_s, forward_s=costs.forward_s,
-        backward_s=costs.backward_s + costs.recompute_s,
-        expert_forward_s=costs.expert_forward_s,
-        interference=k if fw.moe_a2a_overlap_interference is None
-        else fw.moe_a2a_overlap_interference)
-        + (1 - paired) * costs.ep_comm_s)
-    plain = exposed_time_s(costs.ep_comm_s, block_compute, interference=k,
-                           share=fw.ep_comm_overlap_fraction)
-    ep_comm = Linear(block=np.where(moe_overlap_applies(problem, cands)[:, None], overlapped,
-                                    plain))
-    cp_comm = Linear(block=costs.cp_comm_s)
-    host_wait = Linear(block=costs.host_wait_s)
+    t = block_times(problem, cands, costs)
+    forward, backward = Linear(block=t.forward), Linear(block=t.backward)
+    recompute = Linear(block=t.recompute)
+    tp_comm, ep_comm, cp_comm = Linear(block=t.tp), Linear(block=t.ep), Linear(block=t.cp)
+    host_wait = Linear(block=t.host)
     pp_comm = _pipeline_comm(problem, cands, costs, pp) if pp > 1 else None
 
     gathered_fp8 = fp8_params_gathered(problem, cands)

@@ -33,7 +33,8 @@ from planner.search.layout_solve import (DEFAULT_WORK_LIMIT, MEMORY_UNIT_BYTES, 
                                          LINEARIZATION_WITH_TERMS, QUICK_SHARE, TIME_UNIT_S,
                                          Balanced,
                                          LayoutSolve,
-                                         allowed_cuts, ints, layout_solver, cost_runs, solved,
+                                         allowed_cuts, ints, layout_solver, cost_runs,
+                                         quick_slowest_bound_s, solved,
                                          stack_of, stage_totals, unsolved)
 from planner.search.stack_layout import balance_stack
 from planner.search.terms_cp import TermEncoder
@@ -158,14 +159,20 @@ def balance(costs: ChainCosts, *, hint: tuple[int, ...] | None = None,
 
 def solve_layout(costs: ChainCosts, *, hint: tuple[int, ...] | None = None,
                  work_limit: float = DEFAULT_WORK_LIMIT,
-                 wall_limit_s: float | None = None) -> LayoutSolve:
+                 wall_limit_s: float | None = None,
+                 cutoff_s: float | None = None) -> LayoutSolve:
     """`balance`, with CP-SAT's status and the work it used: a solve stopped by `work_limit`
     stops at the same point on every run; `wall_limit_s` is a safety net only. Its layout is
     OPTIMAL for the chain's costs (up to the integer units) unless `bounded`: a term the model
-    can only bound (`terms_cp`)."""
+    can only bound (`terms_cp`). With `cutoff_s`, layouts whose slowest stage takes longer
+    are of no interest: the solve may say INFEASIBLE where only they fit."""
     n, p, v, big_k = len(costs.block_time_s), costs.pp, costs.vpp, costs.num_chunks
     if chunks_without_layers(sum(costs.is_layer), p, v):
         return LayoutSolve(None, "INFEASIBLE", slowest_bound_s=np.inf)
+    # The bounds alone decide where no layout fits, or none under the cutoff.
+    quick = quick_slowest_bound_s(costs)
+    if quick is not None and (np.isinf(quick) or (cutoff_s is not None and quick > cutoff_s)):
+        return LayoutSolve(None, "INFEASIBLE", slowest_bound_s=quick)
     runs = cost_runs(costs)
     stack = stack_of(costs, runs)
     if stack is not None:
@@ -205,6 +212,10 @@ def solve_layout(costs: ChainCosts, *, hint: tuple[int, ...] | None = None,
     # Redundant: the slowest stage takes at least the average stage time (the terms of a
     # stage's time are never negative).
     model.add(p * slowest >= total_time + sum(stage_time))
+    if cutoff_s is not None:
+        # Above the cutoff by as much as rounding each block and term piece may remove.
+        model.add(slowest <= max(0, int(np.ceil(cutoff_s / TIME_UNIT_S)))
+                  + len(costs.block_time_s) * (1 + len(costs.time_terms)) + 16)
     for r in range(p):
         chunks = [c * p + r for c in range(v)]
         # Stage r's time per micro-batch bounds the slowest stage.

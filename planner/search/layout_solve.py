@@ -10,6 +10,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from planner.costing.stage_costs import ChainCosts
+from planner.costing.stage_terms import Linear, Peak, Term
 
 TIME_UNIT_S = 1e-9
 """CP-SAT works in integers: block times in nanoseconds (rounded to nearest)."""
@@ -149,3 +150,122 @@ def solved(solver: cp_model.CpSolver, status, costs: ChainCosts, bounds, *,
                        slowest_bound_s(solver, status, costs))
 
 
+
+
+def quick_slowest_bound_s(costs: ChainCosts) -> float | None:
+    """A slowest stage (seconds per micro-batch) no layout that fits goes below, inf where no
+    layout fits, from the chain's linear costs alone; None where the relaxations below do not
+    hold (a negative cost, as offloaded activations give, or a single chunk).
+
+    What the divisible water level (`rebalance.stage_bounds`) cannot see: the memory a
+    pipeline's first stages keep for their micro-batches in flight caps the layers they can
+    hold and pushes the rest onto the others. Fixed: the first chunk holds the chain up to its
+    first layer, the last chunk everything after the last layer but one. The other layers
+    ("free") go anywhere, each chunk holding at least one layer; stage r takes n_r of them,
+    each beyond those one-per-chunk in its chunk of the fewest micro-batches in flight, and
+    its memory caps n_r. Two relaxations, each a bound (leaving out costs that are never
+    negative, the terms among them, can only lower it): the most common kind of free layer
+    alone, the chunks the other kinds cannot fill; every free layer at the least time and
+    memory of any kind. Each gives the least level M with sum_r clip(floor((M - T_r) / t),
+    least_r, cap_r) >= L over the levels T_r + k t."""
+    p, v = costs.pp, costs.vpp
+    if p * v < 2 or any(_negative(term) for term in (*costs.time_terms, *costs.memory_terms)):
+        return None
+    time = np.asarray(costs.block_time_s)
+    state = np.asarray(costs.block_state_bytes)
+    act = np.asarray(costs.block_activation_bytes)
+    flight = np.asarray(costs.in_flight, dtype=float)                        # (p, v)
+    layers = np.flatnonzero(np.asarray(costs.is_layer, dtype=bool))
+    if (time < 0).any() or (state + act * flight.min() < 0).any() or len(layers) < p * v:
+        return None
+    last = p * v - 1
+    base_time = np.asarray(costs.stage_time_s, dtype=float).copy()
+    base_memory = np.asarray(costs.stage_bytes, dtype=float).copy()
+    held = np.zeros(p, dtype=np.int64)                 # chunks a fixed layer already fills
+    for blocks, stage, chunk in ((np.arange(layers[0] + 1), 0, 0),
+                                 (np.arange(layers[-2] + 1, len(time)), last % p, last // p)):
+        base_time[stage] += time[blocks].sum()
+        base_memory[stage] += (state[blocks] + flight[stage, chunk] * act[blocks]).sum()
+        held[stage] += 1
+    free = layers[1:-1]
+    if not len(free):
+        return float(base_time.max()) if (base_memory <= costs.capacity_bytes).all() \
+            else np.inf
+    keys = [(time[b], state[b], act[b]) for b in free]
+    kind = max(set(keys), key=lambda k: (keys.count(k), k))
+    count = keys.count(kind)
+    ordered = np.sort(flight, axis=1)
+    chunk_open = np.ones(p * v, dtype=bool)              # chunk k = c * p + r, no layer yet
+    chunk_open[[0, last]] = False
+    # The i-th layer can sit only in chunks i - (L - K) .. i: every chunk before it and
+    # after it holds a layer. The other kinds fill at most the open chunks they reach.
+    reached = np.zeros(p * v, dtype=bool)
+    spare = len(layers) - p * v
+    for i in np.flatnonzero([key != kind for key in keys]) + 1:
+        reached[max(0, i - spare):min(i, last) + 1] = True
+    stage_of = np.arange(p * v) % p
+    open_count = np.bincount(stage_of[chunk_open], minlength=p)
+    reach = np.bincount(stage_of[chunk_open & reached], minlength=p)
+    others = len(free) - count
+    open_flights = [np.sort(flight[r, chunk_open[r::p]]) for r in range(p)]
+    relaxations = [((time[free].min(), state[free].min(), act[free].min()), len(free),
+                    open_count),
+                   (kind, count, np.maximum(open_count - np.minimum(reach, others), 0))]
+    return max(_capped_level(costs, base_time, base_memory, open_flights, ordered[:, 0],
+                             kind_, number, least)
+               for kind_, number, least in relaxations)
+
+
+def _capped_level(costs: ChainCosts, base_time: np.ndarray, base_memory: np.ndarray,
+                  open_flights: list[np.ndarray], least_flight: np.ndarray, kind: tuple,
+                  count: int, least: np.ndarray) -> float:
+    """`quick_slowest_bound_s` for `count` layers of one (time, state, activation) `kind`:
+    stage r holds at least `least[r]` of them, one per chunk, at best in its open chunks of
+    the fewest micro-batches in flight (`open_flights`, ascending)."""
+    t, s, a = kind
+    memory = base_memory + np.array([(s + a * f[:n]).sum() - n * (s + a * low)
+                                     for f, n, low in zip(open_flights, least, least_flight)])
+    per_layer = s + a * least_flight                                        # (p,)
+    # Room to spare, with a rounding's worth more (a bound may only err low).
+    room = costs.capacity_bytes * (1 + 1e-9) - memory
+    if (room < 0).any():
+        return np.inf
+    cap = np.where(per_layer > 0,
+                   np.floor(room / np.where(per_layer > 0, per_layer, 1.0) + 1e-9), count)
+    cap = np.minimum(cap, count)
+    if (cap < least).any() or cap.sum() < count or least.sum() > count:
+        return np.inf
+    floor = base_time + least * t
+    if t <= 0:
+        return float(floor.max())
+    # The least level M of the form T_r + k t that places every layer.
+    levels = np.unique((base_time[:, None] + t * np.arange(count + 1)[None, :]).ravel())
+    levels = levels[levels >= floor.max() * (1 - 1e-12)]
+
+    def placed(level: float) -> float:
+        return np.clip(np.floor((level - base_time) / t + 1e-9), least, cap).sum()
+
+    lo, hi = 0, len(levels) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if placed(levels[mid]) >= count:
+            hi = mid
+        else:
+            lo = mid + 1
+    return float(levels[lo])
+
+
+def _negative(term) -> bool:
+    """Whether a `stage_terms` term over the chain may take a negative value."""
+    if isinstance(term, Peak):
+        return bool(np.min(term.value) < 0)
+    if isinstance(term, Linear):
+        return any(part is not None and np.min(part) < 0
+                   for part in (term.const, term.block, term.in_flight, term.end,
+                                term.end_in_flight, term.final))
+    if isinstance(term, Term):
+        # scale x the least over options of each option's largest piece: never negative
+        # where every option has a piece that never is.
+        return bool(np.min(term.scale) < 0) or not all(
+            any(not _negative(piece) for piece in option) for option in term.options)
+    return True

@@ -14,13 +14,14 @@ import numpy as np
 from planner.errors import InputError
 from planner.search.candidates import CandidateGroup, Pin
 from planner.costing.evaluate import (BlockCosts, Evaluation, block_costs, evaluate,
-                                      state_floor_bytes)
+                                      state_floor_bytes, step_lower_bound_s)
 from cost_models.enums import CpComm, ZeroStage
 from planner.core.candidates import (CP_COMM_ORDER, DP_COMM_ORDER, MOE_DISPATCHER_ORDER,
                                      RANK_ORDER, RECOMPUTE_ORDER, Candidates, strategy_modules)
 from planner.costing.layout import Layout, framework_layouts
 from planner.core.problem import Problem
-from planner.rules.gate import RuleOptions, degree_violations, host_memory_violations
+from planner.rules.gate import (RuleOptions, degree_violations, host_memory_violations,
+                                memory_violations)
 from planner.schemas.strategy import Strategy
 
 
@@ -71,6 +72,10 @@ class Batch:
     cands: Candidates
     costs: BlockCosts
     ev: Evaluation
+    origin: np.ndarray | None = None
+    """Each row's index in the `Pending` it was evaluated from (None: a balanced layout)."""
+    layout_index: int = 0
+    """Which of the framework's layouts of its group (`framework_layouts`)."""
 
     def strategy(self, row: int, model) -> Strategy:
         """The strategy of a row, with this batch's layer counts per pipeline chunk."""
@@ -144,21 +149,39 @@ class Pool:
 
 
 EVALUATION_BUDGET = 2**24
-"""Most (candidate, pipeline chunk) cells one search evaluates (about a microsecond each):
-18x the largest realistic search we measured (DeepSeek-V3 on 2,048 H100s, 0.9M cells; a
-10,000-layer model on 8 GPUs needs 9.5M). Beyond it (10,000 layers on thousands of GPUs) the
-search would take minutes, so the user is asked to narrow it."""
+"""Most (candidate, pipeline chunk) cells one search may list for evaluation (about a
+microsecond each): 18x the largest realistic search we measured (DeepSeek-V3 on 2,048 H100s,
+0.9M cells; a 10,000-layer model on 8 GPUs needs 9.5M). Beyond it (10,000 layers on thousands
+of GPUs) the search would take minutes, so the user is asked to narrow it."""
 
 SLICE_CELLS = 2**18
 """Cells evaluated at once (about 600 bytes each while evaluated, so some 150 MB): a group with
 more is evaluated in slices."""
 
 
-def evaluate_groups(problem: Problem, groups: list[tuple[CandidateGroup, np.ndarray]], *,
-                    drop_unfittable: bool = False) -> Pool:
-    """Evaluate the rows of each group that `mask` keeps, in the group's even layout; with
-    `drop_unfittable`, not those whose model states alone fill the average stage (no layout
-    fits them). Raises InputError when they are more than EVALUATION_BUDGET cells."""
+@dataclass
+class Pending:
+    """Candidates that pass the rules, before evaluation: each group's rows in one order (group
+    by group), with their block costs and step lower bounds (`evaluate.step_lower_bound_s`)."""
+
+    groups: list[tuple[CandidateGroup, Candidates]]
+    start: np.ndarray
+    """Where each group's rows begin in that order."""
+    costs: BlockCosts
+    bound_s: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.bound_s)
+
+    def cands(self) -> Candidates:
+        return Candidates.concat([cands for _, cands in self.groups])
+
+
+def pending(problem: Problem, groups: list[tuple[CandidateGroup, np.ndarray]], *,
+            drop_unfittable: bool = False) -> Pending:
+    """The rows of each group that `mask` keeps; with `drop_unfittable`, not those whose model
+    states alone fill the average stage (no layout fits them). Raises InputError when they
+    are more than EVALUATION_BUDGET cells."""
     capacity = problem.usable_bytes
     kept = []
     for group, mask in groups:
@@ -169,38 +192,70 @@ def evaluate_groups(problem: Problem, groups: list[tuple[CandidateGroup, np.ndar
             cands = cands.take(np.flatnonzero(state_floor_bytes(problem, cands) <= capacity))
         if len(cands):
             kept.append((group, cands))
-    if not kept:
-        return Pool.of([])
     cells = sum(len(cands) * group.pp * group.vpp for group, cands in kept)
     if cells > EVALUATION_BUDGET:
         raise InputError(f"the search space is too large: {cells:,} (strategy, pipeline chunk) "
                          f"pairs to evaluate, at most {EVALUATION_BUDGET:,}; narrow it with "
                          f"--max-pp, --pp, --micro-batch or --max-micro-batch, or fewer --gpus")
+    start = np.cumsum([0] + [len(cands) for _, cands in kept])[:-1].astype(np.int64)
+    if not kept:
+        return Pending([], start, None, np.zeros(0))
     # Block costs depend on (tp, micro-batch, sp, recompute, ep, etp), not on the layout:
     # evaluate each distinct point once over all groups.
     every = Candidates.concat([cands for _, cands in kept])
-    all_costs = block_costs(problem, every)
-    batches, start = [], 0
-    for group, group_cands in kept:
+    costs = block_costs(problem, every)
+    return Pending(kept, start, costs, step_lower_bound_s(problem, every, costs))
+
+
+def evaluate_pending(problem: Problem, todo: Pending, select: np.ndarray | None = None) -> Pool:
+    """Evaluate the pending rows `select` (indices; all by default), each in its group's
+    layouts: a pool in the pending order, a framework's layouts one after another within a
+    group (`in_pending_order`)."""
+    select = np.arange(len(todo)) if select is None else np.sort(select)
+    batches = []
+    for g, (group, group_cands) in enumerate(todo.groups):
+        lo = todo.start[g]
+        chosen = select[(select >= lo) & (select < lo + len(group_cands))] - lo
+        if not len(chosen):
+            continue
         # Each layout the framework runs by itself (one, but for a pipeline engine that
         # partitions layers its own ways: DeepSpeed's).
-        for layout in framework_layouts(problem.model, problem.framework, group.pp, group.vpp):
+        layouts = framework_layouts(problem.model, problem.framework, group.pp, group.vpp)
+        for li, layout in enumerate(layouts):
             step = max(1, SLICE_CELLS // layout.num_chunks)
-            for first in range(0, len(group_cands), step):
-                rows = np.arange(first, min(first + step, len(group_cands)))
-                cands = group_cands.take(rows)
-                costs = all_costs.take(start + rows)
+            for first in range(0, len(chosen), step):
+                rows = chosen[first:first + step]
+                cands, costs = group_cands.take(rows), todo.costs.take(lo + rows)
                 ev = evaluate(problem, layout, cands, costs)
                 over_host = host_memory_violations(ev.host_bytes, problem)
                 if over_host.any():     # offloading more than the host holds (--offload)
                     keep = np.flatnonzero(~over_host)
-                    cands, costs = cands.take(keep), costs.take(keep)
+                    cands, costs, rows = cands.take(keep), costs.take(keep), rows[keep]
                     if not len(cands):
                         continue
                     ev = evaluate(problem, layout, cands, costs)
-                batches.append(Batch(layout, cands, costs, ev))
-        start += len(group_cands)
+                batches.append(Batch(layout, cands, costs, ev, origin=lo + rows,
+                                     layout_index=li))
     return Pool.of(batches)
+
+
+def in_pending_order(todo: Pending, pools: list[Pool]) -> Pool:
+    """Pools of pending rows evaluated apart, as one pool in the order `evaluate_pending`
+    gives them all at once (ties between equal candidates go the same way)."""
+    batches = [b for pool in pools for b in pool.batches]
+    pool = Pool.of(batches)
+    if not len(pool):
+        return pool
+    origin = np.concatenate([b.origin for b in batches])
+    layout = np.concatenate([np.full(len(b.cands), b.layout_index) for b in batches])
+    group = np.searchsorted(todo.start, origin, side="right")
+    return pool.take(np.lexsort((origin, layout, group)))
+
+
+def evaluate_groups(problem: Problem, groups: list[tuple[CandidateGroup, np.ndarray]], *,
+                    drop_unfittable: bool = False) -> Pool:
+    """Evaluate the rows of each group that `mask` keeps (see `pending`)."""
+    return evaluate_pending(problem, pending(problem, groups, drop_unfittable=drop_unfittable))
 
 
 def pareto(pool: Pool) -> Pool:
@@ -220,3 +275,92 @@ def pareto(pool: Pool) -> Pool:
         lowest_before = np.r_[np.inf, np.minimum.accumulate(peaks)[:-1]]
         keep[block[peaks < lowest_before]] = True
     return pool.take(np.flatnonzero(keep))
+
+
+def rule_of_thumb_key(cands: Candidates) -> tuple[np.ndarray, ...]:
+    """Megatron-LM's rule of thumb as sort keys, most significant first (Narayanan et al.
+    2021, Sec. 3.3 takeaways): the largest tensor parallelism, then the fewest pipeline
+    stages and chunks, then micro-batch 1; the plan it picks is the fastest fitting one of
+    the smallest key (`solver._heuristic`)."""
+    return (-np.asarray(cands.tp, dtype=np.int64), cands.pp, cands.vpp, cands.mb)
+
+
+FIRST_EVALUATED = 4096
+"""Candidates of the lowest step bounds `evaluate_promising` evaluates first, to learn how fast
+its best plans are (4x more each round while their bounds can beat those plans)."""
+
+
+def fastest_fitting_s(pool: Pool, capacity: float, count: int) -> float:
+    """The step time of the count-th fastest fitting plan with its own degrees (`DEGREES`, as
+    the search lists them), inf when fewer than `count` fit."""
+    fits = ~memory_violations(pool.peak_bytes, capacity, conservative=True)
+    if not fits.any():
+        return np.inf
+    rows = pool.degree_rows()[fits]
+    _, first = np.unique(rows, axis=0, return_inverse=True)
+    best = np.full(first.max() + 1, np.inf)
+    np.minimum.at(best, first.reshape(-1), pool.step_s[fits])
+    return float(np.sort(best)[count - 1]) if len(best) >= count else np.inf
+
+
+def plan_limit_s(pool: Pool, capacity: float, *, plans: int, tolerance: float) -> float:
+    """A step time the search's `plans` plans will not exceed, whatever it adds to `pool`: the
+    `plans`-th fastest fitting plan with its own degrees, or the fastest's tie (within
+    `tolerance`) if later; a rounding of the objective above it (`solver._objective` works in
+    whole microseconds). inf when fewer fit."""
+    kth = fastest_fitting_s(pool, capacity, plans)
+    if not np.isfinite(kth):
+        return np.inf
+    fits = ~memory_violations(pool.peak_bytes, capacity, conservative=True)
+    limit = max(kth, float(pool.step_s[fits].min()) * (1 + tolerance))
+    return limit * (1 + 1e-9) + 1e-6
+
+
+def evaluate_promising(problem: Problem, todo: Pending, *, plans: int,
+                       tolerance: float) -> Pool:
+    """The pareto pool (`pareto`) of the pending candidates that can be among the `plans`
+    fastest with distinct degrees, or tied within `tolerance` with the fastest, or the rule of
+    thumb's plan; exactly as if all were evaluated, but for dominance among the rest.
+
+    A candidate's step is at least its bound (`evaluate.step_lower_bound_s`), in any layout.
+    The candidates of the lowest bounds are evaluated first, until `plans` of them fit with
+    distinct degrees; the slowest of those, U (or the fastest's tie, if later), is a step the
+    chosen plans will not exceed. Then only the rest whose bound is within U are evaluated,
+    and the rule of thumb's candidates (it may pick a slow plan). Where the evaluated ones no
+    longer hold `plans` fitting plans within U (dominance left fewer distinct degrees),
+    every candidate is evaluated."""
+    capacity = problem.usable_bytes
+    order = np.argsort(todo.bound_s, kind="stable")
+    done = np.zeros(len(todo), dtype=bool)
+    pools: list[Pool] = []
+
+    def add(rows: np.ndarray) -> Pool:
+        rows = rows[~done[rows]]
+        done[rows] = True
+        pools.append(evaluate_pending(problem, todo, rows))
+        return pareto(in_pending_order(todo, pools))
+
+    # Rounds in the order of the bounds, each 4x the last, while the next bound is within
+    # the limit the rounds so far set.
+    size, reach = FIRST_EVALUATED, np.inf
+    while True:
+        pool = add(order[:size][todo.bound_s[order[:size]] <= reach])
+        reach = plan_limit_s(pool, capacity, plans=plans, tolerance=tolerance)
+        if size >= len(todo) or todo.bound_s[order[size]] > reach:
+            break
+        size *= 4
+    fits = ~memory_violations(pool.peak_bytes, capacity, conservative=True)
+    if fits.any():
+        # Every candidate the rule of thumb ranks at or before its pick so far.
+        keys = rule_of_thumb_key(todo.cands())
+        pick = np.lexsort(tuple(k[fits] for k in rule_of_thumb_key(pool.cands))[::-1])[0]
+        ref = [k[fits][pick] for k in rule_of_thumb_key(pool.cands)]
+        before, equal = np.zeros(len(todo), dtype=bool), np.ones(len(todo), dtype=bool)
+        for key, value in zip(keys, ref):
+            before |= equal & (key < value)
+            equal &= key == value
+        pool = add(np.flatnonzero(before | equal))
+    if fastest_fitting_s(pool.take(np.flatnonzero(pool.step_s <= reach)), capacity,
+                         plans) > reach:
+        pool = add(np.arange(len(todo)))
+    return pool

@@ -22,14 +22,15 @@ import numpy as np
 from planner.search.balance import solve_layout
 from cost_models.pipeline import in_flight_per_chunk, pipeline_time_s
 from planner.core.candidates import Candidates
-from planner.costing.evaluate import block_costs, evaluate, evaluate_strategy, layout_for
+from planner.costing.evaluate import (block_costs, evaluate, evaluate_strategy, layout_for,
+                                      step_lower_bound_s)
 from planner.costing.stage_model import chain_types, stage_model, type_is_layer
 from planner.costing.step_fixed import step_overhead_s
 from planner.costing.stage_terms import (Linear, Occupancy, Peak, Term, active_pieces, by_stage,
                                          lower_linear)
 from planner.costing.layout import Layout
 from planner.core.problem import Problem
-from planner.search.pool import Batch, Pool
+from planner.search.pool import Batch, Pool, plan_limit_s
 from planner.schemas.report import PlanReport
 from planner.schemas.strategy import Strategy
 from planner.rules.gate import memory_violations
@@ -108,14 +109,31 @@ def lower_bounds(problem: Problem, pool: Pool) -> tuple[np.ndarray, np.ndarray]:
 def _step_bound(problem: Problem, pool: Pool, slowest: np.ndarray,
                 total: np.ndarray) -> np.ndarray:
     """Step times no layout beats, from bounds on the slowest stage and on the stages' sum
-    (`pipeline.pipeline_time_s` rises with both); inf where there is no bound."""
+    (`pipeline.pipeline_time_s` rises with both), or the search's own bound where it is the
+    higher (`layout_free_bound`); inf where there is no bound."""
     out = np.full(len(pool), np.inf)
+    free = layout_free_bound(problem, pool)
     for index, batch in enumerate(pool.batches):
         rows = np.flatnonzero((pool.batch == index) & np.isfinite(slowest))
+        if not len(rows):
+            continue
         m, v = batch.cands.num_micro_batches[pool.row[rows]], batch.layout.vpp
-        out[rows] = (pipeline_time_s(max_stage_s=slowest[rows], sum_stage_s=total[rows],
-                                     num_micro_batches=m, vpp=v)
-                     + step_overhead_s(problem))
+        out[rows] = np.maximum(
+            pipeline_time_s(max_stage_s=slowest[rows], sum_stage_s=total[rows],
+                            num_micro_batches=m, vpp=v) + step_overhead_s(problem),
+            free[rows])
+    return out
+
+
+def layout_free_bound(problem: Problem, pool: Pool) -> np.ndarray:
+    """Per candidate, `evaluate.step_lower_bound_s`: a step no layout beats, from what every
+    layout adds up to the same."""
+    out = np.empty(len(pool))
+    for index, batch in enumerate(pool.batches):
+        rows = np.flatnonzero(pool.batch == index)
+        if len(rows):
+            at = pool.row[rows]
+            out[rows] = step_lower_bound_s(problem, batch.cands.take(at), batch.costs.take(at))
     return out
 
 
@@ -259,14 +277,39 @@ def _rows_linear(x: Linear, rows: np.ndarray, n: int, num_types: int) -> Linear:
                     ("block", "in_flight", "end", "end_in_flight", "final")))
 
 
+def stage_cutoff_s(problem: Problem, limit_s: float, *, sum_stage_s: float,
+                   num_micro_batches: float, vpp: int) -> float | None:
+    """The slowest stage (seconds per micro-batch) above which a layout's step exceeds
+    `limit_s`, given a bound on the stages' sum: `pipeline_time_s` (m - 1) max + (sum +
+    (v - 1) max) / v, plus the step overhead, is at most the step. None where the step does
+    not rise with the slowest stage alone (one micro-batch, one chunk) or nothing limits it."""
+    m, v = num_micro_batches, vpp
+    slope = (m - 1) + (v - 1) / v
+    if not np.isfinite(limit_s) or slope <= 0:
+        return None
+    return (limit_s - step_overhead_s(problem) - sum_stage_s / v) / slope
+
+
 def rebalance(problem: Problem, pool: Pool, *, work: float = LAYOUT_WORK,
-              wall: WallClock | None = None) -> tuple[Pool, LayoutStats]:
+              wall: WallClock | None = None, plans: int | None = None,
+              tolerance: float = 0.0) -> tuple[Pool, LayoutStats]:
     """The pool with balanced layouts added for every candidate that could win, within `work`
-    units of CP-SAT deterministic time (and the `wall` safety net)."""
+    units of CP-SAT deterministic time (and the `wall` safety net). With `plans` (the search
+    lists that many, and those tied within `tolerance`), a layout solve looks only for layouts
+    fast enough to be among them (`stage_cutoff_s`)."""
     capacity = problem.usable_bytes
     fits = ~memory_violations(pool.peak_bytes, capacity, conservative=True)
     best = float(pool.step_s[fits].min()) if fits.any() else np.inf
-    slowest_bounds, total_bounds, memory_bounds = stage_bounds(problem, pool)
+    limit = (np.inf if plans is None else
+             plan_limit_s(pool, capacity, plans=plans, tolerance=tolerance))
+    # The stage bounds of the candidates whose layout-free bound is under the best plan (no
+    # other can beat it in any layout).
+    slowest_bounds, total_bounds, memory_bounds = (np.full(len(pool), np.inf) for _ in range(3))
+    promising = np.flatnonzero(layout_free_bound(problem, pool) < best)
+    if len(promising):
+        some = pool.take(promising)
+        slowest_bounds[promising], total_bounds[promising], memory_bounds[promising] = \
+            stage_bounds(problem, some)
     bounds = _step_bound(problem, pool, slowest_bounds, total_bounds)
     eligible = np.flatnonzero(np.isfinite(bounds) & (memory_bounds <= capacity))
     by_bound = list(eligible[np.argsort(bounds[eligible], kind="stable")])
@@ -299,7 +342,11 @@ def rebalance(problem: Problem, pool: Pool, *, work: float = LAYOUT_WORK,
         costs = chain_costs(problem, batch.cands, batch.costs, batch.layout, row)
         solve = solve_layout(costs, hint=batch.layout.bounds,
                              work_limit=min(work - used, work / LAYOUT_SOLVE_SHARE),
-                             wall_limit_s=None if wall is None else wall.left_s())
+                             wall_limit_s=None if wall is None else wall.left_s(),
+                             cutoff_s=stage_cutoff_s(
+                                 problem, limit, sum_stage_s=total_bounds[i],
+                                 num_micro_batches=batch.cands.num_micro_batches[row],
+                                 vpp=batch.layout.vpp))
         used += solve.work
         if wall is not None and wall.left_s() <= 0 and solve.stopped:
             wall_stopped = True
@@ -328,6 +375,8 @@ def rebalance(problem: Problem, pool: Pool, *, work: float = LAYOUT_WORK,
         improved += 1
         pool = pool.extend(Batch(layout, cands, block, ev))
         best = min(best, float(ev.step_s[0]))
+        if plans is not None:
+            limit = plan_limit_s(pool, capacity, plans=plans, tolerance=tolerance)
     capped = sum(1 for least_step in stopped if least_step < best)
     unproven = None
     if wall_stopped:

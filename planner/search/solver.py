@@ -1,8 +1,10 @@
 """Find the fastest strategies that fit, with OR-Tools CP-SAT.
 
 1. `candidates.generate` lists the search space; the degree rules (`planner.rules.gate`) and the
-   user's pins remove what is invalid; `costing.evaluate` prices every remaining candidate in
-   float arithmetic, in batches that share a pipeline layout.
+   user's pins remove what is invalid; `costing.evaluate` prices the remaining candidates in
+   float arithmetic, in batches that share a pipeline layout: those whose step bound
+   (`evaluate.step_lower_bound_s`, under their step in every layout) can reach the plans
+   asked for, and the rule of thumb's (`pool.evaluate_promising`).
 2. Within one set of degrees (dp, tp, pp, vpp, micro-batch) a candidate that another beats on
    both step time and peak memory can never be chosen, so it is dropped (exact, not a
    heuristic: the memory rule is the only constraint left).
@@ -29,7 +31,8 @@ from planner.search.candidates import SearchSpace, generate
 from planner.costing.evaluate import report
 from planner.errors import InfeasibleError, InputError, shown
 from planner.core.problem import Problem
-from planner.search.pool import Pool, evaluate_groups, pareto, passes
+from planner.search.pool import (Pool, evaluate_promising, passes, pending,
+                                 rule_of_thumb_key)
 from planner.search.rebalance import LAYOUT_WORK, LayoutStats, WallClock, rebalance
 from planner.search.ties import tied_first, tied_with
 from planner.costing.uncertainty import ranking_tolerance
@@ -101,9 +104,8 @@ def _heuristic(pool: Pool, fits: np.ndarray) -> int | None:
     idx = np.flatnonzero(fits)
     if not len(idx):
         return None
-    c = pool.cands
-    return int(idx[np.lexsort((pool.step_s[idx], c.mb[idx], c.vpp[idx], c.pp[idx],
-                               -c.tp[idx]))[0]])
+    keys = tuple(key[idx] for key in rule_of_thumb_key(pool.cands))
+    return int(idx[np.lexsort((pool.step_s[idx], *keys[::-1]))[0]])
 
 
 def make_solver(settings: SolverSettings) -> cp_model.CpSolver:
@@ -246,12 +248,14 @@ def _search(problem: Problem, space: SearchSpace, settings: SolverSettings,
     num_candidates = sum(len(g.cands) for g in groups)
     masks = [(g, passes(problem, g.cands, pins, options)) for g in groups]
     num_valid = int(sum(mask.sum() for _, mask in masks))
-    pool = evaluate_groups(problem, masks, drop_unfittable=True)
+    tolerance = ranking_tolerance(problem) if settings.rank_ties else 0.0
+    pool = evaluate_promising(problem, pending(problem, masks, drop_unfittable=True),
+                              plans=settings.top_k, tolerance=tolerance)
     capacity = problem.usable_bytes
-    pool = pareto(pool)
     layouts = LayoutStats(0, 0)
     if uneven:
-        pool, layouts = rebalance(problem, pool, work=settings.layout_work, wall=wall)
+        pool, layouts = rebalance(problem, pool, work=settings.layout_work, wall=wall,
+                                  plans=settings.top_k, tolerance=tolerance)
     over = memory_violations(pool.peak_bytes, capacity, conservative=True)
     if not len(pool) or over.all():
         from planner.search.explain import explain_infeasible
@@ -267,7 +271,6 @@ def _search(problem: Problem, space: SearchSpace, settings: SolverSettings,
         raise InputError(f"--export-model {shown(settings.export_path)}: cannot write the "
                          f"model there")
     chosen, statuses, pick_wall_stopped = [], [], False
-    tolerance = ranking_tolerance(problem) if settings.rank_ties else 0.0
     while len(chosen) < settings.top_k:
         status, i, stopped = plan_model.solve(settings)
         pick_wall_stopped |= stopped

@@ -170,14 +170,17 @@ def test_balance_finds_the_fastest_layout_evaluate_lets_fit(write, case):
     """CP-SAT over the chain's terms against brute force over every layout, judged by
     `evaluate` itself: with memory binding on some stages, the balanced layout fits, is
     priced as `evaluate` prices it, and is the fastest that fits (OPTIMAL), or at least no
-    faster than it (FEASIBLE: a term the model can only bound)."""
+    faster than it (FEASIBLE: a term the model can only bound). The quick bound the solve
+    starts from (`quick_slowest_bound_s`) stays under that fastest layout, and a cutoff
+    keeps the optimum at it and nothing below it."""
     from dataclasses import replace
 
-    from planner.search.balance import balance
+    from planner.search.balance import balance, solve_layout
+    from planner.search.layout_solve import quick_slowest_bound_s
     from tests.conftest import compositions
 
     problem, space = _problem(write, case)
-    checked = 0
+    checked = quick_checked = cutoffs_checked = 0
     for pp, vpp, cands in _sampled_groups(problem, space, SEED):
         costs = block_costs(problem, cands)
         layouts = [layout_from_layer_counts(problem.model, pp, vpp, counts)
@@ -199,6 +202,14 @@ def test_balance_finds_the_fastest_layout_evaluate_lets_fit(write, case):
             slack = 1024.0 * (blocks * (1 + max(map(max, chain.in_flight))) + 16)
             tolerance = blocks * 1e-9
             fits = peak <= capacity - slack
+            # The quick bound (no CP-SAT) is under the fastest layout that fits, and says
+            # none fits only where none does.
+            quick = quick_slowest_bound_s(chain)
+            if quick is not None:
+                fitting = tau[peak <= capacity]
+                assert quick <= (fitting.min() if len(fitting) else np.inf) + tolerance, \
+                    (case, strategy_at(cands, i))
+                quick_checked += 1
             result = balance(chain, work_limit=20)
             capped = any(getattr(t, "cap", None) is not None for t in chain.memory_terms)
             if result is None:
@@ -211,8 +222,20 @@ def test_balance_finds_the_fastest_layout_evaluate_lets_fit(write, case):
             assert result.max_stage_time_s >= tau[peak <= capacity].min() - tolerance
             if result.status == "OPTIMAL" and (vpp == 1 or not _is_stack(chain)):
                 assert result.max_stage_time_s <= best + tolerance, (case, strategy_at(cands, i))
+                # A cutoff at the optimum keeps it; one below it leaves nothing of interest
+                # (the stack model, p integers, solves without it).
+                at = solve_layout(chain, work_limit=20, cutoff_s=result.max_stage_time_s)
+                assert at.balanced is not None and at.balanced.max_stage_time_s == \
+                    pytest.approx(result.max_stage_time_s, rel=1e-9)
+                below = solve_layout(chain, work_limit=20,
+                                     cutoff_s=result.max_stage_time_s * (1 - 1e-3))
+                if not _is_stack(chain):
+                    assert below.balanced is None and below.status == "INFEASIBLE"
+                    cutoffs_checked += 1
             checked += 1
-    assert checked > 0
+    assert checked > 0 and quick_checked > 0
+    if case == "moe-megatron":              # dense-first layers and an MTP module: no stack
+        assert cutoffs_checked > 0
 
 
 def test_the_issues_reproduction_llama3_8b_cp4():
