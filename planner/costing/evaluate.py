@@ -68,6 +68,11 @@ class BlockCosts:
     def take(self, index) -> BlockCosts:
         return BlockCosts(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 
+    @classmethod
+    def concat(cls, parts: list[BlockCosts]) -> BlockCosts:
+        return cls(**{f.name: np.concatenate([getattr(p, f.name) for p in parts])
+                      for f in fields(cls)})
+
 
 BLOCK_COST_FIELDS = ("tp", "mb", "sp", "recompute", "rc_modules", "ep", "etp", "cp", "cp_comm",
                      "cp_a2a", "nvls", "dispatcher", "cuda_graphs")
@@ -203,6 +208,23 @@ class Evaluation:
     def stage_total(self) -> np.ndarray:
         return (self.stage_weights + self.stage_gradients + self.stage_optimizer
                 + self.stage_activations + self.stage_other)
+
+    def take(self, index) -> Evaluation:
+        """The rows `index` (what the layout fixes kept)."""
+        return Evaluation(**{f.name: (getattr(self, f.name) if f.name in _PER_LAYOUT
+                                      else getattr(self, f.name)[index])
+                             for f in fields(self)})
+
+    @classmethod
+    def concat(cls, parts: list[Evaluation]) -> Evaluation:
+        """Evaluations in one layout, row after row."""
+        return cls(**{f.name: (getattr(parts[0], f.name) if f.name in _PER_LAYOUT
+                               else np.concatenate([getattr(p, f.name) for p in parts]))
+                      for f in fields(cls)})
+
+
+_PER_LAYOUT = frozenset({"stage_layers", "overhead_s"})
+"""The `Evaluation` fields the layout fixes (one value, or one per stage, for every row)."""
 
 
 def evaluate(problem: Problem, layout: Layout, cands: Candidates,
