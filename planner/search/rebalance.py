@@ -40,9 +40,10 @@ LAYOUT_WORK = 1.0
 """CP-SAT deterministic time (its work units, about a second of one core each) the layout
 solves of one search may use together (`plan --layout-work`). Counted in work, not wall time,
 so the same search stops at the same candidate on a busy machine. Measured with ortools 9.15:
-gpt3-175b on 1,024 A100 proves its 72 layouts in 0.14 units, deepseek-v3 on 1,024 H100 its 43
-in 0.04; gpt-oss-120b on 64 H100 (alternating attention layers, the hard case) needs about 93
-and says its layouts are not proven optimal."""
+gpt3-175b on 1,024 A100 proves 56 layouts in 0.11 units (50 more are settled by the quick
+bound, `layout_solve.quick_slowest_bound_s`, without CP-SAT), deepseek-v3 on 1,024 H100 4 in
+0.02 (51 by the bound); gpt-oss-120b on 64 H100 (alternating attention layers, the hard case)
+needs about 93 and says its layouts are not proven optimal."""
 
 LAYOUT_SOLVE_SHARE = 8
 """One candidate's layout solve may use at most this fraction (1/8) of the layout work, so
