@@ -9,7 +9,9 @@ that bound; each gets the layout CP-SAT balances under its per-stage memory
 (`planner.search.balance`), evaluated again by `costing.evaluate`; the search stops when the next
 bound is no better than the best plan found, so no candidate whose layout could win is left
 unbalanced. When nothing fits in an even layout, the closest misses are balanced first, since
-moving layers off the fullest stage may make them fit.
+moving layers off the fullest stage may make them fit. A solve looks only for layouts fast
+enough to be among the plans the search lists (`stage_cutoff_s`), which a bound from memory
+alone (`layout_solve.quick_slowest_bound_s`) often settles without CP-SAT.
 """
 
 from __future__ import annotations
