@@ -6,8 +6,8 @@
 Targets, on a 2-core machine, excluding interpreter start-up: under 1 s for gpt-1t on 3,072
 GPUs and under 2 s on 16,384 GPUs (step-time issue); under 2 s for DeepSeek-V3 on 2,048 H100
 with ep and etp in the space (MoE issue). Each line is one `search` call: the
-candidates in the space, those passing the rules (all evaluated), those left in the CP-SAT
-model, wall seconds, and the best plan (or why nothing fits, which takes longer: every
+candidates in the space, those passing the rules, those priced (whose step bound can reach
+the plans: `pool.evaluate_promising`), those left in the CP-SAT model, wall seconds, and the best plan (or why nothing fits, which takes longer: every
 candidate is evaluated and larger GPU counts are tried).
 """
 
@@ -37,8 +37,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3, help="runs per case; the best counts")
     args = parser.parse_args()
     missed = []
-    print(f"{'model':12s} {'GPUs':>6s} {'space':>7s} {'valid':>7s} {'model':>6s} "
-          f"{'seconds':>8s}  best plan")
+    print(f"{'model':12s} {'GPUs':>6s} {'space':>7s} {'valid':>7s} {'priced':>7s} "
+          f"{'model':>6s} {'seconds':>8s}  best plan")
     for name in args.models.split(","):
         for gpus in (int(g) for g in args.gpus.split(",")):
             problem = make_problem(name, args.cluster, gpus=gpus, nodes=max(1, gpus // 8))
@@ -48,13 +48,14 @@ def main() -> int:
                 try:
                     result = search(problem)
                     s, plan = result.search, result.plans[0]
-                    outcome = (f"{s.num_candidates:7d} {s.num_valid:7d} {s.num_in_model:6d}",
+                    outcome = (f"{s.num_candidates:7d} {s.num_valid:7d} {s.num_evaluated:7d} "
+                               f"{s.num_in_model:6d}",
                                f"{plan.strategy.dp}x{plan.strategy.tp}x{plan.strategy.pp} "
                                f"vpp {plan.strategy.vpp} ep {plan.strategy.ep} "
                                f"mb {plan.strategy.micro_batch} "
                                f"{plan.time.step_s:.2f} s/step MFU {plan.throughput.mfu:.1%}")
                 except InfeasibleError as e:
-                    outcome = (f"{'':7s} {'':7s} {'':6s}",
+                    outcome = (f"{'':7s} {'':7s} {'':7s} {'':6s}",
                                f"nothing fits ({e.details[-1].strip()})")
                 times.append(time.perf_counter() - start)
             best = min(times)

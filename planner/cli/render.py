@@ -400,7 +400,8 @@ def search_line(search: SearchReport) -> Text:
     took = "" if search.seconds is None else f", {seconds(search.seconds)}"
     text = Text(f"CP-SAT: {verdict}{took}: "
                 f"{search.num_candidates:,} candidates, {search.num_valid:,} pass the rules and "
-                f"pins, {search.num_in_model:,} in the model", style="dim")
+                f"pins, {search.num_evaluated:,} priced (the rest cannot reach the plans), "
+                f"{search.num_in_model:,} in the model", style="dim")
     if search.unproven:
         text.append(f"\nnot proven optimal: {search.unproven}", style="dim")
     if search.num_layouts_balanced:

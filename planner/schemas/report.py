@@ -274,8 +274,11 @@ class SearchReport(BaseModel):
     num_candidates: int
     """Strategies in the search space."""
     num_valid: int
-    """Those that pass every rule but memory, and the user's pins (each one evaluated, unless its
-    model states alone overfill the average pipeline stage)."""
+    """Those that pass every rule but memory, and the user's pins."""
+    num_evaluated: int = 0
+    """Of those, the ones priced: whose step bound could reach the plans listed, and the rule
+    of thumb's (`search.pool.evaluate_promising`); the others can be none of them. None whose
+    model states alone overfill the average pipeline stage."""
     num_in_model: int
     """Those left in the CP-SAT model: the fastest fitting candidate of each set of degrees."""
     num_layouts_balanced: int = 0

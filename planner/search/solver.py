@@ -258,6 +258,7 @@ def _search(problem: Problem, space: SearchSpace, settings: SolverSettings,
     tolerance = ranking_tolerance(problem) if settings.rank_ties else 0.0
     pool = evaluate_promising(problem, pending(problem, masks, drop_unfittable=True),
                               plans=settings.top_k, tolerance=tolerance)
+    num_evaluated = sum(len(b.cands) for b in pool.batches)
     capacity = problem.usable_bytes
     layouts = LayoutStats(0, 0)
     if uneven:
@@ -311,7 +312,8 @@ def _search(problem: Problem, space: SearchSpace, settings: SolverSettings,
     stats = SearchReport(
         status=statuses[0], proven_optimal=unproven is None, unproven=unproven,
         wall_clock_stopped=wall_stopped,
-        num_candidates=num_candidates, num_valid=num_valid, num_in_model=len(pool),
+        num_candidates=num_candidates, num_valid=num_valid, num_evaluated=num_evaluated,
+        num_in_model=len(pool),
         num_layouts_balanced=layouts.num_balanced, num_layouts_improved=layouts.num_improved,
         seconds=wall.elapsed_s(), heuristic_step_s=heuristic,
         heuristic_strategy=None if hint is None else pool.label(hint),
