@@ -4,6 +4,7 @@ CP-SAT settings, for the general model (`balance`) and the stack model (`stack_l
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -192,8 +193,9 @@ def quick_slowest_bound_s(costs: ChainCosts) -> float | None:
         return float(base_time.max()) if (base_memory <= costs.capacity_bytes).all() \
             else np.inf
     keys = [(time[b], state[b], act[b]) for b in free]
-    kind = max(set(keys), key=lambda k: (keys.count(k), k))
-    count = keys.count(kind)
+    tally = Counter(keys)
+    kind = max(tally, key=lambda k: (tally[k], k))
+    count = tally[kind]
     ordered = np.sort(flight, axis=1)
     chunk_open = np.ones(p * v, dtype=bool)              # chunk k = c * p + r, no layer yet
     chunk_open[[0, last]] = False
