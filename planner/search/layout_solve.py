@@ -196,7 +196,6 @@ def quick_slowest_bound_s(costs: ChainCosts) -> float | None:
     tally = Counter(keys)
     kind = max(tally, key=lambda k: (tally[k], k))
     count = tally[kind]
-    ordered = np.sort(flight, axis=1)
     chunk_open = np.ones(p * v, dtype=bool)              # chunk k = c * p + r, no layer yet
     chunk_open[[0, last]] = False
     # The i-th layer can sit only in chunks i - (L - K) .. i: every chunk before it and
@@ -213,7 +212,7 @@ def quick_slowest_bound_s(costs: ChainCosts) -> float | None:
     relaxations = [((time[free].min(), state[free].min(), act[free].min()), len(free),
                     open_count),
                    (kind, count, np.maximum(open_count - np.minimum(reach, others), 0))]
-    return max(_capped_level(costs, base_time, base_memory, open_flights, ordered[:, 0],
+    return max(_capped_level(costs, base_time, base_memory, open_flights, flight.min(1),
                              kind_, number, least)
                for kind_, number, least in relaxations)
 

@@ -305,17 +305,23 @@ candidate and chunk: DeepSeek-V3 on 1,024 / 2,048 H100 takes 37 / 19 evaluations
 16,000 candidates (a sixteenth: 37 / 37 of 38,000 / 12,000)."""
 
 
-def fastest_fitting_s(pool: Pool, capacity: float, count: int) -> float:
-    """The step time of the count-th fastest fitting plan with its own degrees (`DEGREES`, as
-    the search lists them), inf when fewer than `count` fit."""
+def _fitting_steps(pool: Pool, capacity: float) -> np.ndarray:
+    """The step time of the fastest fitting candidate of each set of degrees (`DEGREES`, as
+    the search lists plans), ascending."""
     fits = ~memory_violations(pool.peak_bytes, capacity, conservative=True)
     if not fits.any():
-        return np.inf
-    rows = pool.degree_rows()[fits]
-    _, first = np.unique(rows, axis=0, return_inverse=True)
+        return np.zeros(0)
+    _, first = np.unique(pool.degree_rows()[fits], axis=0, return_inverse=True)
     best = np.full(first.max() + 1, np.inf)
     np.minimum.at(best, first.reshape(-1), pool.step_s[fits])
-    return float(np.sort(best)[count - 1]) if len(best) >= count else np.inf
+    return np.sort(best)
+
+
+def fastest_fitting_s(pool: Pool, capacity: float, count: int) -> float:
+    """The step time of the count-th fastest fitting plan with its own degrees, inf when
+    fewer than `count` fit."""
+    steps = _fitting_steps(pool, capacity)
+    return float(steps[count - 1]) if len(steps) >= count else np.inf
 
 
 def plan_limit_s(pool: Pool, capacity: float, *, plans: int, tolerance: float) -> float:
@@ -323,11 +329,10 @@ def plan_limit_s(pool: Pool, capacity: float, *, plans: int, tolerance: float) -
     `plans`-th fastest fitting plan with its own degrees, or the fastest's tie (within
     `tolerance`) if later; a rounding of the objective above it (`solver._objective` works in
     whole microseconds). inf when fewer fit."""
-    kth = fastest_fitting_s(pool, capacity, plans)
-    if not np.isfinite(kth):
+    steps = _fitting_steps(pool, capacity)
+    if len(steps) < plans:
         return np.inf
-    fits = ~memory_violations(pool.peak_bytes, capacity, conservative=True)
-    limit = max(kth, float(pool.step_s[fits].min()) * (1 + tolerance))
+    limit = max(float(steps[plans - 1]), float(steps[0]) * (1 + tolerance))
     return limit * (1 + 1e-9) + 1e-6
 
 

@@ -109,13 +109,14 @@ def lower_bounds(problem: Problem, pool: Pool) -> tuple[np.ndarray, np.ndarray]:
     return _step_bound(problem, pool, slowest, total), memory
 
 
-def _step_bound(problem: Problem, pool: Pool, slowest: np.ndarray,
-                total: np.ndarray) -> np.ndarray:
+def _step_bound(problem: Problem, pool: Pool, slowest: np.ndarray, total: np.ndarray,
+                free: np.ndarray | None = None) -> np.ndarray:
     """Step times no layout beats, from bounds on the slowest stage and on the stages' sum
     (`pipeline.pipeline_time_s` rises with both), or the search's own bound where it is the
-    higher (`layout_free_bound`); inf where there is no bound."""
+    higher (`free`: `layout_free_bound`, computed here if not given); inf where there is no
+    bound."""
     out = np.full(len(pool), np.inf)
-    free = layout_free_bound(problem, pool)
+    free = layout_free_bound(problem, pool) if free is None else free
     for index, batch in enumerate(pool.batches):
         rows = np.flatnonzero((pool.batch == index) & np.isfinite(slowest))
         if not len(rows):
@@ -283,14 +284,15 @@ def _rows_linear(x: Linear, rows: np.ndarray, n: int, num_types: int) -> Linear:
 def stage_cutoff_s(problem: Problem, limit_s: float, *, sum_stage_s: float,
                    num_micro_batches: float, vpp: int) -> float | None:
     """The slowest stage (seconds per micro-batch) above which a layout's step exceeds
-    `limit_s`, given a bound on the stages' sum: `pipeline_time_s` (m - 1) max + (sum +
-    (v - 1) max) / v, plus the step overhead, is at most the step. None where the step does
-    not rise with the slowest stage alone (one micro-batch, one chunk) or nothing limits it."""
-    m, v = num_micro_batches, vpp
-    slope = (m - 1) + (v - 1) / v
+    `limit_s`, given a bound on the stages' sum: `pipeline_time_s`, linear in the slowest
+    stage, plus the step overhead is at most the step. None where the step does not rise with
+    the slowest stage alone (one micro-batch, one chunk) or nothing limits it."""
+    kw = dict(num_micro_batches=num_micro_batches, vpp=vpp)
+    slope = pipeline_time_s(max_stage_s=1.0, sum_stage_s=0.0, **kw)
     if not np.isfinite(limit_s) or slope <= 0:
         return None
-    return (limit_s - step_overhead_s(problem) - sum_stage_s / v) / slope
+    rest = pipeline_time_s(max_stage_s=0.0, sum_stage_s=sum_stage_s, **kw)
+    return (limit_s - step_overhead_s(problem) - rest) / slope
 
 
 def rebalance(problem: Problem, pool: Pool, *, work: float = LAYOUT_WORK,
@@ -308,12 +310,13 @@ def rebalance(problem: Problem, pool: Pool, *, work: float = LAYOUT_WORK,
     # The stage bounds of the candidates whose layout-free bound is under the best plan (no
     # other can beat it in any layout).
     slowest_bounds, total_bounds, memory_bounds = (np.full(len(pool), np.inf) for _ in range(3))
-    promising = np.flatnonzero(layout_free_bound(problem, pool) < best)
+    free = layout_free_bound(problem, pool)
+    promising = np.flatnonzero(free < best)
     if len(promising):
         some = pool.take(promising)
         slowest_bounds[promising], total_bounds[promising], memory_bounds[promising] = \
             stage_bounds(problem, some)
-    bounds = _step_bound(problem, pool, slowest_bounds, total_bounds)
+    bounds = _step_bound(problem, pool, slowest_bounds, total_bounds, free)
     eligible = np.flatnonzero(np.isfinite(bounds) & (memory_bounds <= capacity))
     by_bound = list(eligible[np.argsort(bounds[eligible], kind="stable")])
     # Nothing fits yet: balance the smallest peaks first until something does; then go by
