@@ -1,0 +1,260 @@
+"""Kernel rates on one GPU, for the constants the cost models take from a preset or profile.
+
+Run on a GPU machine (needs PyTorch with CUDA; never in tests or CI):
+
+    python bench/device_kernels.py --out bench/data/kernels_h100.json
+
+It times, with CUDA events (median of repeats after warm-up, random inputs):
+- attention forward and forward+backward through PyTorch SDPA, per backend (FlashAttention-2
+  in PyTorch, cuDNN fused attention, memory-efficient), causal, at several sequence lengths;
+  FLOPs counted as `cost_models.compute.flash_attention_time_s` counts them;
+- bf16 GEMMs of training shapes (cuBLAS through torch.mm) and FP8 tensorwise GEMMs
+  (torch._scaled_mm);
+- grouped expert GEMMs (torch._grouped_mm, what torchtitan runs) and a loop of one GEMM per
+  expert (what Transformer Engine's GroupedLinear launches), by tokens per expert;
+- the fused AdamW step (torch.optim.AdamW fused=True) over fp32 parameters, a gradient norm
+  (torch._foreach_norm), a buffer zero;
+- the host's launch time per small kernel in eager mode and in a CUDA-graph replay.
+Every row records the GPU name, torch and cuDNN versions.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+import traceback
+
+
+def main() -> int:
+    import torch
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--quick", action="store_true", help="fewer shapes")
+    args = parser.parse_args()
+    dev = torch.device("cuda")
+    props = torch.cuda.get_device_properties(dev)
+    meta = {"gpu": props.name, "sms": props.multi_processor_count,
+            "memory_gib": round(props.total_memory / 2**30, 2), "torch": torch.__version__,
+            "cudnn": torch.backends.cudnn.version(), "cuda": torch.version.cuda}
+    print(json.dumps(meta), flush=True)
+    rows: list[dict] = []
+
+    def timed(fn, reps=10, warmup=3):
+        for _ in range(warmup):
+            fn()
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(reps):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        return statistics.median(times)
+
+    def section(name, body):
+        t0 = time.time()
+        try:
+            body()
+        except Exception:  # a failed section must not lose the others
+            traceback.print_exc()
+            rows.append({"section": name, "error": traceback.format_exc(limit=1)[-400:]})
+        print(f"# {name}: {time.time() - t0:.1f} s", flush=True)
+
+    # --- peak references: large GEMM and device copy ------------------------------------
+    def peaks():
+        a = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
+        b = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
+        s = timed(lambda: a @ b)
+        rows.append({"section": "peak", "kind": "bf16_gemm_8192", "s": s,
+                     "tflops": 2 * 8192**3 / s / 1e12})
+        x = torch.empty(2 * 2**30, dtype=torch.uint8, device=dev)
+        y = torch.empty_like(x)
+        s = timed(lambda: y.copy_(x))
+        rows.append({"section": "peak", "kind": "d2d_copy_2GiB", "s": s,
+                     "gb_per_s_read_plus_write": 2 * x.numel() / s / 1e9})
+    section("peak", peaks)
+
+    # --- attention ------------------------------------------------------------------------
+    def attention():
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        import torch.nn.functional as F
+        backends = {"flash2": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+                    "efficient": SDPBackend.EFFICIENT_ATTENTION}
+        shapes = [(128, 32, s) for s in (1024, 2048, 4096, 8192, 16384, 32768, 65536)]
+        shapes += [(64, 64, s) for s in (4096, 8192)]      # GPT-OSS head_dim 64
+        if args.quick:
+            shapes = [(128, 32, 4096), (128, 32, 16384)]
+        for d, heads, seq in shapes:
+            batch = max(1, 32768 // seq)
+            q, k, v = (torch.randn(batch, heads, seq, d, device=dev, dtype=torch.bfloat16,
+                                   requires_grad=True) for _ in range(3))
+            grad = torch.randn(batch, heads, seq, d, device=dev, dtype=torch.bfloat16)
+            fwd_flops = 2 * seq * (seq / 2) * (2 * d) * batch * heads   # causal: s/2 keys each
+            reps = 3 if seq >= 32768 else 10
+            for name, backend in backends.items():
+                try:
+                    with sdpa_kernel([backend]):
+                        f = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                        s_fwd = timed(f, reps=reps)
+
+                        def fb():
+                            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                            out.backward(grad)
+                        s_fb = timed(fb, reps=reps)
+                except Exception as exc:
+                    rows.append({"section": "attention", "backend": name, "head_dim": d,
+                                 "heads": heads, "seq": seq, "error": str(exc)[:200]})
+                    continue
+                s_bwd = s_fb - s_fwd
+                rows.append({"section": "attention", "backend": name, "head_dim": d,
+                             "heads": heads, "seq": seq, "batch": batch, "fwd_s": s_fwd,
+                             "fwd_bwd_s": s_fb, "fwd_tflops": fwd_flops / s_fwd / 1e12,
+                             "bwd_tflops": 2.5 * fwd_flops / s_bwd / 1e12,
+                             "fwd_bwd_tflops": 3.5 * fwd_flops / s_fb / 1e12})
+                print(json.dumps(rows[-1]), flush=True)
+            del q, k, v, grad
+    section("attention", attention)
+
+    # --- dense GEMMs ------------------------------------------------------------------------
+    def gemms():
+        m = 8192
+        nk = [(4096, 4096), (6144, 4096), (28672, 4096), (4096, 14336), (12288, 12288),
+              (36864, 12288), (12288, 49152), (2048, 2048), (1536, 2048), (2048, 768),
+              (1024, 4096), (4096, 1024), (512, 4096), (4096, 512), (256, 4096),
+              (5760, 2880), (2880, 2880), (16384, 16384), (53248, 16384)]
+        if args.quick:
+            nk = nk[:4]
+        fp8 = hasattr(torch, "_scaled_mm") and hasattr(torch, "float8_e4m3fn")
+        for n, k in nk:
+            a = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+            w = torch.randn(n, k, device=dev, dtype=torch.bfloat16)
+            flops = 2 * m * n * k
+            s_fwd = timed(lambda: a @ w.t())              # y = x W^T (forward, "NT")
+            g = torch.randn(m, n, device=dev, dtype=torch.bfloat16)
+            s_dgrad = timed(lambda: g @ w)                  # dX = dY W ("NN")
+            s_wgrad = timed(lambda: g.t() @ a)              # dW = dY^T X ("TN")
+            row = {"section": "gemm", "m": m, "n": n, "k": k, "bf16_fwd_tflops": flops / s_fwd / 1e12,
+                   "bf16_dgrad_tflops": flops / s_dgrad / 1e12,
+                   "bf16_wgrad_tflops": flops / s_wgrad / 1e12}
+            if fp8:
+                try:
+                    a8 = a.to(torch.float8_e4m3fn)
+                    w8 = w.to(torch.float8_e4m3fn)
+                    one = torch.ones((), device=dev, dtype=torch.float32)
+                    s8 = timed(lambda: torch._scaled_mm(a8, w8.t(), scale_a=one, scale_b=one,
+                                                        out_dtype=torch.bfloat16))
+                    row["fp8_fwd_tflops"] = flops / s8 / 1e12
+                except Exception as exc:
+                    row["fp8_error"] = str(exc)[:200]
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    section("gemm", gemms)
+
+    # --- grouped expert GEMMs -------------------------------------------------------------
+    def grouped():
+        models = {"qwen3-30b-a3b": (2048, 768), "gpt-oss": (2880, 2880), "deepseek-v3": (7168, 2048),
+                  "mixtral-8x7b": (4096, 14336)}
+        tokens_per_expert = (16, 64, 256, 1024, 4096)
+        experts = (8, 32)
+        if args.quick:
+            tokens_per_expert, experts = (256, 4096), (8,)
+        for model, (hidden, ffn) in models.items():
+            for e in experts:
+                for t in tokens_per_expert:
+                    total = e * t
+                    x = torch.randn(total, hidden, device=dev, dtype=torch.bfloat16)
+                    w1 = torch.randn(e, 2 * ffn, hidden, device=dev, dtype=torch.bfloat16)  # gated fc1
+                    offs = torch.arange(1, e + 1, device=dev, dtype=torch.int32) * t
+                    flops = 2 * total * 2 * ffn * hidden
+                    row = {"section": "grouped", "model": model, "hidden": hidden, "ffn": ffn,
+                           "experts": e, "tokens_per_expert": t}
+                    try:
+                        s = timed(lambda: torch._grouped_mm(x, w1.transpose(-2, -1), offs=offs))
+                        row["grouped_mm_tflops"] = flops / s / 1e12
+                        row["grouped_mm_s"] = s
+                    except Exception as exc:
+                        row["grouped_mm_error"] = str(exc)[:200]
+                    chunks = x.split(t)
+
+                    def loop():
+                        for i in range(e):
+                            torch.mm(chunks[i], w1[i].t())
+                    s = timed(loop)
+                    row["loop_mm_tflops"] = flops / s / 1e12
+                    row["loop_mm_s"] = s
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+                    del x, w1
+    section("grouped", grouped)
+
+    # --- optimizer, gradient norm, zero ---------------------------------------------------
+    def optimizer():
+        total = 1_000_000_000 if not args.quick else 100_000_000
+        sizes = [total // 200] * 200
+        params = [torch.randn(n, device=dev, dtype=torch.float32, requires_grad=True) for n in sizes]
+        for p in params:
+            p.grad = torch.randn_like(p)
+        opt = torch.optim.AdamW(params, lr=1e-4, fused=True)
+        opt.step()                                  # creates exp_avg, exp_avg_sq
+        s = timed(opt.step, reps=5)
+        grads = [p.grad for p in params]
+        rows.append({"section": "optimizer", "kind": "adamw_fused_fp32", "params": total, "s": s,
+                     "gb_per_s_at_28_bytes": 28 * total / s / 1e9})
+        s = timed(lambda: torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0))), reps=5)
+        rows.append({"section": "optimizer", "kind": "foreach_norm_fp32", "params": total, "s": s,
+                     "gb_per_s_read": 4 * total / s / 1e9})
+        s = timed(lambda: torch._foreach_mul_(grads, 0.5), reps=5)
+        rows.append({"section": "optimizer", "kind": "foreach_scale_fp32", "params": total, "s": s,
+                     "gb_per_s_read_plus_write": 8 * total / s / 1e9})
+        flat = torch.empty(total, device=dev, dtype=torch.float32)
+        s = timed(flat.zero_, reps=5)
+        rows.append({"section": "optimizer", "kind": "zero_fp32", "params": total, "s": s,
+                     "gb_per_s_write": 4 * total / s / 1e9})
+        for r in rows[-4:]:
+            print(json.dumps(r), flush=True)
+    section("optimizer", optimizer)
+
+    # --- host launch time -------------------------------------------------------------------
+    def launches():
+        x = torch.zeros(1024, device=dev)
+        n = 2000
+
+        def many():
+            for _ in range(n):
+                x.add_(1.0)
+        many()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        many()
+        torch.cuda.synchronize()
+        eager = (time.perf_counter() - t0) / n
+        graph = torch.cuda.CUDAGraph()
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            many()
+        torch.cuda.current_stream().wait_stream(stream)
+        with torch.cuda.graph(graph):
+            many()
+        graph.replay()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        graph.replay()
+        torch.cuda.synchronize()
+        replay = (time.perf_counter() - t0) / n
+        rows.append({"section": "launch", "eager_s_per_kernel": eager, "graph_s_per_kernel": replay})
+        print(json.dumps(rows[-1]), flush=True)
+    section("launch", launches)
+
+    with open(args.out, "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
