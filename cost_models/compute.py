@@ -246,7 +246,7 @@ def transformer_layer_elementwise_bytes(
     if position is PositionKind.ROTARY:
         rotary = 2 * BYTES_16BIT * s * b * (num_heads + num_kv_heads) * head_dim
     mlp_act = (3 if mlp.gated else 2) * BYTES_16BIT * s * b * ffn_hidden
-    if attention is AttentionKind.FLASH:
+    if attention.fused:
         softmax = 0 * s
     else:
         softmax = 2 * BYTES_16BIT * a * s * s * b                 # scale-mask-softmax
@@ -271,6 +271,34 @@ def attended_keys(seq_len, *, causal: bool, window: int | None = None):
         w = np.minimum(window, s)
         return w - w * (w - 1) / (2 * s) if causal else w
     return s / 2 if causal else s
+
+
+ATTENTION_REFERENCE_KEYS = 4096
+"""Keys per query at which a preset states its attention kernel's share of peak: a causal
+8K sequence, where most published long-context kernel benchmarks sit."""
+
+ATTENTION_REFERENCE_HEAD_DIM = 128
+"""Head dim at which a preset states its attention kernel's share of peak (Llama, GPT-3)."""
+
+
+def attention_kernel_fraction(*, keys, head_dim, reference_fraction: float,
+                              half_keys: float, half_head_dim: float):
+    """Share of peak a fused attention kernel reaches, forward and backward, at `keys`
+    attended keys per query (per kernel call) and head dim `head_dim`.
+
+    Ref: Shah et al. 2024 (FlashAttention-3, arXiv:2407.08608), Sec. 3.1: each score costs an
+    exponential on the special-function units (3.9 TFLOP/s of them against 989 of bf16
+    matmul on H100), work that does not shrink with the head dim: the rate grows as
+    d / (d + `half_head_dim`). Each query tile's loop over the keys has a fixed cost (loading
+    Q, the masked diagonal tile, writing O and its softmax statistics): the rate grows as
+    keys / (keys + `half_keys`). `reference_fraction` is the share at (4096 keys, d 128);
+    both halves are GPU data (bench/data/kernels_h200.json, bench/fit_attention_rate.py);
+    0 keeps the rate flat.
+    """
+    def shape(k, d):
+        return k / (k + half_keys) * d / (d + half_head_dim)
+    return reference_fraction * shape(keys, head_dim) / shape(ATTENTION_REFERENCE_KEYS,
+                                                              ATTENTION_REFERENCE_HEAD_DIM)
 
 
 def flash_attention_time_s(*, seq_len, micro_batch, num_heads: int, head_dim: int, tp,

@@ -151,11 +151,25 @@ class AttentionKind(str, Enum):
     --attention), not of the model, whose layers compute the same function either way."""
 
     FLASH = "flash"
-    """Fused kernel (Dao et al. 2022, arXiv:2205.14135): no s x s tensor is stored."""
+    """Fused kernel (Dao et al. 2022, arXiv:2205.14135): no s x s tensor is stored. The
+    fastest one the framework runs on the GPU: cuDNN fused attention (Transformer Engine's
+    pick on Hopper and Blackwell) or FlashAttention-3; FlashAttention-2 on Ampere."""
+    FLASH2 = "flash2"
+    """The fused kernel of FlashAttention-2 (Dao 2023, arXiv:2307.08691): the same memory as
+    flash, at FA2's rate, which on Hopper is about 0.6 of cuDNN's or FlashAttention-3's (no
+    wgmma or TMA; bench/data/kernels_h200.json). PyTorch SDPA's flash backend, first in its
+    default order (PyTorch issue 142132) and torchtitan's before 2025-10 (#1776), the
+    flash-attn 2 package (Megatron-LM --attention-backend flash without FlashAttention-3,
+    Megatron-DeepSpeed --use-flash-attn-v2)."""
     UNFUSED = "unfused"
     """Materialises the s x s scores, softmax and dropout (kept for the backward pass): the
     attention of 2020-2022 training (Megatron-LM's fused softmax, Korthikanti et al. 2022,
     arXiv:2205.05198, Sec. 4.1), Megatron-LM's --attention-backend unfused."""
+
+    @property
+    def fused(self) -> bool:
+        """No s x s tensor is stored (flash or flash2)."""
+        return self is not AttentionKind.UNFUSED
     @classmethod
     def _missing_(cls, value):
         # "standard", the value before issue 25, still reads as unfused (old model files).

@@ -212,7 +212,7 @@ def transformer_layer_activation_bytes(
 
     if M.CORE_ATTN in modules:
         scores = 0 * s                                            # recomputed in the backward pass
-    elif attention is AttentionKind.FLASH:
+    elif attention.fused:
         scores = BYTES_FP32 * a * s * b                           # softmax log-sum-exp only
     elif dropout:
         scores = (2 * v + BYTES_MASK) * a * s * s * b   # softmax, its dropout mask and output: 5as^2b

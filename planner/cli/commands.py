@@ -62,9 +62,10 @@ def problem_options(function, *, gpus: bool = True):
         click.option("--optimizer", type=click.Choice(["adam", "sgd", "sgd_momentum"]),
                      help="Override training.optimizer."),
         click.option("--attention", type=click.Choice([a.value for a in AttentionKind]),
-                     help="The attention kernel (training.attention; default: the framework's, "
-                          "fused flash attention). unfused keeps the s x s scores, as "
-                          "2020-2022 runs did (--attention-backend unfused)."),
+                     help="The attention kernel (training.attention; default: the framework's). "
+                          "flash: the GPU's fastest fused kernel (cuDNN, FlashAttention-3); "
+                          "flash2: FlashAttention-2 (PyTorch SDPA's flash backend; 0.6x on "
+                          "Hopper); unfused keeps the s x s scores, as 2020-2022 runs did."),
         click.option("--fp8-attention/--no-fp8-attention", default=None,
                      help="With precision fp8: the attention core in FP8 too "
                           "(training.fp8_attention; Transformer Engine FP8 attention)."),

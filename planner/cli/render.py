@@ -171,10 +171,11 @@ ROLLOVER = 0.9995
 
 
 def run_label(problem) -> str:
-    """'bf16', 'fp8 (tensorwise)', with ', unfused attention' where the run's attention kernel
-    is not the fused one every framework defaults to."""
-    unfused = problem.attention is not AttentionKind.FLASH
-    return problem.training.precision_label + (", unfused attention" if unfused else "")
+    """'bf16', 'fp8 (tensorwise)', with ', unfused attention' or ', FlashAttention-2' where the
+    run's attention kernel is not the fastest fused one."""
+    kernel = {AttentionKind.UNFUSED: ", unfused attention",
+              AttentionKind.FLASH2: ", FlashAttention-2"}.get(problem.attention, "")
+    return problem.training.precision_label + kernel
 
 
 def params_label(model) -> str:

@@ -15,7 +15,7 @@ import numpy as np
 from cost_models import communication as comm
 from cost_models.communication import Group
 from cost_models.compute import (BACKWARD_ELEMENTWISE_RATIO, BACKWARD_FLOPS_RATIO, Gemm,
-                                 cross_entropy_bytes, expert_tokens_per_rank, routing_imbalance,
+                                 attended_keys, attention_kernel_fraction, cross_entropy_bytes, expert_tokens_per_rank, routing_imbalance,
                                  flash_attention_time_s, gemm_flops, gemm_time_s,
                                  memory_bound_time_s, moe_elementwise_bytes, output_layer_gemm,
                                  transformer_layer_elementwise_bytes,
@@ -105,8 +105,12 @@ class _Kernels:
                           hbm_fraction=eff.hbm_fraction, bytes_per_value=self.value_bytes)
         self._hbm = dict(hbm_bytes_per_s=cluster.gpu.hbm_gb_per_s * 1e9,
                          hbm_fraction=eff.hbm_fraction)
-        self.flash_fraction = eff.flash_attention_fraction
         self.attention = training.attention_kernel(framework)    # the run's, for every layer
+        self.flash_fraction = eff.flash_attention_fraction
+        if self.attention is AttentionKind.FLASH2 and eff.flash2_attention_fraction is not None:
+            self.flash_fraction = eff.flash2_attention_fraction
+        self.attention_halves = dict(half_keys=eff.attention_half_keys,
+                                     half_head_dim=eff.attention_half_head_dim)
         self.framework = framework
         # FP8: the linear layers' GEMMs at the FP8 peak, times the recipe's efficiency on this
         # GPU relative to bf16 (cluster data), reading 1-byte operands; the bf16 peak for the rest.
@@ -255,7 +259,7 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
     g = transformer_layer_gemms(**shape, tp=tp, mla=mla, moe=moe,
                                 tokens_per_rank=tokens_per_rank, ep=ep, etp=etp,
                                 imbalance=imbalance)
-    flash = k.attention is AttentionKind.FLASH
+    flash = k.attention.fused
     # The weight GEMMs: the linear layers (FP8 under precision fp8) and the router (bf16).
     linears = g.projections + g.mlp + g.experts
     weights_s = k.linear_s(linears) + k.gemms_s((g.router,))
@@ -283,11 +287,16 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
                           + k.traffic_s(activation))
     kv_heads, qk_dim, v_dim = block.attention_core_shape
     if flash:
-        # Load-balanced chunks give each CP rank 1 / cp of the whole sequence's attention.
+        # Load-balanced chunks give each CP rank 1 / cp of the whole sequence's attention; each
+        # kernel call sees one chunk's keys, which sets the kernel's rate.
+        fraction = attention_kernel_fraction(
+            keys=attended_keys(cp.seq_len / cp.size, causal=block.causal,
+                               window=block.sliding_window),
+            head_dim=(qk_dim + v_dim) / 2, reference_fraction=k.attention_fraction,
+            **k.attention_halves)
         attn = dict(seq_len=cp.seq_len, micro_batch=mb, num_heads=block.num_heads,
                     head_dim=qk_dim, v_head_dim=v_dim, window=block.sliding_window, tp=tp,
-                    causal=block.causal, peak_flops=k.attention_peak,
-                    flash_fraction=k.attention_fraction)
+                    causal=block.causal, peak_flops=k.attention_peak, flash_fraction=fraction)
         # FP8 attention casts this rank's Q, K, V in the forward and dO in the backward.
         q_values = seq_len * mb * block.num_heads * qk_dim / tp
         kv_values = seq_len * mb * kv_heads * (qk_dim + v_dim) / tp
@@ -481,7 +490,7 @@ DEEPEP_NVL_PEERS = 8
 
 def _evoformer(block: EvoformerBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute,
                k: _Kernels, place: Group, cluster: ClusterSpec, **_) -> BlockCost:
-    e, flash = block.shape, block.attention is AttentionKind.FLASH
+    e, flash = block.shape, block.attention.fused
     gemms = evoformer_block_gemms(e, num_residues=seq_len, micro_batch=mb, tp=tp)
     traffic = evoformer_block_elementwise_bytes(e, num_residues=seq_len, micro_batch=mb, tp=tp,
                                                 sequence_parallel=sp, flash=flash,

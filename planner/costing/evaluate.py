@@ -134,7 +134,7 @@ def mfu_flops_per_sequence(model, seq_len: int, attention: AttentionKind) -> flo
     and the step time agree; Megatron-LM's count stays the "model TFLOP/s per GPU".
     `attention` is the run's kernel: an unfused one computes every score."""
     full, _, _ = step_flops_per_sequence(model, seq_len)
-    if attention is not AttentionKind.FLASH:
+    if not attention.fused:
         return full
     skipped = 0.0
     for layer in model.attention_layers():

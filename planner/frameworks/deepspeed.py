@@ -180,10 +180,15 @@ def emit(plan: LaunchPlan) -> dict[str, str]:
                     f"deepspeed.sequence.layer.DistributedAttention over the sequence-parallel "
                     f"group; each rank feeds seq_len / {s.cp} tokens."]
     # The attention kernel is the model code's choice; ds_config has no key for it.
-    if plan.problem.attention is AttentionKind.FLASH:
-        comment += ["Attention: priced as fused flash attention; run the model with it "
-                    "(Megatron-DeepSpeed: --use-flash-attn-v2; Hugging Face: attn_implementation "
-                    "sdpa or flash_attention_2). ds_config has no key for it."]
+    if plan.problem.attention is AttentionKind.FLASH2:
+        comment += ["Attention: priced as FlashAttention-2 (Megatron-DeepSpeed: "
+                    "--use-flash-attn-v2; Hugging Face: attn_implementation sdpa or "
+                    "flash_attention_2). ds_config has no key for it."]
+    elif plan.problem.attention is AttentionKind.FLASH:
+        comment += ["Attention: priced as the GPU's fastest fused kernel (cuDNN attention or "
+                    "FlashAttention-3 on Hopper: Hugging Face attn_implementation "
+                    "flash_attention_3, or sdpa under sdpa_kernel(CUDNN_ATTENTION)). ds_config "
+                    "has no key for it."]
     else:
         comment += ["Attention: priced as unfused attention (the s x s scores kept for the "
                     "backward pass); a fused kernel needs less memory. ds_config has no key "

@@ -88,11 +88,10 @@ def _model_args(plan: LaunchPlan) -> list[str]:
         args.append("--untie-embeddings-and-output-weights")
     if not layer.dropout:
         args += ["--attention-dropout 0.0", "--hidden-dropout 0.0"]
-    # The run's kernel (training.attention, else the profile's default): the planner's memory
-    # assumes flash attention keeps no s x s scores and the unfused kernel keeps them all; say
-    # which one to run (megatron_values._attention reads it back).
-    flash = plan.problem.attention is AttentionKind.FLASH
-    args.append(f"--attention-backend {_fused_backend(layer) if flash else 'unfused'}")
+    # The run's kernel (training.attention, else the profile's default), which sets the
+    # attention's memory (unfused keeps the s x s scores) and rate (megatron_values._attention
+    # reads it back).
+    args.append(f"--attention-backend {ATTENTION_BACKEND[plan.problem.attention]}")
     if layer.sliding_window is not None:
         args += _window_args(shape)
     if layer.attention_sinks:
@@ -116,13 +115,12 @@ def pattern_expression(pattern: tuple[bool, ...]) -> str:
     return "(" + "+".join(f"[{v}]*{n}" for v, n in runs) + ")"
 
 
-def _fused_backend(layer) -> str:
-    """The fused attention kernel to name: flash, except with attention sinks (--softmax-type
-    learnable), for which Transformer Engine disables FlashAttention and keeps cuDNN's
-    FusedAttention (transformer_engine/pytorch/attention/dot_product_attention/utils.py
-    @252a4742, "Filter: Softmax type"); --attention-backend flash would leave no kernel
-    (language_module.py sets NVTE_FUSED_ATTN=0). Both keep no s x s scores: priced alike."""
-    return "fused" if layer.attention_sinks else "flash"
+ATTENTION_BACKEND = {AttentionKind.FLASH: "auto", AttentionKind.FLASH2: "flash",
+                     AttentionKind.UNFUSED: "unfused"}
+"""--attention-backend per kernel. auto: Transformer Engine's pick among eligible fused kernels,
+cuDNN first on Hopper and Blackwell, flash-attn on Ampere (its attention docs' selection order;
+with attention sinks, cuDNN alone: utils.py @252a4742 "Filter: Softmax type"). flash: the
+flash-attn package, FlashAttention-2 where FlashAttention-3 is not installed."""
 
 
 def _window_args(shape) -> list[str]:

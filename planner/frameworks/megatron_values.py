@@ -65,9 +65,10 @@ def _value(flags: dict, name: str) -> str | None:
 
 def _attention(parsed: ParsedConfig, flags: dict) -> AttentionKind | None:
     """The attention kernel --attention-backend picks (TransformerConfig.attention_backend,
-    default auto): flash and fused (cuDNN) attention keep no s x s scores, and auto lets
-    Transformer Engine pick one of them (megatron/core/extensions/transformer_engine.py);
-    unfused and local (Megatron's own DotProductAttention) keep them. arguments.py: local
+    default auto): auto lets Transformer Engine pick its fastest fused kernel and fused names
+    cuDNN's (attention flash); flash names the flash-attn package (attention flash2; the
+    older --use-flash-attn too); none of them keeps s x s scores (megatron/core/extensions/
+    transformer_engine.py); unfused and local (Megatron's own DotProductAttention) keep them. arguments.py: local
     attention needs --spec local."""
     backend = _value(flags, "--attention-backend")
     if backend is None and "--use-flash-attn" in flags:
@@ -85,12 +86,12 @@ def _attention(parsed: ParsedConfig, flags: dict) -> AttentionKind | None:
                        "use --attention-backend fused (cuDNN), or auto")
     if backend is None or backend not in CHOICES["--attention-backend"]:
         return None
-    if backend == "auto":
-        parsed.notes.append("--attention-backend auto: priced as flash attention (Transformer "
-                            "Engine picks flash or cuDNN fused attention, neither keeps the "
-                            "s x s scores)")
-    return AttentionKind.FLASH if backend in ("flash", "fused", "auto") \
-        else AttentionKind.UNFUSED
+    if backend == "flash":
+        parsed.notes.append("--attention-backend flash: priced as FlashAttention-2 (the "
+                            "flash-attn package; on Hopper about 0.6 of cuDNN's rate). Where "
+                            "FlashAttention-3 is installed, --attention flash prices it")
+        return AttentionKind.FLASH2
+    return AttentionKind.FLASH if backend in ("fused", "auto") else AttentionKind.UNFUSED
 
 
 def _recompute_details(parsed: ParsedConfig, flags: dict, recompute: Recompute | None,

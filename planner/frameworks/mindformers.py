@@ -93,7 +93,7 @@ def emit(plan: LaunchPlan) -> dict[str, str]:
     # use_flash_attention, whose own default is False).
     model_config = {"seq_length": p.training.seq_len, "num_layers": p.model.num_layers,
                     "compute_dtype": precision,
-                    "use_flash_attention": p.attention is AttentionKind.FLASH}
+                    "use_flash_attention": p.attention.fused}
     if s.layers_per_stage is not None:
         model_config["offset"] = [n - p.model.num_layers // s.pp for n in s.layers_per_stage]
     lines = [*(f"# {line}" for line in header_lines(plan, "MindFormers", CHECKED_AGAINST)),

@@ -200,7 +200,7 @@ def _cp_fused_attention(problem: Problem, c: Candidates, options: RuleOptions) -
     # megatron/core/transformer/dot_product_attention.py: "Context parallelism is only
     # supported by TEDotProductAttention!" (the run's kernel must be fused); an Evoformer's
     # pair attention has none.
-    fused = problem.attention is AttentionKind.FLASH and not problem.model.has_evoformer
+    fused = problem.attention.fused and not problem.model.has_evoformer
     return (c.cp > 1) & (not fused)
 
 

@@ -146,7 +146,19 @@ class EfficiencySpec(BaseModel):
     gemm_half_efficiency_dim: float = Field(ge=0)
     """GEMM dimension at which tile and wave quantisation halve the achieved FLOP/s."""
     flash_attention_fraction: float = Field(gt=0, le=1)
-    """Share of peak a fused attention kernel reaches."""
+    """Share of peak a fused attention kernel reaches, forward and backward, at 4096 attended
+    keys per query (a causal 8K sequence) and head dim 128 (`cost_models.compute.
+    attention_kernel_fraction`)."""
+    flash2_attention_fraction: float | None = Field(default=None, gt=0, le=1)
+    """The same share for FlashAttention-2 (attention flash2: PyTorch SDPA's flash backend,
+    the flash-attn 2 package), where it differs; None: as `flash_attention_fraction` (Ampere,
+    where FA2 is the fastest kernel, or not measured)."""
+    attention_half_keys: float = Field(default=0.0, ge=0)
+    """Keys per query at which the attention kernel's per-tile fixed cost halves its rate; 0:
+    the rate does not depend on the sequence (not measured for this GPU)."""
+    attention_half_head_dim: float = Field(default=0.0, ge=0)
+    """Head dim at which the per-score exponential halves the attention kernel's rate; 0: the
+    rate does not depend on the head dim (not measured for this GPU)."""
     hbm_fraction: float = Field(gt=0, le=1)
     """Share of datasheet HBM bandwidth memory-bound kernels reach."""
     intra_node_bus_fraction: float = Field(gt=0, le=1)

@@ -56,9 +56,18 @@ def test_a_gpt2_config_json_on_megatron_is_priced_with_flash_attention(gpt2_conf
     assert reports[0].time.step_s < reports[1].time.step_s
 
 
+# Megatron: Transformer Engine picks cuDNN first on Hopper and Blackwell; torchtitan tries
+# cuDNN first since 2025-10 (#1776); MindFormers recipes set use_flash_attention; a PyTorch
+# script's SDPA and DeepSpeed's model code (Hugging Face sdpa, flash-attn 2) run FlashAttention-2.
+DEFAULT_KERNEL = {"megatron": AttentionKind.FLASH, "torchtitan": AttentionKind.FLASH,
+                  "mindspore": AttentionKind.FLASH, "torchrun": AttentionKind.FLASH2,
+                  "deepspeed": AttentionKind.FLASH2}
+
+
 @pytest.mark.parametrize("framework", profiles.names())
-def test_every_framework_defaults_to_flash_attention(framework):
-    assert load_framework(framework).attention is AttentionKind.FLASH
+def test_every_framework_defaults_to_a_fused_kernel(framework):
+    kernel = load_framework(framework).attention
+    assert kernel is DEFAULT_KERNEL[framework] and kernel.fused
 
 
 def test_the_kernel_follows_the_framework_when_the_run_does_not_say(gpt2_config):

@@ -33,7 +33,7 @@ MODEL_ARGS=(
   --max-position-embeddings 512
   --position-embedding-type learned_absolute
   --normalization LayerNorm
-  --attention-backend flash
+  --attention-backend auto
 )
 PARALLEL_ARGS=(
   --tensor-model-parallel-size 1

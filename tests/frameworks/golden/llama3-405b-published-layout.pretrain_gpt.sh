@@ -40,7 +40,7 @@ MODEL_ARGS=(
   --untie-embeddings-and-output-weights
   --attention-dropout 0.0
   --hidden-dropout 0.0
-  --attention-backend flash
+  --attention-backend auto
 )
 PARALLEL_ARGS=(
   --tensor-model-parallel-size 8
