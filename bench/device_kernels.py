@@ -2,7 +2,7 @@
 
 Run on a GPU machine (needs PyTorch with CUDA; never in tests or CI):
 
-    python bench/device_kernels.py --out bench/data/kernels_h100.json
+    python bench/device_kernels.py --out bench/data/kernels_h100.json [--sections attention,moe]
 
 It times, with CUDA events (median of repeats after warm-up, random inputs):
 - attention forward and forward+backward through PyTorch SDPA, per backend (FlashAttention-2
@@ -14,7 +14,10 @@ It times, with CUDA events (median of repeats after warm-up, random inputs):
   expert (what Transformer Engine's GroupedLinear launches), by tokens per expert;
 - the fused AdamW step (torch.optim.AdamW fused=True) over fp32 parameters, a gradient norm
   (torch._foreach_norm), a buffer zero;
-- the host's launch time per small kernel in eager mode and in a CUDA-graph replay.
+- the host's launch time per small kernel in eager mode and in a CUDA-graph replay;
+- the MoE token path: the GPU idle time one device-to-host copy of split sizes adds to a
+  chain of GEMMs, and the router, permutation and unpermutation kernels (PyTorch ops as
+  Megatron-Core's moe_utils runs them) at Qwen3-30B-A3B and GPT-OSS shapes.
 Every row records the GPU name, torch and cuDNN versions.
 """
 from __future__ import annotations
@@ -33,6 +36,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--quick", action="store_true", help="fewer shapes")
+    parser.add_argument("--sections", default="peak,attention,gemm,grouped,optimizer,launch,moe",
+                        help="comma-separated sections to run")
     args = parser.parse_args()
     dev = torch.device("cuda")
     props = torch.cuda.get_device_properties(dev)
@@ -56,7 +61,11 @@ def main() -> int:
             times.append(start.elapsed_time(end) / 1e3)
         return statistics.median(times)
 
+    wanted = set(args.sections.split(","))
+
     def section(name, body):
+        if name not in wanted:
+            return
         t0 = time.time()
         try:
             body()
@@ -250,6 +259,86 @@ def main() -> int:
         rows.append({"section": "launch", "eager_s_per_kernel": eager, "graph_s_per_kernel": replay})
         print(json.dumps(rows[-1]), flush=True)
     section("launch", launches)
+
+
+    # --- the MoE token path's kernels and the dispatcher's host sync ------------------------
+    def moe():
+        # The GPU idle time one device-to-host sync adds: a chain of GEMMs (~100 us each) with
+        # and without copying a small count tensor to the host between them (what the alltoall
+        # dispatcher does with its split sizes before the all-to-all).
+        a = torch.randn(4096, 4096, device=dev, dtype=torch.bfloat16)
+        b = torch.randn(4096, 4096, device=dev, dtype=torch.bfloat16)
+        counts = torch.randint(0, 100, (128,), device=dev)
+        n = 200
+
+        def chain(sync):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                a @ b
+                if sync:
+                    counts.cpu()            # a D2H copy queued after the GEMM: the host waits
+            torch.cuda.synchronize()
+            return (time.perf_counter() - t0) / n
+        chain(False), chain(True)
+        plain = statistics.median(chain(False) for _ in range(5))
+        synced = statistics.median(chain(True) for _ in range(5))
+
+        def chain_small(sync):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                counts.add_(1)              # a launch-bound loop: the GPU idles anyway
+                if sync:
+                    counts.cpu()
+            torch.cuda.synchronize()
+            return (time.perf_counter() - t0) / n
+        rows.append({"section": "moe", "kind": "d2h_sync", "gemm_chain_s": plain,
+                     "gemm_chain_synced_s": synced, "sync_cost_s": synced - plain,
+                     "small_kernel_s": statistics.median(chain_small(False) for _ in range(5)),
+                     "small_kernel_synced_s": statistics.median(chain_small(True)
+                                                                for _ in range(5))})
+        print(json.dumps(rows[-1]), flush=True)
+        # Router, permutation and unpermutation at the shapes of Qwen3-30B-A3B (h 2048, 128
+        # experts, top 8) and GPT-OSS-120B (h 2880, 128 experts, top 4), 4096 and 16384 tokens.
+        for model, hidden, experts, top_k in (("qwen3-30b-a3b", 2048, 128, 8),
+                                              ("gpt-oss-120b", 2880, 128, 4)):
+            for tokens in (4096, 16384):
+                x = torch.randn(tokens, hidden, device=dev, dtype=torch.bfloat16)
+                w = torch.randn(experts, hidden, device=dev, dtype=torch.bfloat16)
+
+                def route():
+                    logits = (x @ w.t()).float()
+                    scores = torch.softmax(logits, dim=-1)
+                    probs, idx = torch.topk(scores, top_k, dim=-1)
+                    routing_map = torch.zeros_like(logits, dtype=torch.bool).scatter(1, idx, True)
+                    weights = torch.zeros_like(logits).scatter(1, idx, probs)
+                    return routing_map, weights
+                s_route = timed(route)
+                routing_map, weights = route()
+
+                def permute():
+                    # Megatron-Core moe_utils.permute: token indices per expert, then gather.
+                    token_idx = routing_map.t().contiguous().nonzero()[:, 1]
+                    return x.index_select(0, token_idx), token_idx
+                s_perm = timed(permute)
+                permuted, token_idx = permute()
+                pair_w = weights.t().contiguous().masked_select(routing_map.t().contiguous())
+
+                def unpermute():
+                    out = torch.zeros_like(x)
+                    out.index_add_(0, token_idx, permuted * pair_w.to(permuted.dtype)[:, None])
+                    return out
+                s_unperm = timed(unpermute)
+                pairs = tokens * top_k
+                rows.append({"section": "moe", "kind": "token_path", "model": model,
+                             "tokens": tokens, "hidden": hidden, "experts": experts,
+                             "top_k": top_k, "router_s": s_route, "permute_s": s_perm,
+                             "unpermute_s": s_unperm,
+                             "permute_gb_per_s": 2 * 2 * pairs * hidden / s_perm / 1e9,
+                             "unpermute_gb_per_s": 2 * 2 * pairs * hidden / s_unperm / 1e9})
+                print(json.dumps(rows[-1]), flush=True)
+    section("moe", moe)
 
     with open(args.out, "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)

@@ -87,8 +87,9 @@ def main() -> None:
     print(f"{'kernel':8s} {'seq':>6s} {'d':>4s} {'measured':>9s} {'curve':>7s} {'error':>7s}")
     for p in points:
         curve = attention_kernel_fraction(
-            keys=p["keys"], head_dim=p["head_dim"], reference_fraction=best["reference"][p["kernel"]],
-            half_keys=best["half_keys"], half_head_dim=best["half_head_dim"])
+            keys=p["keys"], head_dim=p["head_dim"],
+            reference_fraction=best["reference"][p["kernel"]], half_keys=best["half_keys"],
+            half_head_dim=best["half_head_dim"])
         print(f"{p['kernel']:8s} {p['seq']:6d} {p['head_dim']:4d} {p['fraction']:9.3f} "
               f"{curve:7.3f} {100 * (curve / p['fraction'] - 1):+6.1f}%")
 

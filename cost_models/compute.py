@@ -292,8 +292,8 @@ def attention_kernel_fraction(*, keys, head_dim, reference_fraction: float,
     d / (d + `half_head_dim`). Each query tile's loop over the keys has a fixed cost (loading
     Q, the masked diagonal tile, writing O and its softmax statistics): the rate grows as
     keys / (keys + `half_keys`). `reference_fraction` is the share at (4096 keys, d 128);
-    both halves are GPU data (bench/data/kernels_h200.json, bench/fit_attention_rate.py);
-    0 keeps the rate flat.
+    both halves are GPU data (bench/data/kernels_h100.json, kernels_h200.json;
+    bench/fit_attention_rate.py); 0 keeps the rate flat.
     """
     def shape(k, d):
         return k / (k + half_keys) * d / (d + half_head_dim)

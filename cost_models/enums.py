@@ -157,7 +157,7 @@ class AttentionKind(str, Enum):
     FLASH2 = "flash2"
     """The fused kernel of FlashAttention-2 (Dao 2023, arXiv:2307.08691): the same memory as
     flash, at FA2's rate, which on Hopper is about 0.6 of cuDNN's or FlashAttention-3's (no
-    wgmma or TMA; bench/data/kernels_h200.json). PyTorch SDPA's flash backend, first in its
+    wgmma or TMA; bench/data/kernels_h100.json). PyTorch SDPA's flash backend, first in its
     default order (PyTorch issue 142132) and torchtitan's before 2025-10 (#1776), the
     flash-attn 2 package (Megatron-LM --attention-backend flash without FlashAttention-3,
     Megatron-DeepSpeed --use-flash-attn-v2)."""

@@ -15,7 +15,8 @@ import numpy as np
 from cost_models import communication as comm
 from cost_models.communication import Group
 from cost_models.compute import (BACKWARD_ELEMENTWISE_RATIO, BACKWARD_FLOPS_RATIO, Gemm,
-                                 attended_keys, attention_kernel_fraction, cross_entropy_bytes, expert_tokens_per_rank, routing_imbalance,
+                                 attended_keys, attention_kernel_fraction, cross_entropy_bytes,
+                                 expert_tokens_per_rank, routing_imbalance,
                                  flash_attention_time_s, gemm_flops, gemm_time_s,
                                  memory_bound_time_s, moe_elementwise_bytes, output_layer_gemm,
                                  transformer_layer_elementwise_bytes,

@@ -68,8 +68,8 @@ def _attention(parsed: ParsedConfig, flags: dict) -> AttentionKind | None:
     default auto): auto lets Transformer Engine pick its fastest fused kernel and fused names
     cuDNN's (attention flash); flash names the flash-attn package (attention flash2; the
     older --use-flash-attn too); none of them keeps s x s scores (megatron/core/extensions/
-    transformer_engine.py); unfused and local (Megatron's own DotProductAttention) keep them. arguments.py: local
-    attention needs --spec local."""
+    transformer_engine.py); unfused and local (Megatron's own DotProductAttention) keep them.
+    arguments.py: local attention needs --spec local."""
     backend = _value(flags, "--attention-backend")
     if backend is None and "--use-flash-attn" in flags:
         backend = "flash"

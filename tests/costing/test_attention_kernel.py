@@ -27,26 +27,41 @@ def _run(cluster: str, attention: str, framework: str = "megatron"):
     return evaluate_strategy(problem, strategy)
 
 
-def test_measured_forward_ratio_matches_an_independent_benchmark():
-    """Held out: the run's forward-only FlashAttention-2 / cuDNN ratio at 4K (bench/data) is
-    PyTorch issue 142132's on another H100 and software, within 5%."""
-    rows = json.loads(DEFAULT.read_text())["rows"]
-    fwd = {r["backend"]: r["fwd_tflops"] for r in rows
-           if r.get("section") == "attention" and r.get("seq") == 4096
-           and r.get("head_dim") == 128 and "fwd_tflops" in r}
-    assert fwd["flash2"] / fwd["cudnn"] == pytest.approx(ISSUE_142132_FORWARD_RATIO, rel=0.05)
+H100 = DEFAULT.parent / "kernels_h100.json"
 
 
-def test_hopper_presets_price_flashattention2_at_its_measured_rate():
-    rows = json.loads(DEFAULT.read_text())["rows"]
-    at_8k = {r["backend"]: r["fwd_bwd_tflops"] / 989.4 for r in rows
-             if r.get("section") == "attention" and r.get("seq") == 8192
-             and r.get("head_dim") == 128 and "fwd_bwd_tflops" in r}
-    for preset in ("dgx-h100", "dgx-h200", "dgx-h800"):
-        eff = load_cluster(preset).efficiency
-        assert eff.flash2_attention_fraction == pytest.approx(at_8k["flash2"], abs=0.01)
-        assert eff.flash_attention_fraction == pytest.approx(at_8k["cudnn"], abs=0.01)
-    # Ampere: FlashAttention-2 is the fastest kernel there; the preset gives no second rate.
+def _rows(path):
+    return json.loads(path.read_text())["rows"]
+
+
+def _attention(path, seq: int, key: str) -> dict:
+    return {r["backend"]: r[key] for r in _rows(path)
+            if r.get("section") == "attention" and r.get("seq") == seq
+            and r.get("head_dim") == 128 and key in r}
+
+
+def test_measured_h100_forward_rates_match_an_independent_benchmark():
+    """Held out: the H100 run's forward rates at 4K against PyTorch issue 142132's H100 (another
+    machine and software, 4608 tokens): FlashAttention-2 within 3%; the FA2 / cuDNN ratio within
+    10% (our causal 4K leaves cuDNN more partial tiles than its shape: 583 vs 631 TFLOP/s)."""
+    fwd = _attention(H100, 4096, "fwd_tflops")
+    assert fwd["flash2"] == pytest.approx(329.483, rel=0.03)
+    assert fwd["flash2"] / fwd["cudnn"] == pytest.approx(ISSUE_142132_FORWARD_RATIO, rel=0.10)
+
+
+@pytest.mark.parametrize(("preset", "measured"), [
+    ("dgx-h100", "kernels_h100.json"), ("dgx-h800", "kernels_h100.json"),
+    ("dgx-h200", "kernels_h200.json")])
+def test_hopper_presets_price_each_kernel_at_its_measured_rate(preset, measured):
+    at_8k = {k: v / 989.4 for k, v in
+             _attention(DEFAULT.parent / measured, 8192, "fwd_bwd_tflops").items()}
+    eff = load_cluster(preset).efficiency
+    assert eff.flash2_attention_fraction == pytest.approx(at_8k["flash2"], abs=0.01)
+    assert eff.flash_attention_fraction == pytest.approx(at_8k["cudnn"], abs=0.01)
+
+
+def test_ampere_gives_one_rate():
+    # FlashAttention-2 is the fastest kernel there; the preset gives no second rate.
     assert load_cluster("dgx-a100-80gb").efficiency.flash2_attention_fraction is None
 
 

@@ -216,13 +216,16 @@ def test_error_per_source_stays_at_what_was_recorded(by_source, source, recorded
     # reaches 0.55 of peak at these lengths, above the flat 0.5, so every row is predicted
     # faster still. The rows (TFLOP/s only, NeMo 24.03) read as if the kernel ran at half
     # that rate; whether NeMo then counted the causal half of the scores is not established.
-    ("nemo_long_context_cp", 0.382, 0.59),
+    # 38.2% -> 39.9% (worst +62%) with each Hopper preset on its own GPU's measured curve
+    # (the H100's: 0.56 of peak at 32K-64K; bench/data/kernels_h100.json).
+    ("nemo_long_context_cp", 0.399, 0.62),
     # 28.0% -> 19.1% with the async-TP share; 22.6% with tokens/s compared.
     # 22.6% -> 18.2% with FlashAttention-2 as the run's kernel.
     ("torchtitan_asynctp_h100_202506", 0.182, 0.43),
     # 52.3% -> 53.8%: tokens/s; 53.8% -> 26.0% (worst +152% -> +72%) with FlashAttention-2
     # as the run's kernel: the long-sequence context-parallel rows are mostly attention.
-    ("torchtitan_llama31_h100_202412", 0.260, 0.72),
+    # 26.0% -> 27.1% (worst +75%) on the H100's own measured curve (FA2 0.33 of peak at 64K).
+    ("torchtitan_llama31_h100_202412", 0.271, 0.76),
 ])
 def test_fp8_error_per_source_stays_at_what_was_recorded(fp8_by_source, source, recorded_mape,
                                                          worst):
