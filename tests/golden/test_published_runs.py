@@ -163,7 +163,8 @@ def test_error_per_source_stays_at_what_was_recorded(by_source, source, recorded
     # 10.2% -> 3.4% (worst -5.0%) with the GB300's own GEMM rate (0.672), fitted on this
     # source's 8B row against its GB200 pair (bench/blackwell_gemm_share.py); the other four
     # held out (-1.3% to -5.0%).
-    ("megatron_bridge_gb300_dense", 0.034, 0.06),
+    # 3.4% -> 3.6% with the attention curve assumed as the H100's on Blackwell (not measured).
+    ("megatron_bridge_gb300_dense", 0.036, 0.06),
     # NVFP4 and MXFP8 at the same layouts on GB200 (Megatron-Bridge 26.04.01): the NVFP4 GEMM
     # efficiency is fitted on the 405B pair's ratio (bench/calibrate_nvfp4.py), the 70B pair's
     # ratio held out (+9.0%); the absolute errors are the assumed GB200 rate's (MXFP8 +16/+24%).
