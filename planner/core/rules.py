@@ -30,6 +30,7 @@ class Rule(str, Enum):
     EXPERT_FOLDING = "expert_folding"
     MOE_SEQUENCE_PARALLEL = "moe_sequence_parallel"
     CP_SEQUENCE = "cp_sequence"
+    ATTENTION_KERNEL = "attention_kernel"
     CP_FUSED_ATTENTION = "cp_fused_attention"
     CP_ALL_TO_ALL = "cp_all_to_all"
     CP_ATTENTION_VARIANT = "cp_attention_variant"

@@ -88,7 +88,7 @@ class _Kernels:
 
     def __init__(self, cluster: ClusterSpec, training: TrainingSpec,
                  framework: FrameworkProfile, dispatcher=0, layer_graphs=False,
-                 full_graph=False) -> None:
+                 full_graph=False, sinks: bool = False) -> None:
         eff = cluster.efficiency
         self.dispatcher = dispatcher
         """The MoE dispatcher per point (index into MoeDispatcher)."""
@@ -106,7 +106,7 @@ class _Kernels:
                           hbm_fraction=eff.hbm_fraction, bytes_per_value=self.value_bytes)
         self._hbm = dict(hbm_bytes_per_s=cluster.gpu.hbm_gb_per_s * 1e9,
                          hbm_fraction=eff.hbm_fraction)
-        self.attention = training.attention_kernel(framework)    # the run's, for every layer
+        self.attention = training.attention_kernel(framework, sinks=sinks)   # the run's
         self.flash_fraction = eff.flash_attention_fraction
         if self.attention is AttentionKind.FLASH2 and eff.flash2_attention_fraction is not None:
             self.flash_fraction = eff.flash2_attention_fraction
@@ -637,7 +637,8 @@ def block_cost(block, *, training: TrainingSpec, cluster: ClusterSpec,
     k = _Kernels(cluster, training, framework,
                  dispatcher=np.asarray(dispatcher) + 0 * tp.astype(int),
                  layer_graphs=graphs == CUDA_GRAPHS_ORDER.index(CudaGraphs.LAYER),
-                 full_graph=graphs == CUDA_GRAPHS_ORDER.index(CudaGraphs.FULL_ITERATION))
+                 full_graph=graphs == CUDA_GRAPHS_ORDER.index(CudaGraphs.FULL_ITERATION),
+                 sinks=getattr(block, "attention_sinks", False))
     # An Evoformer's pair representation has no context parallelism (a rule): whole sequence.
     local = training.seq_len if block.kind == "evoformer" else training.seq_len / context.size
     return _BY_KIND[block.kind](block, seq_len=local, mb=mb, tp=tp,

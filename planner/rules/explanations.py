@@ -198,6 +198,13 @@ def _explain_cp_sequence(problem: Problem, s: Strategy) -> tuple[str, str]:
     return message, fix + f", or a seq_len that is a multiple of {step}"
 
 
+def _explain_attention_kernel(problem: Problem, s: Strategy) -> tuple[str, str]:
+    return ("attention flash2 with attention sinks: FlashAttention-2 has no learnable softmax "
+            "offset (Transformer Engine turns it off for sinks; PyTorch SDPA has none)",
+            "run with --attention flash (cuDNN attention, Transformer Engine's kernel for "
+            "sinks) or --attention unfused (training.attention)")
+
+
 def _explain_cp_fused_attention(problem: Problem, s: Strategy) -> tuple[str, str]:
     if problem.model.has_evoformer:
         return (f"cp {s.cp} on a model with Evoformer blocks: their pair attention has no "
@@ -360,6 +367,7 @@ EXPLAIN.update({
     Rule.EXPERT_FOLDING: _explain_expert_folding,
     Rule.MOE_SEQUENCE_PARALLEL: _explain_moe_sequence_parallel,
     Rule.CP_SEQUENCE: _explain_cp_sequence,
+    Rule.ATTENTION_KERNEL: _explain_attention_kernel,
     Rule.CP_FUSED_ATTENTION: _explain_cp_fused_attention,
     Rule.CP_ALL_TO_ALL: _explain_cp_all_to_all,
     Rule.TARGET_CONTEXT_PARALLEL: _explain_target_context_parallel,

@@ -24,7 +24,7 @@ import numpy as np
 
 from planner.core.candidates import DEFAULT_MODULES_MASK, RANK_ORDER, Candidates
 from planner.rules.explanations import EXPLAIN as PLANNER_EXPLAIN
-from planner.core.rules import Rule, TargetRule, any_offload
+from planner.core.rules import Rule, TargetRule, any_offload, everywhere
 from planner.frameworks import deepspeed, megatron, mindspore, torchtitan
 from planner.inputs import profiles
 from planner.core.problem import Problem
@@ -59,6 +59,8 @@ SUMMARY: dict[Rule, str] = {
     Rule.MOE_SEQUENCE_PARALLEL: "an MoE model with tp > 1 needs sequence parallelism",
     Rule.CP_SEQUENCE: "the sequence must split into 2 * cp load-balanced chunks (and each CP "
                       "rank's share over tp with sequence parallelism)",
+    Rule.ATTENTION_KERNEL: "the run's attention kernel computes every layer's attention "
+                           "(FlashAttention-2 has no attention sinks)",
     Rule.CP_FUSED_ATTENTION: "context parallelism needs fused (flash) attention in every layer",
     Rule.CP_ALL_TO_ALL: "all-to-all context parallelism must divide the heads each TP rank holds",
     Rule.CP_ATTENTION_VARIANT: "sliding windows need cp_comm all_gather or a2a, attention sinks "
@@ -196,6 +198,14 @@ def _cp_sequence(problem: Problem, c: Candidates, options: RuleOptions) -> np.nd
     return (c.cp > 1) & ((s % (2 * c.cp) != 0) | (c.sp & (local % c.tp != 0)))
 
 
+def _attention_kernel(problem: Problem, c: Candidates, options: RuleOptions) -> np.ndarray:
+    # Transformer Engine disables FlashAttention for a learnable softmax offset (utils.py
+    # @252a4742, "Filter: Softmax type"); PyTorch SDPA has no sinks argument: attention sinks
+    # (GPT-OSS) run on cuDNN (flash) or unfused, never on FlashAttention-2.
+    sinks = any(layer.attention_sinks for layer in problem.model.attention_layers())
+    return everywhere(c, problem.attention is AttentionKind.FLASH2 and sinks)
+
+
 def _cp_fused_attention(problem: Problem, c: Candidates, options: RuleOptions) -> np.ndarray:
     # megatron/core/transformer/dot_product_attention.py: "Context parallelism is only
     # supported by TEDotProductAttention!" (the run's kernel must be fused); an Evoformer's
@@ -328,6 +338,7 @@ DEGREE_CHECKS: dict[Rule, Callable[[Problem, Candidates, RuleOptions], np.ndarra
     Rule.EXPERT_FOLDING: _expert_folding,
     Rule.MOE_SEQUENCE_PARALLEL: _moe_sequence_parallel,
     Rule.CP_SEQUENCE: _cp_sequence,
+    Rule.ATTENTION_KERNEL: _attention_kernel,
     Rule.CP_FUSED_ATTENTION: _cp_fused_attention,
     Rule.CP_ALL_TO_ALL: _cp_all_to_all,
     Rule.CP_ATTENTION_VARIANT: _cp_attention_variant,

@@ -396,9 +396,17 @@ class TrainingSpec(BaseModel):
     """With precision fp8: the last N transformer layers kept in bf16 (Megatron-LM
     --num-layers-at-end-in-bf16 N)."""
 
-    def attention_kernel(self, framework: FrameworkProfile) -> AttentionKind:
-        """The attention kernel the run uses: its own, else its framework's default."""
-        return framework.attention if self.attention is None else self.attention
+    def attention_kernel(self, framework: FrameworkProfile, *, sinks: bool = False
+                         ) -> AttentionKind:
+        """The attention kernel the run uses: its own, else its framework's default. With
+        attention sinks (`sinks`) a FlashAttention-2 default gives way to flash: FA2 has no
+        sinks, and Hugging Face runs GPT-OSS on FlashAttention-3 with them
+        (kernels-community/vllm-flash-attn3), Transformer Engine on cuDNN."""
+        if self.attention is not None:
+            return self.attention
+        if sinks and framework.attention is AttentionKind.FLASH2:
+            return AttentionKind.FLASH
+        return framework.attention
 
     @property
     def state_bytes(self) -> StateBytes:

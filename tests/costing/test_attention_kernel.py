@@ -8,7 +8,7 @@ import json
 import pytest
 
 from bench.fit_attention_rate import DEFAULT
-from cost_models.enums import ZeroStage
+from cost_models.enums import AttentionKind, ZeroStage
 from planner.costing.evaluate import evaluate_strategy
 from planner.inputs.loader import load_cluster, make_problem, resolve_strategy
 from planner.schemas.strategy import Strategy
@@ -78,3 +78,30 @@ def test_flash2_is_flash_where_the_preset_gives_one_rate():
     flash, flash2 = _run("dgx-a100-80gb", "flash"), _run("dgx-a100-80gb", "flash2")
     assert flash2.time.step_s == pytest.approx(flash.time.step_s, rel=1e-12)
     assert flash2.memory.peak_bytes == flash.memory.peak_bytes
+
+
+@pytest.mark.parametrize(("attention", "framework", "refused"), [
+    ("flash2", "megatron", True),      # TE: no FlashAttention for a learnable softmax offset
+    (None, "torchrun", False),         # its FA2 default gives way to flash (FA3 with sinks)
+    ("flash2", "torchrun", True),      # asked for: refused
+    ("flash", "torchrun", False),      # cuDNN / FlashAttention-3 run sinks
+    ("unfused", "megatron", False),
+    (None, "megatron", False),
+])
+def test_attention_sinks_refuse_flashattention2(attention, framework, refused):
+    from planner.core.candidates import Candidates
+    from planner.core.rules import Rule
+    from planner.rules.explanations import EXPLAIN
+    from planner.rules.gate import RuleOptions, degree_violations
+
+    problem = make_problem("gpt-oss-120b", "dgx-h100", gpus=64, attention=attention,
+                           framework=framework)
+    strategy = resolve_strategy(Strategy(tp=1, pp=1, ep=8, micro_batch=1), problem)
+    found = degree_violations(problem, Candidates.from_strategy(strategy,
+                                                                problem.framework.defaults),
+                              RuleOptions())
+    assert bool(found[Rule.ATTENTION_KERNEL][0]) is refused
+    if attention is None:
+        assert problem.attention is AttentionKind.FLASH
+    message, fix = EXPLAIN[Rule.ATTENTION_KERNEL](problem, strategy)
+    assert "FlashAttention-2" in message and "--attention flash" in fix
