@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from cost_models.compute import (ATTENTION_REFERENCE_HEAD_DIM,  # noqa: E402
                                  ATTENTION_REFERENCE_KEYS, attended_keys,
                                  attention_kernel_fraction)
+from planner.inputs.loader import load_cluster  # noqa: E402
 
 KERNELS = {"cudnn": "flash", "flash2": "flash2"}
 """SDPA backend -> the planner's attention kind it stands for (cuDNN fused attention is what
@@ -36,7 +37,7 @@ DEFAULT = Path(__file__).resolve().parent / "data" / "kernels_h200.json"
 def attention_points(path: Path) -> tuple[str, list[dict]]:
     """The measured attention rows: (GPU name, [{kernel, keys, head_dim, fraction}])."""
     data = json.loads(path.read_text())
-    peak = PEAK_BF16_TFLOPS[data["meta"]["gpu"]]
+    peak = load_cluster(PRESET_OF_GPU[data["meta"]["gpu"]]).gpu.peak_tflops.bf16
     points = []
     for row in data["rows"]:
         if row.get("section") != "attention" or row.get("backend") not in KERNELS:
@@ -49,8 +50,8 @@ def attention_points(path: Path) -> tuple[str, list[dict]]:
     return data["meta"]["gpu"], points
 
 
-PEAK_BF16_TFLOPS = {"NVIDIA H200": 989.4, "NVIDIA H100 80GB HBM3": 989.4}
-"""Dense bf16 datasheet peaks of the GPUs measured (the presets' peak_tflops.bf16)."""
+PRESET_OF_GPU = {"NVIDIA H200": "dgx-h200", "NVIDIA H100 80GB HBM3": "dgx-h100"}
+"""The preset of each GPU measured, whose dense bf16 peak the rates are shares of."""
 
 
 def fit(points: list[dict]) -> dict:

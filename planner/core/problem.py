@@ -63,8 +63,8 @@ class Problem:
     def attention(self) -> AttentionKind:
         """The attention kernel of the run's transformer layers: the training setting's, else
         the framework's default (a run setting, not the model's: `TrainingSpec.attention`)."""
-        sinks = any(layer.attention_sinks for layer in self.model.attention_layers())
-        return self.training.attention_kernel(self.framework, sinks=sinks)
+        return self.training.attention_kernel(self.framework,
+                                              sinks=self.model.has_attention_sinks)
 
     @property
     def usable_bytes(self) -> float:

@@ -231,8 +231,7 @@ def _explain_cp_all_to_all(problem: Problem, s: Strategy) -> tuple[str, str]:
 
 
 def _explain_cp_attention_variant(problem: Problem, s: Strategy) -> tuple[str, str]:
-    layers = list(problem.model.attention_layers())
-    if any(layer.attention_sinks for layer in layers) and s.cp_comm is not CpComm.A2A:
+    if problem.model.has_attention_sinks and s.cp_comm is not CpComm.A2A:
         return (f"cp_comm {s.cp_comm.value} with attention sinks: Transformer Engine's context "
                 f"parallelism supports a softmax with sinks only with a2a", "use cp_comm a2a")
     return (f"cp_comm {s.cp_comm.value} with sliding-window layers: Transformer Engine's ring "

@@ -202,8 +202,8 @@ def _attention_kernel(problem: Problem, c: Candidates, options: RuleOptions) -> 
     # Transformer Engine disables FlashAttention for a learnable softmax offset (utils.py
     # @252a4742, "Filter: Softmax type"); PyTorch SDPA has no sinks argument: attention sinks
     # (GPT-OSS) run on cuDNN (flash) or unfused, never on FlashAttention-2.
-    sinks = any(layer.attention_sinks for layer in problem.model.attention_layers())
-    return everywhere(c, problem.attention is AttentionKind.FLASH2 and sinks)
+    return everywhere(c, problem.attention is AttentionKind.FLASH2
+                      and problem.model.has_attention_sinks)
 
 
 def _cp_fused_attention(problem: Problem, c: Candidates, options: RuleOptions) -> np.ndarray:
@@ -241,7 +241,7 @@ def cp_attention_variant_breaks(model, *, cp, cp_comm) -> np.ndarray:
     order = list(CpComm)
     layers = list(model.attention_layers())
     window = any(layer.sliding_window is not None for layer in layers)
-    sinks = any(layer.attention_sinks for layer in layers)
+    sinks = model.has_attention_sinks
     ring = (cp_comm == order.index(CpComm.P2P)) | (cp_comm == order.index(CpComm.A2A_P2P))
     return (cp > 1) & ((window & ring) | (sinks & (cp_comm != order.index(CpComm.A2A))))
 

@@ -541,6 +541,11 @@ class ModelSpec(BaseModel):
                 yield layer
 
     @property
+    def has_attention_sinks(self) -> bool:
+        """Some transformer layer has attention sinks (a learnable softmax offset, GPT-OSS)."""
+        return any(layer.attention_sinks for layer in self.attention_layers())
+
+    @property
     def context_parallel_heads(self) -> tuple[int, ...]:
         """Head counts an all-to-all context parallelism splits: query heads and the key/value
         heads core attention sees (MLA expands keys and values per query head)."""

@@ -53,9 +53,10 @@ def test_measured_h100_forward_rates_match_an_independent_benchmark():
     ("dgx-h100", "kernels_h100.json"), ("dgx-h800", "kernels_h100.json"),
     ("dgx-h200", "kernels_h200.json")])
 def test_hopper_presets_price_each_kernel_at_its_measured_rate(preset, measured):
-    at_8k = {k: v / 989.4 for k, v in
+    cluster = load_cluster(preset)
+    at_8k = {k: v / cluster.gpu.peak_tflops.bf16 for k, v in
              _attention(DEFAULT.parent / measured, 8192, "fwd_bwd_tflops").items()}
-    eff = load_cluster(preset).efficiency
+    eff = cluster.efficiency
     assert eff.flash2_attention_fraction == pytest.approx(at_8k["flash2"], abs=0.01)
     assert eff.flash_attention_fraction == pytest.approx(at_8k["cudnn"], abs=0.01)
 
