@@ -2,7 +2,7 @@
 
 Run on a GPU machine (needs PyTorch with CUDA; never in tests or CI):
 
-    python bench/device_kernels.py --out bench/data/kernels_h100.json [--sections attention,moe]
+    python bench/device_kernels.py --out bench/data/kernels_h100.json [--sections attention,moe,cudnn]
 
 It times, with CUDA events (median of repeats after warm-up, random inputs):
 - attention forward and forward+backward through PyTorch SDPA, per backend (FlashAttention-2
@@ -17,7 +17,13 @@ It times, with CUDA events (median of repeats after warm-up, random inputs):
 - the host's launch time per small kernel in eager mode and in a CUDA-graph replay;
 - the MoE token path: the GPU idle time one device-to-host copy of split sizes adds to a
   chain of GEMMs, and the router, permutation and unpermutation kernels (PyTorch ops as
-  Megatron-Core's moe_utils runs them) at Qwen3-30B-A3B and GPT-OSS shapes.
+  Megatron-Core's moe_utils runs them) at Qwen3-30B-A3B and GPT-OSS shapes;
+- attention through cuDNN's graph API as Transformer Engine's FusedAttention builds it
+  (`fused_attn_f16_arbitrary_seqlen.cu`: diagonal band for sliding windows, sink_token for a
+  learnable softmax offset), forward and backward, GPT-OSS and Llama shapes, and GPT-OSS's
+  biased expert GEMM (cuBLASLt bias epilogue) and bias gradient. Needs the cuDNN frontend's
+  Python package (`pip install nvidia-cudnn-frontend==1.22.0`, the first whose bindings take
+  sink_token); without it the section records an error row.
 Every row records the GPU name, torch and cuDNN versions.
 """
 from __future__ import annotations
@@ -36,7 +42,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--quick", action="store_true", help="fewer shapes")
-    parser.add_argument("--sections", default="peak,attention,gemm,grouped,optimizer,launch,moe",
+    parser.add_argument("--sections", default="peak,attention,gemm,grouped,optimizer,launch,moe,cudnn",
                         help="comma-separated sections to run")
     args = parser.parse_args()
     dev = torch.device("cuda")
@@ -339,6 +345,134 @@ def main() -> int:
                              "unpermute_gb_per_s": 2 * 2 * pairs * hidden / s_unperm / 1e9})
                 print(json.dumps(rows[-1]), flush=True)
     section("moe", moe)
+
+    # --- cuDNN attention as Transformer Engine builds it: sinks, sliding windows ------------
+    def cudnn_graph_attention():
+        # Needs the cuDNN frontend's Python package (pip install nvidia-cudnn-frontend==1.22.0,
+        # the first with sink_token in its bindings); it loads the cuDNN PyTorch ships.
+        torch.backends.cudnn.version()
+        import cudnn
+        meta["cudnn_frontend"] = getattr(cudnn, "__version__", "?")
+        meta["cudnn_backend"] = cudnn.backend_version()
+        handle = cudnn.create_handle()
+        bf16, fp32 = cudnn.data_type.BFLOAT16, cudnn.data_type.FLOAT
+
+        def bhsd(t):          # (b, s, h, d) storage seen as (b, h, s, d): TE's bshd layout
+            return t.permute(0, 2, 1, 3)
+
+        def pairs(seq, left):  # (query, key) pairs a causal band of `left` keys attends
+            if left is None:
+                return seq * (seq + 1) / 2
+            return sum(min(i + 1, left) for i in range(seq))
+
+        def graph():
+            return cudnn.pygraph(io_data_type=bf16, intermediate_data_type=fp32,
+                                 compute_data_type=fp32, handle=handle)
+
+        def build(g):
+            g.validate()
+            g.build_operation_graph()
+            g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+            g.check_support()
+            g.build_plans()
+            return torch.empty(g.get_workspace_size(), device=dev, dtype=torch.uint8)
+
+        # (name, batch, query heads, kv heads, head dim, seq): GPT-OSS (mb 1 and 4) and a
+        # Llama-like MHA shape that torch's cuDNN SDPA rows above also time.
+        # The sink's cost against heads and length: GPT-OSS's head dim at 8-32 heads and 16K.
+        shapes = [("gpt-oss", 1, 64, 8, 64, 4096), ("gpt-oss", 4, 64, 8, 64, 4096),
+                  ("llama-mha", 8, 32, 32, 128, 4096), ("llama-gqa", 2, 32, 8, 128, 8192),
+                  ("heads8", 1, 8, 8, 64, 4096), ("heads16", 1, 16, 8, 64, 4096),
+                  ("heads32", 1, 32, 8, 64, 4096), ("gpt-oss-16k", 1, 64, 8, 64, 16384)]
+        variants = [("causal", None, False), ("causal+sink", None, True),
+                    ("window128", 128, False), ("window128+sink", 128, True)]
+        for name, b, hq, hkv, d, seq in shapes:
+            q = torch.randn(b, seq, hq, d, device=dev, dtype=torch.bfloat16)
+            k = torch.randn(b, seq, hkv, d, device=dev, dtype=torch.bfloat16)
+            v = torch.randn(b, seq, hkv, d, device=dev, dtype=torch.bfloat16)
+            o = torch.empty_like(q)
+            do = torch.randn_like(q)
+            dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+            stats = torch.empty(b, hq, seq, 1, device=dev, dtype=torch.float32)
+            sink = torch.randn(1, hq, 1, 1, device=dev, dtype=torch.float32)
+            dsink = torch.zeros(1, hq, 1, 1, device=dev, dtype=torch.float32)
+            scale = d ** -0.5
+            for variant, left, with_sink in variants:
+                row = {"section": "cudnn", "shape": name, "batch": b, "heads": hq,
+                       "kv_heads": hkv, "head_dim": d, "seq": seq, "variant": variant,
+                       "window": left, "sink": with_sink}
+                mask = dict(diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT,
+                            diagonal_band_right_bound=0)
+                if left is not None:
+                    mask["diagonal_band_left_bound"] = left
+                try:
+                    g = graph()
+                    tq, tk, tv = (g.tensor_like(bhsd(t)) for t in (q, k, v))
+                    extra = {}
+                    if with_sink:
+                        ts = g.tensor_like(sink)
+                        extra["sink_token"] = ts
+                    to, tst = g.sdpa(name="fwd", q=tq, k=tk, v=tv, generate_stats=True,
+                                     attn_scale=scale, **mask, **extra)
+                    to.set_output(True).set_dim(list(bhsd(o).shape)).set_stride(
+                        list(bhsd(o).stride())).set_data_type(bf16)
+                    tst.set_output(True).set_data_type(fp32)
+                    ws = build(g)
+                    pack = {tq: bhsd(q), tk: bhsd(k), tv: bhsd(v), to: bhsd(o), tst: stats}
+                    if with_sink:
+                        pack[ts] = sink
+                    s_fwd = timed(lambda: g.execute(pack, ws, handle=handle))
+
+                    g2 = graph()
+                    bq, bk, bv, bo, bdo = (g2.tensor_like(bhsd(t)) for t in (q, k, v, o, do))
+                    bst = g2.tensor_like(stats)
+                    extra = {}
+                    if with_sink:
+                        bs, bds = g2.tensor_like(sink), g2.tensor_like(dsink)
+                        extra = {"sink_token": bs, "dSink_token": bds}
+                    tdq, tdk, tdv = g2.sdpa_backward(name="bwd", q=bq, k=bk, v=bv, o=bo,
+                                                     dO=bdo, stats=bst, attn_scale=scale,
+                                                     **mask, **extra)
+                    for t, ref in ((tdq, dq), (tdk, dk), (tdv, dv)):
+                        t.set_output(True).set_dim(list(bhsd(ref).shape)).set_stride(
+                            list(bhsd(ref).stride())).set_data_type(bf16)
+                    if with_sink:
+                        bds.set_output(True)
+                    ws2 = build(g2)
+                    pack2 = {bq: bhsd(q), bk: bhsd(k), bv: bhsd(v), bo: bhsd(o), bdo: bhsd(do),
+                             bst: stats, tdq: bhsd(dq), tdk: bhsd(dk), tdv: bhsd(dv)}
+                    if with_sink:
+                        pack2.update({bs: sink, bds: dsink})
+                    s_bwd = timed(lambda: g2.execute(pack2, ws2, handle=handle))
+                except Exception as exc:
+                    row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+                    continue
+                fwd_flops = 4 * pairs(seq, left) * d * hq * b
+                row.update({"fwd_s": s_fwd, "bwd_s": s_bwd,
+                            "fwd_tflops": fwd_flops / s_fwd / 1e12,
+                            "bwd_tflops": 2.5 * fwd_flops / s_bwd / 1e12})
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+            del q, k, v, o, do, dq, dk, dv, stats
+
+        # GPT-OSS's biased expert GEMMs: cuBLASLt's bias epilogue (torch.addmm) against the
+        # plain GEMM, and the bias gradient (a column sum of the output gradient).
+        for tokens in (4096, 32768):
+            x = torch.randn(tokens, 2880, device=dev, dtype=torch.bfloat16)
+            w = torch.randn(5760, 2880, device=dev, dtype=torch.bfloat16)
+            bias = torch.randn(5760, device=dev, dtype=torch.bfloat16)
+            gy = torch.randn(tokens, 5760, device=dev, dtype=torch.bfloat16)
+            flops = 2 * tokens * 5760 * 2880
+            s_mm = timed(lambda: x @ w.t())
+            s_bias = timed(lambda: torch.addmm(bias, x, w.t()))
+            s_dbias = timed(lambda: gy.sum(0))
+            rows.append({"section": "cudnn", "shape": "gpt-oss-fc1-bias", "tokens": tokens,
+                         "mm_tflops": flops / s_mm / 1e12, "addmm_tflops": flops / s_bias / 1e12,
+                         "dbias_s": s_dbias, "mm_s": s_mm})
+            print(json.dumps(rows[-1]), flush=True)
+    section("cudnn", cudnn_graph_attention)
 
     with open(args.out, "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)

@@ -1,6 +1,7 @@
 """Fit the attention kernel's rate curve to measured kernel times.
 
     python bench/fit_attention_rate.py [bench/data/kernels_h200.json]
+    python bench/fit_attention_rate.py --sinks FITTED.json [HELD_OUT.json ...]
 
 `cost_models.compute.attention_kernel_fraction` gives a fused attention kernel's share of
 peak, forward and backward, as reference x shape(keys, d) / shape(4096, 128) with
@@ -10,6 +11,12 @@ exponential rate) and each kernel's share at the reference point, by least squar
 log of the measured rates (a grid: the same data give the same constants). Input: the
 attention rows of bench/device_kernels.py (PyTorch SDPA per backend, causal, bf16). Prints
 the constants the presets take and each measured point against the curve.
+
+With --sinks: the time attention sinks add to cuDNN's backward, per query row and head
+(`cost_models.compute.attention_sink_backward_s`), from the cudnn rows of
+bench/device_kernels.py (each shape with and without a sink): the median over the first file's
+shapes is the constant (`attention_sink_row_s`); every shape of every file is printed against
+it, the later files held out.
 """
 
 from __future__ import annotations
@@ -77,7 +84,42 @@ def fit(points: list[dict]) -> dict:
     return best
 
 
+def sink_points(path: Path) -> tuple[str, list[dict]]:
+    """(GPU name, [{shape, variant, rows, extra_s}]): per cudnn shape and mask, the backward
+    time a sink adds and the query rows x heads it ran over."""
+    data = json.loads(path.read_text())
+    timed = [r for r in data["rows"] if r.get("section") == "cudnn" and "bwd_s" in r]
+    plain = {(r["shape"], r["batch"], r["window"]): r for r in timed if not r["sink"]}
+    points = []
+    for r in timed:
+        base = plain.get((r["shape"], r["batch"], r["window"]))
+        if r["sink"] and base is not None:
+            points.append({"shape": f"{r['shape']} b{r['batch']} h{r['heads']} s{r['seq']}",
+                           "variant": r["variant"], "rows": r["batch"] * r["seq"] * r["heads"],
+                           "extra_s": r["bwd_s"] - base["bwd_s"]})
+    return data["meta"]["gpu"], points
+
+
+def fit_sinks(paths: list[Path]) -> float:
+    """Print the per-row sink time fitted on paths[0] and every shape against it; return it."""
+    gpu, points = sink_points(paths[0])
+    row_s = float(np.median([p["extra_s"] / p["rows"] for p in points]))
+    print(f"{gpu}: attention_sink_row_s {row_s * 1e9:.2f} ns per query row and head "
+          f"(median of {len(points)})")
+    for i, path in enumerate(paths):
+        gpu, points = sink_points(path)
+        print(f"{gpu} ({'fitted' if i == 0 else 'held out'}):")
+        for p in points:
+            model = p["rows"] * row_s
+            print(f"  {p['shape']:28s} {p['variant']:15s} measured {p['extra_s'] * 1e3:6.3f} ms"
+                  f"  model {model * 1e3:6.3f} ms  {100 * (model / p['extra_s'] - 1):+6.1f}%")
+    return row_s
+
+
 def main() -> None:
+    if "--sinks" in sys.argv:
+        fit_sinks([Path(a) for a in sys.argv[sys.argv.index("--sinks") + 1:]])
+        return
     path = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT
     gpu, points = attention_points(path)
     best = fit(points)

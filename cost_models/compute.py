@@ -322,6 +322,21 @@ def flash_attention_time_s(*, seq_len, micro_batch, num_heads: int, head_dim: in
     return flops / (peak_flops * flash_fraction)
 
 
+def attention_sink_backward_s(*, seq_len, micro_batch, num_heads: int, tp, row_s: float):
+    """Seconds a fused attention backward adds for a learnable softmax offset (attention
+    sinks, gpt-oss) in one layer on one TP rank: `row_s` per query row and head.
+
+    Ref: Transformer Engine `common/fused_attn/fused_attn_f16_arbitrary_seqlen.cu` @d0067d0da
+    (set_sink_token / set_dsink_token): cuDNN's backward also returns the offset's gradient,
+    one scalar per head summed over every query row of the batch. Measured through cuDNN's
+    graph API (`bench/device_kernels.py --sections cudnn`): the backward grows by a time
+    proportional to rows x heads and independent of the keys each row attends (a 128-key window
+    pays what full causal attention pays), of the head dim and of the sequence length; the
+    forward does not change.
+    """
+    return seq_len * micro_batch * num_heads / tp * row_s
+
+
 def output_layer_gemm(*, seq_len, micro_batch, hidden: int, vocab_size: int, tp) -> Gemm:
     """The logits GEMM on the last stage: [s b x h] @ [h x V / t] (vocabulary-parallel)."""
     return Gemm(seq_len * micro_batch, vocab_size / tp, hidden)

@@ -15,7 +15,8 @@ import numpy as np
 from cost_models import communication as comm
 from cost_models.communication import Group
 from cost_models.compute import (BACKWARD_ELEMENTWISE_RATIO, BACKWARD_FLOPS_RATIO, Gemm,
-                                 attended_keys, attention_kernel_fraction, cross_entropy_bytes,
+                                 attended_keys, attention_kernel_fraction, attention_sink_backward_s,
+                                 cross_entropy_bytes,
                                  expert_tokens_per_rank, routing_imbalance,
                                  flash_attention_time_s, gemm_flops, gemm_time_s,
                                  memory_bound_time_s, moe_elementwise_bytes, output_layer_gemm,
@@ -112,6 +113,8 @@ class _Kernels:
             self.flash_fraction = eff.flash2_attention_fraction
         self.attention_halves = dict(half_keys=eff.attention_half_keys,
                                      half_head_dim=eff.attention_half_head_dim)
+        self.sink_row_s = eff.attention_sink_row_s if sinks else 0.0
+        """Per query row and head, what the sinks' gradient adds to a fused backward."""
         self.framework = framework
         # FP8: the linear layers' GEMMs at the FP8 peak, times the recipe's efficiency on this
         # GPU relative to bf16 (cluster data), reading 1-byte operands; the bf16 peak for the rest.
@@ -304,7 +307,10 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
         core_fwd = (flash_attention_time_s(**attn, backward=False) / cp.size
                     + k.attention_quantize_s(q_values + kv_values))
         core_bwd = (flash_attention_time_s(**attn, backward=True) / cp.size
-                    + k.attention_quantize_s(seq_len * mb * block.num_heads * v_dim / tp))
+                    + k.attention_quantize_s(seq_len * mb * block.num_heads * v_dim / tp)
+                    + attention_sink_backward_s(seq_len=seq_len, micro_batch=mb,
+                                                num_heads=block.num_heads, tp=tp,
+                                                row_s=k.sink_row_s))
     else:
         # The rank's s / cp queries against all s keys: cp times its local square (CP runs
         # on fused attention only, a rule; this prices a strategy that breaks it).

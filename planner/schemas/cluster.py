@@ -159,6 +159,11 @@ class EfficiencySpec(BaseModel):
     attention_half_head_dim: float = Field(default=0.0, ge=0)
     """Head dim at which the per-score exponential halves the attention kernel's rate; 0: the
     rate does not depend on the head dim (not measured for this GPU)."""
+    attention_sink_row_s: float = Field(default=0.0, ge=0)
+    """Seconds a fused attention backward with attention sinks (a learnable softmax offset,
+    gpt-oss) adds per query row and head: the offset's gradient, summed over every row
+    (`cost_models.compute.attention_sink_backward_s`); 0: not priced (not measured for this
+    GPU)."""
     hbm_fraction: float = Field(gt=0, le=1)
     """Share of datasheet HBM bandwidth memory-bound kernels reach."""
     intra_node_bus_fraction: float = Field(gt=0, le=1)

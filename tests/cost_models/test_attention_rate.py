@@ -7,10 +7,13 @@ The curve's two halves and the presets' reference shares are FITTED on those run
 carry the fit of the data in the repository, and how closely the fitted curve follows each
 point. The held-out check of the measured rates is tests/costing/test_attention_kernel.py."""
 
+import json
+
+import numpy as np
 import pytest
 
-from bench.fit_attention_rate import DEFAULT, attention_points, fit
-from cost_models.compute import attention_kernel_fraction
+from bench.fit_attention_rate import DEFAULT, attention_points, fit, sink_points
+from cost_models.compute import attention_kernel_fraction, attention_sink_backward_s
 from planner.inputs.loader import load_cluster
 
 
@@ -67,3 +70,45 @@ def test_fitted_curve_follows_every_measured_point(measured):
             reference_fraction=best["reference"][p["kernel"]], half_keys=best["half_keys"],
             half_head_dim=best["half_head_dim"])
         assert curve == pytest.approx(p["fraction"], rel=0.06), p
+
+
+# Attention sinks: what cuDNN's backward adds for a learnable softmax offset.
+SINKS_FITTED = DEFAULT.parent / "kernels_h200_cudnn.json"
+SINKS_HELD_OUT = DEFAULT.parent / "kernels_h100_cudnn.json"
+
+
+def test_sink_constant_is_the_h200_fit():
+    """Fitted: the Hopper presets' per-row time is the median of the H200 shapes."""
+    row_s = float(np.median([p["extra_s"] / p["rows"] for p in sink_points(SINKS_FITTED)[1]]))
+    for preset in ("dgx-h200", "dgx-h100", "dgx-h800"):
+        assert load_cluster(preset).efficiency.attention_sink_row_s == pytest.approx(row_s,
+                                                                                   rel=0.01)
+
+
+def test_sink_backward_against_held_out_h100_kernels():
+    """Held out: the H100 run's 16 shapes (8-64 heads, head dim 64 and 128, 4K-16K tokens,
+    full causal and 128-key windows), none in the fit, within 15% of rows x heads x the
+    constant: the sink's cost does not depend on the keys, the head dim or the length."""
+    gpu, points = sink_points(SINKS_HELD_OUT)
+    assert gpu.startswith("NVIDIA H100") and len(points) == 16
+    row_s = load_cluster("dgx-h100").efficiency.attention_sink_row_s
+    rows = json.loads(SINKS_HELD_OUT.read_text())["rows"]
+    for r in rows:
+        if r.get("section") != "cudnn" or not r.get("sink") or "bwd_s" not in r:
+            continue
+        base = next(b for b in rows if b.get("section") == "cudnn" and not b.get("sink")
+                    and b.get("shape") == r["shape"] and b.get("batch") == r["batch"]
+                    and b.get("window") == r["window"])
+        model = attention_sink_backward_s(seq_len=r["seq"], micro_batch=r["batch"],
+                                          num_heads=r["heads"], tp=1, row_s=row_s)
+        assert model == pytest.approx(r["bwd_s"] - base["bwd_s"], rel=0.15), r["shape"]
+        assert r["fwd_s"] == pytest.approx(base["fwd_s"], rel=0.1)   # the forward: unchanged
+
+
+def test_sink_backward_is_per_rank_rows_times_heads():
+    # gpt-oss-120b, micro-batch 4 of 4,096 tokens, 64 heads at tp 1 and 2.
+    one = attention_sink_backward_s(seq_len=4096, micro_batch=4, num_heads=64, tp=1,
+                                    row_s=1.62e-9)
+    assert one == pytest.approx(4 * 4096 * 64 * 1.62e-9)          # 1.70 ms
+    assert attention_sink_backward_s(seq_len=4096, micro_batch=4, num_heads=64, tp=2,
+                                     row_s=1.62e-9) == pytest.approx(one / 2)
