@@ -23,7 +23,10 @@ It times, with CUDA events (median of repeats after warm-up, random inputs):
   learnable softmax offset), forward and backward, GPT-OSS and Llama shapes, and GPT-OSS's
   biased expert GEMM (cuBLASLt bias epilogue) and bias gradient. Needs the cuDNN frontend's
   Python package (`pip install nvidia-cudnn-frontend==1.22.0`, the first whose bindings take
-  sink_token); without it the section records an error row.
+  sink_token); without it the section records an error row;
+- torchtitan's eager RMSNorm, rotary embedding and SwiGLU product against the same functions
+  under torch.compile, forward and forward+backward, Llama 3 8B shapes (the bytes of the
+  eager ops: bench/torch_elementwise.py), and one plain copy for the HBM rate.
 Every row records the GPU name, torch and cuDNN versions.
 """
 from __future__ import annotations
@@ -42,7 +45,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--quick", action="store_true", help="fewer shapes")
-    parser.add_argument("--sections", default="peak,attention,gemm,grouped,optimizer,launch,moe,cudnn",
+    parser.add_argument("--sections", default="peak,attention,gemm,grouped,optimizer,launch,moe,cudnn,eager",
                         help="comma-separated sections to run")
     args = parser.parse_args()
     dev = torch.device("cuda")
@@ -473,6 +476,74 @@ def main() -> int:
                          "dbias_s": s_dbias, "mm_s": s_mm})
             print(json.dumps(rows[-1]), flush=True)
     section("cudnn", cudnn_graph_attention)
+
+    # --- eager PyTorch ops against torch.compile: a Llama block's memory-bound parts --------
+    def eager_vs_compiled():
+        # torchtitan's Llama at 4d88a8a44 (models/norms.py RMSNorm, models/llama/model.py
+        # apply_rotary_emb, repeat_kv, FeedForward's silu product), Llama 3 8B shapes, micro-batch
+        # 2 of 8,192 tokens; bench/torch_elementwise.py counts the bytes of the same ops.
+        import torch.nn.functional as F
+        b, s, h, a, a_kv, d, f = 2, 8192, 4096, 32, 8, 128, 14336
+        bf16 = torch.bfloat16
+        weight = torch.ones(h, device=dev, dtype=bf16, requires_grad=True)
+        angles = (torch.arange(s, device=dev)[:, None]
+                  * (1.0 / 500000 ** (torch.arange(0, d, 2, device=dev) / d))[None])
+        freqs = torch.polar(torch.ones_like(angles), angles).view(1, s, 1, d // 2)
+
+        def rmsnorm(x):
+            xf = x.float()
+            return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-5)).type_as(x) * weight
+
+        def rotary(q, k):
+            q_ = torch.view_as_complex(q.float().reshape(*q.shape[:-1], -1, 2))
+            k_ = torch.view_as_complex(k.float().reshape(*k.shape[:-1], -1, 2))
+            return (torch.view_as_real(q_ * freqs).flatten(3).type_as(q),
+                    torch.view_as_real(k_ * freqs).flatten(3).type_as(k))
+
+        def swiglu(g, u):
+            return F.silu(g) * u
+
+        def leaf(*shape):
+            return torch.randn(*shape, device=dev, dtype=bf16, requires_grad=True)
+
+        cases = [("rmsnorm", rmsnorm, lambda: [leaf(b, s, h)], b * s * h),
+                 ("rotary", rotary, lambda: [leaf(b, s, a, d), leaf(b, s, a_kv, d)],
+                  b * s * (a + a_kv) * d),
+                 ("swiglu", swiglu, lambda: [leaf(b, s, f), leaf(b, s, f)], b * s * f)]
+        for name, fn, make, elements in cases:
+            inputs = make()
+            row = {"section": "eager", "op": name, "elements": elements,
+                   "shape": {"b": b, "s": s, "h": h, "heads": a, "kv_heads": a_kv,
+                             "head_dim": d, "ffn": f}}
+            for mode in ("eager", "compiled"):
+                try:
+                    run = fn if mode == "eager" else torch.compile(fn)
+                    outs = run(*inputs)
+                    outs = outs if isinstance(outs, tuple) else (outs,)
+                    grads = [torch.randn_like(o) for o in outs]
+                    leaves = [*inputs, weight] if name == "rmsnorm" else inputs
+
+                    def forward():
+                        return run(*inputs)
+
+                    def forward_backward():
+                        out = run(*inputs)
+                        out = out if isinstance(out, tuple) else (out,)
+                        torch.autograd.grad(out, leaves, grads)
+                    row[f"{mode}_fwd_s"] = timed(forward)
+                    row[f"{mode}_fwd_bwd_s"] = timed(forward_backward)
+                except Exception as exc:
+                    row[f"{mode}_error"] = f"{type(exc).__name__}: {exc}"[:300]
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        # The HBM rate a plain streaming kernel reaches here: one bf16 copy of 1 GiB.
+        x = torch.empty(2**29, device=dev, dtype=bf16)
+        y = torch.empty_like(x)
+        s_copy = timed(lambda: y.copy_(x))
+        rows.append({"section": "eager", "op": "copy_1GiB", "s": s_copy,
+                     "gb_per_s_read_plus_write": 2 * x.numel() * 2 / s_copy / 1e9})
+        print(json.dumps(rows[-1]), flush=True)
+    section("eager", eager_vs_compiled)
 
     with open(args.out, "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)

@@ -44,7 +44,9 @@ Besides the run fields, a file may set in its `source:` block
   flash);
 - strategy_defaults: strategy fields every run of the file has unless it says otherwise, e.g.
   `{moe_a2a_overlap: false}` where the source's recipes leave a framework default off;
-and a run may set cluster_overrides: fields of the cluster preset (a GPU part, a slower NIC).
+and a run may set cluster_overrides: fields of the cluster preset (a GPU part, a slower NIC),
+and training_overrides of its own (over the source's), e.g. `{compile: false}` for the eager
+row of a torchtitan eager / torch.compile pair.
 """
 
 from __future__ import annotations
@@ -255,7 +257,8 @@ def load_runs(tmp: Path, cluster: ClusterSpec | None = None,
                 continue
             problem = with_overrides(problem, file.name,
                                      framework=data["source"].get("framework_overrides"),
-                                     training=data["source"].get("training_overrides"),
+                                     training={**(data["source"].get("training_overrides") or {}),
+                                               **(run.get("training_overrides") or {})},
                                      cluster=run.get("cluster_overrides"))
             if cluster is not None and cluster.gpu.name == problem.cluster.gpu.name:
                 problem = replace(problem, cluster=cluster)

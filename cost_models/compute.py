@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from cost_models.enums import AttentionKind, LoadBalancing, MlpKind, PositionKind
+from cost_models.enums import AttentionKind, LoadBalancing, MlpKind, NormKind, PositionKind
 from cost_models.units import BYTES_16BIT, BYTES_FP32, BYTES_MASK
 
 BACKWARD_FLOPS_RATIO = 2
@@ -256,6 +256,57 @@ def transformer_layer_elementwise_bytes(
     if sequence_parallel:
         return (per_token_rows + sharded) / t
     return per_token_rows + sharded / t
+
+
+EAGER_BYTES_PER_ELEMENT = {
+    "rmsnorm": (36.0, 92.0),   # per s b h: x.float(), pow, mean, rsqrt, mul, type_as, * weight
+    "rotary": (20.4, 21.2),    # per s b (a + a_kv) d: to fp32 complex pairs, x freqs, back
+    "kv_repeat": (2.5, 2.5),   # per s b a d of K and V: repeat_kv's copy; its gradient's sum
+    "attn_out": (4.0, 0.0),    # per s b h: the attention output's transpose(1, 2).contiguous()
+    "swiglu": (10.0, 18.0),    # per s b f: silu(g) * u
+    "gelu": (4.0, 6.0),        # per s b f: F.gelu, one native kernel
+    "layernorm": (4.0, 6.0),   # per s b h: F.layer_norm, one native kernel
+    "residual": (12.0, 0.0),   # per s b h: the two residual adds (their gradient flows on)
+}
+"""HBM bytes per element, (forward, backward), of a Llama block's memory-bound work run as
+eager PyTorch ops (no torch.compile), each op one kernel reading its inputs and writing its
+output: torchtitan's Llama at 4d88a8a44 (2024-12; models/norms.py RMSNorm, models/llama/
+model.py apply_rotary_emb, repeat_kv, FeedForward), counted from PyTorch 2.13's dispatch by
+bench/torch_elementwise.py (tests/golden/test_pytorch_measured.py pins them; the norms' per-row
+fp32 statistics, under 0.2% at h 512, are left out). GeLU and LayerNorm are one native kernel
+each, the fused counts of `transformer_layer_elementwise_bytes` (4 and 1.5 x 4)."""
+
+
+def eager_layer_elementwise_bytes(
+    *, seq_len, micro_batch, hidden: int, num_heads: int, num_kv_heads: int, head_dim: int,
+    ffn_hidden: int, mlp: MlpKind | None, norm: NormKind, position: PositionKind,
+    norms_per_layer: int = 2, tp, sequence_parallel: bool,
+):
+    """(forward, backward) HBM bytes of one transformer layer's memory-bound kernels in eager
+    PyTorch, on one TP rank: what `transformer_layer_elementwise_bytes` prices as fused kernels
+    (Megatron's, or torch.compile's), as torchtitan's Llama block runs them without compile
+    (`EAGER_BYTES_PER_ELEMENT`), plus the eager copies fusion avoids: the attention output made
+    contiguous, and K and V repeated to every query head for SDPA (GQA). `mlp` None: no dense
+    MLP (an MoE layer prices its experts' activation apart). Norms and residual adds run on
+    s b h / t with sequence parallelism, on all of it without; the rest is split over t.
+    """
+    s, b, h, t = seq_len, micro_batch, hidden, tp
+    e = EAGER_BYTES_PER_ELEMENT
+    sbh = s * b * h
+    norm_kind = "rmsnorm" if norm is NormKind.RMSNORM else "layernorm"
+
+    def bytes_of(i):   # i: 0 forward, 1 backward
+        rows = (e[norm_kind][i] * norms_per_layer + e["residual"][i]) * sbh
+        sharded = e["attn_out"][i] * s * b * num_heads * head_dim
+        if position is PositionKind.ROTARY:
+            sharded = sharded + e["rotary"][i] * s * b * (num_heads + num_kv_heads) * head_dim
+        if num_kv_heads < num_heads:
+            sharded = sharded + e["kv_repeat"][i] * 2 * s * b * num_heads * head_dim
+        if mlp is not None:
+            sharded = sharded + e["swiglu" if mlp.gated else "gelu"][i] * s * b * ffn_hidden
+        return (rows + sharded) / t if sequence_parallel else rows + sharded / t
+
+    return bytes_of(0), bytes_of(1)
 
 
 def attended_keys(seq_len, *, causal: bool, window: int | None = None):

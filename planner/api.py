@@ -34,7 +34,8 @@ if TYPE_CHECKING:        # the solver (and OR-Tools) load only where a function 
     from planner.search.solver import SolverSettings
 
 PROBLEM_OPTIONS = ("nodes", "seq_len", "global_batch", "global_batch_tokens", "precision",
-                   "optimizer", "fp8_recipe", "attention", "min_free", "fp8_attention",
+                   "optimizer", "fp8_recipe", "attention", "compile", "min_free",
+                   "fp8_attention",
                    "fp8_output_layer", "bf16_first_layers", "bf16_last_layers")
 """Options of the problem (the CLI's common options, --gpus and --framework aside)."""
 
@@ -49,8 +50,8 @@ def load_problem(model: str, cluster: str, *, gpus: int | None = None,
                  seq_len: int | None = None, global_batch: int | None = None,
                  global_batch_tokens: float | None = None, precision: str | None = None,
                  optimizer: str | None = None, fp8_recipe: str | None = None,
-                 attention: str | None = None, min_free: float | None = None,
-                 **run_precision) -> Problem:
+                 attention: str | None = None, compile: bool | None = None,
+                 min_free: float | None = None, **run_precision) -> Problem:
     """The model (a model.yaml, config.json or zoo name) on the cluster (a cluster.yaml or
     preset name) with the training settings given; `problem.notes` says what was assumed.
     `run_precision`: fp8_attention, fp8_output_layer, bf16_first_layers, bf16_last_layers."""
@@ -62,7 +63,7 @@ def load_problem(model: str, cluster: str, *, gpus: int | None = None,
                         global_batch=global_batch, global_batch_tokens=global_batch_tokens,
                         precision=precision, optimizer=optimizer, framework=framework,
                         fp8_recipe=fp8_recipe, min_free_gib=min_free, attention=attention,
-                        **run_precision)
+                        compile=compile, **run_precision)
 
 
 RUN_PRECISION_OPTIONS = ("fp8_attention", "fp8_output_layer", "bf16_first_layers",
@@ -100,7 +101,8 @@ def run_head(problem: Problem, notes: Iterable[str] = ()) -> RunHead:
         framework=problem.framework.name, global_batch=t.global_batch, seq_len=t.seq_len,
         precision=t.precision.value,
         fp8_recipe=t.fp8_recipe.value if t.fp8_recipe is not None else None,
-        attention=problem.attention.value, fp8_attention=t.fp8_attention,
+        attention=problem.attention.value, eager=problem.eager_elementwise,
+        fp8_attention=t.fp8_attention,
         fp8_output_layer=t.fp8_output_layer, bf16_first_layers=t.bf16_first_layers,
         bf16_last_layers=t.bf16_last_layers, notes=[*problem.notes, *notes])
 

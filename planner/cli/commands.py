@@ -66,6 +66,12 @@ def problem_options(function, *, gpus: bool = True):
                           "flash: the GPU's fastest fused kernel (cuDNN, FlashAttention-3); "
                           "flash2: FlashAttention-2 (PyTorch SDPA's flash backend; 0.6x on "
                           "Hopper); unfused keeps the s x s scores, as 2020-2022 runs did."),
+        click.option("--compile/--no-compile", "compile", default=None,
+                     help="torch.compile of the model (training.compile; torchtitan's "
+                          "[compile] enable): fused norms, rotary embedding and activation; "
+                          "--no-compile prices them as eager PyTorch ops. Default: the "
+                          "framework's (torchtitan compiles); no effect on frameworks with "
+                          "fused kernels of their own (Megatron-LM)."),
         click.option("--fp8-attention/--no-fp8-attention", default=None,
                      help="With precision fp8: the attention core in FP8 too "
                           "(training.fp8_attention; Transformer Engine FP8 attention)."),
@@ -91,11 +97,11 @@ def problem_options(function, *, gpus: bool = True):
 
 def run_precision_options(options: dict) -> dict:
     """Take the options of `problem_options` that set what a low-precision run puts in FP8
-    beyond the linear layers, or keeps out of it (`planner.api.RUN_PRECISION_OPTIONS`), out
-    of a command's options."""
+    beyond the linear layers, or keeps out of it (`planner.api.RUN_PRECISION_OPTIONS`), and
+    --compile, out of a command's options."""
     from planner.api import RUN_PRECISION_OPTIONS
 
-    return {name: options.pop(name, None) for name in RUN_PRECISION_OPTIONS}
+    return {name: options.pop(name, None) for name in (*RUN_PRECISION_OPTIONS, "compile")}
 
 
 FRAMEWORKS = ("megatron", "deepspeed", "torchtitan", "torchrun", "mindspore")

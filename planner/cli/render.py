@@ -172,10 +172,12 @@ ROLLOVER = 0.9995
 
 def run_label(problem) -> str:
     """'bf16', 'fp8 (tensorwise)', with ', unfused attention' or ', FlashAttention-2' where the
-    run's attention kernel is not the fastest fused one."""
+    run's attention kernel is not the fastest fused one, and ', eager' where its memory-bound
+    ops run uncompiled (`Problem.eager_elementwise`)."""
     kernel = {AttentionKind.UNFUSED: ", unfused attention",
               AttentionKind.FLASH2: ", FlashAttention-2"}.get(problem.attention, "")
-    return problem.training.precision_label + kernel
+    eager = ", eager (no torch.compile)" if problem.eager_elementwise else ""
+    return problem.training.precision_label + kernel + eager
 
 
 def params_label(model) -> str:

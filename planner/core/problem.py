@@ -67,6 +67,12 @@ class Problem:
                                               sinks=self.model.has_attention_sinks)
 
     @property
+    def eager_elementwise(self) -> bool:
+        """The layers' memory-bound ops run as eager PyTorch ops (training.compile false, or
+        the framework's default; `TrainingSpec.eager_elementwise`)."""
+        return self.training.eager_elementwise(self.framework)
+
+    @property
     def usable_bytes(self) -> float:
         """GPU memory a plan may fill: the capacity less the margin the user asked to keep
         free (all of it under the default margin, which only warns)."""

@@ -16,7 +16,7 @@ from cost_models import communication as comm
 from cost_models.communication import Group
 from cost_models.compute import (BACKWARD_ELEMENTWISE_RATIO, BACKWARD_FLOPS_RATIO, Gemm,
                                  attended_keys, attention_kernel_fraction, attention_sink_backward_s,
-                                 cross_entropy_bytes,
+                                 cross_entropy_bytes, eager_layer_elementwise_bytes,
                                  expert_tokens_per_rank, routing_imbalance,
                                  flash_attention_time_s, gemm_flops, gemm_time_s,
                                  memory_bound_time_s, moe_elementwise_bytes, output_layer_gemm,
@@ -99,6 +99,9 @@ class _Kernels:
         """Per point: one CUDA graph replays the whole forward and backward."""
         self.selective_attention = framework.selective_recompute_attention
         self.selective_gemm_share = framework.selective_recompute_gemm_share
+        self.selective_elementwise = framework.selective_recompute_elementwise
+        self.eager = training.eager_elementwise(framework)
+        """The layers' memory-bound ops run as eager PyTorch ops (no torch.compile)."""
         self.value_bytes = bytes_per_value(training.precision)
         self.peak = cluster.gpu.peak_flops(training.precision)
         self._gemm = dict(peak_flops=self.peak, peak_fraction=eff.gemm_peak_fraction,
@@ -318,13 +321,25 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
         core_bwd = cp.size * (BACKWARD_FLOPS_RATIO * k.gemms_s((g.scores, g.attend))
                               + BACKWARD_ELEMENTWISE_RATIO * k.traffic_s(core_traffic))
     rest_traffic = traffic - core_traffic
-    forward = (weights_s + k.quantize_s(linears, backward=False) + k.traffic_s(rest_traffic)
-               + core_fwd)
+    rest_fwd = k.traffic_s(rest_traffic)
+    rest_bwd = BACKWARD_ELEMENTWISE_RATIO * rest_fwd
+    if k.eager:
+        # The norms, rotary embedding, dense activation and residual adds as eager ops, with the
+        # copies fusion avoids; dropout masks and an MoE layer's own kernels as before.
+        fused = transformer_layer_elementwise_bytes(**{**elementwise, "dropout": False},
+                                                    attention=AttentionKind.FLASH)
+        eager_fwd, eager_bwd = eager_layer_elementwise_bytes(
+            **{key: elementwise[key] for key in elementwise if key != "dropout"},
+            norm=block.norm)
+        rest_fwd = k.traffic_s(rest_traffic - fused + eager_fwd)
+        rest_bwd = (BACKWARD_ELEMENTWISE_RATIO * k.traffic_s(rest_traffic - fused)
+                    + k.traffic_s(eager_bwd))
+    forward = (weights_s + k.quantize_s(linears, backward=False) + rest_fwd + core_fwd)
     if moe is not None:
         forward = forward + dispatcher_sync_s(ep=ep, etp=etp,
                                               sync_s=k.framework.moe_dispatcher_sync_s)
     backward = (BACKWARD_FLOPS_RATIO * weights_s + k.quantize_s(linears, backward=True)
-                + BACKWARD_ELEMENTWISE_RATIO * k.traffic_s(rest_traffic) + core_bwd)
+                + rest_bwd + core_bwd)
     # Megatron TP (Narayanan et al. 2021, Sec. 2.3): an all-reduce of s*b*h values after
     # attention and one after the MLP in the forward pass, the same in the backward. An MoE
     # layer's routed experts take their tokens from the sequence-parallel shard through the
@@ -363,7 +378,7 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
         rerun = _selective_rerun(block, modules, g=g, k=k, core_fwd=core_fwd,
                                  weights_s=weights_s, sp=sp, tp=tp,
                                  tokens_hidden=seq_len * mb * block.hidden,
-                                 expert_forward=expert_forward)
+                                 expert_forward=expert_forward, elementwise_fwd=rest_fwd)
         recompute, tp_rerun = rerun.compute_s, rerun.tp_collectives * _tp_collective_s(
             seq_len * mb * block.hidden, sequence_parallel=sp, place=place, cluster=cluster,
             value_bytes=k.value_bytes)
@@ -428,7 +443,7 @@ class SelectiveRerun(NamedTuple):
 
 def _selective_rerun(block: TransformerBlock, modules: frozenset[RecomputeModule], *, g, k,
                      core_fwd, weights_s, sp: bool, tp, tokens_hidden,
-                     expert_forward) -> SelectiveRerun:
+                     expert_forward, elementwise_fwd=0.0) -> SelectiveRerun:
     """The forward work each recompute module repeats (Megatron-Core @d98e8a64, the modules'
     checkpoints; `RecomputeModule`): core_attn the attention core (torchtitan's per-op policy,
     priced through the same module, re-runs every other matmul instead: the framework profile's
@@ -437,13 +452,18 @@ def _selective_rerun(block: TransformerBlock, modules: frozenset[RecomputeModule
     projections and RoPE (read and write Q and K); mlp / shared_experts the tensor-parallel
     MLP's GEMMs, activation and its one TP collective; moe the routed experts' forward and
     router (the dispatch and combine are counted by the caller) and the shared experts;
-    moe_act the expert activation (read the first GEMM's output, write its product)."""
+    moe_act the expert activation (read the first GEMM's output, write its product). Where the
+    framework's policy also re-runs every memory-bound op (torchtitan's per-op policy:
+    selective_recompute_elementwise), core_attn repeats `elementwise_fwd`, the layer's forward
+    elementwise seconds."""
     M = RecomputeModule
     v, moe = k.value_bytes, block.moe
     shard = tp if sp else 1
     compute, collectives = 0 * tp, 0
     if M.CORE_ATTN in modules:
         compute = compute + core_fwd * k.selective_attention + k.selective_gemm_share * weights_s
+        if k.selective_elementwise:      # and every memory-bound op of the forward
+            compute = compute + elementwise_fwd
     if M.LAYERNORM in modules:
         compute = compute + k.traffic_s(2 * v * block.norms_per_layer * tokens_hidden / shard)
     if M.MLA_UP_PROJ in modules and block.mla is not None:

@@ -101,10 +101,13 @@ def fp8_params_gathered(problem: Problem, cands) -> np.ndarray:
 
 def tp_overlap_applies(problem: Problem, cands) -> np.ndarray:
     """Whether each candidate's TP collectives overlap its GEMMs: asked for, with sequence
-    parallelism, on a framework that has it, and the TP group inside one NVLink domain."""
+    parallelism, on a framework that has it (compiled, where its overlap needs it), and the TP
+    group inside one NVLink domain."""
     place = tp_placement(cands.tp, problem.cluster.nvlink_gpus)
-    return (cands.tp_overlap & cands.sp & problem.framework.tp_comm_overlap
-            & tp_overlap_reaches(place.num_nodes))
+    fw = problem.framework
+    runs = fw.tp_comm_overlap and not (fw.tp_comm_overlap_needs_compile
+                                       and problem.eager_elementwise)
+    return cands.tp_overlap & cands.sp & runs & tp_overlap_reaches(place.num_nodes)
 
 
 def moe_overlap_applies(problem: Problem, cands) -> np.ndarray:

@@ -68,6 +68,24 @@ def _float8_sections(plan: LaunchPlan) -> tuple[list[str], dict[str, dict[str, A
                                "precompute_float8_dynamic_scale_for_fsdp": gather}}
 
 
+def _async_tp(plan: LaunchPlan) -> bool:
+    """Async TP: asked for (or the default), with TP, in a compiled model (it needs compile)."""
+    return (plan.overlap("tp_comm_overlap") and plan.strategy.tp > 1
+            and not plan.problem.eager_elementwise)
+
+
+COMPILE_COMPONENTS = ["model", "loss"]
+"""What the planner's configs compile (job_config.py Compile's default components)."""
+
+
+def _compile(plan: LaunchPlan) -> dict[str, Any]:
+    """[compile]: on with the model and loss (fused norms, rotary embedding and activation, as
+    the plan is priced), off where the run asks for eager ops (training.compile false)."""
+    if plan.problem.eager_elementwise:
+        return {"enable": False}
+    return {"enable": True, "components": COMPILE_COMPONENTS}
+
+
 def _parallelism(plan: LaunchPlan, *, recipe: bool) -> dict[str, Any]:
     """[parallelism] of the 0.2.x TOML, or the recipe's ParallelismConfig (`recipe`: the
     pipeline's micro-batches counted by num_pp_microbatches, async TP under compile, the output
@@ -89,7 +107,7 @@ def _parallelism(plan: LaunchPlan, *, recipe: bool) -> dict[str, Any]:
         # Experts over ep ranks borrowed from FSDP and TP (parallel_dims.py); without EP they
         # are split like the dense MLP.
         fields["expert_parallel_degree"] = s.ep
-    if plan.overlap("tp_comm_overlap") and s.tp > 1 and not recipe:
+    if _async_tp(plan) and not recipe:
         fields["enable_async_tensor_parallel"] = True      # micro-pipelined TP (async TP)
     if s.pp > 1:
         fields["pipeline_parallel_schedule"] = "Interleaved1F1B" if s.vpp > 1 else "1F1B"
@@ -228,7 +246,7 @@ def _toml(plan: LaunchPlan, trial: Trial | None = None) -> str:
     sections = {"training": _training(plan, trial),
                 "parallelism": _parallelism(plan, recipe=False),
                 "activation_checkpoint": {"mode": _checkpoint_mode(plan.strategy.recompute)},
-                **quantize}
+                "compile": _compile(plan), **quantize}
     if trial is not None:
         sections["metrics"] = _trial_metrics(trial)
     if plan.strategy.recompute is Recompute.SELECTIVE:
@@ -250,7 +268,8 @@ def _recipe(plan: LaunchPlan, trial: Trial | None = None) -> str:
         parallelism={**_parallelism(plan, recipe=True),
                      "enable_sequence_parallel": s.sequence_parallel},
         recompute=_checkpoint_mode(s.recompute),
-        async_tp=plan.overlap("tp_comm_overlap") if s.tp > 1 else None, mtp_layers=mtp,
+        async_tp=_async_tp(plan) if s.tp > 1 else None, mtp_layers=mtp,
+        compiled=not plan.problem.eager_elementwise,
         **({} if trial is None else {
             "replaced": {"metrics": _trial_metrics(trial), "checkpoint": {"enable": False},
                          "validator": {"enable": False}},

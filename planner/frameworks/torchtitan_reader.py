@@ -286,6 +286,11 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None,
     if train.get("enable_cpu_offload") is True:
         # FSDP2's CPUOffloadPolicy: parameters, gradients and optimizer states on the host.
         parsed.strategy.update(optimizer_offload=1.0, param_offload=True)
+    parsed.training["compile"] = _compiled(sections.get("compile", {}), train)
+    if not parsed.training["compile"]:
+        parsed.notes.append("compile is off (torchtitan's default): its norms, rotary embedding "
+                            "and activation run as eager PyTorch ops, priced so; [compile] "
+                            "enable = true with components [\"model\", \"loss\"] fuses them")
     precision = train.get("mixed_precision_param", "bfloat16")
     parsed.training["precision"] = Precision.FP32 if precision == "float32" else Precision.BF16
     _read_float8(parsed, sections, problem)
@@ -339,6 +344,16 @@ def _recompute(parsed: ParsedConfig, checkpoint: dict, file: str) -> Recompute:
         parsed.notes.append("activation_checkpoint memory_budget: the compiler picks what to "
                             "recompute under the budget; priced as selective")
     return {"none": Recompute.NONE, "full": Recompute.FULL}.get(mode, Recompute.SELECTIVE)
+
+
+def _compiled(compile_section: dict, train: dict) -> bool:
+    """Whether the model runs compiled: [compile] enable with "model" in its components
+    (job_config.py Compile, 2025: enable False, components ["model", "loss"] by default), or
+    the older [training] compile (2024); torchtitan's default is eager."""
+    if "enable" in compile_section:
+        components = compile_section.get("components", ["model", "loss"])
+        return compile_section["enable"] is True and "model" in components
+    return train.get("compile") is True
 
 
 def _async_tp(parsed: ParsedConfig, par: dict, compile_section: dict) -> bool:

@@ -81,6 +81,8 @@ class RecipeParts:
     async_tp: bool | None
     """compile.enable_async_tensor_parallel (None: leave the base's)."""
     mtp_layers: int = 0
+    compiled: bool = True
+    """CompileConfig.enable with the model and loss (False: the plan runs eager ops)."""
     model_notes: list[str] = field(default_factory=list)
     replaced: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Other Trainer.Config fields set over the base's, {field: {setting: value}} (a trial
@@ -151,12 +153,14 @@ def render(parts: RecipeParts) -> str:
     fields = [training,
               "        parallelism=" + _call("ParallelismConfig", parts.parallelism) + ",",
               f"        activation_checkpoint={policy + '.Config()' if policy else None},"]
+    # CompileConfig: on with the model and loss unless the plan runs eager ("Async TP
+    # requires 'model' in --compile.components and --compile.enable").
+    compile_fields: dict = ({"enable": True, "components": ["model", "loss"]} if parts.compiled
+                            else {"enable": False})
     if parts.async_tp is not None:
-        compile_fields = {"enable_async_tensor_parallel": parts.async_tp}
-        if parts.async_tp:      # CompileConfig: "Async TP requires 'model' in
-            compile_fields = {"enable": True, "components": ["model", "loss"], **compile_fields}
-        fields.append("        compile=" + _call("replace", {"__obj__": None, **compile_fields})
-                      .replace("\n            __obj__=None,", "config.compile,") + ",")
+        compile_fields["enable_async_tensor_parallel"] = parts.async_tp
+    fields.append("        compile=" + _call("replace", {"__obj__": None, **compile_fields})
+                  .replace("\n            __obj__=None,", "config.compile,") + ",")
     for name, settings in parts.replaced.items():
         fields.append(f"        {name}=" + _call("replace", {"__obj__": None, **settings})
                       .replace("\n            __obj__=None,", f"config.{name},") + ",")

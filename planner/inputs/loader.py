@@ -403,7 +403,7 @@ def make_problem(model_ref: str, cluster_ref: str, *, gpus: int | None = None,
                  precision: str | None = None, optimizer: str | None = None,
                  framework: str = "megatron", fp8_recipe: str | None = None,
                  min_free_gib: float | None = None, attention: str | None = None,
-                 fp8_attention: bool | None = None, fp8_output_layer: bool | None = None,
+                 compile: bool | None = None, fp8_attention: bool | None = None, fp8_output_layer: bool | None = None,
                  bf16_first_layers: int | None = None,
                  bf16_last_layers: int | None = None) -> Problem:
     """Load a model and a cluster, apply CLI overrides, and check the GPU count."""
@@ -419,7 +419,7 @@ def make_problem(model_ref: str, cluster_ref: str, *, gpus: int | None = None,
     overrides = {k: v for k, v in (("seq_len", seq_len), ("global_batch", global_batch),
                                    ("precision", precision), ("optimizer", optimizer),
                                    ("fp8_recipe", fp8_recipe), ("attention", attention),
-                                   ("fp8_attention", fp8_attention),
+                                   ("compile", compile), ("fp8_attention", fp8_attention),
                                    ("fp8_output_layer", fp8_output_layer),
                                    ("bf16_first_layers", bf16_first_layers),
                                    ("bf16_last_layers", bf16_last_layers))
@@ -476,6 +476,10 @@ def make_problem(model_ref: str, cluster_ref: str, *, gpus: int | None = None,
         raise InputError(f"--min-free: {min_free_gib:g} GiB leaves nothing of the "
                          f"{cluster.gpu.memory_gib:g} GiB of a {cluster.gpu.name}")
     profile = load_framework(framework)
+    if training.compile is not None and profile.compiles is None:
+        notes.append(f"compile {str(training.compile).lower()} has no effect with "
+                     f"{profile.name}: it runs fused kernels of its own whatever torch.compile "
+                     f"does (the setting prices torchtitan's compiled or eager ops)")
     training = resolve_training(training, cluster, profile,
                                 file="command line" if overrides else model_ref)
     return Problem(model=model, training=training, cluster=cluster, num_gpus=num_gpus,

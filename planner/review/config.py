@@ -60,6 +60,7 @@ class Review:
 TRAINING_FLAGS = {"seq_len": "--seq-len", "global_batch": "--global-batch",
                   "precision": "--precision", "fp8_recipe": "--fp8-recipe",
                   "optimizer": "--optimizer", "attention": "--attention",
+                  "compile": "--compile",
                   "fp8_attention": "--fp8-attention", "fp8_output_layer": "--fp8-output-layer",
                   "bf16_first_layers": "--bf16-first-layers",
                   "bf16_last_layers": "--bf16-last-layers"}
@@ -87,12 +88,12 @@ class Given:
     @classmethod
     def from_options(cls, *, seq_len=None, global_batch=None, global_batch_tokens=None,
                      precision=None, fp8_recipe=None, optimizer=None, attention=None,
-                     fp8_attention=None, fp8_output_layer=None, bf16_first_layers=None,
+                     compile=None, fp8_attention=None, fp8_output_layer=None, bf16_first_layers=None,
                      bf16_last_layers=None, **_) -> Given:
         """From the options of `planner.cli.commands.problem_options` (the others ignored)."""
         names = {name for name, value in (("seq_len", seq_len), ("precision", precision),
                                           ("fp8_recipe", fp8_recipe), ("optimizer", optimizer),
-                                          ("attention", attention),
+                                          ("attention", attention), ("compile", compile),
                                           ("fp8_attention", fp8_attention),
                                           ("fp8_output_layer", fp8_output_layer),
                                           ("bf16_first_layers", bf16_first_layers),

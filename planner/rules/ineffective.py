@@ -45,6 +45,10 @@ def ineffective_settings(problem: Problem, strategy: Strategy) -> list[str]:
         elif not fw.tp_comm_overlap:
             notes.append(f"tp_comm_overlap has no effect on {fw.description}: it does not "
                          f"overlap tensor-parallel collectives with the GEMMs")
+        elif fw.tp_comm_overlap_needs_compile and problem.eager_elementwise:
+            notes.append(f"tp_comm_overlap has no effect without torch.compile on "
+                         f"{fw.description}: its async TP runs only in a compiled model "
+                         f"(training.compile)")
         elif not tp_overlap_reaches(tp_placement(s.tp, problem.cluster.nvlink_gpus).num_nodes):
             notes.append(f"tp_comm_overlap has no effect at tp {s.tp} across NVLink domains of "
                          f"{problem.cluster.nvlink_gpus} GPUs: the overlap writes into the peers' "

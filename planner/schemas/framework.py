@@ -182,6 +182,18 @@ class FrameworkProfile(BaseModel):
     2022, Sec. 5); False where the framework saves the attention output instead."""
     selective_recompute_gemm_share: float = Field(default=0.0, ge=0, le=1)
     """Share of the dense GEMMs' forward that selective recomputation re-runs."""
+    selective_recompute_elementwise: bool = False
+    """Selective recomputation also re-runs a layer's memory-bound ops (norms, rotary
+    embedding, activation, residual adds): torchtitan's per-op policy saves only matmuls and
+    attention (parallelize_llama.py _save_list); False where they are kept (Megatron-LM)."""
+    tp_comm_overlap_needs_compile: bool = False
+    """Its TP overlap runs only in a compiled model (torchtitan: "Async TP requires 'model' in
+    --compile.components", torchtitan/config/configs.py): off where
+    training.compile is false."""
+    compiles: bool | None = None
+    """Whether a run compiles its model unless it says (training.compile): torchtitan's
+    configs as the planner writes them ([compile] enable); None: the framework runs its own
+    fused kernels (Megatron-LM, Transformer Engine) and training.compile has no effect."""
     recompute_modules: bool = False
     """Selective recomputation re-runs the submodules a run names (Megatron-Core
     --recompute-modules, `RecomputeModule`); False: only its own selective policy, priced as

@@ -381,6 +381,12 @@ class TrainingSpec(BaseModel):
     unfused (the scores, softmax and dropout mask stored for the backward pass, as 2020-2022
     runs did). A setting of the run, not of the model: None is the framework's default
     (`FrameworkProfile.attention`: flash wherever the framework has it)."""
+    compile: bool | None = None
+    """torch.compile of the model (torchtitan `[compile] enable` with "model" in its
+    components): the norms, rotary embedding, activation and residual adds run as fused
+    kernels; False: as eager PyTorch ops, each a kernel that reads its inputs and writes its
+    output (`cost_models.compute.eager_layer_elementwise_bytes`). None: the framework's default
+    (`FrameworkProfile.compiles`); no effect where the framework runs its own fused kernels."""
     fp8_attention: bool = False
     """With precision fp8: the attention core (Q K^T, softmax . V), forward and backward, in
     FP8 as well (Transformer Engine's FP8 DotProductAttention, fp8_dpa in its recipe;
@@ -426,6 +432,13 @@ class TrainingSpec(BaseModel):
         if self.bf16_first_layers or self.bf16_last_layers:
             extras.append(f"bf16 layers {self.bf16_first_layers}+{self.bf16_last_layers}")
         return tuple(extras)
+
+    def eager_elementwise(self, framework: FrameworkProfile) -> bool:
+        """The layers' memory-bound ops run as eager PyTorch ops: the run (else its framework)
+        does not compile, on a framework without fused kernels of its own."""
+        if framework.compiles is None:
+            return False
+        return not (framework.compiles if self.compile is None else self.compile)
 
     @property
     def precision_label(self) -> str:

@@ -40,6 +40,9 @@ class RunHead(BaseModel):
     fp8_recipe: str | None
     attention: str
     """The attention kernel: flash (fused) or unfused."""
+    eager: bool = False
+    """The layers' memory-bound ops run as eager PyTorch ops (training.compile false on
+    torchtitan): priced per op, not fused."""
     fp8_attention: bool
     fp8_output_layer: bool
     bf16_first_layers: int

@@ -55,12 +55,13 @@ def test_emit_then_validate_round_trips(case, tmp_path):
         assert got == want, name
         assert review.problem.num_gpus == plan.problem.num_gpus
         # The file states the attention kernel the plan was priced with (Megatron-LM
-        # --attention-backend, MindFormers use_flash_attention): the framework's default
-        # where the run left it unsaid.
-        unsaid = {"attention": None}
+        # --attention-backend, MindFormers use_flash_attention) and whether it compiles
+        # (torchtitan [compile]): the framework's default where the run left it unsaid.
+        unsaid = {"attention": None, "compile": None}
         assert review.problem.training.model_copy(update=unsaid) == \
             plan.problem.training.model_copy(update=unsaid)
         assert review.problem.attention is plan.problem.attention
+        assert review.problem.eager_elementwise is plan.problem.eager_elementwise
         assert review.violations == [] and review.valid
         assert review.report.time.step_s == pytest.approx(plan.report.time.step_s, rel=1e-12)
 

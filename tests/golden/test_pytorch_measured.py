@@ -137,3 +137,40 @@ def test_pytorch_still_measures_the_pinned_fsdp2_states():
     pytest.importorskip("torch")
     from bench.torch_memory import fsdp2_state_bytes
     assert fsdp2_state_bytes() == MEASURED_FSDP2
+
+
+# HBM bytes per element, (forward, backward), of torchtitan's Llama block as eager PyTorch ops
+# (bench/torch_elementwise.py, torch 2.13.0+cpu: every ATen op but the GEMMs and SDPA, its
+# inputs read and its output written once).
+MEASURED_EAGER = {"norm": (36.051, 92.086), "rotary": (20.4, 21.2), "kv_repeat": (2.5, 2.5),
+                  "attn_out": (4.0, 0.0), "swiglu": (10.0, 18.0), "gelu": (4.0, 6.0),
+                  "layernorm": (4.016, 6.023), "residual": (12.0, 0.0)}
+
+
+def test_eager_elementwise_constants_are_what_pytorch_dispatches():
+    from cost_models.compute import EAGER_BYTES_PER_ELEMENT
+    names = {"norm": "rmsnorm"}
+    for measured_name, measured in MEASURED_EAGER.items():
+        constant = EAGER_BYTES_PER_ELEMENT[names.get(measured_name, measured_name)]
+        # The constants leave out the norms' per-row fp32 statistics (0.05-0.1 B per element
+        # at the script's h 512).
+        assert constant == pytest.approx(measured, abs=0.1), measured_name
+
+
+def test_eager_native_kernels_move_what_the_fused_formula_charges():
+    """F.layer_norm and F.gelu are one kernel each in eager PyTorch: forward 4 bytes per
+    element (read and write bf16), backward 6, what `transformer_layer_elementwise_bytes`
+    charges a fused kernel (x 1.5 backward): eager costs more only where a Python module
+    writes a kernel as several ops (torchtitan's RMSNorm: 36 forward, 92 backward)."""
+    for name in ("layernorm", "gelu"):
+        forward, backward = MEASURED_EAGER[name]
+        assert forward == pytest.approx(2 * BYTES_16BIT, abs=0.02)
+        assert backward == pytest.approx(1.5 * 2 * BYTES_16BIT, abs=0.03)
+    assert MEASURED_EAGER["norm"][0] > 8 * 2 * BYTES_16BIT
+
+
+def test_pytorch_still_dispatches_the_pinned_eager_bytes():
+    pytest.importorskip("torch")
+    from bench.torch_elementwise import eager_bytes_per_element
+    for name, v in eager_bytes_per_element().items():
+        assert (round(v["forward"], 3), round(v["backward"], 3)) == MEASURED_EAGER[name], name

@@ -42,4 +42,8 @@ def planner_plan() -> Trainer.Config:
             enable_sequence_parallel=False,
         ),
         activation_checkpoint=None,
+        compile=replace(config.compile,
+            enable=True,
+            components=['model', 'loss'],
+        ),
     )

@@ -46,6 +46,8 @@ def planner_plan() -> Trainer.Config:
         ),
         activation_checkpoint=FullAC.Config(),
         compile=replace(config.compile,
+            enable=True,
+            components=['model', 'loss'],
             enable_async_tensor_parallel=False,
         ),
     )

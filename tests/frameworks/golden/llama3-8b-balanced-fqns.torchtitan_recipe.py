@@ -43,4 +43,8 @@ def planner_plan() -> Trainer.Config:
             enable_sequence_parallel=False,
         ),
         activation_checkpoint=FullAC.Config(),
+        compile=replace(config.compile,
+            enable=True,
+            components=['model', 'loss'],
+        ),
     )
