@@ -286,11 +286,13 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None,
     if train.get("enable_cpu_offload") is True:
         # FSDP2's CPUOffloadPolicy: parameters, gradients and optimizer states on the host.
         parsed.strategy.update(optimizer_offload=1.0, param_offload=True)
-    parsed.training["compile"] = _compiled(sections.get("compile", {}), train)
-    if not parsed.training["compile"]:
-        parsed.notes.append("compile is off (torchtitan's default): its norms, rotary embedding "
-                            "and activation run as eager PyTorch ops, priced so; [compile] "
-                            "enable = true with components [\"model\", \"loss\"] fuses them")
+    compiled = _compiled(sections.get("compile", {}), train, toml=file.endswith(".toml"))
+    if compiled is not None:
+        parsed.training["compile"] = compiled
+    if compiled is False:
+        parsed.notes.append("compile is off: torchtitan runs its norms, rotary embedding and "
+                            "activation as eager PyTorch ops, priced so; [compile] enable = "
+                            "true with components [\"model\", \"loss\"] fuses them")
     precision = train.get("mixed_precision_param", "bfloat16")
     parsed.training["precision"] = Precision.FP32 if precision == "float32" else Precision.BF16
     _read_float8(parsed, sections, problem)
@@ -346,14 +348,17 @@ def _recompute(parsed: ParsedConfig, checkpoint: dict, file: str) -> Recompute:
     return {"none": Recompute.NONE, "full": Recompute.FULL}.get(mode, Recompute.SELECTIVE)
 
 
-def _compiled(compile_section: dict, train: dict) -> bool:
+def _compiled(compile_section: dict, train: dict, *, toml: bool) -> bool | None:
     """Whether the model runs compiled: [compile] enable with "model" in its components
-    (job_config.py Compile, 2025: enable False, components ["model", "loss"] by default), or
-    the older [training] compile (2024); torchtitan's default is eager."""
+    (job_config.py Compile, v0.2.x: enable False, components ["model", "loss"] by default),
+    or the older [training] compile (2024). A TOML that says neither runs eager (the default);
+    a recipe that does not say keeps its base recipe's, unknown here (None)."""
     if "enable" in compile_section:
         components = compile_section.get("components", ["model", "loss"])
         return compile_section["enable"] is True and "model" in components
-    return train.get("compile") is True
+    if "compile" in train:
+        return train["compile"] is True
+    return False if toml else None
 
 
 def _async_tp(parsed: ParsedConfig, par: dict, compile_section: dict) -> bool:

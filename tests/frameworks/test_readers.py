@@ -177,6 +177,33 @@ def test_torchtitan_shard_degree_minus_one_takes_the_leftover_gpus(cli, write):
     assert result["strategy"]["dp"] == 8 and result["strategy"]["zero_stage"] == 3
 
 
+COMPILE_CASES = [
+    ("", False),                                                   # torchtitan's default
+    ("[compile]\nenable = true\ncomponents = [\"model\", \"loss\"]\n", True),
+    ("[compile]\nenable = true\ncomponents = [\"loss\"]\n", False),  # the model not compiled
+    ("[compile]\nenable = false\n", False),
+]
+
+
+@pytest.mark.parametrize(("section", "compiled"), COMPILE_CASES)
+def test_torchtitan_compile_section_sets_eager_pricing(cli, write, section, compiled):
+    text = (TITAN.replace("tensor_paralel_degree = 4\n", "")
+            .replace("data_parallel_shard_degree = 4", "data_parallel_shard_degree = 8")
+            + section)
+    code, result, _ = _validate(cli, write, "job.toml", text, "--gpus", "64")
+    assert result["eager"] is (not compiled)
+    notes = " ".join(result["notes"])
+    assert ("compile is off" in notes) is (not compiled)
+
+
+def test_torchtitan_2024_training_compile_flag(cli, write):
+    text = (TITAN.replace("tensor_paralel_degree = 4\n", "")
+            .replace("data_parallel_shard_degree = 4", "data_parallel_shard_degree = 8")
+            .replace("seq_len = 8192", "seq_len = 8192\ncompile = true"))
+    code, result, _ = _validate(cli, write, "job.toml", text, "--gpus", "64")
+    assert result["eager"] is False
+
+
 MINDSPORE = """import mindspore as ms
 from mindformers.modules.transformer import TransformerOpParallelConfig
 ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=64,
