@@ -309,6 +309,22 @@ def eager_layer_elementwise_bytes(
     return bytes_of(0), bytes_of(1)
 
 
+def complex_rotary_extra_bytes(*, seq_len, micro_batch, num_heads: int, num_kv_heads: int,
+                               head_dim: int, tp):
+    """(forward, backward) HBM bytes a rotary embedding computed with complex numbers moves
+    beyond a fused kernel's, on one TP rank, when the model is compiled: torch.compile leaves
+    complex operators to eager kernels (Inductor: "does not support code generation for complex
+    operators"; measured on an H100, torchtitan's rotary embedding takes the same time compiled
+    and eager: bench/data/kernels_h100_eager.json), so its eager bytes
+    (`EAGER_BYTES_PER_ELEMENT["rotary"]`) replace the fused kernel's (read and write Q and K:
+    4 per element, 6 backward, as `transformer_layer_elementwise_bytes` and
+    BACKWARD_ELEMENTWISE_RATIO charge)."""
+    elements = seq_len * micro_batch * (num_heads + num_kv_heads) * head_dim / tp
+    eager_fwd, eager_bwd = EAGER_BYTES_PER_ELEMENT["rotary"]
+    fused = 2 * BYTES_16BIT
+    return (eager_fwd - fused) * elements, (eager_bwd - 1.5 * fused) * elements
+
+
 def attended_keys(seq_len, *, causal: bool, window: int | None = None):
     """Keys one query attends to, averaged over the sequence.
 

@@ -16,7 +16,8 @@ from cost_models import communication as comm
 from cost_models.communication import Group
 from cost_models.compute import (BACKWARD_ELEMENTWISE_RATIO, BACKWARD_FLOPS_RATIO, Gemm,
                                  attended_keys, attention_kernel_fraction, attention_sink_backward_s,
-                                 cross_entropy_bytes, eager_layer_elementwise_bytes,
+                                 complex_rotary_extra_bytes, cross_entropy_bytes,
+                                 eager_layer_elementwise_bytes,
                                  expert_tokens_per_rank, routing_imbalance,
                                  flash_attention_time_s, gemm_flops, gemm_time_s,
                                  memory_bound_time_s, moe_elementwise_bytes, output_layer_gemm,
@@ -25,7 +26,8 @@ from cost_models.compute import (BACKWARD_ELEMENTWISE_RATIO, BACKWARD_FLOPS_RATI
 from cost_models.context_parallel import (cp_attention_comm, cp_working_bytes, kv_chunk_bytes,
                                           ulysses_bytes)
 from cost_models.enums import (DEFAULT_RECOMPUTE_MODULES, AttentionKind, Collective, CpComm,
-                               CudaGraphs, LoadBalancing, MoeDispatcher, Precision, Recompute,
+                               CudaGraphs, LoadBalancing, MoeDispatcher, PositionKind, Precision,
+                               Recompute,
                                RecomputeModule)
 from cost_models.expert_parallel import (dispatcher_sync_s, expert_dispatch_s,
                                          expert_gemm_launches, expert_quantizations,
@@ -334,6 +336,13 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
         rest_fwd = k.traffic_s(rest_traffic - fused + eager_fwd)
         rest_bwd = (BACKWARD_ELEMENTWISE_RATIO * k.traffic_s(rest_traffic - fused)
                     + k.traffic_s(eager_bwd))
+    elif k.framework.complex_rotary and block.position is PositionKind.ROTARY:
+        # Compiled, but the complex-number rotary embedding stays eager.
+        extra_fwd, extra_bwd = complex_rotary_extra_bytes(
+            seq_len=seq_len, micro_batch=mb, num_heads=block.num_heads,
+            num_kv_heads=block.kv_heads, head_dim=block.dim_per_head, tp=tp)
+        rest_fwd = rest_fwd + k.traffic_s(extra_fwd)
+        rest_bwd = rest_bwd + k.traffic_s(extra_bwd)
     forward = (weights_s + k.quantize_s(linears, backward=False) + rest_fwd + core_fwd)
     if moe is not None:
         forward = forward + dispatcher_sync_s(ep=ep, etp=etp,

@@ -186,6 +186,10 @@ class FrameworkProfile(BaseModel):
     """Selective recomputation also re-runs a layer's memory-bound ops (norms, rotary
     embedding, activation, residual adds): torchtitan's per-op policy saves only matmuls and
     attention (parallelize_llama.py _save_list); False where they are kept (Megatron-LM)."""
+    complex_rotary: bool = False
+    """Its rotary embedding multiplies complex numbers (torchtitan's ComplexRoPE: Llama 3,
+    DeepSeek-V3; models/common/rope.py), which torch.compile leaves to eager kernels: priced
+    eager even when compiled (`compute.complex_rotary_extra_bytes`)."""
     tp_comm_overlap_needs_compile: bool = False
     """Its TP overlap runs only in a compiled model (torchtitan: "Async TP requires 'model' in
     --compile.components", torchtitan/config/configs.py): off where
