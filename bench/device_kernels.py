@@ -2,7 +2,7 @@
 
 Run on a GPU machine (needs PyTorch with CUDA; never in tests or CI):
 
-    python bench/device_kernels.py --out bench/data/kernels_h100.json [--sections attention,moe,cudnn]
+    python bench/device_kernels.py --out bench/data/kernels_h100.json [--sections moe,cudnn]
 
 It times, with CUDA events (median of repeats after warm-up, random inputs):
 - attention forward and forward+backward through PyTorch SDPA, per backend (FlashAttention-2
@@ -45,7 +45,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--quick", action="store_true", help="fewer shapes")
-    parser.add_argument("--sections", default="peak,attention,gemm,grouped,optimizer,launch,moe,cudnn,eager",
+    parser.add_argument("--sections",
+                        default="peak,attention,gemm,grouped,optimizer,launch,moe,cudnn,eager",
                         help="comma-separated sections to run")
     args = parser.parse_args()
     dev = torch.device("cuda")

@@ -15,9 +15,9 @@ import numpy as np
 from cost_models import communication as comm
 from cost_models.communication import Group
 from cost_models.compute import (BACKWARD_ELEMENTWISE_RATIO, BACKWARD_FLOPS_RATIO, Gemm,
-                                 attended_keys, attention_kernel_fraction, attention_sink_backward_s,
-                                 complex_rotary_extra_bytes, cross_entropy_bytes,
-                                 eager_layer_elementwise_bytes,
+                                 attended_keys, attention_kernel_fraction,
+                                 attention_sink_backward_s, complex_rotary_extra_bytes,
+                                 cross_entropy_bytes, eager_layer_elementwise_bytes,
                                  expert_tokens_per_rank, routing_imbalance,
                                  flash_attention_time_s, gemm_flops, gemm_time_s,
                                  memory_bound_time_s, moe_elementwise_bytes, output_layer_gemm,
@@ -27,8 +27,7 @@ from cost_models.context_parallel import (cp_attention_comm, cp_working_bytes, k
                                           ulysses_bytes)
 from cost_models.enums import (DEFAULT_RECOMPUTE_MODULES, AttentionKind, Collective, CpComm,
                                CudaGraphs, LoadBalancing, MoeDispatcher, PositionKind, Precision,
-                               Recompute,
-                               RecomputeModule)
+                               Recompute, RecomputeModule)
 from cost_models.expert_parallel import (dispatcher_sync_s, expert_dispatch_s,
                                          expert_gemm_launches, expert_quantizations,
                                          host_wait_s, moe_host_s, router_bytes,

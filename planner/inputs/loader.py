@@ -403,8 +403,8 @@ def make_problem(model_ref: str, cluster_ref: str, *, gpus: int | None = None,
                  precision: str | None = None, optimizer: str | None = None,
                  framework: str = "megatron", fp8_recipe: str | None = None,
                  min_free_gib: float | None = None, attention: str | None = None,
-                 compile: bool | None = None, fp8_attention: bool | None = None, fp8_output_layer: bool | None = None,
-                 bf16_first_layers: int | None = None,
+                 compile: bool | None = None, fp8_attention: bool | None = None,
+                 fp8_output_layer: bool | None = None, bf16_first_layers: int | None = None,
                  bf16_last_layers: int | None = None) -> Problem:
     """Load a model and a cluster, apply CLI overrides, and check the GPU count."""
     model, training = load_model(model_ref)

@@ -88,8 +88,8 @@ class Given:
     @classmethod
     def from_options(cls, *, seq_len=None, global_batch=None, global_batch_tokens=None,
                      precision=None, fp8_recipe=None, optimizer=None, attention=None,
-                     compile=None, fp8_attention=None, fp8_output_layer=None, bf16_first_layers=None,
-                     bf16_last_layers=None, **_) -> Given:
+                     compile=None, fp8_attention=None, fp8_output_layer=None,
+                     bf16_first_layers=None, bf16_last_layers=None, **_) -> Given:
         """From the options of `planner.cli.commands.problem_options` (the others ignored)."""
         names = {name for name, value in (("seq_len", seq_len), ("precision", precision),
                                           ("fp8_recipe", fp8_recipe), ("optimizer", optimizer),
