@@ -444,9 +444,10 @@ class SelectiveRerun(NamedTuple):
 
     compute_s: object
     """Forward kernels re-run (GEMMs, their FP8 casts, elementwise passes)."""
-    tp_collectives: int
-    """Tensor-parallel collectives (all-reduce, or all-gather / reduce-scatter pair halves
-    with sequence parallelism) of s b h values the re-run forward repeats."""
+    tp_collectives: float
+    """Tensor-parallel collectives of s b h values the re-run forward repeats, each an
+    all-reduce or, with sequence parallelism, an all-gather / reduce-scatter pair (0.5: only
+    the all-gather of a pair)."""
 
 
 def _selective_rerun(block: TransformerBlock, modules: frozenset[RecomputeModule], *, g, k,
@@ -463,15 +464,22 @@ def _selective_rerun(block: TransformerBlock, modules: frozenset[RecomputeModule
     moe_act the expert activation (read the first GEMM's output, write its product). Where the
     framework's policy also re-runs every memory-bound op (torchtitan's per-op policy:
     selective_recompute_elementwise), core_attn repeats `elementwise_fwd`, the layer's forward
-    elementwise seconds."""
+    elementwise seconds, and its TP all-gathers (all-reduces without sequence parallelism)."""
     M = RecomputeModule
     v, moe = k.value_bytes, block.moe
     shard = tp if sp else 1
     compute, collectives = 0 * tp, 0
     if M.CORE_ATTN in modules:
         compute = compute + core_fwd * k.selective_attention + k.selective_gemm_share * weights_s
-        if k.selective_elementwise:      # and every memory-bound op of the forward
+        if k.selective_elementwise:
+            # Every op not in the policy's save list: the forward's memory-bound ops, and its
+            # TP collectives but the reduce-scatters it saves (torchtitan _save_list @4d88a8a44
+            # holds _c10d_functional.reduce_scatter_tensor): with sequence parallelism the
+            # all-gathers, half of each all-gather / reduce-scatter pair; without, the
+            # all-reduces.
             compute = compute + elementwise_fwd
+            tp_ops = transformer_layer_tp_collectives(tp_mlp=bool(block.tp_ffn))
+            collectives += tp_ops * (0.5 if sp else 1.0)
     if M.LAYERNORM in modules:
         compute = compute + k.traffic_s(2 * v * block.norms_per_layer * tokens_hidden / shard)
     if M.MLA_UP_PROJ in modules and block.mla is not None:

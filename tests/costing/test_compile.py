@@ -190,3 +190,24 @@ def test_torch_compile_fuses_the_norm_and_activation_not_complex_rotary():
     assert speedup["rmsnorm"] == pytest.approx(6.4, rel=0.05)
     assert speedup["swiglu"] == pytest.approx(1.59, rel=0.05)
     assert speedup["rotary"] == pytest.approx(1.0, abs=0.05)
+
+
+def test_per_op_checkpointing_repeats_the_tp_all_gathers_not_the_reduce_scatters():
+    """torchtitan's per-op policy saves matmuls, attention and reduce_scatter_tensor
+    (parallelize.py _save_list): its recompute runs the forward's all-gathers again, half of
+    each sequence-parallel all-gather / reduce-scatter pair: 2.5 passes of TP traffic where no
+    recompute has 2 and full recompute 3."""
+    from cost_models.enums import Recompute
+
+    def tp_s(recompute):
+        problem = make_problem("llama3-8b", "dgx-h100", gpus=8, seq_len=8192,
+                               global_batch=16, framework="torchtitan")
+        s = resolve_strategy(Strategy(tp=8, pp=1, micro_batch=2, sequence_parallel=True,
+                                      tp_comm_overlap=False, recompute=recompute,
+                                      zero_stage=ZeroStage(3)), problem)
+        return evaluate_strategy(problem, s).time.tp_comm_s
+    none = tp_s(Recompute.NONE)
+    # (an all-gather takes about half its pair: NCCL's all-gather and reduce-scatter differ a
+    # little in latency)
+    assert tp_s(Recompute.SELECTIVE) == pytest.approx(1.25 * none, rel=0.01)
+    assert tp_s(Recompute.FULL) == pytest.approx(1.5 * none, rel=0.01)
