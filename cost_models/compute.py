@@ -24,6 +24,10 @@ BACKWARD_ELEMENTWISE_RATIO = 1.5
 """An elementwise op reads one tensor and writes one in the forward pass; its backward reads the
 incoming gradient and the saved tensor and writes one gradient: three tensors for two."""
 
+FUSED_ROTARY_BYTES_PER_ELEMENT = 2 * BYTES_16BIT
+"""A fused rotary-embedding kernel reads and writes each query and key value once, in 16 bits
+(forward; x BACKWARD_ELEMENTWISE_RATIO backward)."""
+
 
 class Gemm(NamedTuple):
     """A (batched) matrix multiply [m x k] @ [k x n], `batch` times, on one GPU."""
@@ -244,7 +248,7 @@ def transformer_layer_elementwise_bytes(
     )
     rotary = 0
     if position is PositionKind.ROTARY:
-        rotary = 2 * BYTES_16BIT * s * b * (num_heads + num_kv_heads) * head_dim
+        rotary = FUSED_ROTARY_BYTES_PER_ELEMENT * s * b * (num_heads + num_kv_heads) * head_dim
     mlp_act = (3 if mlp.gated else 2) * BYTES_16BIT * s * b * ffn_hidden
     if attention.fused:
         softmax = 0 * s
@@ -316,13 +320,13 @@ def complex_rotary_extra_bytes(*, seq_len, micro_batch, num_heads: int, num_kv_h
     complex operators to eager kernels (Inductor: "does not support code generation for complex
     operators"; measured on an H100, torchtitan's rotary embedding takes the same time compiled
     and eager: bench/data/kernels_h100_eager.json), so its eager bytes
-    (`EAGER_BYTES_PER_ELEMENT["rotary"]`) replace the fused kernel's (read and write Q and K:
-    4 per element, 6 backward, as `transformer_layer_elementwise_bytes` and
-    BACKWARD_ELEMENTWISE_RATIO charge)."""
+    (`EAGER_BYTES_PER_ELEMENT["rotary"]`) replace the fused kernel's
+    (`FUSED_ROTARY_BYTES_PER_ELEMENT`, as `transformer_layer_elementwise_bytes` charges)."""
     elements = seq_len * micro_batch * (num_heads + num_kv_heads) * head_dim / tp
     eager_fwd, eager_bwd = EAGER_BYTES_PER_ELEMENT["rotary"]
-    fused = 2 * BYTES_16BIT
-    return (eager_fwd - fused) * elements, (eager_bwd - 1.5 * fused) * elements
+    fused = FUSED_ROTARY_BYTES_PER_ELEMENT
+    return ((eager_fwd - fused) * elements,
+            (eager_bwd - BACKWARD_ELEMENTWISE_RATIO * fused) * elements)
 
 
 def attended_keys(seq_len, *, causal: bool, window: int | None = None):

@@ -73,6 +73,14 @@ class Problem:
         return self.training.eager_elementwise(self.framework)
 
     @property
+    def tp_overlap_runs(self) -> bool:
+        """The framework overlaps TP collectives with GEMMs in this run: it has the overlap,
+        and the model is compiled where its overlap needs that (torchtitan's async TP)."""
+        fw = self.framework
+        return fw.tp_comm_overlap and not (fw.tp_comm_overlap_needs_compile
+                                           and self.eager_elementwise)
+
+    @property
     def usable_bytes(self) -> float:
         """GPU memory a plan may fill: the capacity less the margin the user asked to keep
         free (all of it under the default margin, which only warns)."""

@@ -104,10 +104,8 @@ def tp_overlap_applies(problem: Problem, cands) -> np.ndarray:
     parallelism, on a framework that has it (compiled, where its overlap needs it), and the TP
     group inside one NVLink domain."""
     place = tp_placement(cands.tp, problem.cluster.nvlink_gpus)
-    fw = problem.framework
-    runs = fw.tp_comm_overlap and not (fw.tp_comm_overlap_needs_compile
-                                       and problem.eager_elementwise)
-    return cands.tp_overlap & cands.sp & runs & tp_overlap_reaches(place.num_nodes)
+    return (cands.tp_overlap & cands.sp & problem.tp_overlap_runs
+            & tp_overlap_reaches(place.num_nodes))
 
 
 def moe_overlap_applies(problem: Problem, cands) -> np.ndarray:

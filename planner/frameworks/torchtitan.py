@@ -69,9 +69,10 @@ def _float8_sections(plan: LaunchPlan) -> tuple[list[str], dict[str, dict[str, A
 
 
 def _async_tp(plan: LaunchPlan) -> bool:
-    """Async TP: asked for (or the default), with TP, in a compiled model (it needs compile)."""
+    """Async TP: asked for (or the default), with TP, where it runs (compiled: it needs
+    compile; `Problem.tp_overlap_runs`)."""
     return (plan.overlap("tp_comm_overlap") and plan.strategy.tp > 1
-            and not plan.problem.eager_elementwise)
+            and plan.problem.tp_overlap_runs)
 
 
 COMPILE_COMPONENTS = ["model", "loss"]

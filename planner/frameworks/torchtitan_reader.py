@@ -276,17 +276,17 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None,
         rotate = par.get("context_parallel_rotate_method", "allgather")
         parsed.strategy.update(cp=cp, cp_comm=CpComm.P2P if rotate == "alltoall"
                                else CpComm.ALL_GATHER)
+    compiled = _compiled(sections.get("compile", {}), train, toml=file.endswith(".toml"))
     parsed.strategy.update(dp=dp, tp=tp, pp=pp, vpp=vpp, micro_batch=micro,
                            global_batch=global_batch, sequence_parallel=sp,
                            recompute=recompute, zero_stage=zero,
-                           tp_comm_overlap=_async_tp(parsed, par, sections.get("compile", {}))
-                           and tp > 1)
+                           tp_comm_overlap=_async_tp(parsed, par, sections.get("compile", {}),
+                                                     compiled=compiled) and tp > 1)
     if not file.endswith(".toml"):
         _cuda_graphs(parsed, sections, pp=pp, ep=ep if problem.model.is_moe else 1)
     if train.get("enable_cpu_offload") is True:
         # FSDP2's CPUOffloadPolicy: parameters, gradients and optimizer states on the host.
         parsed.strategy.update(optimizer_offload=1.0, param_offload=True)
-    compiled = _compiled(sections.get("compile", {}), train, toml=file.endswith(".toml"))
     if compiled is not None:
         parsed.training["compile"] = compiled
     if compiled is False:
@@ -361,13 +361,14 @@ def _compiled(compile_section: dict, train: dict, *, toml: bool) -> bool | None:
     return False if toml else None
 
 
-def _async_tp(parsed: ParsedConfig, par: dict, compile_section: dict) -> bool:
+def _async_tp(parsed: ParsedConfig, par: dict, compile_section: dict, *,
+              compiled: bool | None) -> bool:
     """Async TP: parallelism.enable_async_tensor_parallel (0.2.x), compile's since 737594746,
-    which refuses it without compiling the model (CompileConfig.__post_init__)."""
+    which refuses it without compiling the model (CompileConfig.__post_init__; `compiled`:
+    `_compiled`, None where a recipe leaves it to its base)."""
     if compile_section.get("enable_async_tensor_parallel") is not True:
         return bool(par.get("enable_async_tensor_parallel", False))
-    components = compile_section.get("components", ["model", "loss"])
-    if compile_section.get("enable") is False or "model" not in components:
+    if compiled is False:
         parsed.finding("torchtitan_compile", "torchtitan stops: Async TP requires 'model' in "
                        "--compile.components and --compile.enable",
                        "set compile enable=True with 'model' in components")

@@ -45,7 +45,7 @@ def ineffective_settings(problem: Problem, strategy: Strategy) -> list[str]:
         elif not fw.tp_comm_overlap:
             notes.append(f"tp_comm_overlap has no effect on {fw.description}: it does not "
                          f"overlap tensor-parallel collectives with the GEMMs")
-        elif fw.tp_comm_overlap_needs_compile and problem.eager_elementwise:
+        elif not problem.tp_overlap_runs:
             notes.append(f"tp_comm_overlap has no effect without torch.compile on "
                          f"{fw.description}: its async TP runs only in a compiled model "
                          f"(training.compile)")
