@@ -72,11 +72,14 @@ def rows(cluster: ClusterSpec | None = None) -> list[Row]:
         # FlashAttention came in 2022 (Dao et al., arXiv:2205.14135).
         # Megatron-LM of 2021 sent pipeline activations with blocking batched p2p: the
         # overlap_p2p_comm of the interleaved schedule arrived in May 2023 (commit f9283c5a8a,
-        # "Add option to overlap p2p communication"; the default since October 2023).
+        # "Add option to overlap p2p communication"; the default since October 2023). Its
+        # interleaved schedule ran micro-batches in groups of pp only (groups of more came in
+        # November 2024, commit 4295be1a6c).
         problem = with_overrides(problem, DATA.name,
                                  training={"precision": Precision.FP16.value,
                                            "attention": AttentionKind.UNFUSED.value},
-                                 framework={"pipeline_p2p_overlap_interleaved": False})
+                                 framework={"pipeline_p2p_overlap_interleaved": False,
+                                            "interleaved_micro_batch_groups": False})
         problem = replace(problem, cluster=cluster or problem.cluster)
         layers_per_chunk = s["layers_per_virtual_stage"]
         per_stage = run["model"]["num_layers"] // s["pp"]

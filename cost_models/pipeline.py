@@ -31,33 +31,107 @@ def interleaved_memory_factor(*, pp, vpp):
     return 1 + (pp - 1) / (pp * vpp)
 
 
-def in_flight_chunk_micro_batches(*, stage, pp, vpp, num_micro_batches):
+def micro_batch_group_size(*, pp, num_micro_batches):
+    """The micro-batches each model chunk runs in a row under the interleaved schedule, where
+    Megatron-LM can run m micro-batches on p stages at all: p (its default, the depth-first
+    schedule) where p divides m, else the smallest group N in [p, m] whose remainder m mod N
+    is 0 or at least p; 0 where none is (m < p).
+
+    Ref: Megatron-LM megatron/core/model_parallel_config.py microbatch_group_size_per_vp_stage
+    (--microbatch-group-size-per-virtual-pipeline-stage, default pp; commit 4295be1a6c,
+    2024-11) and pipeline_parallel/schedules.py forward_backward_pipelining_with_interleaving,
+    which refuses N outside [p, m] and a last group of fewer than p micro-batches ("Otherwise,
+    it introduces dependency bubbles"). N = m is always allowed for m >= p; the smallest N
+    keeps the fewest micro-batches in flight (`in_flight_chunk_micro_batches`). Meta's Llama 3
+    405B run tuned the same N to run batch sizes that are not multiples of pp (Llama 3 paper,
+    arXiv:2407.21783, Sec. 3.3.2). Works on arrays: one search per distinct (p, m).
+    """
+    p = np.asarray(pp, dtype=np.int64)
+    m = np.asarray(num_micro_batches, dtype=np.int64)
+    p, m = np.broadcast_arrays(p, m)
+    # p where it divides m (most candidates), 0 where m < p; the rest searched per (p, m).
+    out = np.where(m % np.maximum(p, 1) == 0, p, 0).astype(np.int64)
+    rest = np.flatnonzero(((m % np.maximum(p, 1)) != 0) & (m >= p))
+    if rest.size:
+        keys, inverse = np.unique(p.ravel()[rest] * (1 << 32) + m.ravel()[rest],
+                                  return_inverse=True)
+        found = np.array([next(n for n in range(int(k >> 32) + 1, int(k & 0xFFFFFFFF) + 1)
+                               if (k & 0xFFFFFFFF) % n == 0 or (k & 0xFFFFFFFF) % n >= k >> 32)
+                          for k in keys.tolist()], dtype=np.int64)
+        flat = out.ravel().copy()
+        flat[rest] = found[inverse.reshape(-1)]
+        out = flat.reshape(out.shape)
+    return out if out.ndim else int(out)
+
+
+def schedule_group(*, pp, num_micro_batches, pinned=0, flexible: bool):
+    """Micro-batches per group the interleaved schedule runs: `pinned` where it is set (> 0),
+    else, on a framework that runs groups other than p (`flexible`), `micro_batch_group_size`
+    (p where p divides m, 0 where no group can run); else p.
+
+    Ref: as `micro_batch_group_size` (Megatron-LM's microbatch_group_size_per_vp_stage
+    defaults to pp; torch.distributed.pipelining's interleaved schedules are not modelled
+    with other groups)."""
+    p = np.asarray(pp)
+    m = np.rint(np.asarray(num_micro_batches, dtype=float)).astype(np.int64)
+    chosen = micro_batch_group_size(pp=p, num_micro_batches=m) if flexible else p
+    return np.where(np.asarray(pinned) > 0, pinned, chosen)
+
+
+def schedule_group_allowed(*, pp, num_micro_batches, group):
+    """Where the interleaved schedule can run `num_micro_batches` on `pp` stages in groups of
+    `group`: p <= N <= m, and the last group is whole or holds at least p micro-batches.
+
+    Ref: Megatron-LM pipeline_parallel/schedules.py forward_backward_pipelining_with_
+    interleaving (the ValueError and RuntimeError before the schedule starts)."""
+    p, n = np.asarray(pp), np.asarray(group)
+    m = np.rint(np.asarray(num_micro_batches, dtype=float)).astype(np.int64)
+    rest = m % np.maximum(n, 1)
+    return (n >= p) & (n <= m) & ((rest == 0) | (rest >= p))
+
+
+def _group(pp, group):
+    """Micro-batches per group of the interleaved schedule: `group`, else p (the default)."""
+    return pp if group is None else np.where(np.asarray(group) > 0, group, pp)
+
+
+def in_flight_chunk_micro_batches(*, stage, pp, vpp, num_micro_batches, group=None):
     """Forward passes (chunk x micro-batch) a stage holds activations for at its peak.
 
     Ref: Megatron-LM megatron/core/pipeline_parallel/schedules.py. With one chunk per device
     (1F1B, Narayanan et al. 2021 Sec. 2.2.1) stage r runs p - r - 1 warm-up forwards and one
     more before its first backward: p - r micro-batches in flight. With v chunks
-    (forward_backward_pipelining_with_interleaving) the warm-up is (p - r - 1) * 2 + (v - 1) * p
-    forwards, plus one. Both are capped by the m * v forwards a step has. For r = 0 the count
-    is p (v + 1) - 1 chunks of L / (p v) layers: L (1 + (p - 1)/(p v)) layers, Korthikanti's
-    factor.
+    (forward_backward_pipelining_with_interleaving, get_pp_rank_microbatches) the warm-up is
+    (p - r - 1) * 2 + (v - 1) * N forwards, plus one, for groups of N micro-batches
+    (`micro_batch_group_size`; `group` None: N = p). Both are capped by the m * v forwards a
+    step has. For r = 0 and N = p the count is p (v + 1) - 1 chunks of L / (p v) layers:
+    L (1 + (p - 1)/(p v)) layers, Korthikanti's factor.
     """
     p, v, r, m = pp, vpp, stage, num_micro_batches
-    warmup = np.where(v > 1, (p - r - 1) * 2 + (v - 1) * p, p - r - 1)
+    n = _group(pp, group)
+    warmup = np.where(v > 1, (p - r - 1) * 2 + (v - 1) * n, p - r - 1)
     return np.minimum(warmup + 1, m * v)
 
 
-def in_flight_per_chunk(*, stage, pp, vpp, num_micro_batches, chunk):
+def in_flight_per_chunk(*, stage, pp, vpp, num_micro_batches, chunk, group=None):
     """How many of the in-flight forwards of `stage` belong to its model chunk `chunk`.
 
-    Ref: Megatron-LM schedules.py get_model_chunk_id: forward k of a device runs chunk
-    (k mod (p v)) // p, so the warm-up fills chunk 0 for p micro-batches, then chunk 1, ...
+    Ref: Megatron-LM schedules.py get_schedule_table: the forwards run groups of N micro-
+    batches (N = p by default, `group`), chunk by chunk within a group, and the last group
+    holds the m - N (G - 1) micro-batches left (G groups); so the warm-up fills chunk 0 for N
+    micro-batches, then chunk 1, ...
     """
-    p, v = pp, vpp
+    p, v, m = pp, vpp, num_micro_batches
+    n = _group(pp, group)
     total = in_flight_chunk_micro_batches(stage=stage, pp=pp, vpp=vpp,
-                                          num_micro_batches=num_micro_batches)
-    full_rounds, rest = np.divmod(total, p * v)
-    return full_rounds * p + np.clip(rest - chunk * p, 0, p)
+                                          num_micro_batches=num_micro_batches, group=group)
+    groups = np.maximum(-(-np.asarray(m) // n), 1)                 # ceil(m / N)
+    before_last = (groups - 1) * n * v                              # forwards in full groups
+    last = m - (groups - 1) * n                                     # the last group's size
+    full_rounds, rest = np.divmod(np.minimum(total, before_last), n * v)
+    in_full = full_rounds * n + np.clip(rest - chunk * n, 0, n)
+    in_last = np.clip(total - before_last - chunk * last, 0, last)
+    return in_full + np.where(total > before_last, in_last, 0)
 
 
 def pipeline_time_s(*, max_stage_s, sum_stage_s, num_micro_batches, vpp=1):

@@ -11,6 +11,7 @@ import numpy as np
 
 from cost_models.enums import (DEFAULT_RECOMPUTE_MODULES, CpComm, CudaGraphs, DpComm,
                                MoeDispatcher, RankOrder, Recompute, RecomputeModule)
+from cost_models.pipeline import schedule_group
 
 if TYPE_CHECKING:
     from planner.schemas.framework import OverlapDefaults
@@ -108,6 +109,10 @@ class Candidates:
     """Index into CUDA_GRAPHS_ORDER (None: 0, none). Priced where the framework gives host
     costs (whole-layer graphs launch nothing from the host); the search never sets it, a
     strategy file or launch script does, and framework rules gate it."""
+    vp_group: np.ndarray = None  # type: ignore[assignment]
+    """Micro-batches each model chunk runs in a row under the interleaved schedule (Megatron-LM
+    --microbatch-group-size-per-virtual-pipeline-stage); 0: the framework's choice
+    (`schedule_group`). None: 0."""
 
     def __post_init__(self) -> None:
         n = len(self.tp)
@@ -143,6 +148,8 @@ class Candidates:
             self.dispatcher = np.zeros(n, dtype=int)
         if self.cuda_graphs is None:
             self.cuda_graphs = np.zeros(n, dtype=int)
+        if self.vp_group is None:
+            self.vp_group = np.zeros(n, dtype=int)
 
     @property
     def edp(self) -> np.ndarray:
@@ -174,6 +181,13 @@ class Candidates:
     def num_micro_batches(self) -> np.ndarray:
         return self.global_batch / (self.dp * self.mb)
 
+    def schedule_group(self, flexible: bool) -> np.ndarray:
+        """Micro-batches per group of the interleaved schedule: the pinned `vp_group`, else
+        the framework's choice (`pipeline.schedule_group`; `flexible`: it runs groups other
+        than pp)."""
+        return schedule_group(pp=self.pp, num_micro_batches=self.num_micro_batches,
+                              pinned=self.vp_group, flexible=flexible)
+
     def take(self, index) -> Candidates:
         return Candidates(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 
@@ -182,7 +196,7 @@ class Candidates:
         """No strategies, each field with the dtype one strategy gives it."""
         ints = ("tp", "pp", "vpp", "dp", "mb", "global_batch", "recompute", "zero", "shard",
                 "dp_comm", "num_servers", "ep", "etp", "cp", "cp_comm", "cp_a2a", "act_offload",
-                "rank_order", "rc_modules", "dispatcher")
+                "rank_order", "rc_modules", "dispatcher", "cuda_graphs", "vp_group")
         bools = ("sp", "overlap", "param_gather", "tp_overlap", "fp8_gather", "param_offload",
                  "nvls", "moe_overlap")
         return cls(**{f.name: np.zeros(0, dtype=int if f.name in ints else
@@ -222,5 +236,6 @@ class Candidates:
                    moe_overlap=one(overlap("moe_a2a_overlap")),
                    rc_modules=one(modules_mask(s.selective_modules)),
                    dispatcher=one(MOE_DISPATCHER_ORDER.index(overlap("moe_dispatcher"))),
-                   cuda_graphs=one(CUDA_GRAPHS_ORDER.index(s.cuda_graphs or CudaGraphs.NONE)))
+                   cuda_graphs=one(CUDA_GRAPHS_ORDER.index(s.cuda_graphs or CudaGraphs.NONE)),
+                   vp_group=one(s.microbatch_group or 0))
 

@@ -241,9 +241,11 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
                      tied_copy=Linear(const=tied_copy_params(model, layout)[None, :]))
     occ = Occupancy.of_bounds(p, v, layout.bounds, types.type_of_position,
                               type_is_layer(model))
+    group = cands.schedule_group(problem.framework.interleaved_micro_batch_groups)
     in_flight = in_flight_per_chunk(stage=np.arange(p)[None, :, None], pp=p, vpp=v,
                                     num_micro_batches=m[:, None, None],
-                                    chunk=np.arange(v)[None, None, :])
+                                    chunk=np.arange(v)[None, None, :],
+                                    group=group[:, None, None])
     rows = np.arange(len(cands))
 
     def values(term) -> np.ndarray:
@@ -418,8 +420,10 @@ def report(problem: Problem, layout: Layout, cands: Candidates, ev: Evaluation, 
     p = layout.pp
     fw = problem.framework
     layers = [int(x) for x in layout.layers_per_chunk(problem.model)]
+    group = int(cands.schedule_group(fw.interleaved_micro_batch_groups)[i])
     strategy = StrategyOut(
-        dp=int(cands.dp[i]), tp=int(cands.tp[i]), pp=p, vpp=layout.vpp, ep=int(cands.ep[i]),
+        dp=int(cands.dp[i]), tp=int(cands.tp[i]), pp=p, vpp=layout.vpp,
+        microbatch_group=group if layout.vpp > 1 and group != p else None, ep=int(cands.ep[i]),
         etp=int(cands.etp[i]), cp=int(cands.cp[i]), cp_comm=CP_COMM_ORDER[cands.cp_comm[i]],
         cp_a2a=(int(cands.cp_a2a[i]) if CP_COMM_ORDER[cands.cp_comm[i]] is CpComm.A2A_P2P
                 else None),

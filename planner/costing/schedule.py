@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from cost_models.pipeline import schedule_group_allowed
 from planner.errors import InputError
 from planner.schemas.report import PlanReport
 
@@ -34,26 +35,28 @@ class Pass:
     end_s: float
 
 
-def pass_order(*, stage: int, pp: int, vpp: int, num_micro_batches: int
-               ) -> list[tuple[int, int, bool]]:
+def pass_order(*, stage: int, pp: int, vpp: int, num_micro_batches: int,
+               group: int | None = None) -> list[tuple[int, int, bool]]:
     """(chunk, micro-batch, backward) of each pass `stage` runs, in order.
 
     Ref: Megatron-LM megatron/core/pipeline_parallel/schedules.py. One chunk per stage
     (forward_backward_pipelining_without_interleaving, 1F1B): p - r - 1 warm-up forwards,
     then one forward and one backward in turn, then the remaining backwards. With v chunks
     (forward_backward_pipelining_with_interleaving): forwards go through the schedule table
-    in groups of p micro-batches, chunk by chunk (get_schedule_table with
-    microbatch_group_size_per_vp_stage = p), backwards through the same table with the
-    chunks reversed; the warm-up is (p - r - 1) * 2 + (v - 1) * p forwards, capped at m * v
-    (`cost_models.pipeline.in_flight_chunk_micro_batches` counts the same warm-up).
+    in groups of N micro-batches (`group`, microbatch_group_size_per_vp_stage; None: p), chunk
+    by chunk (get_schedule_table: the last group takes the micro-batches left), backwards
+    through the same table with the chunks reversed; the warm-up is (p - r - 1) * 2 +
+    (v - 1) * N forwards, capped at m * v (`cost_models.pipeline.in_flight_chunk_micro_batches`
+    counts the same warm-up).
     """
     p, v, r, m = pp, vpp, stage, num_micro_batches
+    n = group or p
     table = []
-    for first in range(0, m, p):
-        group = range(first, m) if first + p >= m else range(first, first + p)
-        table += [(chunk, mb) for chunk in range(v) for mb in group]
+    for first in range(0, m, n):
+        members = range(first, m) if first + n >= m else range(first, first + n)
+        table += [(chunk, mb) for chunk in range(v) for mb in members]
     total = m * v
-    warmup = min((p - r - 1) * 2 + (v - 1) * p if v > 1 else p - r - 1, total)
+    warmup = min((p - r - 1) * 2 + (v - 1) * n if v > 1 else p - r - 1, total)
     forwards = [(chunk, mb, False) for chunk, mb in table]
     backwards = [(v - 1 - chunk, mb, True) for chunk, mb in table]
     order = forwards[:warmup]
@@ -63,12 +66,14 @@ def pass_order(*, stage: int, pp: int, vpp: int, num_micro_batches: int
 
 
 def simulate(forward_s: list[float], backward_s: list[float], *, vpp: int,
-             num_micro_batches: int) -> list[list[Pass]]:
+             num_micro_batches: int, group: int | None = None) -> list[list[Pass]]:
     """Each stage's passes in time, from 0: a stage runs its `pass_order` one pass at a
     time, each when its input has arrived. `forward_s[r]` and `backward_s[r]` are one
-    chunk's passes on stage r (the stage's seconds per micro-batch over vpp)."""
+    chunk's passes on stage r (the stage's seconds per micro-batch over vpp); `group` the
+    interleaved schedule's micro-batches per group (None: p)."""
     p, v = len(forward_s), vpp
-    orders = [pass_order(stage=r, pp=p, vpp=v, num_micro_batches=num_micro_batches)
+    orders = [pass_order(stage=r, pp=p, vpp=v, num_micro_batches=num_micro_batches,
+                         group=group)
               for r in range(p)]
     done: dict[tuple[int, int, bool], float] = {}        # (virtual stage, mb, bwd) -> end
     waiting: dict[tuple[int, int, bool], int] = {}       # input -> the stage waiting for it
@@ -147,9 +152,10 @@ def step_timeline(plan: PlanReport) -> Timeline:
     """The timeline of one step of `plan`, its parts adding up to `plan.time.step_s`."""
     t, s = plan.time, plan.strategy
     m, v = max(1, round(s.num_micro_batches)), s.vpp
-    if v > 1 and m % s.pp:
-        raise InputError(f"--timeline: the interleaved schedule needs the micro-batches ({m}) "
-                         f"to be a multiple of pp ({s.pp}), as Megatron-LM does")
+    group = s.microbatch_group or s.pp
+    if v > 1 and not schedule_group_allowed(pp=s.pp, num_micro_batches=m, group=group):
+        raise InputError(f"--timeline: the interleaved schedule cannot run {m} micro-batches "
+                         f"on pp {s.pp} in groups of {group}, as Megatron-LM cannot")
     slowest = t.stages[t.slowest_stage]
     forward, backward, comm = [], [], []
     for stage in t.stages:
@@ -158,7 +164,7 @@ def step_timeline(plan: PlanReport) -> Timeline:
         forward.append(total * share / v)
         backward.append(total * (1 - share) / v)
         comm.append((total - stage.compute_s) / total if total > 0 else 0.0)
-    passes = simulate(forward, backward, vpp=v, num_micro_batches=m)
+    passes = simulate(forward, backward, vpp=v, num_micro_batches=m, group=group)
     simulated = max((q[-1].end_s for q in passes if q), default=0.0)
     pipeline = s.num_micro_batches * slowest.total_s + t.bubble_s
     stretch = pipeline / simulated if simulated > 0 else 1.0

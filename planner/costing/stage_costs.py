@@ -194,8 +194,10 @@ def chain_costs(problem: Problem, cands, costs, layout: Layout, i: int) -> Chain
     if memory_ends is not None:
         memory_terms.append(memory_ends * scale)
     m = float(cands.num_micro_batches[i])
+    group = int(cands.schedule_group(problem.framework.interleaved_micro_batch_groups)[i])
     in_flight = in_flight_per_chunk(stage=np.arange(p)[:, None], pp=p, vpp=v,
-                                    num_micro_batches=m, chunk=np.arange(v)[None, :])
+                                    num_micro_batches=m, chunk=np.arange(v)[None, :],
+                                    group=group)
 
     def per_stage(const) -> tuple[float, ...]:
         return tuple(float(x) for x in np.broadcast_to(np.asarray(const, dtype=float)

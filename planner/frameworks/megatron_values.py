@@ -16,7 +16,8 @@ _COUNTS = frozenset({
     "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
     "--expert-model-parallel-size", "--expert-tensor-parallel-size", "--micro-batch-size",
     "--global-batch-size", "--num-layers", "--seq-length", "--num-distributed-optimizer-instances",
-    "--num-virtual-stages-per-pipeline-rank", "--num-layers-per-virtual-pipeline-stage"})
+    "--num-virtual-stages-per-pipeline-rank", "--num-layers-per-virtual-pipeline-stage",
+    "--microbatch-group-size-per-virtual-pipeline-stage"})
 """Flags the reader takes as sizes or degrees: argparse takes any int, the planner needs >= 1."""
 _MAX_COUNT = 2**31 - 1
 """A bound far above any real run and below where products of sizes overflow the cost model's

@@ -9,6 +9,7 @@ import math
 from typing import Callable
 
 from cost_models.enums import CpComm, Fp8Recipe, RankOrder, ZeroStage
+from cost_models.pipeline import micro_batch_group_size
 from planner.core.rules import Rule, largest_divisor_at_most
 from planner.core.problem import Problem
 from planner.schemas.strategy import Strategy
@@ -117,10 +118,19 @@ def _explain_interleaved_schedule(problem: Problem, s: Strategy) -> tuple[str, s
         return (f"the interleaved schedule (vpp {s.vpp}) needs a pipeline, but pp is {s.pp}",
                 "use vpp 1")
     m = s.global_batch // (s.dp * s.micro_batch)
-    return (f"with the interleaved schedule (vpp {s.vpp}) the number of micro-batches ({m}) "
-            f"must be divisible by pp ({s.pp})",
-            "use vpp 1, or a micro_batch or global_batch that makes global_batch / (dp * "
-            f"micro_batch) a multiple of {s.pp}")
+    flexible = problem.framework.interleaved_micro_batch_groups
+    if not flexible or m < s.pp:
+        return (f"with the interleaved schedule (vpp {s.vpp}) the number of micro-batches ({m}) "
+                f"must be {'divisible by' if not flexible else 'at least'} pp ({s.pp})",
+                "use vpp 1, or a micro_batch or global_batch that makes global_batch / (dp * "
+                f"micro_batch) {'a multiple of' if not flexible else 'at least'} {s.pp}")
+    group = s.microbatch_group or s.pp
+    fit = micro_batch_group_size(pp=s.pp, num_micro_batches=m)
+    return (f"the interleaved schedule cannot run {m} micro-batches on pp {s.pp} in groups of "
+            f"{group} (a group holds pp to {m} micro-batches, and the last one all of its "
+            f"group or at least pp)",
+            f"use microbatch_group {fit} (Megatron-LM "
+            f"--microbatch-group-size-per-virtual-pipeline-stage {fit}), or vpp 1")
 
 
 def _explain_parameter_server_zero(problem: Problem, s: Strategy) -> tuple[str, str]:

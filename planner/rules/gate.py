@@ -31,6 +31,7 @@ from planner.core.problem import Problem
 from planner.inputs.loader import fp8_param_gather_allowed
 from planner.schemas.report import Violation
 from cost_models.enums import AttentionKind, CpComm, Precision, RankOrder
+from cost_models.pipeline import micro_batch_group_size, schedule_group_allowed
 from planner.schemas.strategy import DpComm, LaunchTarget, Strategy
 
 
@@ -50,7 +51,7 @@ SUMMARY: dict[Rule, str] = {
     Rule.STAGE_LAYOUT: "layers_per_stage must give every pipeline chunk its layers",
     Rule.BATCH_DIVISIBLE: "dp * micro_batch must divide global_batch",
     Rule.INTERLEAVED_SCHEDULE: "the interleaved schedule needs pp > 1 and micro-batches in "
-                               "groups of pp",
+                               "groups it can run (of pp; Megatron-LM: of pp or more)",
     Rule.PARAMETER_SERVER_ZERO: "a parameter server needs zero_stage 0",
     Rule.DP_SHARD: "dp_shard must divide dp, with zero_stage 1 or more",
     Rule.EP_DIVIDES_EXPERTS: "ep must divide the routed experts (ep 1 for a dense model)",
@@ -149,9 +150,16 @@ def _batch_divisible(problem: Problem, c: Candidates, options: RuleOptions) -> n
 
 
 def _interleaved_schedule(problem: Problem, c: Candidates, options: RuleOptions) -> np.ndarray:
-    # Megatron-LM's interleaved 1F1B needs a pipeline and runs micro-batches in groups of pp.
+    # The interleaved 1F1B needs a pipeline and runs micro-batches in groups of pp; Megatron-LM
+    # in groups of N >= pp with a last group of 0 or at least pp (schedules.py), the group a
+    # strategy pins or, unpinned, the smallest it accepts (`Candidates.schedule_group`).
+    flexible = problem.framework.interleaved_micro_batch_groups
+    group = c.schedule_group(flexible)
     m = c.global_batch // np.maximum(c.dp * c.mb, 1)
-    return (c.vpp > 1) & ((c.pp < 2) | (m % c.pp != 0))
+    runs = schedule_group_allowed(pp=c.pp, num_micro_batches=m, group=group)
+    if not flexible:
+        runs &= group == c.pp
+    return (c.vpp > 1) & ((c.pp < 2) | ~runs)
 
 
 def _parameter_server_zero(problem: Problem, c: Candidates, options: RuleOptions) -> np.ndarray:

@@ -26,6 +26,9 @@ def ineffective_settings(problem: Problem, strategy: Strategy) -> list[str]:
     if s.num_servers is not None and s.dp_comm is DpComm.ALL_REDUCE:
         notes.append(f"num_servers {s.num_servers} has no effect with dp_comm all_reduce: only "
                      f"a parameter server has servers")
+    if s.microbatch_group is not None and s.vpp == 1:
+        notes.append(f"microbatch_group {s.microbatch_group} has no effect at vpp 1: only the "
+                     f"interleaved schedule runs its micro-batches in groups")
     if s.cp == 1 and s.cp_comm is not CpComm.P2P:
         notes.append(f"cp_comm {s.cp_comm.value} has no effect at cp 1: no context-parallel "
                      f"ranks exchange keys and values")

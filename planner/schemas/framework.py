@@ -122,6 +122,11 @@ class FrameworkProfile(BaseModel):
     description: str
     interleaved_pipeline: bool
     """Has an interleaved (virtual-stage) pipeline schedule."""
+    interleaved_micro_batch_groups: bool = False
+    """Its interleaved schedule runs groups of N >= pp micro-batches per model chunk, so the
+    micro-batches per step need only be at least pp, not a multiple of it (Megatron-LM
+    --microbatch-group-size-per-virtual-pipeline-stage, `pipeline.micro_batch_group_size`);
+    False: groups of pp only."""
     overlap_grad_reduce: bool
     """Can overlap the data-parallel gradient reduction with the backward pass."""
     overlap_grad_reduce_with_pipeline: bool

@@ -22,6 +22,9 @@ class StrategyOut(BaseModel):
     tp: int
     pp: int
     vpp: int
+    microbatch_group: int | None = None
+    """With vpp > 1, the micro-batches each model chunk runs in a row where that is not pp
+    (Megatron-LM --microbatch-group-size-per-virtual-pipeline-stage); None: pp."""
     ep: int = 1
     """Expert-parallel ranks (1 for a dense model)."""
     etp: int = 1

@@ -44,6 +44,12 @@ class Strategy(BaseModel):
     tp: Gpus = 1
     pp: Gpus = 1
     vpp: Gpus = 1
+    microbatch_group: GlobalBatch | None = None
+    """With vpp > 1, the micro-batches each model chunk runs in a row (Megatron-LM
+    --microbatch-group-size-per-virtual-pipeline-stage, whose default is pp): from pp to the
+    micro-batches per step, with a last group that is whole or at least pp. None: the
+    framework's choice (pp where pp divides the micro-batches, else the smallest group Megatron-LM
+    runs: `cost_models.pipeline.micro_batch_group_size`)."""
     ep: Gpus = 1
     """Expert-parallel ranks: an MoE layer's routed experts are split over ep ranks, which
     exchange tokens by all-to-all (Megatron-Core MoE parallel folding: expert layers use
@@ -208,7 +214,9 @@ def degrees_label(s) -> str:
     """'dp 8, tp 8, pp 2, vpp 3, mb 1' for a Strategy or a plan's StrategyOut."""
     parts = [f"dp {s.dp}", f"tp {s.tp}", f"pp {s.pp}"]
     if s.vpp > 1:
-        parts.append(f"vpp {s.vpp}")
+        group = getattr(s, "microbatch_group", None)
+        parts.append(f"vpp {s.vpp}" + (f" (groups of {group})" if group and group != s.pp
+                                       else ""))
     if s.cp > 1:
         parts.append(f"cp {s.cp}" + ("" if s.cp_comm is CpComm.P2P else f" {s.cp_comm.value}"))
     if s.ep > 1:

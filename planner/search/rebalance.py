@@ -179,9 +179,11 @@ def stage_bounds(problem: Problem, pool: Pool) -> tuple[np.ndarray, np.ndarray, 
                          tied_copy=Linear(block=tied[None, :]))
         n, k = len(cands), p * v
         m = cands.num_micro_batches
+        group = cands.schedule_group(problem.framework.interleaved_micro_batch_groups)
         flight = in_flight_per_chunk(stage=np.arange(p)[None, :, None], pp=p, vpp=v,
                                      num_micro_batches=m[:, None, None],
-                                     chunk=np.arange(v)[None, None, :]).astype(float)
+                                     chunk=np.arange(v)[None, None, :],
+                                     group=group[:, None, None]).astype(float)
         fixed = np.zeros((k, num_types))
         fixed[0] += head
         fixed[-1] += tail

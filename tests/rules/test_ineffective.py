@@ -30,6 +30,8 @@ TP_OVERLAP_DEEPSPEED = ("tp_comm_overlap has no effect on DeepSpeed (ZeRO, pipel
 FP8_GATHER = ("fp8_param_gather has no effect in bf16: only FP8 linear weights are gathered in "
               "FP8")
 ETP = "etp 2 has no effect on llama3-8b: a dense model has no routed experts to split"
+GROUP = ("microbatch_group 4 has no effect at vpp 1: only the interleaved schedule runs its "
+         "micro-batches in groups")
 
 CASES = [
     # (strategy fields, problem settings, notes)
@@ -53,6 +55,8 @@ CASES = [
     ({"etp": 2}, {}, [ETP]),
     ({"tp": 2, "etp": 2}, {}, []),                       # etp = tp: the default
     ({"etp": 1, "ep": 8, "tp": 2}, {"model": "mixtral-8x7b"}, []),
+    ({"microbatch_group": 4}, {}, [GROUP]),
+    ({"pp": 2, "vpp": 2, "microbatch_group": 4}, {}, []),
     ({"sequence_parallel": True, "tp_comm_overlap": True, "etp": 2},
      {}, [SP, TP_OVERLAP_TP1, ETP]),
 ]

@@ -40,10 +40,17 @@ CASES = [
     ("interleaved_schedule", "llama2-7b", "dgx-h100", 64, dict(dp=8, tp=8, pp=1, vpp=2), (),
      "the interleaved schedule (vpp 2) needs a pipeline, but pp is 1", "use vpp 1"),
     ("interleaved_schedule", "llama2-7b", "dgx-h100", 64,
-     dict(dp=8, tp=4, pp=2, vpp=2, global_batch=24), (),
-     "with the interleaved schedule (vpp 2) the number of micro-batches (3) must be divisible "
-     "by pp (2)", "use vpp 1, or a micro_batch or global_batch that makes global_batch / "
-     "(dp * micro_batch) a multiple of 2"),
+     dict(dp=8, tp=4, pp=2, vpp=2, global_batch=8), (),
+     "with the interleaved schedule (vpp 2) the number of micro-batches (1) must be at least "
+     "pp (2)", "use vpp 1, or a micro_batch or global_batch that makes global_batch / "
+     "(dp * micro_batch) at least 2"),
+    # Megatron-LM's default group is pp: 3 micro-batches on pp 2 need a group of 3.
+    ("interleaved_schedule", "llama2-7b", "dgx-h100", 64,
+     dict(dp=8, tp=4, pp=2, vpp=2, global_batch=24, microbatch_group=2), (),
+     "the interleaved schedule cannot run 3 micro-batches on pp 2 in groups of 2 (a group "
+     "holds pp to 3 micro-batches, and the last one all of its group or at least pp)",
+     "use microbatch_group 3 (Megatron-LM --microbatch-group-size-per-virtual-pipeline-stage "
+     "3), or vpp 1"),
     ("parameter_server_zero", "llama2-7b", "dgx-h100", 64,
      dict(dp=64, dp_comm="parameter_server", zero_stage=1), (),
      "dp_comm parameter_server keeps whole gradients on the servers and cannot be combined "
