@@ -79,7 +79,7 @@ def rows(cluster: ClusterSpec | None = None) -> list[Row]:
                                  training={"precision": Precision.FP16.value,
                                            "attention": AttentionKind.UNFUSED.value},
                                  framework={"pipeline_p2p_overlap_interleaved": False,
-                                            "interleaved_micro_batch_groups": False})
+                                            "micro_batch_groups": "pp"})
         problem = replace(problem, cluster=cluster or problem.cluster)
         layers_per_chunk = s["layers_per_virtual_stage"]
         per_stage = run["model"]["num_layers"] // s["pp"]

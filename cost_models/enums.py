@@ -288,6 +288,23 @@ class PipelinePartition(str, Enum):
     `--pp-partition-method 'type:transformer|embedding'`)."""
 
 
+class MicroBatchGroups(str, Enum):
+    """How an interleaved pipeline schedule groups the micro-batches each model chunk runs in a
+    row (`pipeline.schedule_group`)."""
+
+    PP = "pp"
+    """Groups of pp only: the micro-batches must be a multiple of pp (Megatron-LM before
+    November 2024, the planner's other frameworks)."""
+    SMALLEST = "smallest"
+    """Any group N from pp to the micro-batches whose last group is whole or at least pp,
+    set by the run (Megatron-LM --microbatch-group-size-per-virtual-pipeline-stage): the
+    planner runs the smallest."""
+    ROUNDS = "rounds"
+    """Equal rounds of N = m / max(1, m // pp) micro-batches, where they divide m
+    (torch.distributed.pipelining ScheduleInterleaved1F1B and ScheduleInterleavedZeroBubble,
+    "flex_pp": number_of_rounds, microbatches_per_round)."""
+
+
 class MoeDispatcher(str, Enum):
     """How an MoE layer's tokens reach their experts' ranks and come back (Megatron-Core
     --moe-token-dispatcher-type, with --moe-flex-dispatcher-backend for flex;

@@ -10,7 +10,7 @@ import numpy as np
 
 from cost_models.communication import (Group, Network, all_gather_time_s,
                                       send_recv_time_s)
-from cost_models.enums import PipelinePartition
+from cost_models.enums import MicroBatchGroups, PipelinePartition
 
 
 def bubble_fraction(*, pp, num_micro_batches, vpp=1):
@@ -64,17 +64,28 @@ def micro_batch_group_size(*, pp, num_micro_batches):
     return out if out.ndim else int(out)
 
 
-def schedule_group(*, pp, num_micro_batches, pinned=0, flexible: bool):
+def schedule_group(*, pp, num_micro_batches, pinned=0, groups=MicroBatchGroups.PP):
     """Micro-batches per group the interleaved schedule runs: `pinned` where it is set (> 0),
-    else, on a framework that runs groups other than p (`flexible`), `micro_batch_group_size`
-    (p where p divides m, 0 where no group can run); else p.
+    else as the framework's schedule groups them (`groups`): pp; the smallest group
+    Megatron-LM accepts (`micro_batch_group_size`); or PyTorch's equal rounds, m / r with
+    r = max(1, m // p) rounds where r divides m (0 where it does not, or m < p).
 
-    Ref: as `micro_batch_group_size` (Megatron-LM's microbatch_group_size_per_vp_stage
-    defaults to pp; torch.distributed.pipelining's interleaved schedules are not modelled
-    with other groups)."""
+    Ref: Megatron-LM model_parallel_config.py microbatch_group_size_per_vp_stage (default pp);
+    PyTorch torch/distributed/pipelining/schedules.py ScheduleInterleaved1F1B ("It differs by
+    relaxing the requirement of num_microbatch % pp_size == 0 ... num_rounds = max(1,
+    n_microbatches // pp_group_size) and it works as long as n_microbatches % num_rounds is
+    0"), whose warm-up is (n_local_stages - 1) * microbatches_per_round + 2 (pp - 1 - rank),
+    Megatron-LM's with N = microbatches_per_round."""
     p = np.asarray(pp)
     m = np.rint(np.asarray(num_micro_batches, dtype=float)).astype(np.int64)
-    chosen = micro_batch_group_size(pp=p, num_micro_batches=m) if flexible else p
+    groups = MicroBatchGroups(groups)
+    if groups is MicroBatchGroups.SMALLEST:
+        chosen = micro_batch_group_size(pp=p, num_micro_batches=m)
+    elif groups is MicroBatchGroups.ROUNDS:
+        rounds = np.maximum(1, m // np.maximum(p, 1))
+        chosen = np.where((m % rounds == 0) & (m >= p), m // rounds, 0)
+    else:
+        chosen = p
     return np.where(np.asarray(pinned) > 0, pinned, chosen)
 
 

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from cost_models.enums import (DEFAULT_RECOMPUTE_MODULES, CpComm, CudaGraphs, DpComm,
-                               MoeDispatcher, RankOrder, Recompute, RecomputeModule)
+                               MicroBatchGroups, MoeDispatcher, RankOrder, Recompute,
+                               RecomputeModule)
 from cost_models.pipeline import schedule_group
 
 if TYPE_CHECKING:
@@ -181,12 +182,11 @@ class Candidates:
     def num_micro_batches(self) -> np.ndarray:
         return self.global_batch / (self.dp * self.mb)
 
-    def schedule_group(self, flexible: bool) -> np.ndarray:
+    def schedule_group(self, groups: MicroBatchGroups) -> np.ndarray:
         """Micro-batches per group of the interleaved schedule: the pinned `vp_group`, else
-        the framework's choice (`pipeline.schedule_group`; `flexible`: it runs groups other
-        than pp)."""
+        as the framework groups them (`pipeline.schedule_group`)."""
         return schedule_group(pp=self.pp, num_micro_batches=self.num_micro_batches,
-                              pinned=self.vp_group, flexible=flexible)
+                              pinned=self.vp_group, groups=groups)
 
     def take(self, index) -> Candidates:
         return Candidates(**{f.name: getattr(self, f.name)[index] for f in fields(self)})

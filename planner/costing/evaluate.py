@@ -241,7 +241,7 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
                      tied_copy=Linear(const=tied_copy_params(model, layout)[None, :]))
     occ = Occupancy.of_bounds(p, v, layout.bounds, types.type_of_position,
                               type_is_layer(model))
-    group = cands.schedule_group(problem.framework.interleaved_micro_batch_groups)
+    group = cands.schedule_group(problem.framework.micro_batch_groups)
     in_flight = in_flight_per_chunk(stage=np.arange(p)[None, :, None], pp=p, vpp=v,
                                     num_micro_batches=m[:, None, None],
                                     chunk=np.arange(v)[None, None, :],
@@ -420,7 +420,7 @@ def report(problem: Problem, layout: Layout, cands: Candidates, ev: Evaluation, 
     p = layout.pp
     fw = problem.framework
     layers = [int(x) for x in layout.layers_per_chunk(problem.model)]
-    group = int(cands.schedule_group(fw.interleaved_micro_batch_groups)[i])
+    group = int(cands.schedule_group(fw.micro_batch_groups)[i])
     strategy = StrategyOut(
         dp=int(cands.dp[i]), tp=int(cands.tp[i]), pp=p, vpp=layout.vpp,
         microbatch_group=group if layout.vpp > 1 and group != p else None, ep=int(cands.ep[i]),

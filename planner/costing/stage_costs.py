@@ -194,7 +194,7 @@ def chain_costs(problem: Problem, cands, costs, layout: Layout, i: int) -> Chain
     if memory_ends is not None:
         memory_terms.append(memory_ends * scale)
     m = float(cands.num_micro_batches[i])
-    group = int(cands.schedule_group(problem.framework.interleaved_micro_batch_groups)[i])
+    group = int(cands.schedule_group(problem.framework.micro_batch_groups)[i])
     in_flight = in_flight_per_chunk(stage=np.arange(p)[:, None], pp=p, vpp=v,
                                     num_micro_batches=m, chunk=np.arange(v)[None, :],
                                     group=group)

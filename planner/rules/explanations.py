@@ -8,8 +8,8 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from cost_models.enums import CpComm, Fp8Recipe, RankOrder, ZeroStage
-from cost_models.pipeline import micro_batch_group_size
+from cost_models.enums import CpComm, Fp8Recipe, MicroBatchGroups, RankOrder, ZeroStage
+from cost_models.pipeline import schedule_group
 from planner.core.rules import Rule, largest_divisor_at_most
 from planner.core.problem import Problem
 from planner.schemas.strategy import Strategy
@@ -118,19 +118,27 @@ def _explain_interleaved_schedule(problem: Problem, s: Strategy) -> tuple[str, s
         return (f"the interleaved schedule (vpp {s.vpp}) needs a pipeline, but pp is {s.pp}",
                 "use vpp 1")
     m = s.global_batch // (s.dp * s.micro_batch)
-    flexible = problem.framework.interleaved_micro_batch_groups
-    if not flexible or m < s.pp:
+    groups = problem.framework.micro_batch_groups
+    own = int(schedule_group(pp=s.pp, num_micro_batches=m, groups=groups))
+    if groups is MicroBatchGroups.PP or own == 0:
+        need = {MicroBatchGroups.PP: "divisible by", MicroBatchGroups.SMALLEST: "at least",
+                MicroBatchGroups.ROUNDS: "at least pp and a multiple of its rounds, m // pp:"}
+        fix = {MicroBatchGroups.PP: f"a multiple of {s.pp}",
+               MicroBatchGroups.SMALLEST: f"at least {s.pp}",
+               MicroBatchGroups.ROUNDS: f"a multiple of {s.pp} (or of its rounds)"}
         return (f"with the interleaved schedule (vpp {s.vpp}) the number of micro-batches ({m}) "
-                f"must be {'divisible by' if not flexible else 'at least'} pp ({s.pp})",
+                f"must be {need[groups]} pp ({s.pp})",
                 "use vpp 1, or a micro_batch or global_batch that makes global_batch / (dp * "
-                f"micro_batch) {'a multiple of' if not flexible else 'at least'} {s.pp}")
+                f"micro_batch) {fix[groups]}")
     group = s.microbatch_group or s.pp
-    fit = micro_batch_group_size(pp=s.pp, num_micro_batches=m)
+    if groups is MicroBatchGroups.ROUNDS:
+        return (f"the interleaved schedule runs {m} micro-batches on pp {s.pp} in rounds of "
+                f"{own}, not in groups of {group}", "leave microbatch_group unset")
     return (f"the interleaved schedule cannot run {m} micro-batches on pp {s.pp} in groups of "
             f"{group} (a group holds pp to {m} micro-batches, and the last one all of its "
             f"group or at least pp)",
-            f"use microbatch_group {fit} (Megatron-LM "
-            f"--microbatch-group-size-per-virtual-pipeline-stage {fit}), or vpp 1")
+            f"use microbatch_group {own} (Megatron-LM "
+            f"--microbatch-group-size-per-virtual-pipeline-stage {own}), or vpp 1")
 
 
 def _explain_parameter_server_zero(problem: Problem, s: Strategy) -> tuple[str, str]:

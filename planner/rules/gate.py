@@ -30,8 +30,8 @@ from planner.inputs import profiles
 from planner.core.problem import Problem
 from planner.inputs.loader import fp8_param_gather_allowed
 from planner.schemas.report import Violation
-from cost_models.enums import AttentionKind, CpComm, Precision, RankOrder
-from cost_models.pipeline import micro_batch_group_size, schedule_group_allowed
+from cost_models.enums import AttentionKind, CpComm, MicroBatchGroups, Precision, RankOrder
+from cost_models.pipeline import schedule_group, schedule_group_allowed
 from planner.schemas.strategy import DpComm, LaunchTarget, Strategy
 
 
@@ -152,13 +152,15 @@ def _batch_divisible(problem: Problem, c: Candidates, options: RuleOptions) -> n
 def _interleaved_schedule(problem: Problem, c: Candidates, options: RuleOptions) -> np.ndarray:
     # The interleaved 1F1B needs a pipeline and runs micro-batches in groups of pp; Megatron-LM
     # in groups of N >= pp with a last group of 0 or at least pp (schedules.py), the group a
-    # strategy pins or, unpinned, the smallest it accepts (`Candidates.schedule_group`).
-    flexible = problem.framework.interleaved_micro_batch_groups
-    group = c.schedule_group(flexible)
+    # strategy pins or, unpinned, the smallest it accepts; PyTorch's in equal rounds of at
+    # least pp (`Candidates.schedule_group`). A pinned group must be one the framework runs.
+    groups = problem.framework.micro_batch_groups
+    group = c.schedule_group(groups)
     m = c.global_batch // np.maximum(c.dp * c.mb, 1)
     runs = schedule_group_allowed(pp=c.pp, num_micro_batches=m, group=group)
-    if not flexible:
-        runs &= group == c.pp
+    if groups is not MicroBatchGroups.SMALLEST:
+        own = schedule_group(pp=c.pp, num_micro_batches=m, groups=groups)
+        runs &= group == own
     return (c.vpp > 1) & ((c.pp < 2) | ~runs)
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveInt
 
-from cost_models.enums import (AttentionKind, CpComm, Fp8Recipe, MasterWeights, MoeDispatcher,
-                               PipelinePartition, RankOrder)
+from cost_models.enums import (AttentionKind, CpComm, Fp8Recipe, MasterWeights, MicroBatchGroups,
+                               MoeDispatcher, PipelinePartition, RankOrder)
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
@@ -122,11 +122,10 @@ class FrameworkProfile(BaseModel):
     description: str
     interleaved_pipeline: bool
     """Has an interleaved (virtual-stage) pipeline schedule."""
-    interleaved_micro_batch_groups: bool = False
-    """Its interleaved schedule runs groups of N >= pp micro-batches per model chunk, so the
-    micro-batches per step need only be at least pp, not a multiple of it (Megatron-LM
-    --microbatch-group-size-per-virtual-pipeline-stage, `pipeline.micro_batch_group_size`);
-    False: groups of pp only."""
+    micro_batch_groups: MicroBatchGroups = MicroBatchGroups.PP
+    """How its interleaved schedule groups the micro-batches each model chunk runs in a row
+    (`MicroBatchGroups`): pp only (their number a multiple of pp), any group a run sets
+    (Megatron-LM), or equal rounds (torch.distributed.pipelining)."""
     overlap_grad_reduce: bool
     """Can overlap the data-parallel gradient reduction with the backward pass."""
     overlap_grad_reduce_with_pipeline: bool

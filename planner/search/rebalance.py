@@ -179,7 +179,7 @@ def stage_bounds(problem: Problem, pool: Pool) -> tuple[np.ndarray, np.ndarray, 
                          tied_copy=Linear(block=tied[None, :]))
         n, k = len(cands), p * v
         m = cands.num_micro_batches
-        group = cands.schedule_group(problem.framework.interleaved_micro_batch_groups)
+        group = cands.schedule_group(problem.framework.micro_batch_groups)
         flight = in_flight_per_chunk(stage=np.arange(p)[None, :, None], pp=p, vpp=v,
                                      num_micro_batches=m[:, None, None],
                                      chunk=np.arange(v)[None, None, :],

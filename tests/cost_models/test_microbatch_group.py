@@ -6,8 +6,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 import pytest
 
+from cost_models.enums import MicroBatchGroups
 from cost_models.pipeline import (in_flight_chunk_micro_batches, in_flight_per_chunk,
-                                  micro_batch_group_size, pipeline_time_s,
+                                  micro_batch_group_size, pipeline_time_s, schedule_group,
                                   schedule_group_allowed)
 from planner.costing.schedule import pass_order, simulate
 
@@ -39,6 +40,29 @@ def test_groups_of_known_cases():
     assert micro_batch_group_size(pp=8, num_micro_batches=4) == 0       # fewer than pp
     assert micro_batch_group_size(pp=[16, 4, 8], num_micro_batches=[24, 13, 20]).tolist() == \
         [24, 7, 10]
+
+
+def test_pytorch_rounds():
+    # torch/distributed/pipelining/schedules.py ScheduleInterleaved1F1B's docstring: pp 4 with
+    # 10 micro-batches runs 2 rounds of 5; rounds must divide the micro-batches (11: 2 rounds
+    # do not). Fewer than pp (its "3 micro-batches, 1 round") waits on its own dependencies:
+    # not priced, refused (0).
+    def rounds(p, m):
+        return int(schedule_group(pp=p, num_micro_batches=m, groups=MicroBatchGroups.ROUNDS))
+
+    assert rounds(4, 10) == 5
+    assert rounds(4, 8) == 4
+    assert rounds(4, 11) == 0
+    assert rounds(4, 3) == 0
+    assert rounds(16, 24) == 24
+    # Each round is a group Megatron-LM's checks accept too: the same schedule table.
+    for p in range(2, 17):
+        for m in range(p, 120):
+            n = rounds(p, m)
+            assert n == 0 or megatron_accepts(p, m, n)
+    assert int(schedule_group(pp=4, num_micro_batches=10, groups=MicroBatchGroups.PP)) == 4
+    assert int(schedule_group(pp=4, num_micro_batches=10, pinned=10,
+                              groups=MicroBatchGroups.ROUNDS)) == 10
 
 
 def test_pass_order_is_megatrons_schedule_table():

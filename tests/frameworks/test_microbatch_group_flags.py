@@ -32,10 +32,17 @@ def test_megatron_runs_24_micro_batches_on_16_stages_interleaved():
     assert [v.rule for v in pinned] == ["interleaved_schedule"]
 
 
-def test_torchtitan_keeps_groups_of_pp():
+def test_torchtitan_runs_equal_rounds_only():
+    # 13 micro-batches on pp 4: Megatron-LM runs groups of 7 and 6; PyTorch's 3 rounds do not
+    # divide 13 (ScheduleInterleaved1F1B raises ValueError). 24 on pp 16: one round of 24.
+    thirteen = dict(dp=16, tp=8, pp=4, vpp=2, micro_batch=1, global_batch=13 * 16)
+    for framework, broken in (("megatron", False), ("torchtitan", True)):
+        problem = make_problem("gpt3-175b", "dgx-a100-80gb", gpus=512, framework=framework)
+        rules = [v.rule for v in validate(problem, Strategy(**thirteen)).violations]
+        assert ("interleaved_schedule" in rules) is broken, framework
     problem = make_problem("gpt3-175b", "dgx-a100-80gb", gpus=8192, framework="torchtitan")
-    found = validate(problem, Strategy(**LAYOUT)).violations
-    assert "interleaved_schedule" in [v.rule for v in found]
+    assert "interleaved_schedule" not in [v.rule for v in
+                                          validate(problem, Strategy(**LAYOUT)).violations]
 
 
 def test_the_search_interleaves_where_groups_allow(cli):
