@@ -323,9 +323,11 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
                            "equal share")
         else:
             s["layers_per_stage"] = tuple(_layers_per_chunk(num_layers, pp, vpp, first, last))
-    if s.get("vpp", 1) > 1:
-        # model_parallel_config.py: microbatch_group_size_per_vp_stage None -> pp.
-        s["microbatch_group"] = number("--microbatch-group-size-per-virtual-pipeline-stage") or pp
+    group = number("--microbatch-group-size-per-virtual-pipeline-stage")
+    if group is not None or s.get("vpp", 1) > 1:
+        # model_parallel_config.py: microbatch_group_size_per_vp_stage None -> pp. Kept at
+        # vpp 1 too, where it does nothing (a note says so).
+        s["microbatch_group"] = group or pp
     # --sequence-parallel at tp 1 is a warning (Megatron-LM turns it off and runs): kept as
     # written, for ineffective_settings to note (exit 0).
     if "--tp-comm-overlap" in flags and not (s["sequence_parallel"] and tp > 1):

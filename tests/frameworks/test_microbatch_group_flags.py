@@ -80,3 +80,13 @@ def test_script_without_the_flag_is_told_the_group(cli, write):
     code, out, err = cli("validate", "gpt3-175b", "dgx-a100-80gb", path, "--gpus", "8192",
                          "--no-compare", "--json")
     assert code == 0, (out, err)
+
+
+def test_the_flag_without_interleaving_is_a_note(cli, write):
+    flags = BASE.replace("--num-virtual-stages-per-pipeline-rank 6 ", "")
+    path = write("args.txt", flags + "--microbatch-group-size-per-virtual-pipeline-stage 24\n")
+    code, out, err = cli("validate", "gpt3-175b", "dgx-a100-80gb", path, "--gpus", "8192",
+                         "--no-compare", "--json")
+    assert code == 0, (out, err)
+    assert ("microbatch_group 24 has no effect at vpp 1: only the interleaved schedule runs "
+            "its micro-batches in groups") in json.loads(out)["notes"]
