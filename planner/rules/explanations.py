@@ -120,16 +120,20 @@ def _explain_interleaved_schedule(problem: Problem, s: Strategy) -> tuple[str, s
     m = s.global_batch // (s.dp * s.micro_batch)
     groups = problem.framework.micro_batch_groups
     own = int(schedule_group(pp=s.pp, num_micro_batches=m, groups=groups))
-    if groups is MicroBatchGroups.PP or own == 0:
-        need = {MicroBatchGroups.PP: "divisible by", MicroBatchGroups.SMALLEST: "at least",
-                MicroBatchGroups.ROUNDS: "at least pp and a multiple of its rounds, m // pp:"}
-        fix = {MicroBatchGroups.PP: f"a multiple of {s.pp}",
-               MicroBatchGroups.SMALLEST: f"at least {s.pp}",
-               MicroBatchGroups.ROUNDS: f"a multiple of {s.pp} (or of its rounds)"}
-        return (f"with the interleaved schedule (vpp {s.vpp}) the number of micro-batches ({m}) "
-                f"must be {need[groups]} pp ({s.pp})",
+    if groups is MicroBatchGroups.ROUNDS and own == 0 and m >= s.pp:
+        rounds = m // s.pp
+        return (f"the interleaved schedule runs the micro-batches in {rounds} equal rounds "
+                f"(micro-batches // pp), which must divide the {m} micro-batches "
+                "(torch.distributed.pipelining)",
                 "use vpp 1, or a micro_batch or global_batch that makes global_batch / (dp * "
-                f"micro_batch) {fix[groups]}")
+                f"micro_batch) a multiple of {s.pp} or of its rounds")
+    if groups is MicroBatchGroups.PP or own == 0:
+        need, fix = (("divisible by", f"a multiple of {s.pp}") if groups is MicroBatchGroups.PP
+                     else ("at least", f"at least {s.pp}"))
+        return (f"with the interleaved schedule (vpp {s.vpp}) the number of micro-batches ({m}) "
+                f"must be {need} pp ({s.pp})",
+                "use vpp 1, or a micro_batch or global_batch that makes global_batch / (dp * "
+                f"micro_batch) {fix}")
     group = s.microbatch_group or s.pp
     if groups is MicroBatchGroups.ROUNDS:
         return (f"the interleaved schedule runs {m} micro-batches on pp {s.pp} in rounds of "

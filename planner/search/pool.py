@@ -41,7 +41,8 @@ def strategy_at(c: Candidates, i: int,
     """Row i of a `Candidates`, with its layer counts per pipeline chunk if given."""
     return Strategy(
         dp=int(c.dp[i]), tp=int(c.tp[i]), pp=int(c.pp[i]), vpp=int(c.vpp[i]),
-        microbatch_group=int(c.vp_group[i]) or None, micro_batch=int(c.mb[i]), global_batch=int(c.global_batch[i]),
+        microbatch_group=int(c.vp_group[i]) or None, micro_batch=int(c.mb[i]),
+        global_batch=int(c.global_batch[i]),
         sequence_parallel=bool(c.sp[i]), recompute=RECOMPUTE_ORDER[c.recompute[i]],
         recompute_modules=strategy_modules(c.rc_modules[i]),
         zero_stage=ZeroStage(int(c.zero[i])),

@@ -38,8 +38,11 @@ def test_torchtitan_runs_equal_rounds_only():
     thirteen = dict(dp=16, tp=8, pp=4, vpp=2, micro_batch=1, global_batch=13 * 16)
     for framework, broken in (("megatron", False), ("torchtitan", True)):
         problem = make_problem("gpt3-175b", "dgx-a100-80gb", gpus=512, framework=framework)
-        rules = [v.rule for v in validate(problem, Strategy(**thirteen)).violations]
-        assert ("interleaved_schedule" in rules) is broken, framework
+        found = {v.rule: v for v in validate(problem, Strategy(**thirteen)).violations}
+        assert ("interleaved_schedule" in found) is broken, framework
+    assert found["interleaved_schedule"].message == (
+        "the interleaved schedule runs the micro-batches in 3 equal rounds (micro-batches // "
+        "pp), which must divide the 13 micro-batches (torch.distributed.pipelining)")
     problem = make_problem("gpt3-175b", "dgx-a100-80gb", gpus=8192, framework="torchtitan")
     assert "interleaved_schedule" not in [v.rule for v in
                                           validate(problem, Strategy(**LAYOUT)).violations]
