@@ -225,6 +225,40 @@ def transformer_layer_activation_bytes(
     return replicated + sharded / t
 
 
+def op_sac_layer_activation_bytes(*, seq_len, micro_batch, hidden: int, num_heads: int,
+                                  q_dim: int, kv_dim: int, ffn_hidden: int, gated: bool, tp,
+                                  sequence_parallel: bool, bytes_per_value: int = BYTES_16BIT,
+                                  scaled_linears: bool = False):
+    """Bytes one transformer layer keeps for its backward pass under torchtitan's per-op
+    selective checkpointing, per micro-batch.
+
+    Ref: torchtitan/distributed/activation_checkpoint.py (@b5bcd76c6) SelectiveAC: each block is
+    checkpointed (its input kept) and the outputs of compute-intensive ops are kept
+    (MUST_SAVE: torch._functorch.partitioners get_default_op_list().compute_intensive_ops,
+    cuDNN attention, reduce-scatters) except every second mm/linear, counted from the block's
+    start; all else is recomputed. A Llama block (torchtitan models/llama3/model.py) runs its
+    linears as wq, wk, wv, wo, w1, w3, w2 (w1 before w3: silu(w1(x)) * w3(x)), so it keeps wq,
+    wv, w1 and w2's outputs (w1, w2 only without a gate: fc1 is the 5th linear, fc2 the 6th)
+    and the attention kernel's output and fp32 log-sum-exp. Column-parallel outputs split
+    over tp; a row-parallel output (wo, w2) is a partial sum of the whole hidden on each rank,
+    reduce-scattered (kept) along the sequence with sequence parallelism, which also splits the
+    block input. `scaled_linears` (FP8 training, torchao Float8Linear): the linears run
+    aten._scaled_mm, which is compute-intensive but not an mm the policy counts, so every
+    linear's (bf16) output is kept. Counted on PyTorch's own op stream by bench/torch_sac.py.
+    """
+    s, b, h, t = seq_len, micro_batch, hidden, tp
+    v = bytes_per_value
+    tokens = s * b
+    sp = np.asarray(sequence_parallel, dtype=bool)
+    linears = [q_dim / t, kv_dim / t, kv_dim / t, h + 0 * t, ffn_hidden / t]   # wo, w2: sums
+    linears += [ffn_hidden / t, h + 0 * t] if gated else [h + 0 * t]
+    kept_linears = sum(linears) if scaled_linears else sum(linears[0::2])   # 1st, 3rd, ...
+    attention = q_dim / t * v + BYTES_FP32 * num_heads / t     # output and log-sum-exp
+    scattered = np.where(sp & (np.asarray(t) > 1), 2 * h / t * v, 0.0)
+    block_input = np.where(sp, v * h / t, v * h + 0 * t)
+    return tokens * (block_input + v * kept_linears + attention + scattered)
+
+
 def moe_activation_bytes(*, pairs, tokens_per_rank, hidden: int, expert_ffn_hidden,
                          num_experts: int, mlp: MlpKind, bytes_per_value: int = BYTES_16BIT,
                          linear_input_bytes: float | None = None,

@@ -39,7 +39,8 @@ from cost_models.fp8 import (fp8_attention_fraction, fp8_attention_quantize_byte
                              fp8_attention_value_bytes, fp8_value_bytes, gemm_operand_bytes,
                              quantize_bytes)
 from cost_models.memory import (embedding_activation_bytes, moe_activation_bytes,
-                                output_activation_bytes, transformer_layer_activation_bytes)
+                                op_sac_layer_activation_bytes, output_activation_bytes,
+                                transformer_layer_activation_bytes)
 from cost_models.tensor_parallel import (tp_collective_s, tp_passes,
                                          transformer_layer_tp_collectives)
 from cost_models.units import bytes_per_value
@@ -101,6 +102,7 @@ class _Kernels:
         self.selective_attention = framework.selective_recompute_attention
         self.selective_gemm_share = framework.selective_recompute_gemm_share
         self.selective_elementwise = framework.selective_recompute_elementwise
+        self.selective_alternate_linears = framework.selective_keeps_alternate_linears
         self.eager = training.eager_elementwise(framework)
         """The layers' memory-bound ops run as eager PyTorch ops (no torch.compile)."""
         self.value_bytes = bytes_per_value(training.precision)
@@ -408,6 +410,16 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
     mean_pairs = pairs / imbalance
 
     def stored(recompute):
+        if (recompute is Recompute.SELECTIVE and k.selective_alternate_linears and mla is None
+                and moe is None and k.attention.fused):
+            # torchtitan's per-op checkpointing keeps the block input, the attention kernel's
+            # outputs and every second linear's output.
+            return op_sac_layer_activation_bytes(
+                seq_len=seq_len, micro_batch=mb, hidden=block.hidden,
+                num_heads=block.num_heads, q_dim=block.num_heads * block.dim_per_head,
+                kv_dim=block.kv_heads * block.dim_per_head, ffn_hidden=block.tp_ffn,
+                gated=block.mlp.gated, tp=tp, sequence_parallel=sp,
+                bytes_per_value=k.value_bytes, scaled_linears=k.fp8 is not None)
         kept = transformer_layer_activation_bytes(
             **shape, attention=k.attention, dropout=block.dropout,
             norms_per_layer=block.norms_per_layer, tp=tp, sequence_parallel=sp,

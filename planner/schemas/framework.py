@@ -186,6 +186,11 @@ class FrameworkProfile(BaseModel):
     2022, Sec. 5); False where the framework saves the attention output instead."""
     selective_recompute_gemm_share: float = Field(default=0.0, ge=0, le=1)
     """Share of the dense GEMMs' forward that selective recomputation re-runs."""
+    selective_keeps_alternate_linears: bool = False
+    """Selective recomputation keeps of a dense layer only its input, the attention kernel's
+    outputs and every second linear layer's output (torchtitan's per-op policy,
+    `memory.op_sac_layer_activation_bytes`); False: all but what the recompute modules drop
+    (Megatron-LM)."""
     selective_recompute_elementwise: bool = False
     """Selective recomputation also re-runs a layer's memory-bound ops (norms, rotary
     embedding, activation, residual adds): torchtitan's per-op policy saves only matmuls and

@@ -145,8 +145,9 @@ def _problem(precision="fp8", cluster="dgx-h100", framework="megatron", recipe=N
 
 
 def _report(problem, **kw):
-    s = resolve_strategy(Strategy(tp=1, pp=1, micro_batch=1, zero_stage=ZeroStage(1),
-                                  recompute=Recompute.SELECTIVE, **kw), problem)
+    kw = {"recompute": Recompute.SELECTIVE, **kw}
+    s = resolve_strategy(Strategy(tp=1, pp=1, micro_batch=1, zero_stage=ZeroStage(1), **kw),
+                         problem)
     return evaluate_strategy(problem, s)
 
 
@@ -217,11 +218,17 @@ def test_fp8_rules():
 def test_torchao_keeps_no_fp8_weights_and_requantizes():
     # torchtitan (torchao float8) casts weights in every pass and saves bf16 inputs: no FP8
     # weight copies, no activation savings, more quantization than Transformer Engine.
-    tt_bf16 = _report(_problem("bf16", framework="torchtitan"))
-    tt_fp8 = _report(_problem(framework="torchtitan"), fp8_param_gather=False)
+    none = dict(recompute=Recompute.NONE)
+    tt_bf16 = _report(_problem("bf16", framework="torchtitan"), **none)
+    tt_fp8 = _report(_problem(framework="torchtitan"), fp8_param_gather=False, **none)
     assert _stage(tt_fp8).weights_bytes == pytest.approx(_stage(tt_bf16).weights_bytes)
     assert _stage(tt_fp8).activations_bytes == pytest.approx(_stage(tt_bf16).activations_bytes)
     assert np.isfinite(tt_fp8.time.step_s) and tt_fp8.time.step_s < tt_bf16.time.step_s
+    # Its per-op checkpointing keeps every float8 linear's output (aten._scaled_mm is not an mm
+    # the policy alternates on), every second one in bf16: more kept in FP8.
+    sel_bf16 = _report(_problem("bf16", framework="torchtitan"))
+    sel_fp8 = _report(_problem(framework="torchtitan"), fp8_param_gather=False)
+    assert _stage(sel_fp8).activations_bytes > _stage(sel_bf16).activations_bytes
 
 
 def test_nvfp4_bytes_follow_transformer_engine():

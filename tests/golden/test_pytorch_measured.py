@@ -174,3 +174,49 @@ def test_pytorch_still_dispatches_the_pinned_eager_bytes():
     from bench.torch_elementwise import eager_bytes_per_element
     for name, v in eager_bytes_per_element().items():
         assert (round(v["forward"], 3), round(v["backward"], 3)) == MEASURED_EAGER[name], name
+
+
+# torchtitan's per-op selective checkpointing (SelectiveAC) of a bf16 Llama block of
+# bench/torch_sac.py's SHAPE (s 64, b 2, h 256, 8 heads, 2 KV heads, ffn 896), counted on
+# PyTorch's op stream (torch 2.13.0+cpu): the kept outputs of wq, wv, attention (output and
+# log-sum-exp), w1, w2, and the block input.
+MEASURED_SAC = {"kept_ops": ["mm.default:65536", "mm.default:16384",
+                             "_scaled_dot_product_flash_attention_for_cpu.default:69632",
+                             "mm.default:229376", "mm.default:65536"],
+                "layer_input_bytes": 65536, "total_bytes": 512000}
+SAC_SHAPE = dict(seq_len=64, micro_batch=2, hidden=256, num_heads=8, q_dim=256, kv_dim=64,
+                 ffn_hidden=896, gated=True)
+
+
+def test_op_sac_keeps_what_torchtitans_policy_keeps_of_pytorchs_ops():
+    from cost_models.memory import op_sac_layer_activation_bytes
+    assert op_sac_layer_activation_bytes(**SAC_SHAPE, tp=1, sequence_parallel=False) == \
+        MEASURED_SAC["total_bytes"]
+
+
+def test_op_sac_keeps_far_less_than_megatrons_selective_recompute():
+    # Megatron's selective recompute (core_attn) keeps all but the attention scores: the
+    # per-op policy keeps 7.8 of the block's 17.0 bytes per token and hidden unit here.
+    from cost_models.enums import AttentionKind, MlpKind, Recompute
+    from cost_models.memory import transformer_layer_activation_bytes
+    megatron = transformer_layer_activation_bytes(
+        seq_len=64, micro_batch=2, hidden=256, num_heads=8, num_kv_heads=2, head_dim=32,
+        ffn_hidden=896, mlp=MlpKind.SWIGLU, attention=AttentionKind.FLASH, dropout=False,
+        tp=1, sequence_parallel=False, recompute=Recompute.SELECTIVE)
+    assert MEASURED_SAC["total_bytes"] / megatron == pytest.approx(0.46, abs=0.001)
+
+
+def test_op_sac_with_float8_keeps_every_linear():
+    # torchao's Float8Linear runs aten._scaled_mm: compute-intensive, kept, and not an mm the
+    # policy counts, so no linear output is recomputed (formula, not measured: no torchao here).
+    from cost_models.memory import op_sac_layer_activation_bytes
+    linears = 2 * 128 * (256 + 64 + 64 + 256 + 896 + 896 + 256)
+    assert op_sac_layer_activation_bytes(**SAC_SHAPE, tp=1, sequence_parallel=False,
+                                         scaled_linears=True) == \
+        MEASURED_SAC["layer_input_bytes"] + linears + 69632
+
+
+def test_pytorch_still_runs_the_pinned_sac_ops():
+    pytest.importorskip("torch")
+    from bench.torch_sac import sac_kept
+    assert sac_kept() == MEASURED_SAC
