@@ -61,7 +61,8 @@ def state_bytes_per_param(precision: Precision, optimizer: Optimizer, *,
 
 
 def model_state_bytes(*, num_params, dp, zero_stage, per_param: StateBytes,
-                      master_weights: MasterWeights = MasterWeights.OPTIMIZER) -> StateBytes:
+                      master_weights: MasterWeights = MasterWeights.OPTIMIZER,
+                      unsharded_accumulation=False) -> StateBytes:
     """Bytes of weights, gradients and optimizer state one data-parallel rank holds.
 
     Ref: Rajbhandari et al. 2020 (arXiv:1910.02054), Sec. 5 and Figure 1, with K the optimizer
@@ -82,8 +83,16 @@ def model_state_bytes(*, num_params, dp, zero_stage, per_param: StateBytes,
     dtype, the all-gather casts to param_dtype; _fsdp_collectives.py foreach_reduce casts the
     reduced gradient back to it, so the gradients are fp32 whatever the reduce dtype). Without
     a master (fp32 training) both accountings agree.
+
+    `unsharded_accumulation` (may be an array; FSDP under torch.distributed.pipelining): the
+    pipeline schedule runs every backward but a step's last with FSDP's gradient sync and
+    resharding off (torch/distributed/pipelining/stage.py backward_maybe_with_nosync:
+    set_requires_gradient_sync(False), set_reshard_after_backward(False)), so the stage's
+    gradients accumulate unsharded in the reduce dtype and its 16-bit weights stay gathered
+    through the step: gradients as below ZeRO-2, weights as ZeRO-2's whatever the stage.
     """
     zero = np.asarray(zero_stage)
+    whole = np.asarray(unsharded_accumulation, dtype=bool) & (zero >= ZeroStage.GRADIENTS)
     w = per_param.weights * num_params
     g = per_param.gradients * num_params
     o = per_param.optimizer * num_params
@@ -96,12 +105,13 @@ def model_state_bytes(*, num_params, dp, zero_stage, per_param: StateBytes,
         o = o - master                                            # the moments
         g = master                  # the reduced gradient takes the fp32 parameter's dtype
     o = np.where(zero >= ZeroStage.OPTIMIZER_STATES, o / dp, o)
-    g = np.where(zero >= ZeroStage.GRADIENTS, g / dp, g)
+    g = np.where((zero >= ZeroStage.GRADIENTS) & ~whole, g / dp, g)
+    gathered = (zero >= ZeroStage.PARAMETERS) & ~whole          # the 16-bit weights sharded
     if fsdp_master:
         master = np.where(zero >= ZeroStage.GRADIENTS, master / dp, master)
-        w = np.where(zero >= ZeroStage.PARAMETERS, 0.0, w) + master   # 16-bit copy + fp32 shard
+        w = np.where(gathered, 0.0, w) + master                    # 16-bit copy + fp32 shard
     else:
-        w = np.where(zero >= ZeroStage.PARAMETERS, w / dp, w)
+        w = np.where(gathered, w / dp, w)
     return StateBytes(w, g, o)
 
 

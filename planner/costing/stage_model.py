@@ -154,11 +154,14 @@ def rank_states(problem: Problem, cands, dense, experts, fp8=0.0) -> StateBytes:
     `Linear` terms. `fp8`: of those, the FP8 linear-layer parameters, whose weights take
     `fp8_weight_extra_bytes` more each."""
     per, master = problem.training.state_bytes, problem.framework.master_weights
+    whole = problem.framework.pipeline_unsharded_accumulation & (cands.pp > 1)
     # Bytes per parameter after ZeRO (`memory.model_state_bytes` of one parameter), per candidate.
     d = model_state_bytes(num_params=1.0, dp=cands.grad_shard.astype(float),
-                          zero_stage=cands.zero, per_param=per, master_weights=master)
+                          zero_stage=cands.zero, per_param=per, master_weights=master,
+                          unsharded_accumulation=whole)
     e = model_state_bytes(num_params=1.0, dp=cands.expert_shard.astype(float),
-                          zero_stage=cands.zero, per_param=per, master_weights=master)
+                          zero_stage=cands.zero, per_param=per, master_weights=master,
+                          unsharded_accumulation=whole)
     extra = fp8_weight_extra_bytes(problem, cands)
     at = lambda x: _per_candidate(np.asarray(x, dtype=float), dense)  # noqa: E731
     return StateBytes(dense * at(d.weights) + experts * at(e.weights) + fp8 * at(extra),

@@ -139,6 +139,10 @@ class FrameworkProfile(BaseModel):
     """The rank orders the framework can build its process groups in (Megatron-LM: both, the
     second with --use-tp-pp-dp-mapping; torchtitan's mesh and DeepSpeed's topology: the first)."""
     """Share of the tensor-parallel collectives that overlap hides behind the GEMMs."""
+    pipeline_unsharded_accumulation: bool = False
+    """Under a pipeline, FSDP keeps each stage's gradients unsharded (accumulated over the
+    micro-batches, reduced after the last) and its 16-bit weights gathered through the step
+    (torch.distributed.pipelining, `memory.model_state_bytes` unsharded_accumulation)."""
     master_weights: MasterWeights = MasterWeights.OPTIMIZER
     """Where mixed precision keeps the fp32 master weights: in the optimizer beside 16-bit
     parameters (Megatron-LM, DeepSpeed: 18 bytes per parameter for bf16 Adam), or as the fp32

@@ -42,3 +42,30 @@ def test_torchtitan_no_longer_charges_a_bf16_shard():
     zero3, _ = _states_bytes("deepspeed")
     assert (zero3 - fsdp2) / GiB == pytest.approx(2 * num_params / 8 / GiB, rel=1e-9)
     assert (zero3 - fsdp2) / GiB == pytest.approx(1.87, abs=0.005)
+
+
+def test_torchtitan_pipeline_keeps_gradients_unsharded_and_weights_gathered():
+    # torch.distributed.pipelining turns FSDP's gradient sync and resharding off for every
+    # backward but the last (stage.py backward_maybe_with_nosync): per bf16-Adam parameter of
+    # a stage, the fp32 shard and moments stay sharded (4 + 8 over d), the fp32 gradient is
+    # whole (4) and the bf16 weight gathered (2).
+    from cost_models.enums import Optimizer, Precision, ZeroStage
+    from cost_models.memory import model_state_bytes, state_bytes_per_param
+
+    per = state_bytes_per_param(Precision.BF16, Optimizer.ADAM)
+    for zero in (ZeroStage.GRADIENTS, ZeroStage.PARAMETERS):
+        kept = model_state_bytes(num_params=1.0, dp=8, zero_stage=zero, per_param=per,
+                                 master_weights=MasterWeights.PARAMETERS,
+                                 unsharded_accumulation=True)
+        assert (kept.weights, kept.gradients, kept.optimizer) == pytest.approx(
+            (2 + 4 / 8, 4, 8 / 8))
+    plain = model_state_bytes(num_params=1.0, dp=8, zero_stage=ZeroStage.PARAMETERS,
+                              per_param=per, master_weights=MasterWeights.PARAMETERS)
+    assert plain.total == pytest.approx(16 / 8)
+    # ... where the framework's pipeline does that: torchtitan's, with pp > 1.
+    problem = make_problem("llama3-8b", "dgx-h100", gpus=16, framework="torchtitan")
+    stages = [evaluate_strategy(problem, Strategy(dp=8, tp=1, pp=pp, micro_batch=1,
+                                                  zero_stage=3, global_batch=64))
+              .memory.stages[0] for pp in (1, 2)]
+    # Half the parameters on a stage, each gradient whole instead of an eighth: 4x.
+    assert stages[1].gradients_bytes == pytest.approx(4 * stages[0].gradients_bytes, rel=0.01)

@@ -338,7 +338,7 @@ def test_an_uneven_pipeline_is_spelled_out_module_by_module(tmp_path):
     _get_pipeline_metadata @b5bcd76c; found by running it on the emitted recipe:
     bench/framework_parsers.py). Both files name each stage's modules instead, in the layer
     counts the plan was priced with, and read back to the same price."""
-    plan = _plan("deepseek-v3", 256, dp=32, pp=8, ep=32, etp=1, recompute="full",
+    plan = _plan("deepseek-v3", 512, dp=64, pp=8, ep=64, etp=1, recompute="full",
                  zero_stage=3)
     counts = plan.report.strategy.layers_per_stage
     assert sum(counts) == 61 and len(set(counts)) > 1
