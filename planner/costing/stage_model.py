@@ -415,7 +415,11 @@ def stage_model(problem: Problem, cands, costs, *, pp: int, tied_copy: Linear,
             costs.output_elements, value_bytes=value_bytes))
     largest_block = (sharded[None, :] / tp[:, None] + replicated[None, :]
                      + expert[None, :] / (cands.ep * cands.etp)[:, None]).max(1)
-    gathered = np.where(cands.zero == ZeroStage.PARAMETERS, zero3_gather_buffer_bytes(
+    # ZeRO-3 gathers one block at a time, unless the weights stay gathered through the step
+    # (FSDP under a pipeline: `rank_states` counts them whole then).
+    gathers = (cands.zero == ZeroStage.PARAMETERS) & ~(
+        fw.pipeline_unsharded_accumulation & (cands.pp > 1))
+    gathered = np.where(gathers, zero3_gather_buffer_bytes(
         largest_block_params_per_rank=largest_block, weight_bytes=per.weights,
         prefetch_blocks=cluster.reserve.zero3_prefetch_blocks), 0.0)
     b = fw.buffers
