@@ -9,7 +9,8 @@ It times, with CUDA events (median of repeats after warm-up, random inputs):
   in PyTorch, cuDNN fused attention, memory-efficient), causal, at several sequence lengths;
   FLOPs counted as `cost_models.compute.flash_attention_time_s` counts them;
 - bf16 GEMMs of training shapes (cuBLAS through torch.mm) and FP8 tensorwise GEMMs
-  (torch._scaled_mm);
+  (torch._scaled_mm), at 8,192 tokens and (section gemm_tokens) at 1K-16K tokens for
+  tensor-parallel shards of GPT-3 175B and Llama 3 8B;
 - grouped expert GEMMs (torch._grouped_mm, what torchtitan runs) and a loop of one GEMM per
   expert (what Transformer Engine's GroupedLinear launches), by tokens per expert;
 - the fused AdamW step (torch.optim.AdamW fused=True) over fp32 parameters, a gradient norm
@@ -46,7 +47,8 @@ def main() -> int:
     parser.add_argument("--out", required=True)
     parser.add_argument("--quick", action="store_true", help="fewer shapes")
     parser.add_argument("--sections",
-                        default="peak,attention,gemm,grouped,optimizer,launch,moe,cudnn,eager",
+                        default="peak,attention,gemm,gemm_tokens,grouped,optimizer,launch,moe,"
+                                "cudnn,eager",
                         help="comma-separated sections to run")
     args = parser.parse_args()
     dev = torch.device("cuda")
@@ -140,6 +142,33 @@ def main() -> int:
     section("attention", attention)
 
     # --- dense GEMMs ------------------------------------------------------------------------
+    def time_gemm(m, n, k, fp8):
+        a = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+        w = torch.randn(n, k, device=dev, dtype=torch.bfloat16)
+        flops = 2 * m * n * k
+        s_fwd = timed(lambda: a @ w.t())              # y = x W^T (forward, "NT")
+        g = torch.randn(m, n, device=dev, dtype=torch.bfloat16)
+        s_dgrad = timed(lambda: g @ w)                  # dX = dY W ("NN")
+        s_wgrad = timed(lambda: g.t() @ a)              # dW = dY^T X ("TN")
+        row = {"section": "gemm", "m": m, "n": n, "k": k, "bf16_fwd_tflops": flops / s_fwd / 1e12,
+               "bf16_dgrad_tflops": flops / s_dgrad / 1e12,
+               "bf16_wgrad_tflops": flops / s_wgrad / 1e12}
+        if fp8:
+            try:
+                a8 = a.to(torch.float8_e4m3fn)
+                w8 = w.to(torch.float8_e4m3fn)
+                one = torch.ones((), device=dev, dtype=torch.float32)
+                s8 = timed(lambda: torch._scaled_mm(a8, w8.t(), scale_a=one, scale_b=one,
+                                                    out_dtype=torch.bfloat16))
+                row["fp8_fwd_tflops"] = flops / s8 / 1e12
+            except Exception as exc:
+                row["fp8_error"] = str(exc)[:200]
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+
+    def has_fp8():
+        return hasattr(torch, "_scaled_mm") and hasattr(torch, "float8_e4m3fn")
+
     def gemms():
         m = 8192
         nk = [(4096, 4096), (6144, 4096), (28672, 4096), (4096, 14336), (12288, 12288),
@@ -148,31 +177,24 @@ def main() -> int:
               (5760, 2880), (2880, 2880), (16384, 16384), (53248, 16384)]
         if args.quick:
             nk = nk[:4]
-        fp8 = hasattr(torch, "_scaled_mm") and hasattr(torch, "float8_e4m3fn")
         for n, k in nk:
-            a = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
-            w = torch.randn(n, k, device=dev, dtype=torch.bfloat16)
-            flops = 2 * m * n * k
-            s_fwd = timed(lambda: a @ w.t())              # y = x W^T (forward, "NT")
-            g = torch.randn(m, n, device=dev, dtype=torch.bfloat16)
-            s_dgrad = timed(lambda: g @ w)                  # dX = dY W ("NN")
-            s_wgrad = timed(lambda: g.t() @ a)              # dW = dY^T X ("TN")
-            row = {"section": "gemm", "m": m, "n": n, "k": k, "bf16_fwd_tflops": flops / s_fwd / 1e12,
-                   "bf16_dgrad_tflops": flops / s_dgrad / 1e12,
-                   "bf16_wgrad_tflops": flops / s_wgrad / 1e12}
-            if fp8:
-                try:
-                    a8 = a.to(torch.float8_e4m3fn)
-                    w8 = w.to(torch.float8_e4m3fn)
-                    one = torch.ones((), device=dev, dtype=torch.float32)
-                    s8 = timed(lambda: torch._scaled_mm(a8, w8.t(), scale_a=one, scale_b=one,
-                                                        out_dtype=torch.bfloat16))
-                    row["fp8_fwd_tflops"] = flops / s8 / 1e12
-                except Exception as exc:
-                    row["fp8_error"] = str(exc)[:200]
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+            time_gemm(m, n, k, has_fp8())
     section("gemm", gemms)
+
+    def gemm_tokens():
+        # The token dimension (micro-batch x sequence / cp, m) of tensor-parallel shards: the
+        # planner's choice of micro-batch and tp at small m rests on the GEMM rate there
+        # (`compute.gemm_time_s` charges min(m, n, k)); rows join section "gemm".
+        shards = [(4608, 12288), (12288, 1536), (6144, 12288), (12288, 6144),   # GPT-3 175B tp 8
+                  (6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336),     # Llama 3 8B
+                  (3072, 4096), (4096, 1792), (1280, 8192), (8192, 3584)]       # tp 2 / tp 8
+        tokens = [1024, 2048, 4096, 16384]
+        if args.quick:
+            shards, tokens = shards[:2], tokens[:2]
+        for m in tokens:
+            for n, k in shards:
+                time_gemm(m, n, k, has_fp8())
+    section("gemm_tokens", gemm_tokens)
 
     # --- grouped expert GEMMs -------------------------------------------------------------
     def grouped():
