@@ -85,10 +85,7 @@ class Record(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         outs = out if isinstance(out, (tuple, list)) else (out,)
-        size = sum(t.untyped_storage().nbytes() if t.is_contiguous() and t.storage_offset() == 0
-                   and t.untyped_storage().nbytes() == t.numel() * t.element_size()
-                   else t.numel() * t.element_size()
-                   for t in outs if isinstance(t, torch.Tensor))
+        size = sum(t.numel() * t.element_size() for t in outs if isinstance(t, torch.Tensor))
         self.ops.append((func, size))
         return out
 

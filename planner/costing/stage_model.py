@@ -147,6 +147,13 @@ def _per_candidate(values, like):
     return values
 
 
+def unsharded_under_pipeline(problem: Problem, cands) -> np.ndarray:
+    """(N,) where FSDP keeps a stage's gradients unsharded and its weights gathered through
+    the step: the framework's pipeline does (profile pipeline_unsharded_accumulation), pp > 1
+    (`memory.model_state_bytes` unsharded_accumulation)."""
+    return problem.framework.pipeline_unsharded_accumulation & (cands.pp > 1)
+
+
 def rank_states(problem: Problem, cands, dense, experts, fp8=0.0) -> StateBytes:
     """Model states a rank holds for `dense` parameters (ZeRO over its shard group) and
     routed-expert ones (ZeRO over the expert data-parallel shard group, Megatron-Core's
@@ -154,7 +161,7 @@ def rank_states(problem: Problem, cands, dense, experts, fp8=0.0) -> StateBytes:
     `Linear` terms. `fp8`: of those, the FP8 linear-layer parameters, whose weights take
     `fp8_weight_extra_bytes` more each."""
     per, master = problem.training.state_bytes, problem.framework.master_weights
-    whole = problem.framework.pipeline_unsharded_accumulation & (cands.pp > 1)
+    whole = unsharded_under_pipeline(problem, cands)
     # Bytes per parameter after ZeRO (`memory.model_state_bytes` of one parameter), per candidate.
     d = model_state_bytes(num_params=1.0, dp=cands.grad_shard.astype(float),
                           zero_stage=cands.zero, per_param=per, master_weights=master,
@@ -417,8 +424,7 @@ def stage_model(problem: Problem, cands, costs, *, pp: int, tied_copy: Linear,
                      + expert[None, :] / (cands.ep * cands.etp)[:, None]).max(1)
     # ZeRO-3 gathers one block at a time, unless the weights stay gathered through the step
     # (FSDP under a pipeline: `rank_states` counts them whole then).
-    gathers = (cands.zero == ZeroStage.PARAMETERS) & ~(
-        fw.pipeline_unsharded_accumulation & (cands.pp > 1))
+    gathers = (cands.zero == ZeroStage.PARAMETERS) & ~unsharded_under_pipeline(problem, cands)
     gathered = np.where(gathers, zero3_gather_buffer_bytes(
         largest_block_params_per_rank=largest_block, weight_bytes=per.weights,
         prefetch_blocks=cluster.reserve.zero3_prefetch_blocks), 0.0)

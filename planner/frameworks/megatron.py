@@ -14,7 +14,6 @@ import numpy as np
 from cost_models.enums import (AttentionKind, CpComm, CudaGraphs, Fp8Recipe, LoadBalancing,
                                MlpKind, MoeDispatcher, NormKind, Optimizer, PositionKind,
                                Precision, RankOrder, Recompute, RecomputeModule, ZeroStage)
-from cost_models.pipeline import micro_batch_group_size
 from planner.frameworks import torchrun
 from planner.frameworks.base import LaunchPlan, Trial, header_lines, transformer_shape
 from planner.frameworks.megatron_reader import FSDP_STRATEGIES, parse  # noqa: F401
@@ -210,21 +209,17 @@ def _layout_args(s) -> list[str]:
     return args
 
 
-def _group_args(s) -> list[str]:
+def _group_args(plan: LaunchPlan) -> list[str]:
     """The interleaved schedule's micro-batch group where it is not pp (Megatron-LM's default,
-    model_parallel_config.py): the strategy's, else the smallest Megatron-LM runs."""
-    if s.vpp < 2:
-        return []
-    group = s.microbatch_group or micro_batch_group_size(
-        pp=s.pp, num_micro_batches=s.global_batch // (s.dp * s.micro_batch))
-    return [] if group in (0, s.pp) else [
-        f"--microbatch-group-size-per-virtual-pipeline-stage {group}"]
+    model_parallel_config.py): the group the plan was priced with (`report.strategy`)."""
+    group = plan.report.strategy.microbatch_group
+    return [f"--microbatch-group-size-per-virtual-pipeline-stage {group}"] if group else []
 
 
 def _parallel_args(plan: LaunchPlan) -> list[str]:
     s = plan.strategy
     args = [f"--tensor-model-parallel-size {s.tp}", f"--pipeline-model-parallel-size {s.pp}",
-            *_layout_args(s), *_group_args(s)]
+            *_layout_args(s), *_group_args(plan)]
     if s.cp > 1:
         args.append(f"--context-parallel-size {s.cp}")
         if s.cp_comm is not CpComm.P2P:       # the default; Transformer Engine's spelling
