@@ -336,6 +336,25 @@ def output_activation_bytes(*, seq_len, micro_batch, hidden: int, vocab_size: in
     return hidden_terms + logits
 
 
+def eager_cross_entropy_working_bytes(*, seq_len, micro_batch, vocab_size: int, tp):
+    """Bytes beyond the kept log-probabilities that PyTorch's eager cross entropy on fp32
+    logits, F.cross_entropy(logits.float(), labels), holds at its peak: at the start of the
+    backward, nll_loss_backward writes an fp32 gradient of the log-probabilities (4 s b V / t)
+    and log_softmax_backward an fp32 gradient of the logits (4 s b V / t) while the fp32
+    log_softmax output it saved (4 s b V / t, counted as kept by `output_activation_bytes`)
+    is still alive: 12 bytes per logit in all. Each tensor-parallel rank holds 1 / t of the
+    vocabulary (torchtitan's loss_parallel).
+
+    Ref: torchtitan components/loss.py cross_entropy_loss @b5bcd76c6 (and train.py loss_fn
+    @9dec370, uncompiled: "compiling loss function causes CUDA errors, turning off for now");
+    PyTorch tools/autograd/derivatives.yaml (_log_softmax saves its result; nll_loss_backward,
+    _log_softmax_backward_data allocate their outputs). Measured: bench/torch_loss_memory.py
+    (12.0 bytes per logit on PyTorch's own op stream, pinned in
+    tests/golden/test_pytorch_measured.py).
+    """
+    return 2 * BYTES_FP32 * seq_len * micro_batch * vocab_size / tp
+
+
 def zero3_gather_buffer_bytes(*, largest_block_params_per_rank, weight_bytes: float,
                               prefetch_blocks: int):
     """Bytes of the full (unsharded over DP) weights ZeRO-3 holds while a block computes.

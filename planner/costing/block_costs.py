@@ -38,7 +38,8 @@ from cost_models.evoformer import (evoformer_block_activation_bytes,
 from cost_models.fp8 import (fp8_attention_fraction, fp8_attention_quantize_bytes,
                              fp8_attention_value_bytes, fp8_value_bytes, gemm_operand_bytes,
                              quantize_bytes)
-from cost_models.memory import (embedding_activation_bytes, moe_activation_bytes,
+from cost_models.memory import (eager_cross_entropy_working_bytes, embedding_activation_bytes,
+                                moe_activation_bytes,
                                 op_sac_layer_activation_bytes, output_activation_bytes,
                                 transformer_layer_activation_bytes)
 from cost_models.tensor_parallel import (tp_collective_s, tp_passes,
@@ -126,6 +127,11 @@ class _Kernels:
         # GPU relative to bf16 (cluster data), reading 1-byte operands; the bf16 peak for the rest.
         self.fp8 = training.fp8_recipe if training.precision is Precision.FP8 else None
         self._linear = self._gemm
+        self.fp8_linears_saved = (self.fp8 is not None and self.selective_alternate_linears
+                                  and not framework.selective_fp8_linears_as_mm)
+        """torchtitan's per-op policy keeps every FP8 linear's output: none re-runs."""
+        if self.fp8_linears_saved:
+            self.selective_gemm_share = 0.0
         if self.fp8 is not None:
             relative = eff.fp8_gemm_efficiency.get(self.fp8, 0.0) or 1.0   # unsupported: a rule
             self.peak = cluster.gpu.peak_flops(Precision.BF16)
@@ -419,7 +425,7 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
                 num_heads=block.num_heads, q_dim=block.num_heads * block.dim_per_head,
                 kv_dim=block.kv_heads * block.dim_per_head, ffn_hidden=block.tp_ffn,
                 gated=block.mlp.gated, tp=tp, sequence_parallel=sp,
-                bytes_per_value=k.value_bytes, scaled_linears=k.fp8 is not None)
+                bytes_per_value=k.value_bytes, scaled_linears=k.fp8_linears_saved)
         kept = transformer_layer_activation_bytes(
             **shape, attention=k.attention, dropout=block.dropout,
             norms_per_layer=block.norms_per_layer, tp=tp, sequence_parallel=sp,
@@ -635,7 +641,15 @@ def _output(block: OutputBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute, k: 
         seq_len=seq_len, micro_batch=mb, hidden=h, vocab_size=V, tp=tp, sequence_parallel=sp,
         final_norm=False, bytes_per_value=k.value_bytes,
         input_bytes=k.linear_input_bytes if k.fp8_output_layer else k.value_bytes)
-    return BlockCost(forward, backward, 0 * forward, tp_comm, activations, 0 * tp)
+    # PyTorch's eager cross entropy holds two more fp32 copies of the logits at the start of
+    # the backward (a peak of the last stage's, while the kept activations are all alive).
+    fw = k.framework
+    working = 0 * tp
+    if fw.torch_cross_entropy and (k.eager or not fw.compiles_loss):
+        working = eager_cross_entropy_working_bytes(seq_len=seq_len, micro_batch=mb,
+                                                    vocab_size=V, tp=tp)
+    return BlockCost(forward, backward, 0 * forward, tp_comm, activations, 0 * tp,
+                     recompute_working_bytes=working)
 
 
 def _mtp(block: MtpBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute, k: _Kernels,

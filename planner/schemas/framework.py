@@ -195,6 +195,12 @@ class FrameworkProfile(BaseModel):
     outputs and every second linear layer's output (torchtitan's per-op policy,
     `memory.op_sac_layer_activation_bytes`); False: all but what the recompute modules drop
     (Megatron-LM)."""
+    selective_fp8_linears_as_mm: bool = False
+    """With selective_keeps_alternate_linears, under FP8: the policy sees each FP8 linear as
+    an aten.mm (torchao's Float8Tensor subclass takes the mm and runs _scaled_mm beneath the
+    policy) and keeps every second one, as in bf16; False: it sees aten._scaled_mm, one of
+    PyTorch's compute-intensive ops (torchtitan's save set since #2357, 2026-03-23), keeps
+    every one and the backward re-runs none."""
     selective_recompute_elementwise: bool = False
     """Selective recomputation also re-runs a layer's memory-bound ops (norms, rotary
     embedding, activation, residual adds): torchtitan's per-op policy saves only matmuls and
@@ -211,6 +217,16 @@ class FrameworkProfile(BaseModel):
     """Whether a run compiles its model unless it says (training.compile): torchtitan's
     configs as the planner writes them ([compile] enable); None: the framework runs its own
     fused kernels (Megatron-LM, Transformer Engine) and training.compile has no effect."""
+    torch_cross_entropy: bool = False
+    """Its loss is PyTorch's F.cross_entropy on the logits cast to fp32 (torchtitan
+    components/loss.py), which eager holds 12 bytes per logit at its peak
+    (`memory.eager_cross_entropy_working_bytes`); False: a fused vocabulary-parallel cross
+    entropy (Megatron-LM) that keeps the fp32 logits only."""
+    compiles_loss: bool = True
+    """With torch_cross_entropy: the loss compiles with the model where the run compiles
+    (torchtitan since 2025-04-02, bbb1b616e; compile.components ["model", "loss"] by default
+    since #1608). False: eager even in a compiled run (torchtitan 2024: train.py @9dec370
+    leaves `loss_fn = torch.compile(loss_fn)` commented out)."""
     recompute_modules: bool = False
     """Selective recomputation re-runs the submodules a run names (Megatron-Core
     --recompute-modules, `RecomputeModule`); False: only its own selective policy, priced as

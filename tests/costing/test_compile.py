@@ -75,7 +75,10 @@ def test_torchtitan_compiles_by_default_and_eager_is_slower():
     assert eager_problem.eager_elementwise
     assert default.time.step_s == compiled.time.step_s
     assert eager.time.step_s > 1.1 * compiled.time.step_s
-    assert eager.memory.peak_bytes == compiled.memory.peak_bytes
+    # Eager, the loss holds two more fp32 copies of the logits at its peak
+    # (memory.eager_cross_entropy_working_bytes); the layers keep the same.
+    assert eager.memory.peak_bytes > compiled.memory.peak_bytes
+    assert eager.memory.stages[0].weights_bytes == compiled.memory.stages[0].weights_bytes
 
 
 def test_compile_has_no_effect_on_megatron_and_says_so():

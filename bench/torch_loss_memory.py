@@ -1,0 +1,90 @@
+"""The peak memory of torchtitan's eager loss, counted on PyTorch's own op stream (not a unit
+test; needs torch, CPU is enough).
+
+    python bench/torch_loss_memory.py
+
+torchtitan's loss (components/loss.py cross_entropy_loss @b5bcd76c6; train.py loss_fn
+@9dec370) is F.cross_entropy(pred.float(), labels) on the output layer's bf16 logits, and the
+training step deletes `pred` before the backward. This script makes bf16 logits of
+(tokens, vocab), runs that loss and its backward under a TorchDispatchMode that follows every
+storage the ops create until it is freed (torch.multiprocessing.reductions.StorageWeakRef),
+and prints the live bytes at the peak and after the forward, per logit, next to
+`cost_models.memory`'s: the kept fp32 log-probabilities (`output_activation_bytes`'s
+4 s b V / t) plus `eager_cross_entropy_working_bytes`. The caching allocator on a GPU hands out
+the same tensors for the same lifetimes. tests/golden/test_pytorch_measured.py pins the counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from cost_models.memory import eager_cross_entropy_working_bytes  # noqa: E402
+
+TOKENS, VOCAB = 512, 4096
+
+
+class LiveBytes(TorchDispatchMode):
+    """The bytes of the storages the ops under it created and that are still alive; `peak`
+    the most at once (each op's outputs counted while its inputs are alive)."""
+
+    def __init__(self):
+        super().__init__()
+        self.alive: dict[int, tuple[StorageWeakRef, int]] = {}
+        self.peak = 0
+
+    def live(self) -> int:
+        self.alive = {k: v for k, v in self.alive.items() if not v[0].expired()}
+        return sum(n for _, n in self.alive.values())
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor):
+                storage = t.untyped_storage()
+                key = storage.data_ptr()
+                if key not in self.alive or self.alive[key][0].expired():
+                    self.alive[key] = (StorageWeakRef(storage), storage.nbytes())
+        self.peak = max(self.peak, self.live())
+        return out
+
+
+def loss_memory() -> dict:
+    """Bytes per logit of torchtitan's eager loss on TOKENS x VOCAB bf16 logits: alive after
+    the forward (pred deleted) and at the peak of forward and backward."""
+    torch.manual_seed(0)
+    hidden = torch.randn(TOKENS, VOCAB, dtype=torch.bfloat16, requires_grad=True)
+    labels = torch.randint(0, VOCAB, (TOKENS,))
+    with LiveBytes() as mode:
+        pred = hidden * 1.0            # the output layer's bf16 logits, made under the mode
+        loss = F.cross_entropy(pred.float(), labels)
+        del pred
+        kept = mode.live()
+        loss.backward()
+    logits = TOKENS * VOCAB
+    return {"kept_bytes_per_logit": kept / logits, "peak_bytes_per_logit": mode.peak / logits}
+
+
+def main() -> None:
+    argparse.ArgumentParser().parse_args()
+    measured = loss_memory()
+    kept_formula = 4.0                 # output_activation_bytes: fp32 logits, 4 s b V / t
+    working = eager_cross_entropy_working_bytes(seq_len=TOKENS, micro_batch=1,
+                                                vocab_size=VOCAB, tp=1) / (TOKENS * VOCAB)
+    print(json.dumps({"torch": torch.__version__, "measured": measured,
+                      "formula": {"kept_bytes_per_logit": kept_formula,
+                                  "peak_bytes_per_logit": kept_formula + working}}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

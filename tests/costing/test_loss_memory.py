@@ -1,0 +1,53 @@
+"""torchtitan's loss on the last stage's peak memory: PyTorch's eager cross entropy holds two
+more fp32 copies of the logits than the kept log-probabilities (12 bytes per logit, measured
+by bench/torch_loss_memory.py); compiled, or in Megatron's fused loss, only those are kept."""
+
+from dataclasses import replace
+
+import pytest
+
+from cost_models.memory import eager_cross_entropy_working_bytes
+from planner.costing.evaluate import evaluate_strategy
+from planner.inputs.loader import make_problem
+from planner.schemas.strategy import Strategy
+
+STRATEGY = Strategy(dp=8, tp=1, pp=1, micro_batch=2, global_batch=16, zero_stage=3,
+                    recompute="full")
+
+
+VOCAB = 128256    # Llama 3's
+
+
+def _peak(framework, *, compile=None, **profile):
+    problem = make_problem("llama3-8b", "dgx-h100", gpus=8, framework=framework)
+    if compile is not None:
+        problem = replace(problem, training=problem.training.model_copy(
+            update={"compile": compile}))
+    if profile:
+        problem = replace(problem, framework=problem.framework.model_copy(update=profile))
+    return evaluate_strategy(problem, STRATEGY).memory.peak_bytes, problem
+
+
+def test_eager_torchtitan_loss_adds_two_fp32_copies_of_the_logits():
+    compiled, problem = _peak("torchtitan", compile=True)
+    eager, _ = _peak("torchtitan", compile=False)
+    extra = eager_cross_entropy_working_bytes(seq_len=problem.training.seq_len, micro_batch=2,
+                                              vocab_size=VOCAB, tp=1)
+    assert extra == 8 * problem.training.seq_len * 2 * VOCAB
+    # With full recompute the layers keep their inputs either way: the peak moves from a
+    # layer's recompute working set (a few percent of the loss's copies) to the loss's.
+    assert 0.85 * extra < eager - compiled <= extra
+
+
+def test_a_loss_left_eager_in_a_compiled_run_peaks_as_eager():
+    compiled, _ = _peak("torchtitan", compile=True)
+    left_eager, _ = _peak("torchtitan", compile=True, compiles_loss=False)
+    eager, _ = _peak("torchtitan", compile=False)
+    assert left_eager > compiled
+    assert left_eager == pytest.approx(eager, rel=0.02)
+
+
+def test_megatrons_fused_loss_has_no_eager_copies():
+    fused, _ = _peak("megatron")
+    flagged, _ = _peak("megatron", torch_cross_entropy=True, compiles_loss=False)
+    assert flagged > fused
