@@ -2,6 +2,8 @@
 profile, FP8 weight and activation bytes against the framework docs, the FP8 rules, and the
 plan-level speed-up the issue asks for (1.2-1.9x over bf16 for a Llama-class model on H100)."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -224,11 +226,17 @@ def test_torchao_keeps_no_fp8_weights_and_requantizes():
     assert _stage(tt_fp8).weights_bytes == pytest.approx(_stage(tt_bf16).weights_bytes)
     assert _stage(tt_fp8).activations_bytes == pytest.approx(_stage(tt_bf16).activations_bytes)
     assert np.isfinite(tt_fp8.time.step_s) and tt_fp8.time.step_s < tt_bf16.time.step_s
-    # Its per-op checkpointing keeps every float8 linear's output (aten._scaled_mm is not an mm
-    # the policy alternates on), every second one in bf16: more kept in FP8.
+    # Its per-op checkpointing in 0.2.x (the TOML FP8 plans are written as) sees each float8
+    # linear as an aten.mm and keeps every second one, as in bf16; today's policy keeps every
+    # aten._scaled_mm output (selective_fp8_linears_as_mm false): more kept in FP8.
     sel_bf16 = _report(_problem("bf16", framework="torchtitan"))
     sel_fp8 = _report(_problem(framework="torchtitan"), fp8_param_gather=False)
-    assert _stage(sel_fp8).activations_bytes > _stage(sel_bf16).activations_bytes
+    assert _stage(sel_fp8).activations_bytes == pytest.approx(_stage(sel_bf16).activations_bytes)
+    current = _problem(framework="torchtitan")
+    current = replace(current, framework=current.framework.model_copy(
+        update={"selective_fp8_linears_as_mm": False}))
+    sel_current = _report(current, fp8_param_gather=False)
+    assert _stage(sel_current).activations_bytes > _stage(sel_bf16).activations_bytes
 
 
 def test_nvfp4_bytes_follow_transformer_engine():
