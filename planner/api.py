@@ -102,6 +102,7 @@ def run_head(problem: Problem, notes: Iterable[str] = ()) -> RunHead:
         precision=t.precision.value,
         fp8_recipe=t.fp8_recipe.value if t.fp8_recipe is not None else None,
         attention=problem.attention.value, eager=problem.eager_elementwise,
+        eager_loss=problem.eager_loss,
         fp8_attention=t.fp8_attention,
         fp8_output_layer=t.fp8_output_layer, bf16_first_layers=t.bf16_first_layers,
         bf16_last_layers=t.bf16_last_layers, notes=[*problem.notes, *notes])

@@ -73,6 +73,11 @@ class Problem:
         return self.training.eager_elementwise(self.framework)
 
     @property
+    def eager_loss(self) -> bool:
+        """The loss runs as PyTorch's eager cross entropy (`TrainingSpec.eager_loss`)."""
+        return self.training.eager_loss(self.framework)
+
+    @property
     def tp_overlap_runs(self) -> bool:
         """The framework overlaps TP collectives with GEMMs in this run: it has the overlap,
         and the model is compiled where its overlap needs that (torchtitan's async TP)."""

@@ -106,6 +106,8 @@ class _Kernels:
         self.selective_alternate_linears = framework.selective_keeps_alternate_linears
         self.eager = training.eager_elementwise(framework)
         """The layers' memory-bound ops run as eager PyTorch ops (no torch.compile)."""
+        self.eager_loss = training.eager_loss(framework)
+        """The loss runs as PyTorch's eager cross entropy (`TrainingSpec.eager_loss`)."""
         self.value_bytes = bytes_per_value(training.precision)
         self.peak = cluster.gpu.peak_flops(training.precision)
         self._gemm = dict(peak_flops=self.peak, peak_fraction=eff.gemm_peak_fraction,
@@ -643,9 +645,8 @@ def _output(block: OutputBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute, k: 
         input_bytes=k.linear_input_bytes if k.fp8_output_layer else k.value_bytes)
     # PyTorch's eager cross entropy holds two more fp32 copies of the logits at the start of
     # the backward (a peak of the last stage's, while the kept activations are all alive).
-    fw = k.framework
     working = 0 * tp
-    if fw.torch_cross_entropy and (k.eager or not fw.compiles_loss):
+    if k.eager_loss:
         working = eager_cross_entropy_working_bytes(seq_len=seq_len, micro_batch=mb,
                                                     vocab_size=V, tp=tp)
     return BlockCost(forward, backward, 0 * forward, tp_comm, activations, 0 * tp,

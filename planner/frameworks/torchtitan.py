@@ -75,16 +75,20 @@ def _async_tp(plan: LaunchPlan) -> bool:
             and plan.problem.tp_overlap_runs)
 
 
-COMPILE_COMPONENTS = ["model", "loss"]
-"""What the planner's configs compile (job_config.py Compile's default components)."""
+def compile_components(problem: Problem) -> list[str]:
+    """What the run compiles, as the plan is priced: the model (fused norms, rotary embedding
+    and activation) unless training.compile is false, the loss unless it runs eager."""
+    return [name for name, compiled in (("model", not problem.eager_elementwise),
+                                        ("loss", not problem.eager_loss)) if compiled]
 
 
 def _compile(plan: LaunchPlan) -> dict[str, Any]:
-    """[compile]: on with the model and loss (fused norms, rotary embedding and activation, as
-    the plan is priced), off where the run asks for eager ops (training.compile false)."""
-    if plan.problem.eager_elementwise:
+    """[compile]: on with the components the plan is priced with (`compile_components`), off
+    where it compiles nothing."""
+    components = compile_components(plan.problem)
+    if not components:
         return {"enable": False}
-    return {"enable": True, "components": COMPILE_COMPONENTS}
+    return {"enable": True, "components": components}
 
 
 def _parallelism(plan: LaunchPlan, *, recipe: bool) -> dict[str, Any]:
@@ -270,7 +274,7 @@ def _recipe(plan: LaunchPlan, trial: Trial | None = None) -> str:
                      "enable_sequence_parallel": s.sequence_parallel},
         recompute=_checkpoint_mode(s.recompute),
         async_tp=_async_tp(plan) if s.tp > 1 else None, mtp_layers=mtp,
-        compiled=not plan.problem.eager_elementwise,
+        compile_components=tuple(compile_components(plan.problem)),
         **({} if trial is None else {
             "replaced": {"metrics": _trial_metrics(trial), "checkpoint": {"enable": False},
                          "validator": {"enable": False}},

@@ -289,6 +289,13 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None,
         parsed.strategy.update(optimizer_offload=1.0, param_offload=True)
     if compiled is not None:
         parsed.training["compile"] = compiled
+    compiled_loss = _compiled_loss(sections.get("compile", {}), train)
+    if compiled_loss is not None and compiled_loss != compiled:
+        parsed.training["compile_loss"] = compiled_loss
+        if not compiled_loss:
+            parsed.notes.append("the loss is not compiled: PyTorch's eager cross entropy holds "
+                                "two more fp32 copies of the logits at its peak, priced so; "
+                                "\"loss\" in [compile] components compiles it")
     if compiled is False:
         parsed.notes.append("compile is off: torchtitan runs its norms, rotary embedding and "
                             "activation as eager PyTorch ops, priced so; [compile] enable = "
@@ -359,6 +366,18 @@ def _compiled(compile_section: dict, train: dict, *, toml: bool) -> bool | None:
     if "compile" in train:
         return train["compile"] is True
     return False if toml else None
+
+
+def _compiled_loss(compile_section: dict, train: dict) -> bool | None:
+    """Whether the loss runs compiled: [compile] enable with "loss" in its components; the
+    2024 [training] compile left it eager (train.py @9dec370: "compiling loss function causes
+    CUDA errors, turning off for now"); None where the config does not say (the model's)."""
+    if "enable" in compile_section:
+        components = compile_section.get("components", ["model", "loss"])
+        return compile_section["enable"] is True and "loss" in components
+    if train.get("compile") is True:
+        return False
+    return None
 
 
 def _async_tp(parsed: ParsedConfig, par: dict, compile_section: dict, *,

@@ -81,8 +81,9 @@ class RecipeParts:
     async_tp: bool | None
     """compile.enable_async_tensor_parallel (None: leave the base's)."""
     mtp_layers: int = 0
-    compiled: bool = True
-    """CompileConfig.enable with the model and loss (False: the plan runs eager ops)."""
+    compile_components: tuple[str, ...] = ("model", "loss")
+    """CompileConfig.components, enabled ("model" unless the plan runs eager ops, "loss" unless
+    its loss runs eager); empty: compile off."""
     model_notes: list[str] = field(default_factory=list)
     replaced: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Other Trainer.Config fields set over the base's, {field: {setting: value}} (a trial
@@ -155,8 +156,8 @@ def render(parts: RecipeParts) -> str:
               f"        activation_checkpoint={policy + '.Config()' if policy else None},"]
     # CompileConfig: on with the model and loss unless the plan runs eager ("Async TP
     # requires 'model' in --compile.components and --compile.enable").
-    compile_fields: dict = ({"enable": True, "components": ["model", "loss"]} if parts.compiled
-                            else {"enable": False})
+    compile_fields: dict = ({"enable": True, "components": list(parts.compile_components)}
+                            if parts.compile_components else {"enable": False})
     if parts.async_tp is not None:
         compile_fields["enable_async_tensor_parallel"] = parts.async_tp
     fields.append("        compile=" + _call("replace", {"__obj__": None, **compile_fields})

@@ -480,6 +480,10 @@ def make_problem(model_ref: str, cluster_ref: str, *, gpus: int | None = None,
         notes.append(f"compile {str(training.compile).lower()} has no effect with "
                      f"{profile.name}: it runs fused kernels of its own whatever torch.compile "
                      f"does (the setting prices torchtitan's compiled or eager ops)")
+    if training.compile_loss is not None and not profile.torch_cross_entropy:
+        notes.append(f"compile_loss {str(training.compile_loss).lower()} has no effect with "
+                     f"{profile.name}: its loss is a fused cross entropy of its own (the "
+                     f"setting prices torchtitan's compiled or eager loss)")
     training = resolve_training(training, cluster, profile,
                                 file="command line" if overrides else model_ref)
     return Problem(model=model, training=training, cluster=cluster, num_gpus=num_gpus,

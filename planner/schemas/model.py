@@ -387,6 +387,12 @@ class TrainingSpec(BaseModel):
     kernels; False: as eager PyTorch ops, each a kernel that reads its inputs and writes its
     output (`cost_models.compute.eager_layer_elementwise_bytes`). None: the framework's default
     (`FrameworkProfile.compiles`); no effect where the framework runs its own fused kernels."""
+    compile_loss: bool | None = None
+    """torch.compile of the loss (torchtitan: "loss" in [compile] components): fused, the
+    logits' fp32 copy is all it keeps; False: PyTorch's eager cross entropy, 12 bytes per logit
+    at its peak (`cost_models.memory.eager_cross_entropy_working_bytes`). None: compiled with
+    the model where the framework compiles its loss (`FrameworkProfile.compiles_loss`); no
+    effect where the framework has a fused loss of its own (Megatron-LM)."""
     fp8_attention: bool = False
     """With precision fp8: the attention core (Q K^T, softmax . V), forward and backward, in
     FP8 as well (Transformer Engine's FP8 DotProductAttention, fp8_dpa in its recipe;
@@ -439,6 +445,16 @@ class TrainingSpec(BaseModel):
         if framework.compiles is None:
             return False
         return not (framework.compiles if self.compile is None else self.compile)
+
+    def eager_loss(self, framework: FrameworkProfile) -> bool:
+        """The loss runs as PyTorch's eager cross entropy: the framework's loss is
+        F.cross_entropy (`FrameworkProfile.torch_cross_entropy`) and the run does not compile
+        it (compile_loss; unset: compiled with the model where the framework does so)."""
+        if not framework.torch_cross_entropy:
+            return False
+        if self.compile_loss is not None:
+            return not self.compile_loss
+        return self.eager_elementwise(framework) or not framework.compiles_loss
 
     @property
     def precision_label(self) -> str:

@@ -3,6 +3,7 @@ more fp32 copies of the logits than the kept log-probabilities (12 bytes per log
 by bench/torch_loss_memory.py); compiled, or in Megatron's fused loss, only those are kept."""
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -51,3 +52,32 @@ def test_megatrons_fused_loss_has_no_eager_copies():
     fused, _ = _peak("megatron")
     flagged, _ = _peak("megatron", torch_cross_entropy=True, compiles_loss=False)
     assert flagged > fused
+
+
+def test_the_run_says_whether_its_loss_compiles():
+    compiled, _ = _peak("torchtitan", compile=True)
+    eager, _ = _peak("torchtitan", compile=False)
+    problem = make_problem("llama3-8b", "dgx-h100", gpus=8, framework="torchtitan")
+    left = replace(problem, training=problem.training.model_copy(
+        update={"compile": True, "compile_loss": False}))
+    only_loss = replace(problem, training=problem.training.model_copy(
+        update={"compile": False, "compile_loss": True}))
+    assert left.eager_loss and not only_loss.eager_loss and not problem.eager_loss
+    assert evaluate_strategy(left, STRATEGY).memory.peak_bytes == pytest.approx(eager, rel=0.02)
+    assert evaluate_strategy(only_loss, STRATEGY).memory.peak_bytes < eager
+
+
+def test_compile_loss_on_megatron_has_no_effect_and_says_so(tmp_path):
+    zoo = Path(__file__).resolve().parents[2] / "model_zoo" / "llama3-8b.yaml"
+    model = tmp_path / "model.yaml"
+    model.write_text(zoo.read_text().replace("  optimizer: adam\n",
+                                             "  optimizer: adam\n  compile_loss: false\n"))
+    noted = make_problem(str(model), "dgx-h100", gpus=8, framework="megatron")
+    assert any("compile_loss false has no effect" in n for n in noted.notes)
+    assert not noted.eager_loss
+    problem = make_problem("llama3-8b", "dgx-h100", gpus=8, framework="megatron")
+    flagged = replace(problem, training=problem.training.model_copy(
+        update={"compile_loss": False}))
+    assert not flagged.eager_loss
+    assert evaluate_strategy(flagged, STRATEGY).memory.peak_bytes == \
+        evaluate_strategy(problem, STRATEGY).memory.peak_bytes

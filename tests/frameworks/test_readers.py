@@ -202,6 +202,27 @@ def test_torchtitan_2024_training_compile_flag(cli, write):
             .replace("seq_len = 8192", "seq_len = 8192\ncompile = true"))
     code, result, _ = _validate(cli, write, "job.toml", text, "--gpus", "64")
     assert result["eager"] is False
+    # torchtitan of 2024 compiled the model only: its loss ran eager (train.py @9dec370).
+    assert result["eager_loss"] is True
+    assert "the loss is not compiled" in " ".join(result["notes"])
+
+
+LOSS_CASES = [
+    ("", True),                                                    # nothing compiled
+    ("[compile]\nenable = true\ncomponents = [\"model\", \"loss\"]\n", False),
+    ("[compile]\nenable = true\n", False),                          # the default components
+    ("[compile]\nenable = true\ncomponents = [\"model\"]\n", True),   # the loss left eager
+    ("[compile]\nenable = true\ncomponents = [\"loss\"]\n", False),
+]
+
+
+@pytest.mark.parametrize(("section", "eager_loss"), LOSS_CASES)
+def test_torchtitan_compile_components_set_the_loss(cli, write, section, eager_loss):
+    text = (TITAN.replace("tensor_paralel_degree = 4\n", "")
+            .replace("data_parallel_shard_degree = 4", "data_parallel_shard_degree = 8")
+            + section)
+    code, result, _ = _validate(cli, write, "job.toml", text, "--gpus", "64")
+    assert result["eager_loss"] is eager_loss
 
 
 MINDSPORE = """import mindspore as ms

@@ -357,3 +357,17 @@ def test_an_uneven_pipeline_is_spelled_out_module_by_module(tmp_path):
                              + "]")
     assert [sum(m.startswith("layers.") for m in part) for part in parts] == list(counts)
     assert parts[-1][-2:] == ["norm", "lm_head"] and parts[0][0] == "tok_embeddings"
+
+
+@pytest.mark.parametrize(("compile_loss", "components"), [
+    (None, ["model", "loss"]), (False, ["model"]), (True, ["model", "loss"])])
+def test_compile_components_say_what_the_plan_is_priced_with(compile_loss, components):
+    from dataclasses import replace
+    plan = _plan("llama3-8b", 8, dp=8, zero_stage=3)
+    problem = replace(plan.problem, training=plan.problem.training.model_copy(
+        update={"compile_loss": compile_loss}))
+    plan = LaunchPlan(problem, plan.strategy, evaluate_strategy(problem, plan.strategy))
+    files = emit_files([T], plan)
+    assert "components = " + json.dumps(components) in files["torchtitan.toml"]
+    assert f"components={components!r}," in files["torchtitan_recipe.py"].replace(" ", "") \
+        .replace("','", "', '")
