@@ -11,13 +11,21 @@ storage the ops create until it is freed (torch.multiprocessing.reductions.Stora
 and prints the live bytes at the peak and after the forward, per logit, next to
 `cost_models.memory`'s: the kept fp32 log-probabilities (`output_activation_bytes`'s
 4 s b V / t) plus `eager_cross_entropy_working_bytes`. The caching allocator on a GPU hands out
-the same tensors for the same lifetimes. tests/golden/test_pytorch_measured.py pins the counts.
+the same tensors for the same lifetimes.
+
+With tensor parallelism torchtitan (until fec0c175d, 2026-06) ran the loss under DTensor's
+loss_parallel, whose local ops a dispatch mode does not see. That one is measured as the
+process's peak resident memory (Linux /proc/self/status VmHWM, reset through
+/proc/self/clear_refs) over a larger loss on a one-rank gloo mesh: large tensors are mapped and
+unmapped whole, so the resident bytes follow the live ones (the plain loss measured this way
+gives the dispatch mode's 12.0). tests/golden/test_pytorch_measured.py pins the counts.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -50,7 +58,7 @@ class LiveBytes(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         for t in tree_flatten(out)[0]:
-            if isinstance(t, torch.Tensor):
+            if type(t) is torch.Tensor:          # plain tensors (a DTensor's are its locals)
                 storage = t.untyped_storage()
                 key = storage.data_ptr()
                 if key not in self.alive or self.alive[key][0].expired():
@@ -75,15 +83,65 @@ def loss_memory() -> dict:
     return {"kept_bytes_per_logit": kept / logits, "peak_bytes_per_logit": mode.peak / logits}
 
 
+def _status(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def loss_parallel_memory(tokens: int = 2048, vocab: int = 32768) -> dict:
+    """Bytes per logit of the loss under DTensor's loss_parallel (one rank: the whole
+    vocabulary on it): resident after the forward and at the peak, over the resident bytes
+    before it; the second of two runs (the first pays one-time allocations)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard
+    from torch.distributed.tensor.parallel import loss_parallel
+
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29541")
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        mesh = init_device_mesh("cpu", (1,))
+        torch.manual_seed(0)
+        hidden = torch.randn(tokens, vocab, dtype=torch.bfloat16, requires_grad=True)
+        labels = torch.randint(0, vocab, (tokens,))
+        for _ in range(2):
+            hidden.grad = None
+            base = _status("VmRSS")
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")                     # VmHWM back to the current resident bytes
+            pred = DTensor.from_local(hidden * 1.0, mesh, [Shard(1)])
+            with loss_parallel():
+                loss = F.cross_entropy(pred.float(), labels)
+                del pred
+                kept = _status("VmRSS") - base
+                loss.backward()
+            peak = _status("VmHWM") - base
+    finally:
+        dist.destroy_process_group()
+    logits = tokens * vocab
+    return {"kept_bytes_per_logit": round(kept / logits, 1),
+            "peak_bytes_per_logit": round(peak / logits, 1)}
+
+
 def main() -> None:
     argparse.ArgumentParser().parse_args()
     measured = loss_memory()
     kept_formula = 4.0                 # output_activation_bytes: fp32 logits, 4 s b V / t
     working = eager_cross_entropy_working_bytes(seq_len=TOKENS, micro_batch=1,
                                                 vocab_size=VOCAB, tp=1) / (TOKENS * VOCAB)
+    parallel = eager_cross_entropy_working_bytes(seq_len=TOKENS, micro_batch=1,
+                                                 vocab_size=VOCAB, tp=2) * 2 / (TOKENS * VOCAB)
     print(json.dumps({"torch": torch.__version__, "measured": measured,
                       "formula": {"kept_bytes_per_logit": kept_formula,
-                                  "peak_bytes_per_logit": kept_formula + working}}, indent=1))
+                                  "peak_bytes_per_logit": kept_formula + working},
+                      "loss_parallel_measured": loss_parallel_memory(),
+                      "loss_parallel_formula": {"kept_bytes_per_logit": kept_formula,
+                                                "peak_bytes_per_logit": kept_formula + parallel}},
+                     indent=1))
 
 
 if __name__ == "__main__":

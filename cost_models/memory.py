@@ -342,17 +342,27 @@ def eager_cross_entropy_working_bytes(*, seq_len, micro_batch, vocab_size: int, 
     backward, nll_loss_backward writes an fp32 gradient of the log-probabilities (4 s b V / t)
     and log_softmax_backward an fp32 gradient of the logits (4 s b V / t) while the fp32
     log_softmax output it saved (4 s b V / t, counted as kept by `output_activation_bytes`)
-    is still alive: 12 bytes per logit in all. Each tensor-parallel rank holds 1 / t of the
-    vocabulary (torchtitan's loss_parallel).
+    is still alive: 12 bytes per logit in all. With tensor parallelism (t > 1) each rank holds
+    1 / t of the vocabulary and the loss runs under DTensor's loss_parallel
+    (torch/distributed/tensor/parallel/loss.py, torchtitan's default until fec0c175d,
+    2026-06), whose log-softmax and its backward hold one more fp32 copy: 16 bytes per logit.
 
     Ref: torchtitan components/loss.py cross_entropy_loss @b5bcd76c6 (and train.py loss_fn
     @9dec370, uncompiled: "compiling loss function causes CUDA errors, turning off for now");
     PyTorch tools/autograd/derivatives.yaml (_log_softmax saves its result; nll_loss_backward,
     _log_softmax_backward_data allocate their outputs). Measured: bench/torch_loss_memory.py
-    (12.0 bytes per logit on PyTorch's own op stream, pinned in
-    tests/golden/test_pytorch_measured.py).
+    (12.0 bytes per logit on PyTorch's own op stream; 16.0 under loss_parallel, the process's
+    peak resident memory; pinned in tests/golden/test_pytorch_measured.py).
     """
-    return 2 * BYTES_FP32 * seq_len * micro_batch * vocab_size / tp
+    copies = np.where(np.asarray(tp) > 1, LOSS_PARALLEL_COPIES, EAGER_LOSS_COPIES)
+    return copies * BYTES_FP32 * seq_len * micro_batch * vocab_size / tp
+
+
+EAGER_LOSS_COPIES = 2
+"""fp32 copies of the logits eager F.cross_entropy holds beyond the kept log-probabilities
+(nll_loss's gradient and log_softmax's)."""
+LOSS_PARALLEL_COPIES = 3
+"""The same under DTensor's loss_parallel (measured, bench/torch_loss_memory.py)."""
 
 
 def zero3_gather_buffer_bytes(*, largest_block_params_per_rank, weight_bytes: float,

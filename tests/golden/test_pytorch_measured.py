@@ -226,6 +226,9 @@ def test_pytorch_still_runs_the_pinned_sac_ops():
 # F.cross_entropy(pred.float(), labels) with pred deleted before the backward, on 512 x 4096
 # bf16 logits: bytes alive per logit after the forward and at the peak (start of the backward).
 MEASURED_LOSS = {"kept_bytes_per_logit": 4.0, "peak_bytes_per_logit": 12.0}
+# The same under DTensor's loss_parallel (torchtitan with tensor parallelism until 2026-06), one
+# gloo rank, 2048 x 32768 bf16 logits: the process's peak resident bytes over those before it.
+MEASURED_LOSS_PARALLEL = {"kept_bytes_per_logit": 4.0, "peak_bytes_per_logit": 16.0}
 
 
 def test_eager_cross_entropy_peak_is_what_pytorch_holds():
@@ -238,8 +241,25 @@ def test_eager_cross_entropy_peak_is_what_pytorch_holds():
     assert (kept + working) / (s * V) == MEASURED_LOSS["peak_bytes_per_logit"]
 
 
+def test_loss_parallel_peak_is_what_pytorch_holds():
+    from cost_models.memory import eager_cross_entropy_working_bytes
+    s, V, t = 2048, 32768, 2
+    # Each of t ranks holds V / t of the logits: per logit of its shard, 4 kept + 12.
+    working = eager_cross_entropy_working_bytes(seq_len=s, micro_batch=1, vocab_size=V, tp=t)
+    assert 4 + working / (s * V / t) == MEASURED_LOSS_PARALLEL["peak_bytes_per_logit"]
+
+
 def test_pytorch_still_holds_the_pinned_loss_bytes():
     pytest.importorskip("torch")
     from bench.torch_loss_memory import loss_memory
     measured = loss_memory()
     assert {k: round(v, 3) for k, v in measured.items()} == MEASURED_LOSS
+
+
+def test_pytorch_loss_parallel_still_holds_the_pinned_bytes():
+    pytest.importorskip("torch")
+    import sys
+    if not sys.platform.startswith("linux"):
+        pytest.skip("measured through /proc/self/status")
+    from bench.torch_loss_memory import loss_parallel_memory
+    assert loss_parallel_memory() == MEASURED_LOSS_PARALLEL
