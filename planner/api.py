@@ -192,6 +192,31 @@ def host_wait_notes(plan: PlanReport) -> list[str]:
             f"shrink it"]
 
 
+EAGER_LOSS_NOTE_GIB = 1.0
+"""An eager loss whose extra copies of the logits pass this many GiB gets a note."""
+
+
+def eager_loss_notes(problem: Problem, plan: PlanReport) -> list[str]:
+    """What the best plan's eager loss adds to its last stage's peak, where that is more than
+    EAGER_LOSS_NOTE_GIB (`memory.eager_cross_entropy_working_bytes`)."""
+    from cost_models.memory import eager_cross_entropy_working_bytes
+    from cost_models.units import GiB
+
+    head = next((b for b in problem.model.blocks if b.kind == "output"), None)
+    if not problem.eager_loss or head is None:
+        return []
+    s = plan.strategy
+    extra = float(eager_cross_entropy_working_bytes(
+        seq_len=problem.training.seq_len / s.cp, micro_batch=s.micro_batch,
+        vocab_size=head.vocab_size, tp=s.tp))
+    if extra <= EAGER_LOSS_NOTE_GIB * GiB:
+        return []
+    return [f"the loss runs eager (PyTorch's cross entropy on fp32 logits): at the start of "
+            f"the backward it holds {extra / GiB:.1f} GiB more on the last stage, counted in "
+            f"the best plan's peak; compiling it (torchtitan [compile] components with "
+            f"\"loss\", training.compile_loss) saves that"]
+
+
 def plan_problem(problem: Problem, space: SearchSpace, settings: SolverSettings, *,
                  tokens: float | None = None, gpu_hour_price: float | None = None,
                  timings: bool = False) -> PlanOutput:
@@ -208,7 +233,7 @@ def plan_problem(problem: Problem, space: SearchSpace, settings: SolverSettings,
     best = plans[0]
     notes = (pinned_settings(problem, space, plans)
              + uncertainty_notes(problem, best.strategy.cp, best.time.step_s)
-             + host_wait_notes(best))
+             + host_wait_notes(best) + eager_loss_notes(problem, best))
     stats = result.search if timings else result.search.model_copy(update={"seconds": None})
     return PlanOutput(**dict(run_head(problem, notes)), plans=plans, search=stats,
                       dp_comm=_best_per_dp_comm(problem, space, settings, tokens) or None)

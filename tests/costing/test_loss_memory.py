@@ -81,3 +81,19 @@ def test_compile_loss_on_megatron_has_no_effect_and_says_so(tmp_path):
     assert not flagged.eager_loss
     assert evaluate_strategy(flagged, STRATEGY).memory.peak_bytes == \
         evaluate_strategy(problem, STRATEGY).memory.peak_bytes
+
+
+def test_a_plan_with_an_eager_loss_says_what_it_costs():
+    from planner import api
+    eager = api.plan("llama3-8b", "dgx-h100", gpus=8, framework="torchtitan", compile=False,
+                     top=1)
+    best = eager.plans[0].strategy
+    extra = eager_cross_entropy_working_bytes(seq_len=8192 / best.cp,
+                                              micro_batch=best.micro_batch, vocab_size=VOCAB,
+                                              tp=best.tp)
+    assert any(n.startswith("the loss runs eager") and f"{extra / 2**30:.1f} GiB" in n
+               for n in eager.notes)
+    assert eager.eager_loss
+    compiled = api.plan("llama3-8b", "dgx-h100", gpus=8, framework="torchtitan", top=1)
+    assert not any(n.startswith("the loss runs eager") for n in compiled.notes)
+    assert not compiled.eager_loss
