@@ -272,3 +272,91 @@ def flex_dispatch_s(*, tokens_per_rank, top_k: int, hidden: int, imbalance: floa
     nvlink_s = copy * ranks * (1 - 1 / g) / net.intra_bus_bytes_per_s
     latency = SIMPLE.base_s + np.where(n > 1, net.inter_hop_s, net.intra_hop_s)
     return np.where(ep_group.size > 1, latency + np.maximum(rdma_s, nvlink_s), 0.0)
+
+
+DEEPEP_CONFIGS = {
+    # EP ranks: (dispatch (nvl recv, rdma send, rdma recv), combine (...)) chunk sizes in tokens
+    2: ((256, 6, 128), (256, 6, 128)), 4: ((256, 6, 128), (256, 6, 128)),
+    8: ((256, 6, 128), (256, 6, 128)), 16: ((288, 20, 128), (288, 12, 128)),
+    24: ((288, 8, 128), (288, 8, 128)), 32: ((288, 8, 128), (288, 8, 128)),
+    48: ((288, 8, 128), (288, 8, 128)), 64: ((288, 8, 128), (288, 8, 128)),
+    96: ((480, 12, 128), (480, 8, 128)), 128: ((560, 12, 128), (560, 8, 128)),
+    144: ((720, 12, 128), (720, 8, 128)), 160: ((720, 12, 128), (720, 8, 128)),
+}
+"""DeepEP's recommended normal-kernel configs by EP group size (deep_ep/buffers/legacy.py
+Buffer.get_dispatch_config / get_combine_config @dd758caf, the chunk sizes that set the buffer:
+NVLink receive tokens, RDMA send and receive tokens). Other sizes DeepEP refuses; the next larger
+entry stands in."""
+DEEPEP_NUM_SMS = 20
+"""Buffer.num_sms, DeepEP's default (Megatron-Core leaves it unless moe_flex_dispatcher_num_sms)."""
+DEEPEP_NVL_PEERS_MAX = 8
+"""LEGACY_NUM_MAX_NVL_PEERS: ranks one NVLink forwarding step reaches."""
+DEEPEP_TOKEN_META_BYTES = 8 + 128 * 8 + 128 * 4 + 128 * 4
+"""Per buffered token besides its hidden bytes: the SourceMeta (two ints), kNumMaxTopK = 128
+int64 top-k indices and fp32 weights, kNumMaxScales = 128 fp32 scales (csrc/legacy/config.hpp)."""
+
+
+def _up_to_128(num_bytes):
+    return np.ceil(np.asarray(num_bytes, dtype=float) / 128) * 128
+
+
+def deepep_buffer_bytes(*, hidden: int, ep):
+    """Bytes of the NVLink and RDMA buffers DeepEP's normal kernels hold on each rank, allocated
+    once for the run (Megatron-Core's flex dispatcher, backend deepep).
+
+    Ref: Megatron-Core megatron/core/transformer/moe/fused_a2a.py get_buffer: the larger of the
+    dispatch and combine configs' get_nvl_buffer_size_hint / get_rdma_buffer_size_hint at
+    hidden_bytes = hidden x max(element size, 2); DeepEP csrc/legacy/config.hpp @dd758caf:
+    channels = num_sms / 2; NVLink: channels x nvl ranks x (recv tokens x (hidden_bytes + meta)
+    + counters); RDMA (only past 8 ranks): channels x rdma ranks x rdma recv tokens x 2 x
+    (hidden_bytes + meta + 16); each rounded up to 128 bytes.
+    """
+    ep = np.asarray(ep)
+    hidden_bytes = 2 * hidden
+    channels = DEEPEP_NUM_SMS // 2
+    sizes = np.array(sorted(DEEPEP_CONFIGS))
+    key = sizes[np.minimum(np.searchsorted(sizes, ep), len(sizes) - 1)]
+    nvl_ranks = np.minimum(ep, DEEPEP_NVL_PEERS_MAX)
+    rdma_ranks = np.maximum(ep // DEEPEP_NVL_PEERS_MAX, 1)
+    nvl = rdma = 0 * ep
+    for which in (0, 1):                  # dispatch, combine
+        table = np.array([DEEPEP_CONFIGS[int(k)][which] for k in sizes], dtype=float)
+        recv, send, rdma_recv = table[np.searchsorted(sizes, key)].T
+        rdma_recv = np.ceil(rdma_recv / send) * send      # Config aligns it up
+        per_nvl = (recv * (hidden_bytes + DEEPEP_TOKEN_META_BYTES)
+                   + (2 * rdma_ranks + 3) * 4)
+        per_rdma = (rdma_recv * 2 * (hidden_bytes + DEEPEP_TOKEN_META_BYTES + 16)
+                    + (DEEPEP_NVL_PEERS_MAX * 2 + 2) * 2 * 4)
+        nvl = np.maximum(nvl, _up_to_128(channels * nvl_ranks * per_nvl))
+        rdma = np.maximum(rdma, np.where(ep > DEEPEP_NVL_PEERS_MAX,
+                                         _up_to_128(channels * rdma_ranks * per_rdma), 0))
+    return np.where(ep > 1, nvl + rdma, 0.0)
+
+
+def hybridep_buffer_bytes(*, hidden: int, tokens_per_rank, ep, experts_per_rank,
+                          ranks_per_domain):
+    """Bytes of the buffers HybridEP holds on each rank, allocated once at the first dispatch
+    for its token count (Megatron-Core's flex dispatcher, backend hybridep).
+
+    Ref: Megatron-Core fused_a2a.py init_hybrid_ep_buffer (max_num_of_tokens_per_rank = the
+    first dispatch's tokens, bf16: no FP8 dispatch); DeepEP hybrid-ep branch @94a9f8f
+    csrc/hybrid_ep/buffer/intranode.cu: sized for the worst case, every token of the EP group
+    routed to this rank, T = tokens x ranks per NVLink domain x domains, each with its bf16
+    hidden, fp32 probabilities for the domain's experts (experts per rank x ranks per domain)
+    and fp32 scales per 128 values (dispatch and combine share the token buffer);
+    internode_doca.cu: across N > 1 domains, the attention-side input (its hidden,
+    probabilities for all the group's experts, scales) and per other domain three
+    hidden-sized relay buffers (dispatch's group buffer with its scales, combine's reduction
+    and group buffers) with their probabilities.
+    """
+    t, h = np.asarray(tokens_per_rank, dtype=float), hidden
+    ep = np.asarray(ep)
+    domains = np.maximum(ep // np.maximum(ranks_per_domain, 1), 1)
+    domain_experts = experts_per_rank * ranks_per_domain
+    scales = 4 * (h // 128)
+    intranode = t * ep * (2 * h + 4 * domain_experts + scales)
+    others = domains - 1
+    internode = np.where(domains > 1, t * (2 * h + 4 * experts_per_rank * ep + scales
+                                           + others * (2 * h + 4 * domain_experts + scales)
+                                           + others * 2 * (2 * h + 4 * domain_experts)), 0.0)
+    return np.where(ep > 1, intranode + internode, 0.0)

@@ -16,9 +16,10 @@ from functools import lru_cache
 
 import numpy as np
 
-from cost_models.enums import MasterWeights, Precision, Recompute, ZeroStage
+from cost_models.enums import MasterWeights, MoeDispatcher, Precision, Recompute, ZeroStage
 from cost_models.data_parallel import fp8_gather_bytes_saved
-from cost_models.expert_parallel import a2a_overlap_share, paired_a2a_exposed_s
+from cost_models.expert_parallel import (a2a_overlap_share, deepep_buffer_bytes,
+                                         hybridep_buffer_bytes, paired_a2a_exposed_s)
 from cost_models.fp8 import fp8_value_bytes, fp8_weight_bytes_per_param
 from cost_models.memory import (StateBytes, bf16_grad_copy_bytes_per_param, framework_buffer_bytes,
                                 model_state_bytes, zero3_gather_buffer_bytes)
@@ -30,9 +31,10 @@ from cost_models.communication import Group, exposed_time_s
 from cost_models.units import BYTES_16BIT, bytes_per_value
 from planner.costing.data_parallel import micro_batch_s, micro_batch_term
 from planner.costing.layout import ChainTypes
-from planner.costing.placement import data_parallel_gap, pipeline_placement, tp_placement
+from planner.costing.placement import (data_parallel_gap, pipeline_placement, strided_placement,
+                                      tp_placement)
 from planner.costing.stage_terms import Linear, Peak, Term
-from planner.core.candidates import RECOMPUTE_ORDER
+from planner.core.candidates import MOE_DISPATCHER_ORDER, RECOMPUTE_ORDER
 from planner.core.problem import Problem
 from planner.inputs.loader import fp8_param_gather_allowed
 from planner.schemas.model import REPEATED_KINDS, OutputBlock, TransformerBlock
@@ -116,6 +118,34 @@ def moe_overlap_applies(problem: Problem, cands) -> np.ndarray:
     full = cands.recompute == RECOMPUTE_ORDER.index(Recompute.FULL)
     return (cands.moe_overlap & problem.framework.moe_a2a_overlap & problem.model.is_moe
             & (cands.ep > 1) & ~full & ((cands.pp == 1) | (cands.vpp > 1)))
+
+
+def dispatcher_buffer_bytes(problem: Problem, cands) -> np.ndarray:
+    """(N,) bytes the MoE flex dispatcher's communication buffers hold on each rank, once for
+    the run: DeepEP's (`expert_parallel.deepep_buffer_bytes`) or HybridEP's, sized by the
+    tokens one rank dispatches per micro-batch (`expert_parallel.hybridep_buffer_bytes`; the
+    EP group's ranks per NVLink domain as `block_costs` places them); none with the
+    all-to-all dispatcher or without MoE."""
+    moe = next((b.moe for b in problem.model.blocks
+                if isinstance(b, TransformerBlock) and b.moe is not None), None)
+    zero = np.zeros(len(cands.tp))
+    if moe is None:
+        return zero
+    hidden = next(b.hidden for b in problem.model.blocks
+                  if isinstance(b, TransformerBlock) and b.moe is not None)
+    dispatcher = np.asarray(cands.dispatcher)
+    deepep = dispatcher == MOE_DISPATCHER_ORDER.index(MoeDispatcher.FLEX_DEEPEP)
+    hybrid = dispatcher == MOE_DISPATCHER_ORDER.index(MoeDispatcher.FLEX_HYBRIDEP)
+    if not (deepep.any() or hybrid.any()):
+        return zero
+    # The dispatcher takes each rank's sequence-parallel shard: s / cp x b / tp tokens.
+    tokens = problem.training.seq_len / cands.cp * cands.mb / np.where(cands.sp, cands.tp, 1)
+    domain = strided_placement(cands.ep, cands.etp, problem.cluster.nvlink_gpus)
+    return (np.where(deepep, deepep_buffer_bytes(hidden=hidden, ep=cands.ep), 0.0)
+            + np.where(hybrid, hybridep_buffer_bytes(
+                hidden=hidden, tokens_per_rank=tokens, ep=cands.ep,
+                experts_per_rank=moe.num_experts / cands.ep,
+                ranks_per_domain=domain.ranks_per_node), 0.0))
 
 
 def fp8_weight_extra_bytes(problem: Problem, cands) -> np.ndarray:
@@ -437,6 +467,7 @@ def stage_model(problem: Problem, cands, costs, *, pp: int, tied_copy: Linear,
     grad_copy = bf16_grad_copy_bytes_per_param(
         bf16=training.precision is Precision.BF16, zero_stage=cands.zero, pp=cands.pp,
         copy_bytes_per_param=b.bf16_grad_copy_bytes_per_param)
+    framework_buffers = framework_buffers + dispatcher_buffer_bytes(problem, cands)
     buffers = Linear(const=framework_buffers[:, None]) + (dense + experts) * grad_copy
 
     # ---- time per micro-batch
