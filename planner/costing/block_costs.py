@@ -643,8 +643,8 @@ def _output(block: OutputBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute, k: 
         seq_len=seq_len, micro_batch=mb, hidden=h, vocab_size=V, tp=tp, sequence_parallel=sp,
         final_norm=False, bytes_per_value=k.value_bytes,
         input_bytes=k.linear_input_bytes if k.fp8_output_layer else k.value_bytes)
-    # PyTorch's eager cross entropy holds two more fp32 copies of the logits at the start of
-    # the backward (a peak of the last stage's, while the kept activations are all alive).
+    # PyTorch's eager cross entropy holds more fp32 copies of the logits at the start of the
+    # backward (a peak of the last stage's, while the kept activations are all alive).
     working = 0 * tp
     if k.eager_loss:
         working = eager_cross_entropy_working_bytes(seq_len=seq_len, micro_batch=mb,

@@ -126,13 +126,11 @@ def dispatcher_buffer_bytes(problem: Problem, cands) -> np.ndarray:
     tokens one rank dispatches per micro-batch (`expert_parallel.hybridep_buffer_bytes`; the
     EP group's ranks per NVLink domain as `block_costs` places them); none with the
     all-to-all dispatcher or without MoE."""
-    moe = next((b.moe for b in problem.model.blocks
-                if isinstance(b, TransformerBlock) and b.moe is not None), None)
+    block = next((b for b in problem.model.blocks
+                  if isinstance(b, TransformerBlock) and b.moe is not None), None)
     zero = np.zeros(len(cands.tp))
-    if moe is None:
+    if block is None:
         return zero
-    hidden = next(b.hidden for b in problem.model.blocks
-                  if isinstance(b, TransformerBlock) and b.moe is not None)
     dispatcher = np.asarray(cands.dispatcher)
     deepep = dispatcher == MOE_DISPATCHER_ORDER.index(MoeDispatcher.FLEX_DEEPEP)
     hybrid = dispatcher == MOE_DISPATCHER_ORDER.index(MoeDispatcher.FLEX_HYBRIDEP)
@@ -141,10 +139,10 @@ def dispatcher_buffer_bytes(problem: Problem, cands) -> np.ndarray:
     # The dispatcher takes each rank's sequence-parallel shard: s / cp x b / tp tokens.
     tokens = problem.training.seq_len / cands.cp * cands.mb / np.where(cands.sp, cands.tp, 1)
     domain = strided_placement(cands.ep, cands.etp, problem.cluster.nvlink_gpus)
-    return (np.where(deepep, deepep_buffer_bytes(hidden=hidden, ep=cands.ep), 0.0)
+    return (np.where(deepep, deepep_buffer_bytes(hidden=block.hidden, ep=cands.ep), 0.0)
             + np.where(hybrid, hybridep_buffer_bytes(
-                hidden=hidden, tokens_per_rank=tokens, ep=cands.ep,
-                experts_per_rank=moe.num_experts / cands.ep,
+                hidden=block.hidden, tokens_per_rank=tokens, ep=cands.ep,
+                experts_per_rank=block.moe.num_experts / cands.ep,
                 ranks_per_domain=domain.ranks_per_node), 0.0))
 
 

@@ -294,12 +294,12 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None,
         parsed.training["compile_loss"] = compiled_loss
         if not compiled_loss:
             parsed.notes.append("the loss is not compiled: PyTorch's eager cross entropy holds "
-                                "two more fp32 copies of the logits at its peak, priced so; "
+                                "more fp32 copies of the logits at its peak, priced so; "
                                 "\"loss\" in [compile] components compiles it")
     if compiled is False:
-        parsed.notes.append("compile is off: torchtitan runs its norms, rotary embedding and "
-                            "activation as eager PyTorch ops, priced so; [compile] enable = "
-                            "true with components [\"model\", \"loss\"] fuses them")
+        parsed.notes.append("compile is off: torchtitan runs its norms, rotary embedding, "
+                            "activation and loss as eager PyTorch ops, priced so; [compile] "
+                            "enable = true with components [\"model\", \"loss\"] fuses them")
     precision = train.get("mixed_precision_param", "bfloat16")
     parsed.training["precision"] = Precision.FP32 if precision == "float32" else Precision.BF16
     _read_float8(parsed, sections, problem)

@@ -219,8 +219,8 @@ class FrameworkProfile(BaseModel):
     fused kernels (Megatron-LM, Transformer Engine) and training.compile has no effect."""
     torch_cross_entropy: bool = False
     """Its loss is PyTorch's F.cross_entropy on the logits cast to fp32 (torchtitan
-    components/loss.py), which eager holds 12 bytes per logit at its peak
-    (`memory.eager_cross_entropy_working_bytes`); False: a fused vocabulary-parallel cross
+    components/loss.py), which eager holds 12 bytes per logit at its peak, 16 under DTensor's
+    loss_parallel (`memory.eager_cross_entropy_working_bytes`); False: a fused vocabulary-parallel cross
     entropy (Megatron-LM) that keeps the fp32 logits only."""
     compiles_loss: bool = True
     """With torch_cross_entropy: the loss compiles with the model where the run compiles

@@ -390,7 +390,7 @@ class TrainingSpec(BaseModel):
     compile_loss: bool | None = None
     """torch.compile of the loss (torchtitan: "loss" in [compile] components): fused, the
     logits' fp32 copy is all it keeps; False: PyTorch's eager cross entropy, 12 bytes per logit
-    at its peak (`cost_models.memory.eager_cross_entropy_working_bytes`). None: compiled with
+    at its peak (16 under DTensor's loss_parallel with TP) (`cost_models.memory.eager_cross_entropy_working_bytes`). None: compiled with
     the model where the framework compiles its loss (`FrameworkProfile.compiles_loss`); no
     effect where the framework has a fused loss of its own (Megatron-LM)."""
     fp8_attention: bool = False

@@ -44,8 +44,8 @@ class RunHead(BaseModel):
     """The layers' memory-bound ops run as eager PyTorch ops (training.compile false on
     torchtitan): priced per op, not fused."""
     eager_loss: bool = False
-    """The loss runs as PyTorch's eager cross entropy, two more fp32 copies of the logits at
-    its peak (torchtitan with the loss not compiled; `TrainingSpec.eager_loss`)."""
+    """The loss runs as PyTorch's eager cross entropy, more fp32 copies of the logits at its
+    peak (torchtitan with the loss not compiled; `TrainingSpec.eager_loss`)."""
     fp8_attention: bool
     fp8_output_layer: bool
     bf16_first_layers: int
