@@ -297,9 +297,11 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None,
                                 "more fp32 copies of the logits at its peak, priced so; "
                                 "\"loss\" in [compile] components compiles it")
     if compiled is False:
-        parsed.notes.append("compile is off: torchtitan runs its norms, rotary embedding, "
-                            "activation and loss as eager PyTorch ops, priced so; [compile] "
-                            "enable = true with components [\"model\", \"loss\"] fuses them")
+        ops = ("norms, rotary embedding and activation" if compiled_loss
+               else "norms, rotary embedding, activation and loss")
+        parsed.notes.append(f"compile is off: torchtitan runs its {ops} as eager PyTorch ops, "
+                            f"priced so; [compile] enable = true with components "
+                            f"[\"model\", \"loss\"] fuses them")
     precision = train.get("mixed_precision_param", "bfloat16")
     parsed.training["precision"] = Precision.FP32 if precision == "float32" else Precision.BF16
     _read_float8(parsed, sections, problem)

@@ -177,21 +177,25 @@ def test_torchtitan_shard_degree_minus_one_takes_the_leftover_gpus(cli, write):
     assert result["strategy"]["dp"] == 8 and result["strategy"]["zero_stage"] == 3
 
 
-COMPILE_CASES = [
-    ("", False),                                                   # torchtitan's default
-    ("[compile]\nenable = true\ncomponents = [\"model\", \"loss\"]\n", True),
-    ("[compile]\nenable = true\ncomponents = [\"loss\"]\n", False),  # the model not compiled
-    ("[compile]\nenable = false\n", False),
+COMPILE_CASES = [   # [compile] section: the model compiled, the loss eager
+    ("", False, True),                                              # torchtitan's default
+    ("[compile]\nenable = true\ncomponents = [\"model\", \"loss\"]\n", True, False),
+    ("[compile]\nenable = true\n", True, False),                   # the default components
+    ("[compile]\nenable = true\ncomponents = [\"model\"]\n", True, True),  # the loss left eager
+    ("[compile]\nenable = true\ncomponents = [\"loss\"]\n", False, False),  # the model not
+    ("[compile]\nenable = false\n", False, True),
 ]
 
 
-@pytest.mark.parametrize(("section", "compiled"), COMPILE_CASES)
-def test_torchtitan_compile_section_sets_eager_pricing(cli, write, section, compiled):
+@pytest.mark.parametrize(("section", "compiled", "eager_loss"), COMPILE_CASES)
+def test_torchtitan_compile_section_sets_eager_pricing(cli, write, section, compiled,
+                                                       eager_loss):
     text = (TITAN.replace("tensor_paralel_degree = 4\n", "")
             .replace("data_parallel_shard_degree = 4", "data_parallel_shard_degree = 8")
             + section)
     code, result, _ = _validate(cli, write, "job.toml", text, "--gpus", "64")
     assert result["eager"] is (not compiled)
+    assert result["eager_loss"] is eager_loss
     notes = " ".join(result["notes"])
     assert ("compile is off" in notes) is (not compiled)
 
@@ -205,24 +209,6 @@ def test_torchtitan_2024_training_compile_flag(cli, write):
     # torchtitan of 2024 compiled the model only: its loss ran eager (train.py @9dec370).
     assert result["eager_loss"] is True
     assert "the loss is not compiled" in " ".join(result["notes"])
-
-
-LOSS_CASES = [
-    ("", True),                                                    # nothing compiled
-    ("[compile]\nenable = true\ncomponents = [\"model\", \"loss\"]\n", False),
-    ("[compile]\nenable = true\n", False),                          # the default components
-    ("[compile]\nenable = true\ncomponents = [\"model\"]\n", True),   # the loss left eager
-    ("[compile]\nenable = true\ncomponents = [\"loss\"]\n", False),
-]
-
-
-@pytest.mark.parametrize(("section", "eager_loss"), LOSS_CASES)
-def test_torchtitan_compile_components_set_the_loss(cli, write, section, eager_loss):
-    text = (TITAN.replace("tensor_paralel_degree = 4\n", "")
-            .replace("data_parallel_shard_degree = 4", "data_parallel_shard_degree = 8")
-            + section)
-    code, result, _ = _validate(cli, write, "job.toml", text, "--gpus", "64")
-    assert result["eager_loss"] is eager_loss
 
 
 MINDSPORE = """import mindspore as ms
