@@ -34,7 +34,8 @@ if TYPE_CHECKING:        # the solver (and OR-Tools) load only where a function 
     from planner.search.solver import SolverSettings
 
 PROBLEM_OPTIONS = ("nodes", "seq_len", "global_batch", "global_batch_tokens", "precision",
-                   "optimizer", "fp8_recipe", "attention", "compile", "min_free",
+                   "optimizer", "fp8_recipe", "attention", "compile", "compile_loss",
+                   "min_free",
                    "fp8_attention",
                    "fp8_output_layer", "bf16_first_layers", "bf16_last_layers")
 """Options of the problem (the CLI's common options, --gpus and --framework aside)."""
@@ -51,7 +52,8 @@ def load_problem(model: str, cluster: str, *, gpus: int | None = None,
                  global_batch_tokens: float | None = None, precision: str | None = None,
                  optimizer: str | None = None, fp8_recipe: str | None = None,
                  attention: str | None = None, compile: bool | None = None,
-                 min_free: float | None = None, **run_precision) -> Problem:
+                 compile_loss: bool | None = None, min_free: float | None = None,
+                 **run_precision) -> Problem:
     """The model (a model.yaml, config.json or zoo name) on the cluster (a cluster.yaml or
     preset name) with the training settings given; `problem.notes` says what was assumed.
     `run_precision`: fp8_attention, fp8_output_layer, bf16_first_layers, bf16_last_layers."""
@@ -63,7 +65,7 @@ def load_problem(model: str, cluster: str, *, gpus: int | None = None,
                         global_batch=global_batch, global_batch_tokens=global_batch_tokens,
                         precision=precision, optimizer=optimizer, framework=framework,
                         fp8_recipe=fp8_recipe, min_free_gib=min_free, attention=attention,
-                        compile=compile, **run_precision)
+                        compile=compile, compile_loss=compile_loss, **run_precision)
 
 
 RUN_PRECISION_OPTIONS = ("fp8_attention", "fp8_output_layer", "bf16_first_layers",

@@ -72,6 +72,13 @@ def problem_options(function, *, gpus: bool = True):
                           "--no-compile prices them as eager PyTorch ops. Default: the "
                           "framework's (torchtitan compiles); no effect on frameworks with "
                           "fused kernels of their own (Megatron-LM)."),
+        click.option("--compile-loss/--no-compile-loss", "compile_loss", default=None,
+                     help="torch.compile of the loss (training.compile_loss; torchtitan's "
+                          "\"loss\" in [compile] components): --no-compile-loss prices "
+                          "PyTorch's eager cross entropy, which holds 12 bytes per logit at "
+                          "its peak (16 under loss_parallel). Default: compiled with the "
+                          "model; no effect on frameworks with a fused loss of their own "
+                          "(Megatron-LM)."),
         click.option("--fp8-attention/--no-fp8-attention", default=None,
                      help="With precision fp8: the attention core in FP8 too "
                           "(training.fp8_attention; Transformer Engine FP8 attention)."),
@@ -98,10 +105,11 @@ def problem_options(function, *, gpus: bool = True):
 def run_precision_options(options: dict) -> dict:
     """Take the options of `problem_options` that set what a low-precision run puts in FP8
     beyond the linear layers, or keeps out of it (`planner.api.RUN_PRECISION_OPTIONS`), and
-    --compile, out of a command's options."""
+    --compile and --compile-loss, out of a command's options."""
     from planner.api import RUN_PRECISION_OPTIONS
 
-    return {name: options.pop(name, None) for name in (*RUN_PRECISION_OPTIONS, "compile")}
+    return {name: options.pop(name, None)
+            for name in (*RUN_PRECISION_OPTIONS, "compile", "compile_loss")}
 
 
 FRAMEWORKS = ("megatron", "deepspeed", "torchtitan", "torchrun", "mindspore")

@@ -177,6 +177,8 @@ def run_label(problem) -> str:
     kernel = {AttentionKind.UNFUSED: ", unfused attention",
               AttentionKind.FLASH2: ", FlashAttention-2"}.get(problem.attention, "")
     eager = ", eager (no torch.compile)" if problem.eager_elementwise else ""
+    if problem.eager_loss and not problem.eager_elementwise:
+        eager = ", eager loss"
     return problem.training.precision_label + kernel + eager
 
 

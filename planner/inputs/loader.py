@@ -397,13 +397,28 @@ DEFAULT_TOKENS_PER_BATCH = 4 * 2**20
 2023 Sec. 2.2; Dubey et al. 2024 Sec. 3.4), as whole sequences at the run's seq_len."""
 
 
+def compile_notes(training: TrainingSpec, profile: FrameworkProfile) -> list[str]:
+    """Notes on torch.compile settings that do nothing on `profile`'s framework."""
+    notes = []
+    if training.compile is not None and profile.compiles is None:
+        notes.append(f"compile {str(training.compile).lower()} has no effect with "
+                     f"{profile.name}: it runs fused kernels of its own whatever torch.compile "
+                     f"does (the setting prices torchtitan's compiled or eager ops)")
+    if training.compile_loss is not None and not profile.torch_cross_entropy:
+        notes.append(f"compile_loss {str(training.compile_loss).lower()} has no effect with "
+                     f"{profile.name}: its loss is a fused cross entropy of its own (the "
+                     f"setting prices torchtitan's compiled or eager loss)")
+    return notes
+
+
 def make_problem(model_ref: str, cluster_ref: str, *, gpus: int | None = None,
                  nodes: int | None = None, seq_len: int | None = None,
                  global_batch: int | None = None, global_batch_tokens: float | None = None,
                  precision: str | None = None, optimizer: str | None = None,
                  framework: str = "megatron", fp8_recipe: str | None = None,
                  min_free_gib: float | None = None, attention: str | None = None,
-                 compile: bool | None = None, fp8_attention: bool | None = None,
+                 compile: bool | None = None, compile_loss: bool | None = None,
+                 fp8_attention: bool | None = None,
                  fp8_output_layer: bool | None = None, bf16_first_layers: int | None = None,
                  bf16_last_layers: int | None = None) -> Problem:
     """Load a model and a cluster, apply CLI overrides, and check the GPU count."""
@@ -419,7 +434,8 @@ def make_problem(model_ref: str, cluster_ref: str, *, gpus: int | None = None,
     overrides = {k: v for k, v in (("seq_len", seq_len), ("global_batch", global_batch),
                                    ("precision", precision), ("optimizer", optimizer),
                                    ("fp8_recipe", fp8_recipe), ("attention", attention),
-                                   ("compile", compile), ("fp8_attention", fp8_attention),
+                                   ("compile", compile), ("compile_loss", compile_loss),
+                                   ("fp8_attention", fp8_attention),
                                    ("fp8_output_layer", fp8_output_layer),
                                    ("bf16_first_layers", bf16_first_layers),
                                    ("bf16_last_layers", bf16_last_layers))
@@ -476,14 +492,7 @@ def make_problem(model_ref: str, cluster_ref: str, *, gpus: int | None = None,
         raise InputError(f"--min-free: {min_free_gib:g} GiB leaves nothing of the "
                          f"{cluster.gpu.memory_gib:g} GiB of a {cluster.gpu.name}")
     profile = load_framework(framework)
-    if training.compile is not None and profile.compiles is None:
-        notes.append(f"compile {str(training.compile).lower()} has no effect with "
-                     f"{profile.name}: it runs fused kernels of its own whatever torch.compile "
-                     f"does (the setting prices torchtitan's compiled or eager ops)")
-    if training.compile_loss is not None and not profile.torch_cross_entropy:
-        notes.append(f"compile_loss {str(training.compile_loss).lower()} has no effect with "
-                     f"{profile.name}: its loss is a fused cross entropy of its own (the "
-                     f"setting prices torchtitan's compiled or eager loss)")
+    notes += compile_notes(training, profile)
     training = resolve_training(training, cluster, profile,
                                 file="command line" if overrides else model_ref)
     return Problem(model=model, training=training, cluster=cluster, num_gpus=num_gpus,

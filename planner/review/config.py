@@ -16,8 +16,9 @@ from planner.frameworks import ParsedConfig, read_config
 from planner.errors import InfeasibleError, InputError
 from planner.core.problem import Problem
 from planner.inputs.batch import sequences_for_tokens
-from planner.inputs.loader import (RECIPE_PRECISIONS, framework_name, load_framework,
-                                   resolve_strategy, resolve_training, validate_file)
+from planner.inputs.loader import (RECIPE_PRECISIONS, compile_notes, framework_name,
+                                   load_framework, resolve_strategy, resolve_training,
+                                   validate_file)
 from planner.search.rebalance import layout_advice
 from planner.rules.ineffective import ineffective_settings
 from planner.rules.gate import RuleOptions, balanced_layouts_allowed
@@ -60,7 +61,7 @@ class Review:
 TRAINING_FLAGS = {"seq_len": "--seq-len", "global_batch": "--global-batch",
                   "precision": "--precision", "fp8_recipe": "--fp8-recipe",
                   "optimizer": "--optimizer", "attention": "--attention",
-                  "compile": "--compile",
+                  "compile": "--compile", "compile_loss": "--compile-loss",
                   "fp8_attention": "--fp8-attention", "fp8_output_layer": "--fp8-output-layer",
                   "bf16_first_layers": "--bf16-first-layers",
                   "bf16_last_layers": "--bf16-last-layers"}
@@ -88,12 +89,14 @@ class Given:
     @classmethod
     def from_options(cls, *, seq_len=None, global_batch=None, global_batch_tokens=None,
                      precision=None, fp8_recipe=None, optimizer=None, attention=None,
-                     compile=None, fp8_attention=None, fp8_output_layer=None,
+                     compile=None, compile_loss=None, fp8_attention=None,
+                     fp8_output_layer=None,
                      bf16_first_layers=None, bf16_last_layers=None, **_) -> Given:
         """From the options of `planner.cli.commands.problem_options` (the others ignored)."""
         names = {name for name, value in (("seq_len", seq_len), ("precision", precision),
                                           ("fp8_recipe", fp8_recipe), ("optimizer", optimizer),
                                           ("attention", attention), ("compile", compile),
+                                          ("compile_loss", compile_loss),
                                           ("fp8_attention", fp8_attention),
                                           ("fp8_output_layer", fp8_output_layer),
                                           ("bf16_first_layers", bf16_first_layers),
@@ -255,7 +258,12 @@ def read_strategy(problem: Problem, path: str, *, gpus_given: int | None,
                          f"config it launches")
     runs_on = framework_name(framework, (parsed.target,) if parsed.target else options.targets,
                              fallback=problem.framework.name)
-    problem = replace(problem, framework=load_framework(runs_on))
+    # The file's framework prices it: the notes on settings it ignores are its own.
+    profile = load_framework(runs_on)
+    stale = compile_notes(problem.training, problem.framework)
+    problem = replace(problem, framework=profile, notes=tuple(
+        n for n in problem.notes if n not in stale) + tuple(
+        compile_notes(problem.training, profile)))
     problem = _configured(problem, parsed, file=path, gpus_given=gpus_given, given=given)
     targets = tuple(dict.fromkeys(options.targets + ((parsed.target,) if parsed.target else ())))
     options = replace(options, targets=targets)

@@ -211,6 +211,20 @@ def test_torchtitan_2024_training_compile_flag(cli, write):
     assert "the loss is not compiled" in " ".join(result["notes"])
 
 
+
+@pytest.mark.parametrize(("flag", "eager_loss"), [("--compile-loss", False),
+                                                  ("--no-compile-loss", True)])
+def test_command_line_compile_loss_wins_over_the_file(cli, write, flag, eager_loss):
+    text = (TITAN.replace("tensor_paralel_degree = 4\n", "")
+            .replace("data_parallel_shard_degree = 4", "data_parallel_shard_degree = 8")
+            + "[compile]\nenable = true\ncomponents = [\"model\"]\n")
+    code, result, _ = _validate(cli, write, "job.toml", text, "--gpus", "64", flag)
+    assert result["eager_loss"] is eager_loss
+    # The file's framework (torchtitan) takes the flags: no note that they do nothing on the
+    # default framework the command started from.
+    assert not any("has no effect with megatron" in n for n in result["notes"])
+
+
 MINDSPORE = """import mindspore as ms
 from mindformers.modules.transformer import TransformerOpParallelConfig
 ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=64,
