@@ -315,13 +315,13 @@ def deepep_buffer_bytes(*, hidden: int, ep):
     hidden_bytes = 2 * hidden
     channels = DEEPEP_NUM_SMS // 2
     sizes = np.array(sorted(DEEPEP_CONFIGS))
-    key = sizes[np.minimum(np.searchsorted(sizes, ep), len(sizes) - 1)]
+    config = np.minimum(np.searchsorted(sizes, ep), len(sizes) - 1)    # this size, else next
     nvl_ranks = np.minimum(ep, DEEPEP_NVL_PEERS_MAX)
     rdma_ranks = np.maximum(ep // DEEPEP_NVL_PEERS_MAX, 1)
     nvl = rdma = 0 * ep
     for which in (0, 1):                  # dispatch, combine
         table = np.array([DEEPEP_CONFIGS[int(k)][which] for k in sizes], dtype=float)
-        recv, send, rdma_recv = table[np.searchsorted(sizes, key)].T
+        recv, send, rdma_recv = table[config].T
         rdma_recv = np.ceil(rdma_recv / send) * send      # Config aligns it up
         per_nvl = (recv * (hidden_bytes + DEEPEP_TOKEN_META_BYTES)
                    + (2 * rdma_ranks + 3) * 4)

@@ -357,29 +357,36 @@ def _recompute(parsed: ParsedConfig, checkpoint: dict, file: str) -> Recompute:
     return {"none": Recompute.NONE, "full": Recompute.FULL}.get(mode, Recompute.SELECTIVE)
 
 
+def _compiled_component(compile_section: dict, component: str) -> bool | None:
+    """Whether [compile] compiles `component`: enable with it among the components
+    (job_config.py Compile, v0.2.x: enable False, components ["model", "loss"] by default);
+    None where the section does not say."""
+    if "enable" not in compile_section:
+        return None
+    components = compile_section.get("components", ["model", "loss"])
+    return compile_section["enable"] is True and component in components
+
+
 def _compiled(compile_section: dict, train: dict, *, toml: bool) -> bool | None:
-    """Whether the model runs compiled: [compile] enable with "model" in its components
-    (job_config.py Compile, v0.2.x: enable False, components ["model", "loss"] by default),
-    or the older [training] compile (2024). A TOML that says neither runs eager (the default);
-    a recipe that does not say keeps its base recipe's, unknown here (None)."""
-    if "enable" in compile_section:
-        components = compile_section.get("components", ["model", "loss"])
-        return compile_section["enable"] is True and "model" in components
+    """Whether the model runs compiled: [compile]'s "model", or the older [training] compile
+    (2024). A TOML that says neither runs eager (the default); a recipe that does not say
+    keeps its base recipe's, unknown here (None)."""
+    model = _compiled_component(compile_section, "model")
+    if model is not None:
+        return model
     if "compile" in train:
         return train["compile"] is True
     return False if toml else None
 
 
 def _compiled_loss(compile_section: dict, train: dict) -> bool | None:
-    """Whether the loss runs compiled: [compile] enable with "loss" in its components; the
-    2024 [training] compile left it eager (train.py @9dec370: "compiling loss function causes
-    CUDA errors, turning off for now"); None where the config does not say (the model's)."""
-    if "enable" in compile_section:
-        components = compile_section.get("components", ["model", "loss"])
-        return compile_section["enable"] is True and "loss" in components
-    if train.get("compile") is True:
-        return False
-    return None
+    """Whether the loss runs compiled: [compile]'s "loss"; the 2024 [training] compile left it
+    eager (train.py @9dec370: "compiling loss function causes CUDA errors, turning off for
+    now"); None where the config does not say (the model's)."""
+    loss = _compiled_component(compile_section, "loss")
+    if loss is not None:
+        return loss
+    return False if train.get("compile") is True else None
 
 
 def _async_tp(parsed: ParsedConfig, par: dict, compile_section: dict, *,

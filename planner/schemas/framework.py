@@ -220,13 +220,9 @@ class FrameworkProfile(BaseModel):
     torch_cross_entropy: bool = False
     """Its loss is PyTorch's F.cross_entropy on the logits cast to fp32 (torchtitan
     components/loss.py), which eager holds 12 bytes per logit at its peak, 16 under DTensor's
-    loss_parallel (`memory.eager_cross_entropy_working_bytes`); False: a fused vocabulary-parallel cross
-    entropy (Megatron-LM) that keeps the fp32 logits only."""
-    compiles_loss: bool = True
-    """With torch_cross_entropy: the loss compiles with the model where the run compiles
-    (torchtitan since 2025-04-02, bbb1b616e; compile.components ["model", "loss"] by default
-    since #1608). False: eager even in a compiled run (torchtitan 2024: train.py @9dec370
-    leaves `loss_fn = torch.compile(loss_fn)` commented out)."""
+    loss_parallel (`memory.eager_cross_entropy_working_bytes`); False: a fused
+    vocabulary-parallel cross entropy (Megatron-LM) that keeps the fp32 logits only. The loss
+    compiles with the model unless the run says (`TrainingSpec.compile_loss`)."""
     recompute_modules: bool = False
     """Selective recomputation re-runs the submodules a run names (Megatron-Core
     --recompute-modules, `RecomputeModule`); False: only its own selective policy, priced as

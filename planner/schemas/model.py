@@ -391,8 +391,8 @@ class TrainingSpec(BaseModel):
     """torch.compile of the loss (torchtitan: "loss" in [compile] components): fused, the
     logits' fp32 copy is all it keeps; False: PyTorch's eager cross entropy, 12 bytes per logit
     at its peak (16 under DTensor's loss_parallel with TP) (`cost_models.memory.eager_cross_entropy_working_bytes`). None: compiled with
-    the model where the framework compiles its loss (`FrameworkProfile.compiles_loss`); no
-    effect where the framework has a fused loss of its own (Megatron-LM)."""
+    the model (torchtitan's default components since bbb1b616e, 2025-04; its 2024 releases left
+    the loss eager: say false for them); no effect where the framework has a fused loss of its own (Megatron-LM)."""
     fp8_attention: bool = False
     """With precision fp8: the attention core (Q K^T, softmax . V), forward and backward, in
     FP8 as well (Transformer Engine's FP8 DotProductAttention, fp8_dpa in its recipe;
@@ -449,12 +449,12 @@ class TrainingSpec(BaseModel):
     def eager_loss(self, framework: FrameworkProfile) -> bool:
         """The loss runs as PyTorch's eager cross entropy: the framework's loss is
         F.cross_entropy (`FrameworkProfile.torch_cross_entropy`) and the run does not compile
-        it (compile_loss; unset: compiled with the model where the framework does so)."""
+        it (compile_loss; unset: compiled with the model)."""
         if not framework.torch_cross_entropy:
             return False
         if self.compile_loss is not None:
             return not self.compile_loss
-        return self.eager_elementwise(framework) or not framework.compiles_loss
+        return self.eager_elementwise(framework)
 
     @property
     def precision_label(self) -> str:
