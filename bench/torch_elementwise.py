@@ -20,11 +20,16 @@ nothing):
 * swiglu: FeedForward's F.silu(w1(x)) * w3(x) (the GEMMs excluded);
 * residual: the block's two residual adds;
 * for comparison, ops eager PyTorch runs as one native kernel each: gelu (F.gelu), layernorm
-  (F.layer_norm).
+  (F.layer_norm);
+* expert_bias: Megatron-Core's biased experts (gpt-oss): TEGroupedMLP runs its second grouped
+  linear with skip_bias_add and adds each local expert's bias weighted by the routing
+  probability as eager ops, `t + b * p` per expert, torch.cat, .to(dtype)
+  (megatron/core/transformer/moe/experts.py _apply_bias, a329dd6da5 2025-09-22 "Enable bias
+  in expert mlp"), probabilities in bf16 (the router's dtype unless --moe-router-dtype).
 
 Each is printed as bytes per element of the tensor it scales with (norm, attn_out, residual:
 s b h; rotary: s b (a + a_kv) d; kv_repeat: s b a d of the repeated K and V together; swiglu,
-gelu: s b f), forward and backward apart. tests/golden/test_pytorch_measured.py pins them and
+gelu: s b f; expert_bias: token-expert pairs x h), forward and backward apart. tests/golden/test_pytorch_measured.py pins them and
 `cost_models.compute.EAGER_ELEMENTWISE` carries them.
 """
 
@@ -42,7 +47,7 @@ def eager_bytes_per_element() -> dict[str, dict]:
     moves_nothing = {"view", "_unsafe_view", "reshape", "transpose", "t", "expand", "permute",
                      "as_strided", "view_as_complex", "view_as_real", "detach", "alias",
                      "unsqueeze", "squeeze", "slice", "select", "split", "_reshape_alias",
-                     "lift_fresh", "empty", "empty_like", "ones_like", "zeros_like",
+                     "split_with_sizes", "lift_fresh", "empty", "empty_like", "ones_like", "zeros_like",
                      "new_empty_strided", "_conj"}
     priced_elsewhere = {"mm", "addmm", "bmm", "_scaled_dot_product_flash_attention",
                         "_scaled_dot_product_efficient_attention"}
@@ -152,6 +157,20 @@ def eager_bytes_per_element() -> dict[str, dict]:
     # The two residual adds: h = x + attn(...), out = h + ffn(...).
     record("residual", sbh, lambda x, y, z: (x + y) + z,
            [leaf(b, s, h), leaf(b, s, h), leaf(b, s, h)])
+
+    # Megatron-Core's expert bias (experts.py _apply_bias @a329dd6da5): the second grouped
+    # linear's output of s b token-expert pairs over 4 local experts, each expert's bias (a
+    # parameter) times the pair's routing probability added to its rows.
+    experts = 4
+    per_expert = [s * b // experts] * experts
+    biases = [torch.randn(h, dtype=bf16, requires_grad=True) for _ in range(experts)]
+    extra_leaves[:] = biases
+
+    def expert_bias(out, probs):
+        rows = zip(torch.split(out, per_expert), biases, torch.split(probs, per_expert))
+        return torch.cat([t + bias * p for t, bias, p in rows]).view(out.shape).to(out.dtype)
+    record("expert_bias", s * b * h, expert_bias, [leaf(s * b, h), leaf(s * b, 1)])
+    extra_leaves.clear()
 
     return results
 

@@ -271,6 +271,7 @@ EAGER_BYTES_PER_ELEMENT = {
     "gelu": (4.0, 6.0),        # per s b f: F.gelu, one native kernel
     "layernorm": (4.0, 6.0),   # per s b h: F.layer_norm, one native kernel
     "residual": (12.0, 0.0),   # per s b h: the two residual adds (their gradient flows on)
+    "expert_bias": (12.0, 16.0),   # per pair and h: Megatron-Core's t + b * p per expert, cat
 }
 """HBM bytes per element, (forward, backward), of a Llama block's memory-bound work run as
 eager PyTorch ops (no torch.compile), each op one kernel reading its inputs and writing its
@@ -278,7 +279,26 @@ output: torchtitan's Llama at 4d88a8a44 (2024-12; models/norms.py RMSNorm, model
 model.py apply_rotary_emb, repeat_kv, FeedForward), counted from PyTorch 2.13's dispatch by
 bench/torch_elementwise.py (tests/golden/test_pytorch_measured.py pins them; the norms' per-row
 fp32 statistics, under 0.2% at h 512, are left out). GeLU and LayerNorm are one native kernel
-each, the fused counts of `transformer_layer_elementwise_bytes` (4 and 1.5 x 4)."""
+each, the fused counts of `transformer_layer_elementwise_bytes` (4 and 1.5 x 4). expert_bias:
+Megatron-Core's biased experts (`expert_bias_bytes`), counted the same way."""
+
+
+def expert_bias_bytes(*, pairs, hidden: int):
+    """(forward, backward) HBM bytes of adding biased experts' output bias on one rank, where
+    the framework adds it in eager PyTorch after the grouped GEMM: `pairs` token-expert pairs of
+    `hidden` values.
+
+    Ref: Megatron-Core TEGroupedMLP._apply_bias (megatron/core/transformer/moe/experts.py,
+    a329dd6da5 2025-09-22 "Enable bias in expert mlp [gpt-oss 5/5]"): linear_fc2 runs with
+    skip_bias_add, then per local expert `t + b * p` (b the expert's bias, p the pairs' routing
+    probabilities), torch.cat and .to(dtype); the backward also reduces the bias and
+    probability gradients and concatenates the output gradient. Bytes per element counted on
+    PyTorch's dispatch (`EAGER_BYTES_PER_ELEMENT["expert_bias"]`, bench/torch_elementwise.py).
+    The first grouped linear's bias rides in its GEMM's epilogue, as a dense layer's does.
+    """
+    forward, backward = EAGER_BYTES_PER_ELEMENT["expert_bias"]
+    elements = pairs * hidden
+    return forward * elements, backward * elements
 
 
 def eager_layer_elementwise_bytes(

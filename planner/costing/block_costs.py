@@ -18,6 +18,7 @@ from cost_models.compute import (BACKWARD_ELEMENTWISE_RATIO, BACKWARD_FLOPS_RATI
                                  attended_keys, attention_kernel_fraction,
                                  attention_sink_backward_s, complex_rotary_extra_bytes,
                                  cross_entropy_bytes, eager_layer_elementwise_bytes,
+                                 expert_bias_bytes,
                                  expert_tokens_per_rank, routing_imbalance,
                                  flash_attention_time_s, gemm_flops, gemm_time_s,
                                  memory_bound_time_s, moe_elementwise_bytes, output_layer_gemm,
@@ -289,6 +290,7 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
                                                                  attention=AttentionKind.FLASH)
     pairs = 0 * tp
     expert_forward = 0 * tp
+    bias_fwd_s = bias_bwd_s = 0 * tp     # biased experts' eager output bias
     waited = 0 * tp
     if moe is not None:
         pairs = expert_tokens_per_rank(tokens_per_rank, top_k=moe.top_k, etp=etp,
@@ -303,6 +305,10 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
             mlp=block.mlp, bytes_per_value=k.value_bytes)
         expert_forward = (k.linear_s(g.experts) + k.quantize_s(g.experts, backward=False)
                           + k.traffic_s(activation))
+        if block.bias and k.framework.eager_expert_bias:
+            bias_fwd, bias_bwd = expert_bias_bytes(pairs=pairs, hidden=block.hidden)
+            bias_fwd_s, bias_bwd_s = k.traffic_s(bias_fwd), k.traffic_s(bias_bwd)
+            expert_forward = expert_forward + bias_fwd_s
     kv_heads, qk_dim, v_dim = block.attention_core_shape
     if flash:
         # Load-balanced chunks give each CP rank 1 / cp of the whole sequence's attention; each
@@ -352,12 +358,13 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
             num_kv_heads=block.kv_heads, head_dim=block.dim_per_head, tp=tp)
         rest_fwd = rest_fwd + k.traffic_s(extra_fwd)
         rest_bwd = rest_bwd + k.traffic_s(extra_bwd)
-    forward = (weights_s + k.quantize_s(linears, backward=False) + rest_fwd + core_fwd)
+    forward = (weights_s + k.quantize_s(linears, backward=False) + rest_fwd + core_fwd
+               + bias_fwd_s)
     if moe is not None:
         forward = forward + dispatcher_sync_s(ep=ep, etp=etp,
                                               sync_s=k.framework.moe_dispatcher_sync_s)
     backward = (BACKWARD_FLOPS_RATIO * weights_s + k.quantize_s(linears, backward=True)
-                + rest_bwd + core_bwd)
+                + rest_bwd + core_bwd + bias_bwd_s)
     # Megatron TP (Narayanan et al. 2021, Sec. 2.3): an all-reduce of s*b*h values after
     # attention and one after the MLP in the forward pass, the same in the backward. An MoE
     # layer's routed experts take their tokens from the sequence-parallel shard through the

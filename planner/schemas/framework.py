@@ -209,6 +209,10 @@ class FrameworkProfile(BaseModel):
     """Its rotary embedding multiplies complex numbers (torchtitan's ComplexRoPE: Llama 3,
     DeepSeek-V3; models/common/rope.py), which torch.compile leaves to eager kernels: priced
     eager even when compiled (`compute.complex_rotary_extra_bytes`)."""
+    eager_expert_bias: bool = False
+    """Biased experts (gpt-oss) add their output bias as eager PyTorch ops after the grouped
+    GEMM (Megatron-Core's TEGroupedMLP without the Transformer Engine op fuser:
+    `compute.expert_bias_bytes`); False where nothing is known to add it apart."""
     tp_comm_overlap_needs_compile: bool = False
     """Its TP overlap runs only in a compiled model (torchtitan: "Async TP requires 'model' in
     --compile.components", torchtitan/config/configs.py): off where

@@ -297,3 +297,39 @@ def test_a2a_overlap_applies_where_megatron_core_allows_it(kw, applies):
     fields["ep"] = min(fields["ep"], fields["dp"])
     report = evaluate_strategy(problem, Strategy(**fields, moe_a2a_overlap=True))
     assert report.strategy.moe_a2a_overlap is applies
+
+
+def test_biased_experts_pay_megatron_eager_output_bias():
+    # gpt-oss (biased experts) on Megatron-Core: TEGroupedMLP._apply_bias adds each local
+    # expert's bias times the routing probability after linear_fc2 as eager ops, 12 bytes per
+    # pair and hidden value forward and 16 backward (counted on PyTorch's dispatch,
+    # bench/torch_elementwise.py). 64 H100, ep 8, micro-batch 1 of 4,096 tokens, 8 micro-
+    # batches: 4,096 x top-4 = 16,384 pairs per rank on average, the busiest rank 1.52x that
+    # (dropless routing with the auxiliary loss, DROPLESS_IMBALANCE), of h 2,880 in each of
+    # 36 layers: 28 x 1.52 x 16,384 x 2,880 x 36 x 8 bytes at the H100's achieved HBM rate.
+    from dataclasses import replace
+
+    from cost_models.compute import expert_bias_bytes
+    problem = make_problem("gpt-oss-120b", "dgx-h100", gpus=64, seq_len=4096,
+                           global_batch=512, precision="bf16")
+    strategy = Strategy(dp=64, tp=1, pp=1, ep=8, etp=1, micro_batch=1, global_batch=512,
+                        recompute="none", moe_a2a_overlap=False)
+    fused = replace(problem, framework=problem.framework.model_copy(
+        update={"eager_expert_bias": False}))
+    assert problem.framework.eager_expert_bias
+    extra = (evaluate_strategy(problem, strategy).time.compute_s
+             - evaluate_strategy(fused, strategy).time.compute_s)
+    forward, backward = expert_bias_bytes(pairs=16384, hidden=2880)
+    assert (forward, backward) == (12 * 16384 * 2880, 16 * 16384 * 2880)
+    gpu, eff = problem.cluster.gpu, problem.cluster.efficiency
+    rate = gpu.hbm_gb_per_s * 1e9 * eff.hbm_fraction
+    assert DROPLESS_IMBALANCE[problem.model.blocks[1].load_balancing] == 1.52
+    assert extra == pytest.approx(1.52 * 36 * 8 * (forward + backward) / rate, rel=1e-6)
+    # A model without expert biases pays nothing.
+    mixtral = _problem(global_batch=512)
+    plain = Strategy(dp=64, tp=1, pp=1, ep=8, etp=1, micro_batch=1, global_batch=512,
+                     recompute="none", moe_a2a_overlap=False)
+    off = replace(mixtral, framework=mixtral.framework.model_copy(
+        update={"eager_expert_bias": False}))
+    assert (evaluate_strategy(mixtral, plain).time.compute_s
+            == evaluate_strategy(off, plain).time.compute_s)

@@ -140,11 +140,14 @@ def test_pytorch_still_measures_the_pinned_fsdp2_states():
 
 
 # HBM bytes per element, (forward, backward), of torchtitan's Llama block as eager PyTorch ops
+# (and of Megatron-Core's eager expert bias)
 # (bench/torch_elementwise.py, torch 2.13.0+cpu: every ATen op but the GEMMs and SDPA, its
 # inputs read and its output written once).
 MEASURED_EAGER = {"norm": (36.051, 92.086), "rotary": (20.4, 21.2), "kv_repeat": (2.5, 2.5),
                   "attn_out": (4.0, 0.0), "swiglu": (10.0, 18.0), "gelu": (4.0, 6.0),
-                  "layernorm": (4.016, 6.023), "residual": (12.0, 0.0)}
+                  "layernorm": (4.016, 6.023), "residual": (12.0, 0.0),
+                  # Megatron-Core's biased experts (TEGroupedMLP._apply_bias), per pair x h.
+                  "expert_bias": (12.02, 16.047)}
 
 
 def test_eager_elementwise_constants_are_what_pytorch_dispatches():
