@@ -19,6 +19,11 @@ process's peak resident memory (Linux /proc/self/status VmHWM, reset through
 /proc/self/clear_refs) over a larger loss on a one-rank gloo mesh: large tensors are mapped and
 unmapped whole, so the resident bytes follow the live ones (the plain loss measured this way
 gives the dispatch mode's 12.0). tests/golden/test_pytorch_measured.py pins the counts.
+
+Hugging Face's loss (transformers loss/loss_utils.py ForCausalLMLoss: F.cross_entropy on
+logits.float()) is measured the same way where transformers is installed (pip install
+transformers), with the bf16 logits held by the model's CausalLMOutputWithPast through the
+backward, as a training step's `outputs.loss.backward()` holds them.
 """
 
 from __future__ import annotations
@@ -37,7 +42,8 @@ from torch.utils._pytree import tree_flatten
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cost_models.memory import eager_cross_entropy_working_bytes  # noqa: E402
+from cost_models.memory import (eager_cross_entropy_working_bytes,  # noqa: E402
+                                returned_logits_bytes)
 
 TOKENS, VOCAB = 512, 4096
 
@@ -79,6 +85,29 @@ def loss_memory() -> dict:
         del pred
         kept = mode.live()
         loss.backward()
+    logits = TOKENS * VOCAB
+    return {"kept_bytes_per_logit": kept / logits, "peak_bytes_per_logit": mode.peak / logits}
+
+
+def hf_loss_memory() -> dict | None:
+    """Bytes per logit of Hugging Face's causal-LM loss on TOKENS x VOCAB bf16 logits, the
+    model output holding the logits: alive after the forward and at the peak; None without
+    transformers."""
+    try:
+        from transformers.loss.loss_utils import ForCausalLMLoss
+        from transformers.modeling_outputs import CausalLMOutputWithPast
+    except ImportError:
+        return None
+    torch.manual_seed(0)
+    hidden = torch.randn(1, TOKENS, VOCAB, dtype=torch.bfloat16, requires_grad=True)
+    labels = torch.randint(0, VOCAB, (1, TOKENS))
+    with LiveBytes() as mode:
+        logits = hidden * 1.0          # the lm_head's bf16 logits, made under the mode
+        outputs = CausalLMOutputWithPast(
+            loss=ForCausalLMLoss(logits=logits, labels=labels, vocab_size=VOCAB), logits=logits)
+        del logits
+        kept = mode.live()
+        outputs.loss.backward()
     logits = TOKENS * VOCAB
     return {"kept_bytes_per_logit": kept / logits, "peak_bytes_per_logit": mode.peak / logits}
 
@@ -133,11 +162,17 @@ def main() -> None:
     kept_formula = 4.0                 # output_activation_bytes: fp32 logits, 4 s b V / t
     working = eager_cross_entropy_working_bytes(seq_len=TOKENS, micro_batch=1,
                                                 vocab_size=VOCAB, tp=1) / (TOKENS * VOCAB)
+    returned = returned_logits_bytes(seq_len=TOKENS, micro_batch=1, vocab_size=VOCAB,
+                                     tp=1) / (TOKENS * VOCAB)
     parallel = eager_cross_entropy_working_bytes(seq_len=TOKENS, micro_batch=1,
                                                  vocab_size=VOCAB, tp=2) * 2 / (TOKENS * VOCAB)
     print(json.dumps({"torch": torch.__version__, "measured": measured,
                       "formula": {"kept_bytes_per_logit": kept_formula,
                                   "peak_bytes_per_logit": kept_formula + working},
+                      "hugging_face_measured": hf_loss_memory(),
+                      "hugging_face_formula": {
+                          "kept_bytes_per_logit": kept_formula + returned,
+                          "peak_bytes_per_logit": kept_formula + returned + working},
                       "loss_parallel_measured": loss_parallel_memory(),
                       "loss_parallel_formula": {"kept_bytes_per_logit": kept_formula,
                                                 "peak_bytes_per_logit": kept_formula + parallel}},

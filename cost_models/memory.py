@@ -358,6 +358,21 @@ def eager_cross_entropy_working_bytes(*, seq_len, micro_batch, vocab_size: int, 
     return copies * BYTES_FP32 * seq_len * micro_batch * vocab_size / tp
 
 
+def returned_logits_bytes(*, seq_len, micro_batch, vocab_size: int, tp,
+                          bytes_per_value: int = BYTES_16BIT):
+    """Bytes of the output layer's 16-bit logits that the model returns and the training step
+    holds until its backward is done, beside the loss's own fp32 copies: s b V / t values.
+
+    Ref: Hugging Face transformers LlamaForCausalLM.forward (models/llama/modeling_llama.py,
+    5.24) returns CausalLMOutputWithPast(loss=..., logits=logits), and the loss
+    (loss/loss_utils.py ForCausalLMLoss) runs F.cross_entropy on logits.float(); a training
+    step's `outputs.loss.backward()` keeps `outputs` alive. Measured: bench/torch_loss_memory.py
+    (6.0 bytes per logit kept after the forward, 14.0 at the peak: these 2 beside the fp32
+    log-probabilities' 4 and the eager loss's 8).
+    """
+    return bytes_per_value * seq_len * micro_batch * vocab_size / tp
+
+
 EAGER_LOSS_COPIES = 2
 """fp32 copies of the logits eager F.cross_entropy holds beyond the kept log-probabilities
 (nll_loss's gradient and log_softmax's)."""

@@ -215,8 +215,8 @@ def eager_loss_notes(problem: Problem, plan: PlanReport) -> list[str]:
         return []
     return [f"the loss runs eager (PyTorch's cross entropy on fp32 logits): at the start of "
             f"the backward it holds {extra / GiB:.1f} GiB more on the last stage, counted in "
-            f"the best plan's peak; compiling it (torchtitan [compile] components with "
-            f"\"loss\", training.compile_loss) saves that"]
+            f"the best plan's peak; compiling it (training.compile_loss, --compile-loss; "
+            f"torchtitan: [compile] components with \"loss\") saves that"]
 
 
 def plan_problem(problem: Problem, space: SearchSpace, settings: SolverSettings, *,

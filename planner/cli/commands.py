@@ -466,6 +466,9 @@ def plan(model, cluster, tokens, targets, out_dir, plan_rank, force, num_trials,
     search_targets = targets[:1] or _trial_targets(num_trials, pins)
     framework = framework_name(framework, search_targets)
     problem = _load_problem(model, cluster, framework=framework, **options)
+    if targets:
+        from planner.frameworks import check_launch
+        check_launch(targets, problem.num_gpus, problem.cluster.gpus_per_node)
     # The rules of the framework that prices the plans apply too (rules.rule_targets).
     space, settings = _search_space(pins, search_targets)
     with _working(f"searching strategies for {problem.model.name} on {problem.num_gpus} "
@@ -723,6 +726,8 @@ def emit(model, cluster, strategy, targets, out_dir, force, cross_node_tp, token
     if review.violations or review.report is None:
         render.print_renderable(render.violations_text(review.violations), stderr=True)
         raise InfeasibleError(f"{strategy}: not written: fix the problems above first")
+    from planner.frameworks import check_launch
+    check_launch(targets, review.problem.num_gpus, review.problem.cluster.gpus_per_node)
     _notes(_emit_notes(review.problem, review.report))
     from planner.cli.targets import TargetPlan
 

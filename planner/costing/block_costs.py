@@ -42,6 +42,7 @@ from cost_models.fp8 import (fp8_attention_fraction, fp8_attention_quantize_byte
 from cost_models.memory import (eager_cross_entropy_working_bytes, embedding_activation_bytes,
                                 moe_activation_bytes,
                                 op_sac_layer_activation_bytes, output_activation_bytes,
+                                returned_logits_bytes,
                                 transformer_layer_activation_bytes)
 from cost_models.tensor_parallel import (tp_collective_s, tp_passes,
                                          transformer_layer_tp_collectives)
@@ -650,6 +651,9 @@ def _output(block: OutputBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute, k: 
         seq_len=seq_len, micro_batch=mb, hidden=h, vocab_size=V, tp=tp, sequence_parallel=sp,
         final_norm=False, bytes_per_value=k.value_bytes,
         input_bytes=k.linear_input_bytes if k.fp8_output_layer else k.value_bytes)
+    if k.framework.loss_keeps_logits:
+        activations = activations + returned_logits_bytes(
+            seq_len=seq_len, micro_batch=mb, vocab_size=V, tp=tp, bytes_per_value=k.value_bytes)
     # PyTorch's eager cross entropy holds more fp32 copies of the logits at the start of the
     # backward (a peak of the last stage's, while the kept activations are all alive).
     working = 0 * tp

@@ -27,6 +27,17 @@ EMITTERS: dict[LaunchTarget, Emitter] = {
 }
 
 
+TORCHRUN_LAUNCHED = (LaunchTarget.MEGATRON, LaunchTarget.TORCHRUN, LaunchTarget.TORCHTITAN)
+"""Targets whose scripts start their processes with torchrun (`torchrun.launcher`)."""
+
+
+def check_launch(targets, num_gpus: int, gpus_per_node: int) -> None:
+    """Refuse, before any search, a GPU count a target's launcher cannot start: torchrun
+    starts as many processes on every node (`torchrun.nodes_and_gpus`)."""
+    if any(t in TORCHRUN_LAUNCHED for t in targets):
+        torchrun.nodes_and_gpus(num_gpus, gpus_per_node)
+
+
 def emit_files(targets: list[LaunchTarget], plan: LaunchPlan) -> dict[str, str]:
     """{file name: text} for every requested target."""
     files: dict[str, str] = {}
@@ -145,5 +156,5 @@ def read_config(path: str, problem, num_gpus: int | None = None) -> ParsedConfig
     return module.parse(text, file=path, problem=problem, num_gpus=num_gpus)
 
 
-__all__ = ["EMITTERS", "Emitter", "LaunchPlan", "LaunchTarget", "ParsedConfig", "emit_files",
-           "read_config", "write_files"]
+__all__ = ["EMITTERS", "TORCHRUN_LAUNCHED", "Emitter", "LaunchPlan", "LaunchTarget",
+           "ParsedConfig", "check_launch", "emit_files", "read_config", "write_files"]

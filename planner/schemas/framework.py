@@ -227,6 +227,12 @@ class FrameworkProfile(BaseModel):
     loss_parallel (`memory.eager_cross_entropy_working_bytes`); False: a fused
     vocabulary-parallel cross entropy (Megatron-LM) that keeps the fp32 logits only. The loss
     compiles with the model unless the run says (`TrainingSpec.compile_loss`)."""
+    loss_keeps_logits: bool = False
+    """The model returns its 16-bit logits and the training step holds them through the
+    backward, beside the loss's fp32 copies (Hugging Face's CausalLMOutputWithPast; a plain
+    script's `logits, loss = model(x, y)`): `memory.returned_logits_bytes` more kept on the
+    last stage; False where the step drops them (torchtitan's `del pred`) or the loss is fused
+    (Megatron-LM)."""
     recompute_modules: bool = False
     """Selective recomputation re-runs the submodules a run names (Megatron-Core
     --recompute-modules, `RecomputeModule`); False: only its own selective policy, priced as

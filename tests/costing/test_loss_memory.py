@@ -1,6 +1,7 @@
 """torchtitan's loss on the last stage's peak memory: PyTorch's eager cross entropy holds two
 more fp32 copies of the logits than the kept log-probabilities (12 bytes per logit, measured
-by bench/torch_loss_memory.py); compiled, or in Megatron's fused loss, only those are kept."""
+by bench/torch_loss_memory.py); compiled, or in Megatron's fused loss, only those are kept.
+A plain PyTorch script under torchrun (Hugging Face's loss) also holds the bf16 logits."""
 
 from dataclasses import replace
 from pathlib import Path
@@ -98,3 +99,19 @@ def test_a_plan_with_an_eager_loss_says_what_it_costs():
     compiled = api.plan("llama3-8b", "dgx-h100", gpus=8, framework="torchtitan", top=1)
     assert not any(n.startswith("the loss runs eager") for n in compiled.notes)
     assert not compiled.eager_loss
+
+
+def test_a_script_holding_its_logits_keeps_them_beside_the_eager_loss():
+    # A PyTorch script under torchrun (Hugging Face's CausalLMOutputWithPast) holds the bf16
+    # logits through the backward: 2 bytes per logit more than torchtitan, which deletes
+    # them, beside the eager loss's 8 (bench/torch_loss_memory.py: 14.0 at the peak).
+    from cost_models.memory import returned_logits_bytes
+    held, problem = _peak("torchrun")
+    dropped, _ = _peak("torchrun", loss_keeps_logits=False)
+    assert problem.framework.loss_keeps_logits and problem.eager_loss
+    logits = returned_logits_bytes(seq_len=problem.training.seq_len, micro_batch=2,
+                                   vocab_size=VOCAB, tp=1)
+    assert logits == 2 * problem.training.seq_len * 2 * VOCAB
+    # The peak adds the allocator's fragmentation share of what it hands out.
+    frag = problem.cluster.reserve.fragmentation_fraction
+    assert held - dropped == pytest.approx(logits * (1 + frag), rel=1e-9)

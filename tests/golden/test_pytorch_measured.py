@@ -232,6 +232,10 @@ MEASURED_LOSS = {"kept_bytes_per_logit": 4.0, "peak_bytes_per_logit": 12.0}
 # The same under DTensor's loss_parallel (torchtitan with tensor parallelism until 2026-06), one
 # gloo rank, 2048 x 32768 bf16 logits: the process's peak resident bytes over those before it.
 MEASURED_LOSS_PARALLEL = {"kept_bytes_per_logit": 4.0, "peak_bytes_per_logit": 16.0}
+# Hugging Face's causal-LM loss (transformers 5.24 loss/loss_utils.py ForCausalLMLoss) on the
+# same 512 x 4096 bf16 logits, the model's CausalLMOutputWithPast holding them through the
+# backward.
+MEASURED_HF_LOSS = {"kept_bytes_per_logit": 6.002, "peak_bytes_per_logit": 14.0}
 
 
 def test_eager_cross_entropy_peak_is_what_pytorch_holds():
@@ -242,6 +246,28 @@ def test_eager_cross_entropy_peak_is_what_pytorch_holds():
     working = eager_cross_entropy_working_bytes(seq_len=s, micro_batch=b, vocab_size=V, tp=1)
     assert kept / (s * V) == MEASURED_LOSS["kept_bytes_per_logit"]
     assert (kept + working) / (s * V) == MEASURED_LOSS["peak_bytes_per_logit"]
+
+
+def test_hugging_face_loss_peak_is_what_pytorch_holds():
+    # The returned bf16 logits (2 bytes per logit) beside torchtitan's 4 kept and 8 working.
+    from cost_models.memory import (eager_cross_entropy_working_bytes, output_activation_bytes,
+                                    returned_logits_bytes)
+    s, V = 512, 4096
+    kept = (output_activation_bytes(seq_len=s, micro_batch=1, hidden=0, vocab_size=V, tp=1,
+                                    sequence_parallel=False, final_norm=False)
+            + returned_logits_bytes(seq_len=s, micro_batch=1, vocab_size=V, tp=1))
+    working = eager_cross_entropy_working_bytes(seq_len=s, micro_batch=1, vocab_size=V, tp=1)
+    # The measured 6.002 kept: the shifted labels' int64 copy (8 bytes per token, 0.002 per
+    # logit at V 4096) beside the logits.
+    assert kept / (s * V) == pytest.approx(MEASURED_HF_LOSS["kept_bytes_per_logit"], abs=0.005)
+    assert (kept + working) / (s * V) == MEASURED_HF_LOSS["peak_bytes_per_logit"]
+
+
+def test_transformers_still_holds_the_pinned_loss_bytes():
+    pytest.importorskip("transformers")
+    from bench.torch_loss_memory import hf_loss_memory
+    measured = hf_loss_memory()
+    assert {k: round(v, 3) for k, v in measured.items()} == MEASURED_HF_LOSS
 
 
 def test_loss_parallel_peak_is_what_pytorch_holds():
