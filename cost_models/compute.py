@@ -301,6 +301,25 @@ def expert_bias_bytes(*, pairs, hidden: int):
     return forward * elements, backward * elements
 
 
+def quantization_padding_bytes(*, pairs, hidden: int, bytes_per_value: int = BYTES_16BIT):
+    """(forward, backward) HBM bytes of copying an MoE layer's dispatched tokens into a buffer
+    whose per-expert rows a quantized (FP8/FP4) grouped GEMM can take, and its output back, on
+    one rank: `pairs` token-expert pairs of `hidden` values, each copy reading and writing them
+    once (forward: the input padded, the output unpadded; backward: the same for their
+    gradients).
+
+    Ref: Megatron-Core TEGroupedMLP.forward (megatron/core/transformer/moe/experts.py
+    @d98e8a64) runs Transformer Engine's Fp8Padding on the permuted tokens and Fp8Unpadding
+    on the output under FP8 or FP4 unless the router, HybridEP or NCCL-EP padded them already
+    (moe_utils.skip_routed_expert_padding); Fp8Padding copies every row into the padded buffer
+    whenever any expert's count is not a multiple of the recipe's alignment, as dropless routing
+    leaves them (transformer_engine/pytorch/module/fp8_padding.py, fp8_unpadding.py:
+    fused_multi_row_padding / fused_multi_row_unpadding, forward and backward @d0067d0da).
+    """
+    copies = 2 * 2 * bytes_per_value * pairs * hidden     # two copies, each read and written
+    return copies, copies
+
+
 def eager_layer_elementwise_bytes(
     *, seq_len, micro_batch, hidden: int, num_heads: int, num_kv_heads: int, head_dim: int,
     ffn_hidden: int, mlp: MlpKind | None, norm: NormKind, position: PositionKind,

@@ -22,6 +22,7 @@ from cost_models.compute import (BACKWARD_ELEMENTWISE_RATIO, BACKWARD_FLOPS_RATI
                                  expert_tokens_per_rank, routing_imbalance,
                                  flash_attention_time_s, gemm_flops, gemm_time_s,
                                  memory_bound_time_s, moe_elementwise_bytes, output_layer_gemm,
+                                 quantization_padding_bytes,
                                  transformer_layer_elementwise_bytes,
                                  transformer_layer_forward_flops, transformer_layer_gemms)
 from cost_models.context_parallel import (cp_attention_comm, cp_working_bytes, kv_chunk_bytes,
@@ -291,7 +292,9 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
                                                                  attention=AttentionKind.FLASH)
     pairs = 0 * tp
     expert_forward = 0 * tp
-    bias_fwd_s = bias_bwd_s = 0 * tp     # biased experts' eager output bias
+    # The expert path's own copies beyond its GEMMs and activation (bytes): biased experts'
+    # eager output bias, the padding copies of a quantized grouped GEMM.
+    copies_fwd = copies_bwd = 0 * tp
     waited = 0 * tp
     if moe is not None:
         pairs = expert_tokens_per_rank(tokens_per_rank, top_k=moe.top_k, etp=etp,
@@ -307,9 +310,16 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
         expert_forward = (k.linear_s(g.experts) + k.quantize_s(g.experts, backward=False)
                           + k.traffic_s(activation))
         if block.bias and k.framework.eager_expert_bias:
-            bias_fwd, bias_bwd = expert_bias_bytes(pairs=pairs, hidden=block.hidden)
-            bias_fwd_s, bias_bwd_s = k.traffic_s(bias_fwd), k.traffic_s(bias_bwd)
-            expert_forward = expert_forward + bias_fwd_s
+            fwd, bwd = expert_bias_bytes(pairs=pairs, hidden=block.hidden)
+            copies_fwd, copies_bwd = copies_fwd + fwd, copies_bwd + bwd
+        if k.fp8 is not None:
+            padded = np.isin(k.dispatcher, [MOE_DISPATCHER_ORDER.index(d)
+                                            for d in k.framework.moe_padding_copies])
+            fwd, bwd = quantization_padding_bytes(pairs=pairs, hidden=block.hidden,
+                                                  bytes_per_value=k.value_bytes)
+            copies_fwd = copies_fwd + np.where(padded, fwd, 0.0)
+            copies_bwd = copies_bwd + np.where(padded, bwd, 0.0)
+        expert_forward = expert_forward + k.traffic_s(copies_fwd)
     kv_heads, qk_dim, v_dim = block.attention_core_shape
     if flash:
         # Load-balanced chunks give each CP rank 1 / cp of the whole sequence's attention; each
@@ -360,12 +370,12 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
         rest_fwd = rest_fwd + k.traffic_s(extra_fwd)
         rest_bwd = rest_bwd + k.traffic_s(extra_bwd)
     forward = (weights_s + k.quantize_s(linears, backward=False) + rest_fwd + core_fwd
-               + bias_fwd_s)
+               + k.traffic_s(copies_fwd))
     if moe is not None:
         forward = forward + dispatcher_sync_s(ep=ep, etp=etp,
                                               sync_s=k.framework.moe_dispatcher_sync_s)
     backward = (BACKWARD_FLOPS_RATIO * weights_s + k.quantize_s(linears, backward=True)
-                + rest_bwd + core_bwd + bias_bwd_s)
+                + rest_bwd + core_bwd + k.traffic_s(copies_bwd))
     # Megatron TP (Narayanan et al. 2021, Sec. 2.3): an all-reduce of s*b*h values after
     # attention and one after the MLP in the forward pass, the same in the backward. An MoE
     # layer's routed experts take their tokens from the sequence-parallel shard through the

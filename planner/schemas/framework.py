@@ -213,6 +213,10 @@ class FrameworkProfile(BaseModel):
     """Biased experts (gpt-oss) add their output bias as eager PyTorch ops after the grouped
     GEMM (Megatron-Core's TEGroupedMLP without the Transformer Engine op fuser:
     `compute.expert_bias_bytes`); False where nothing is known to add it apart."""
+    moe_padding_copies: tuple[MoeDispatcher, ...] = ()
+    """The dispatchers after which a quantized (FP8/FP4) grouped expert GEMM's tokens are
+    padded to the recipe's alignment by copies (`compute.quantization_padding_bytes`); the
+    others pad as they dispatch."""
     tp_comm_overlap_needs_compile: bool = False
     """Its TP overlap runs only in a compiled model (torchtitan: "Async TP requires 'model' in
     --compile.components", torchtitan/config/configs.py): off where
