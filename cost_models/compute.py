@@ -203,17 +203,19 @@ def transformer_layer_forward_flops(gemms: LayerGemms):
 
 
 def moe_elementwise_bytes(*, pairs, hidden: int, expert_ffn_hidden, mlp: MlpKind,
-                          bytes_per_value: int):
+                          bytes_per_value: int, token_copies=2):
     """HBM bytes an MoE layer's memory-bound kernels move in the forward pass on one rank.
 
     Ref: Megatron-Core moe_utils.permute/unpermute: the permutation reads the rank's tokens and
     writes one copy per routed pair, the unpermutation reads the expert outputs and writes the
     weighted sum back; the expert activation (SwiGLU: read gate and up, write their product;
     GeLU: read and write) runs on each pair's f / etp columns. `pairs` are the token-expert
-    pairs this rank handles (`expert_tokens_per_rank`).
+    pairs this rank handles (`expert_tokens_per_rank`); `token_copies` the copies of them the
+    dispatcher makes (`expert_parallel.dispatcher_token_copies`: 2, the permutation and the
+    unpermutation).
     """
     v = bytes_per_value
-    permute = 2 * 2 * v * pairs * hidden                 # permute + unpermute: read and write
+    permute = token_copies * 2 * v * pairs * hidden      # each copy: read and write
     act = (3 if mlp.gated else 2) * v * pairs * expert_ffn_hidden
     return permute + act
 

@@ -142,6 +142,23 @@ def expert_quantizations(expert_gemms, *, fp8: bool):
     return sum(g.batch for g in expert_gemms) if fp8 else 0
 
 
+def dispatcher_token_copies(*, alltoall, local_experts):
+    """Copies of a rank's token-expert pairs an MoE layer's dispatch and combine make in one
+    pass outside the all-to-all kernels: the permutation by expert before the exchange and the
+    unpermutation after it (2), and with the all-to-all dispatcher and more than one local
+    expert also the sort of the received chunks by local expert and its inverse before the
+    combine (4).
+
+    Ref: Megatron-Core token_dispatcher.py @d98e8a64: MoEAlltoAllTokenDispatcher
+    dispatch_preprocess (permute), dispatch_postprocess ("Permutation 2: Sort tokens by local
+    expert", sort_chunks_by_idxs when num_local_experts > 1), combine_preprocess ("Unpermutation
+    2"), combine_postprocess (unpermute); the flex dispatcher's DeepEP manager permutes after
+    the dispatch and unpermutes before the combine, its HybridEP manager inside its kernels
+    (priced as the same two copies: the kernels move those bytes too).
+    """
+    return np.where(np.asarray(alltoall) & (np.asarray(local_experts) > 1), 4, 2)
+
+
 def token_path_graphed(*, layer_graphs, full_graph, drop_padded):
     """Whether CUDA graphs replay an MoE layer's token path: a full-iteration graph always,
     per-layer graphs only with drop-padding (static expert shapes).

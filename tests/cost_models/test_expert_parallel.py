@@ -159,7 +159,8 @@ def test_group_limited_nodes(nodes, groups, topk, bound):
 
 from cost_models.compute import MoeDims, transformer_layer_gemms  # noqa: E402
 from cost_models.enums import MlpKind  # noqa: E402
-from cost_models.expert_parallel import (expert_gemm_launches, expert_quantizations,  # noqa: E402
+from cost_models.expert_parallel import (dispatcher_token_copies,  # noqa: E402
+                                         expert_gemm_launches, expert_quantizations,
                                          host_wait_s, moe_host_s)
 
 
@@ -203,3 +204,13 @@ def test_per_layer_graphs_capture_the_token_path_only_with_drop_padding():
     assert token_path_graphed(layer_graphs=True, full_graph=False, drop_padded=True)
     assert not token_path_graphed(layer_graphs=True, full_graph=False, drop_padded=False)
     assert not token_path_graphed(layer_graphs=False, full_graph=False, drop_padded=True)
+
+
+def test_the_alltoall_dispatcher_sorts_received_tokens_by_local_expert():
+    # Megatron-Core MoEAlltoAllTokenDispatcher: permute, and with more than one local expert
+    # "Permutation 2" (sort_chunks_by_idxs) after the exchange and its inverse before the
+    # combine, then unpermute: 4 copies of the pairs; one local expert, or the flex
+    # dispatcher (DeepEP permutes after its dispatch, unpermutes before its combine): 2.
+    copies = dispatcher_token_copies(alltoall=np.array([True, True, False]),
+                                     local_experts=np.array([8, 1, 8]))
+    assert copies.tolist() == [4, 2, 2]
