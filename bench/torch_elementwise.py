@@ -46,9 +46,9 @@ def eager_bytes_per_element() -> dict[str, dict]:
 
     moves_nothing = {"view", "_unsafe_view", "reshape", "transpose", "t", "expand", "permute",
                      "as_strided", "view_as_complex", "view_as_real", "detach", "alias",
-                     "unsqueeze", "squeeze", "slice", "select", "split", "_reshape_alias",
-                     "split_with_sizes", "lift_fresh", "empty", "empty_like", "ones_like", "zeros_like",
-                     "new_empty_strided", "_conj"}
+                     "unsqueeze", "squeeze", "slice", "select", "split", "split_with_sizes",
+                     "_reshape_alias", "lift_fresh", "empty", "empty_like", "ones_like",
+                     "zeros_like", "new_empty_strided", "_conj"}
     priced_elsewhere = {"mm", "addmm", "bmm", "_scaled_dot_product_flash_attention",
                         "_scaled_dot_product_efficient_attention"}
 

@@ -300,12 +300,13 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
     if moe is not None:
         pairs = expert_tokens_per_rank(tokens_per_rank, top_k=moe.top_k, etp=etp,
                                        imbalance=imbalance)
-        token_copies = dispatcher_token_copies(
-            alltoall=np.asarray(k.dispatcher) == MOE_DISPATCHER_ORDER.index(MoeDispatcher.ALLTOALL),
-            local_experts=moe.num_experts / ep)
+        alltoall = np.asarray(k.dispatcher) == MOE_DISPATCHER_ORDER.index(MoeDispatcher.ALLTOALL)
+        token_copies = dispatcher_token_copies(alltoall=alltoall,
+                                               local_experts=moe.num_experts / ep)
         traffic = traffic + moe_elementwise_bytes(
             pairs=pairs, hidden=block.hidden, expert_ffn_hidden=moe.expert_ffn_hidden / etp,
-            mlp=block.mlp, bytes_per_value=k.value_bytes, token_copies=token_copies) + router_bytes(
+            mlp=block.mlp, bytes_per_value=k.value_bytes,
+            token_copies=token_copies) + router_bytes(
             tokens_per_rank, num_experts=moe.num_experts, top_k=moe.top_k,
             aux_loss=block.load_balancing is LoadBalancing.AUX_LOSS)
         activation = moe_elementwise_bytes(
