@@ -364,11 +364,6 @@ RULES: dict[Rule, TargetRule] = {
         lambda p, c: (c.tp > 1) & (c.zero == 3),
         lambda p, s: (f"zero_stage 3 with tp {s.tp}: DeepSpeed AutoTP supports ZeRO stages 0, 1 "
                       "and 2", "use zero_stage 2, or tp 1")),
-    Rule.DEEPSPEED_INTERLEAVED: TargetRule(
-        "DeepSpeed's pipeline engine has no interleaved schedule",
-        lambda p, c: c.vpp > 1,
-        lambda p, s: (f"vpp {s.vpp}: DeepSpeed's pipeline engine runs one chunk per stage",
-                      "use vpp 1")),
     Rule.DEEPSPEED_SELECTIVE_RECOMPUTE: TargetRule(
         "DeepSpeed checkpoints whole layers, not selectively",
         lambda p, c: c.recompute == 1,

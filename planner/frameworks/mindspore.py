@@ -466,11 +466,6 @@ RULES: dict[Rule, TargetRule] = {
                       f"least pipeline_stage ({s.pp}) for MindSpore",
                       f"use micro_batch {max(1, s.global_batch // (s.dp * s.pp))} or fewer "
                       "stages")),
-    Rule.MINDSPORE_INTERLEAVED: TargetRule(
-        "the emitted MindSpore config has no interleaved pipeline",
-        lambda p, c: c.vpp > 1,
-        lambda p, s: (f"vpp {s.vpp}: the emitted MindSpore config runs one chunk per stage",
-                      "use vpp 1")),
     Rule.MINDSPORE_ZERO: TargetRule(
         "MindSpore's parallel optimizer is ZeRO stage 1",
         lambda p, c: c.zero >= 2,

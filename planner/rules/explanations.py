@@ -327,6 +327,12 @@ def _explain_target_expert_parallel(problem: Problem, s: Strategy) -> tuple[str,
             "use ep 1, or emit for megatron or torchtitan")
 
 
+def _explain_target_interleaved(problem: Problem, s: Strategy) -> tuple[str, str]:
+    return (f"vpp {s.vpp}: DeepSpeed's pipeline engine, the emitted MindSpore config and a "
+            f"plain torchrun script run one chunk per stage",
+            "use vpp 1, or emit for megatron or torchtitan")
+
+
 def _explain_target_expert_tp(problem: Problem, s: Strategy) -> tuple[str, str]:
     return (f"etp {s.expert_tp} with tp {s.tp}: DeepSpeed and MindSpore shard experts either "
             f"not at all or like the dense layers", f"use etp 1 or etp {s.tp}")
@@ -395,6 +401,7 @@ EXPLAIN.update({
     Rule.CP_ATTENTION_VARIANT: _explain_cp_attention_variant,
     Rule.TARGET_EXPERT_PARALLEL: _explain_target_expert_parallel,
     Rule.TARGET_EXPERT_TP: _explain_target_expert_tp,
+    Rule.TARGET_INTERLEAVED: _explain_target_interleaved,
     Rule.FP8_HARDWARE: _explain_fp8_hardware,
     Rule.FP8_PARAM_GATHER: _explain_fp8_param_gather,
     Rule.TARGET_FP8: _explain_target_fp8,

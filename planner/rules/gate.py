@@ -81,6 +81,8 @@ SUMMARY: dict[Rule, str] = {
     Rule.TARGET_EXPERT_TP: "etp must be 1 or tp on this launch target",
     Rule.TARGET_CONTEXT_PARALLEL: "torchrun (plain PyTorch) has no context parallelism",
     Rule.TARGET_FP8: "torchrun (plain PyTorch) has no FP8 setting",
+    Rule.TARGET_INTERLEAVED: "this target's pipeline runs one chunk per stage (no interleaved "
+                             "schedule)",
     Rule.TARGET_RANK_ORDER: "rank order tp-cp-ep-pp-dp only on Megatron-LM "
                             "(--use-tp-pp-dp-mapping)",
     Rule.TARGET_RECOMPUTE_MODULES: "recompute_modules other than core_attn only on Megatron-LM "
@@ -372,6 +374,11 @@ TARGET_CHECKS: dict[Rule, tuple[tuple[LaunchTarget, ...], Callable[[Problem, Can
         tuple(t for t in LaunchTarget if not profiles.load(t.framework).expert_parallel),
         lambda p, c: c.ep > 1),
     Rule.TARGET_CONTEXT_PARALLEL: ((LaunchTarget.TORCHRUN,), lambda p, c: c.cp > 1),
+    # The targets whose framework profile has no interleaved schedule (interleaved_pipeline):
+    # DeepSpeed's pipeline engine, the emitted MindSpore config, a plain torchrun script.
+    Rule.TARGET_INTERLEAVED: (
+        tuple(t for t in LaunchTarget if not profiles.load(t.framework).interleaved_pipeline),
+        lambda p, c: c.vpp > 1),
     Rule.TARGET_FP8: ((LaunchTarget.TORCHRUN,),
                       lambda p, c: np.full(len(c), p.training.precision is Precision.FP8)),
     # The targets whose framework builds its process groups in one order only (rank_orders).

@@ -72,9 +72,10 @@ CASES = [
     ("deepspeed_tp_zero3", "llama2-7b", "dgx-h100", 64, dict(dp=8, tp=8, pp=1, zero_stage=3),
      (T.DEEPSPEED,), "zero_stage 3 with tp 8: DeepSpeed AutoTP supports ZeRO stages 0, 1 and 2",
      "use zero_stage 2, or tp 1"),
-    ("deepspeed_interleaved", "llama2-7b", "dgx-h100", 64, dict(dp=8, tp=1, pp=8, vpp=2),
-     (T.DEEPSPEED,), "vpp 2: DeepSpeed's pipeline engine runs one chunk per stage",
-     "use vpp 1"),
+    ("target_interleaved", "llama2-7b", "dgx-h100", 64, dict(dp=8, tp=1, pp=8, vpp=2),
+     (T.DEEPSPEED,), "vpp 2: DeepSpeed's pipeline engine, the emitted MindSpore config and a "
+     "plain torchrun script run one chunk per stage", "use vpp 1, or emit for megatron or "
+     "torchtitan"),
     ("deepspeed_selective_recompute", "llama2-7b", "dgx-h100", 64,
      dict(dp=64, recompute="selective"), (T.DEEPSPEED,),
      "recompute selective: DeepSpeed activation checkpointing recomputes whole layers",
@@ -109,9 +110,14 @@ CASES = [
      dict(dp=8, tp=1, pp=8, micro_batch=32, global_batch=512), (T.MINDSPORE,),
      "micro_batch_num (2) must be at least pipeline_stage (8) for MindSpore",
      "use micro_batch 8 or fewer stages"),
-    ("mindspore_interleaved", "llama2-7b", "ascend-910b", 64, dict(dp=8, tp=1, pp=8, vpp=2),
-     (T.MINDSPORE,), "vpp 2: the emitted MindSpore config runs one chunk per stage",
-     "use vpp 1"),
+    ("target_interleaved", "llama2-7b", "ascend-910b", 64, dict(dp=8, tp=1, pp=8, vpp=2),
+     (T.MINDSPORE,), "vpp 2: DeepSpeed's pipeline engine, the emitted MindSpore config and a "
+     "plain torchrun script run one chunk per stage", "use vpp 1, or emit for megatron or "
+     "torchtitan"),
+    ("target_interleaved", "llama2-7b", "dgx-h100", 64, dict(dp=8, tp=1, pp=8, vpp=2),
+     (T.TORCHRUN,), "vpp 2: DeepSpeed's pipeline engine, the emitted MindSpore config and a "
+     "plain torchrun script run one chunk per stage", "use vpp 1, or emit for megatron or "
+     "torchtitan"),
     ("mindspore_zero", "llama2-7b", "ascend-910b", 64, dict(dp=64, zero_stage=3),
      (T.MINDSPORE,), "zero_stage 3: MindSpore's parallel optimizer (enable_parallel_optimizer) "
      "shards optimizer states, ZeRO stage 1", "use zero_stage 1"),
@@ -169,7 +175,7 @@ def test_the_pricing_frameworks_rules_apply_without_a_target(framework):
                             "deepspeed_uneven_layout"),
               "torchrun": (dict(dp=32, cp=2, sequence_parallel=True), "target_context_parallel"),
               "torchtitan": (dict(dp=64, zero_stage=1), "torchtitan_zero1"),
-              "mindspore": (dict(dp=8, pp=8, vpp=2), "mindspore_interleaved")}
+              "mindspore": (dict(dp=8, pp=8, vpp=2), "target_interleaved")}
     fields, rule = broken[framework]
     problem = make_problem("llama2-7b", "dgx-h100", gpus=64, seq_len=8192, framework=framework)
     strategy = Strategy(global_batch=problem.training.global_batch, **fields)
