@@ -73,43 +73,43 @@ class LiveBytes(TorchDispatchMode):
         return out
 
 
-def loss_memory() -> dict:
-    """Bytes per logit of torchtitan's eager loss on TOKENS x VOCAB bf16 logits: alive after
-    the forward (pred deleted) and at the peak of forward and backward."""
+def _loss_bytes(loss_of, *, batch: tuple = ()) -> dict:
+    """Bytes per logit alive after the forward and at the peak of forward and backward of
+    `loss_of(logits, labels) -> (loss, held)` on (*batch, TOKENS, VOCAB) bf16 logits made under
+    the mode (the output layer's), `held` what the training step keeps alive until the
+    backward."""
     torch.manual_seed(0)
-    hidden = torch.randn(TOKENS, VOCAB, dtype=torch.bfloat16, requires_grad=True)
-    labels = torch.randint(0, VOCAB, (TOKENS,))
+    hidden = torch.randn(*batch, TOKENS, VOCAB, dtype=torch.bfloat16, requires_grad=True)
+    labels = torch.randint(0, VOCAB, (*batch, TOKENS))
     with LiveBytes() as mode:
-        pred = hidden * 1.0            # the output layer's bf16 logits, made under the mode
-        loss = F.cross_entropy(pred.float(), labels)
-        del pred
+        loss, held = loss_of(hidden * 1.0, labels)
         kept = mode.live()
         loss.backward()
+        del held
     logits = TOKENS * VOCAB
     return {"kept_bytes_per_logit": kept / logits, "peak_bytes_per_logit": mode.peak / logits}
 
 
+def loss_memory() -> dict:
+    """torchtitan's eager loss: F.cross_entropy(pred.float(), labels), pred deleted before the
+    backward (nothing held)."""
+    return _loss_bytes(lambda pred, labels: (F.cross_entropy(pred.float(), labels), None))
+
+
 def hf_loss_memory() -> dict | None:
-    """Bytes per logit of Hugging Face's causal-LM loss on TOKENS x VOCAB bf16 logits, the
-    model output holding the logits: alive after the forward and at the peak; None without
-    transformers."""
+    """Hugging Face's causal-LM loss, the model output holding the logits through the
+    backward; None without transformers."""
     try:
         from transformers.loss.loss_utils import ForCausalLMLoss
         from transformers.modeling_outputs import CausalLMOutputWithPast
     except ImportError:
         return None
-    torch.manual_seed(0)
-    hidden = torch.randn(1, TOKENS, VOCAB, dtype=torch.bfloat16, requires_grad=True)
-    labels = torch.randint(0, VOCAB, (1, TOKENS))
-    with LiveBytes() as mode:
-        logits = hidden * 1.0          # the lm_head's bf16 logits, made under the mode
+
+    def loss_of(logits, labels):
         outputs = CausalLMOutputWithPast(
             loss=ForCausalLMLoss(logits=logits, labels=labels, vocab_size=VOCAB), logits=logits)
-        del logits
-        kept = mode.live()
-        outputs.loss.backward()
-    logits = TOKENS * VOCAB
-    return {"kept_bytes_per_logit": kept / logits, "peak_bytes_per_logit": mode.peak / logits}
+        return outputs.loss, outputs
+    return _loss_bytes(loss_of, batch=(1,))
 
 
 def _status(field: str) -> int:

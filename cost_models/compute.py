@@ -202,6 +202,12 @@ def transformer_layer_forward_flops(gemms: LayerGemms):
     return sum(gemm_flops(g) for g in gemms.all())
 
 
+def token_copy_bytes(*, copies, pairs, hidden: int, bytes_per_value: int):
+    """HBM bytes of `copies` copies of an MoE layer's `pairs` token-expert pairs of `hidden`
+    values on one rank: each copy reads them and writes them once (a permutation, a padding)."""
+    return copies * 2 * bytes_per_value * pairs * hidden
+
+
 def moe_elementwise_bytes(*, pairs, hidden: int, expert_ffn_hidden, mlp: MlpKind,
                           bytes_per_value: int, token_copies=2):
     """HBM bytes an MoE layer's memory-bound kernels move in the forward pass on one rank.
@@ -215,7 +221,8 @@ def moe_elementwise_bytes(*, pairs, hidden: int, expert_ffn_hidden, mlp: MlpKind
     unpermutation).
     """
     v = bytes_per_value
-    permute = token_copies * 2 * v * pairs * hidden      # each copy: read and write
+    permute = token_copy_bytes(copies=token_copies, pairs=pairs, hidden=hidden,
+                               bytes_per_value=v)
     act = (3 if mlp.gated else 2) * v * pairs * expert_ffn_hidden
     return permute + act
 
@@ -318,7 +325,8 @@ def quantization_padding_bytes(*, pairs, hidden: int, bytes_per_value: int = BYT
     leaves them (transformer_engine/pytorch/module/fp8_padding.py, fp8_unpadding.py:
     fused_multi_row_padding / fused_multi_row_unpadding, forward and backward @d0067d0da).
     """
-    copies = 2 * 2 * bytes_per_value * pairs * hidden     # two copies, each read and written
+    copies = token_copy_bytes(copies=2, pairs=pairs, hidden=hidden,
+                              bytes_per_value=bytes_per_value)
     return copies, copies
 
 

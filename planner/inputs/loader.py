@@ -403,11 +403,12 @@ def compile_notes(training: TrainingSpec, profile: FrameworkProfile) -> list[str
     if training.compile is not None and profile.compiles is None:
         notes.append(f"compile {str(training.compile).lower()} has no effect with "
                      f"{profile.name}: it runs fused kernels of its own whatever torch.compile "
-                     f"does (the setting prices torchtitan's compiled or eager ops)")
+                     f"does (the setting prices torchtitan's or a PyTorch script's compiled or eager "
+                     f"ops)")
     if training.compile_loss is not None and not profile.torch_cross_entropy:
         notes.append(f"compile_loss {str(training.compile_loss).lower()} has no effect with "
                      f"{profile.name}: its loss is a fused cross entropy of its own (the "
-                     f"setting prices torchtitan's compiled or eager loss)")
+                     f"setting prices torchtitan's or a PyTorch script's compiled or eager loss)")
     return notes
 
 

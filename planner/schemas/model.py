@@ -390,9 +390,11 @@ class TrainingSpec(BaseModel):
     compile_loss: bool | None = None
     """torch.compile of the loss (torchtitan: "loss" in [compile] components): fused, the
     logits' fp32 copy is all it keeps; False: PyTorch's eager cross entropy, 12 bytes per logit
-    at its peak (16 under DTensor's loss_parallel with TP) (`cost_models.memory.eager_cross_entropy_working_bytes`). None: compiled with
-    the model (torchtitan's default components since bbb1b616e, 2025-04; its 2024 releases left
-    the loss eager: say false for them); no effect where the framework has a fused loss of its own (Megatron-LM)."""
+    at its peak, 16 under DTensor's loss_parallel with TP
+    (`cost_models.memory.eager_cross_entropy_working_bytes`). None: compiled with the model
+    (torchtitan's default components since bbb1b616e, 2025-04; its 2024 releases left the loss
+    eager: say false for them); no effect where the framework has a fused loss of its own
+    (Megatron-LM)."""
     fp8_attention: bool = False
     """With precision fp8: the attention core (Q K^T, softmax . V), forward and backward, in
     FP8 as well (Transformer Engine's FP8 DotProductAttention, fp8_dpa in its recipe;
