@@ -25,11 +25,16 @@ nothing):
   linear with skip_bias_add and adds each local expert's bias weighted by the routing
   probability as eager ops, `t + b * p` per expert, torch.cat, .to(dtype)
   (megatron/core/transformer/moe/experts.py _apply_bias, a329dd6da5 2025-09-22 "Enable bias
-  in expert mlp"), probabilities in bf16 (the router's dtype unless --moe-router-dtype).
+  in expert mlp"), probabilities in bf16 (the router's dtype unless --moe-router-dtype);
+* glu_clamp: Megatron-Core's clamped GLU (gpt-oss's experts): weighted_bias_quick_geglu_impl
+  clamps the gate half from above and the linear half to [-7, 7] and torch.cat's them before
+  its fused kernel (megatron/core/fusions/fused_bias_geglu.py, 2e29a5e1e3 2025-09-09); also
+  what autograd keeps for it (`kept`: the unclamped input, which the clamps save).
 
 Each is printed as bytes per element of the tensor it scales with (norm, attn_out, residual:
 s b h; rotary: s b (a + a_kv) d; kv_repeat: s b a d of the repeated K and V together; swiglu,
-gelu: s b f; expert_bias: token-expert pairs x h), forward and backward apart. tests/golden/test_pytorch_measured.py pins them and
+gelu: s b f; expert_bias: token-expert pairs x h; glu_clamp: rows x the GLU's output
+columns), forward and backward apart. tests/golden/test_pytorch_measured.py pins them and
 `cost_models.compute.EAGER_ELEMENTWISE` carries them.
 """
 
@@ -78,10 +83,17 @@ def eager_bytes_per_element() -> dict[str, dict]:
 
     def measure(fn, inputs, grad_like):
         """Bytes forward and backward of fn(*inputs), the inputs requiring grad (their
-        gradients returned, not accumulated: inside a block they flow on)."""
+        gradients returned, not accumulated: inside a block they flow on), and the bytes of
+        the storages autograd saves for the backward (each storage once)."""
         fwd, bwd = Traffic(), Traffic()
-        with fwd:
+        saved = {}
+
+        def pack(t):
+            saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            return t
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), fwd:
             out = fn(*inputs)
+        fwd.kept = sum(saved.values())
         outs = out if isinstance(out, tuple) else (out,)
         grads = tuple(grad_like(o) for o in outs)
         with bwd:
@@ -104,6 +116,7 @@ def eager_bytes_per_element() -> dict[str, dict]:
     def record(name, per, fn, inputs, grad_like=torch.ones_like):
         fwd, bwd = measure(fn, inputs, grad_like)
         results[name] = {"forward": fwd.bytes / per, "backward": bwd.bytes / per,
+                         "kept": fwd.kept / per,
                          "forward_ops": [o for o, _ in fwd.ops],
                          "backward_ops": [o for o, _ in bwd.ops]}
 
@@ -172,6 +185,14 @@ def eager_bytes_per_element() -> dict[str, dict]:
     record("expert_bias", s * b * h, expert_bias, [leaf(s * b, h), leaf(s * b, 1)])
     extra_leaves.clear()
 
+    # Megatron-Core's clamped GLU (weighted_bias_quick_geglu_impl @2e29a5e1e3): the first
+    # grouped linear's output, s b rows of 2 f, each half clamped, concatenated again.
+    def glu_clamp(y, limit=7.0):
+        x_glu, x_linear = y.chunk(2, -1)
+        return torch.cat((x_glu.clamp(min=None, max=limit),
+                          x_linear.clamp(min=-limit, max=limit)), -1)
+    record("glu_clamp", s * b * f, glu_clamp, [leaf(s * b, 2 * f)])
+
     return results
 
 
@@ -180,7 +201,8 @@ def main() -> None:
 
     results = eager_bytes_per_element()
     print(json.dumps({"torch": torch.__version__, "bytes_per_element": {
-        k: {"forward": round(v["forward"], 3), "backward": round(v["backward"], 3)}
+        k: {"forward": round(v["forward"], 3), "backward": round(v["backward"], 3),
+            "kept": round(v["kept"], 3)}
         for k, v in results.items()}}, indent=1))
     for k, v in results.items():
         print(f"# {k}: forward {v['forward_ops']}; backward {v['backward_ops']}")

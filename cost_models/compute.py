@@ -281,6 +281,7 @@ EAGER_BYTES_PER_ELEMENT = {
     "layernorm": (4.0, 6.0),   # per s b h: F.layer_norm, one native kernel
     "residual": (12.0, 0.0),   # per s b h: the two residual adds (their gradient flows on)
     "expert_bias": (12.0, 16.0),   # per pair and h: Megatron-Core's t + b * p per expert, cat
+    "glu_clamp": (16.0, 30.0),     # per row and GLU output column: clamp both halves, cat
 }
 """HBM bytes per element, (forward, backward), of a Llama block's memory-bound work run as
 eager PyTorch ops (no torch.compile), each op one kernel reading its inputs and writing its
@@ -289,7 +290,8 @@ model.py apply_rotary_emb, repeat_kv, FeedForward), counted from PyTorch 2.13's 
 bench/torch_elementwise.py (tests/golden/test_pytorch_measured.py pins them; the norms' per-row
 fp32 statistics, under 0.2% at h 512, are left out). GeLU and LayerNorm are one native kernel
 each, the fused counts of `transformer_layer_elementwise_bytes` (4 and 1.5 x 4). expert_bias:
-Megatron-Core's biased experts (`expert_bias_bytes`), counted the same way."""
+Megatron-Core's biased experts (`expert_bias_bytes`); glu_clamp: its clamped GLU
+(`glu_clamp_bytes`), counted the same way."""
 
 
 def expert_bias_bytes(*, pairs, hidden: int):
@@ -307,6 +309,26 @@ def expert_bias_bytes(*, pairs, hidden: int):
     """
     forward, backward = EAGER_BYTES_PER_ELEMENT["expert_bias"]
     elements = pairs * hidden
+    return forward * elements, backward * elements
+
+
+def glu_clamp_bytes(*, rows, columns):
+    """(forward, backward) HBM bytes of clamping a GLU's input as eager PyTorch ops before its
+    fused kernel, on one rank: `rows` tokens (or token-expert pairs) of a GLU with `columns`
+    output columns (its input has 2 x columns).
+
+    Ref: Megatron-Core weighted_bias_quick_geglu_impl (megatron/core/fusions/
+    fused_bias_geglu.py, 2e29a5e1e3 2025-09-09 "Add quick geglu activation for gpt-oss"), the
+    expert activation of gpt-oss (Megatron-Bridge's provider: quick_gelu, glu_linear_offset 1,
+    activation_func_clamp_value 7, swiglu_limit in the HF config): `x_glu.clamp(max=c)`,
+    `x_linear.clamp(-c, c)`, `torch.cat`, then the fused kernel on the copy; the backward
+    masks each half's gradient (ge, le, logical_and, where) and concatenates them. Bytes per
+    element counted on PyTorch's dispatch (`EAGER_BYTES_PER_ELEMENT["glu_clamp"]`,
+    bench/torch_elementwise.py). The SwiGLU kernels clamp inside their fused code
+    (fused_bias_swiglu.py clamped_swiglu), which costs nothing apart.
+    """
+    forward, backward = EAGER_BYTES_PER_ELEMENT["glu_clamp"]
+    elements = rows * columns
     return forward * elements, backward * elements
 
 

@@ -272,7 +272,8 @@ def op_sac_layer_activation_bytes(*, seq_len, micro_batch, hidden: int, num_head
 def moe_activation_bytes(*, pairs, tokens_per_rank, hidden: int, expert_ffn_hidden,
                          num_experts: int, mlp: MlpKind, bytes_per_value: int = BYTES_16BIT,
                          linear_input_bytes: float | None = None,
-                         recompute_modules: frozenset[RecomputeModule] = frozenset()):
+                         recompute_modules: frozenset[RecomputeModule] = frozenset(),
+                         eager_glu_clamp: bool = False):
     """Bytes an MoE layer's router and routed experts keep per micro-batch on one rank.
 
     Ref: Megatron-Core (moe/router.py, moe/token_dispatcher.py, moe/experts.py GroupedMLP) with
@@ -287,6 +288,10 @@ def moe_activation_bytes(*, pairs, tokens_per_rank, hidden: int, expert_ffn_hidd
     the activation's output, the second GEMM's input, and re-runs the activation from the
     first GEMM's output (moe/experts.py CheckpointWithoutOutput; under FP8 the GEMM keeps the
     discarded bf16 original instead of its FP8 copy, set_save_original_input).
+    `eager_glu_clamp` (gpt-oss under Megatron-Core, `compute.glu_clamp_bytes`): the eager
+    clamps keep the first GEMM's unclamped output for their backward while the fused GLU keeps
+    the clamped copy, one more GLU input per pair (PyTorch's saved tensors,
+    bench/torch_elementwise.py); moe_act runs them under its checkpoint, which keeps neither.
     """
     if RecomputeModule.MOE in recompute_modules:
         return 0 * pairs                                # only the layer input, counted already
@@ -294,7 +299,8 @@ def moe_activation_bytes(*, pairs, tokens_per_rank, hidden: int, expert_ffn_hidd
     li = v if linear_input_bytes is None else linear_input_bytes
     router = BYTES_FP32 * tokens_per_rank * num_experts
     act_output = 0 if RecomputeModule.MOE_ACT in recompute_modules else li   # fc2 input
-    internals = ((2 if mlp.gated else 1) * v + act_output) * pairs * expert_ffn_hidden
+    glu_inputs = 2 if eager_glu_clamp and RecomputeModule.MOE_ACT not in recompute_modules else 1
+    internals = (glu_inputs * (2 if mlp.gated else 1) * v + act_output) * pairs * expert_ffn_hidden
     return router + (v + li) * pairs * hidden + internals
 
 

@@ -18,7 +18,7 @@ from cost_models.compute import (BACKWARD_ELEMENTWISE_RATIO, BACKWARD_FLOPS_RATI
                                  attended_keys, attention_kernel_fraction,
                                  attention_sink_backward_s, complex_rotary_extra_bytes,
                                  cross_entropy_bytes, eager_layer_elementwise_bytes,
-                                 expert_bias_bytes,
+                                 expert_bias_bytes, glu_clamp_bytes,
                                  expert_tokens_per_rank, routing_imbalance,
                                  flash_attention_time_s, gemm_flops, gemm_time_s,
                                  memory_bound_time_s, moe_elementwise_bytes, output_layer_gemm,
@@ -296,6 +296,10 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
     # The expert path's own copies beyond its GEMMs and activation (bytes): biased experts'
     # eager output bias, the padding copies of a quantized grouped GEMM.
     copies_fwd = copies_bwd = 0 * tp
+    # A clamped GLU's eager clamp (bytes forward; moe_act re-runs it).
+    eager_clamp = (moe is not None and block.glu_clamp is not None and block.mlp.gated
+                   and k.framework.eager_glu_clamp)
+    clamp_fwd = 0 * tp
     waited = 0 * tp
     if moe is not None:
         pairs = expert_tokens_per_rank(tokens_per_rank, top_k=moe.top_k, etp=etp,
@@ -317,6 +321,9 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
         if block.bias and k.framework.eager_expert_bias:
             fwd, bwd = expert_bias_bytes(pairs=pairs, hidden=block.hidden)
             copies_fwd, copies_bwd = copies_fwd + fwd, copies_bwd + bwd
+        if eager_clamp:
+            clamp_fwd, bwd = glu_clamp_bytes(rows=pairs, columns=moe.expert_ffn_hidden / etp)
+            copies_fwd, copies_bwd = copies_fwd + clamp_fwd, copies_bwd + bwd
         if k.fp8 is not None:
             padded = np.isin(k.dispatcher, [MOE_DISPATCHER_ORDER.index(d)
                                             for d in k.framework.moe_padding_copies])
@@ -419,7 +426,8 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
         rerun = _selective_rerun(block, modules, g=g, k=k, core_fwd=core_fwd,
                                  weights_s=weights_s, sp=sp, tp=tp,
                                  tokens_hidden=seq_len * mb * block.hidden,
-                                 expert_forward=expert_forward, elementwise_fwd=rest_fwd)
+                                 expert_forward=expert_forward, elementwise_fwd=rest_fwd,
+                                 activation_extra_s=k.traffic_s(clamp_fwd))
         recompute, tp_rerun = rerun.compute_s, rerun.tp_collectives * _tp_collective_s(
             seq_len * mb * block.hidden, sequence_parallel=sp, place=place, cluster=cluster,
             value_bytes=k.value_bytes)
@@ -464,7 +472,8 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
                 expert_ffn_hidden=moe.expert_ffn_hidden / etp, num_experts=moe.num_experts,
                 mlp=block.mlp, bytes_per_value=k.value_bytes,
                 linear_input_bytes=k.linear_input_bytes,
-                recompute_modules=modules if recompute is Recompute.SELECTIVE else frozenset())
+                recompute_modules=modules if recompute is Recompute.SELECTIVE else frozenset(),
+                eager_glu_clamp=eager_clamp)
         return kept
 
     activations = stored(rc)
@@ -495,7 +504,8 @@ class SelectiveRerun(NamedTuple):
 
 def _selective_rerun(block: TransformerBlock, modules: frozenset[RecomputeModule], *, g, k,
                      core_fwd, weights_s, sp: bool, tp, tokens_hidden,
-                     expert_forward, elementwise_fwd=0.0) -> SelectiveRerun:
+                     expert_forward, elementwise_fwd=0.0,
+                     activation_extra_s=0.0) -> SelectiveRerun:
     """The forward work each recompute module repeats (Megatron-Core @d98e8a64, the modules'
     checkpoints; `RecomputeModule`): core_attn the attention core (torchtitan's per-op policy,
     priced through the same module, re-runs every other matmul instead: the framework profile's
@@ -504,7 +514,8 @@ def _selective_rerun(block: TransformerBlock, modules: frozenset[RecomputeModule
     projections and RoPE (read and write Q and K); mlp / shared_experts the tensor-parallel
     MLP's GEMMs, activation and its one TP collective; moe the routed experts' forward and
     router (the dispatch and combine are counted by the caller) and the shared experts;
-    moe_act the expert activation (read the first GEMM's output, write its product). Where the
+    moe_act the expert activation (read the first GEMM's output, write its product; with
+    `activation_extra_s`, the eager ops the checkpoint runs before it: a clamped GLU's). Where the
     framework's policy also re-runs every memory-bound op (torchtitan's per-op policy:
     selective_recompute_elementwise), core_attn repeats `elementwise_fwd`, the layer's forward
     elementwise seconds, and its TP all-gathers (all-reduces without sequence parallelism)."""
@@ -541,7 +552,7 @@ def _selective_rerun(block: TransformerBlock, modules: frozenset[RecomputeModule
     elif moe is not None and M.MOE_ACT in modules and g.experts:
         fc2 = g.experts[-1]
         act = (3 if block.mlp.gated else 2) * v * fc2.m * fc2.k * fc2.batch
-        compute = compute + k.traffic_s(act)
+        compute = compute + k.traffic_s(act) + activation_extra_s
     return SelectiveRerun(compute, collectives)
 
 

@@ -407,6 +407,11 @@ def _script(plan: LaunchPlan, trial: Trial | None) -> tuple[str, str]:
         *([] if trial is None else [
             f"# A trial run: {trial.train_iters} iterations, logged every {trial.log_interval}, "
             f"no evaluation, no checkpoint; the output is appended to {trial.log_file}"]),
+        *([] if shape.layer.glu_clamp is None else [
+            f"# The experts' GLU clamp (limit {shape.layer.glu_clamp:g}, HF swiglu_limit) has no "
+            "pretrain_gpt.py flag: Megatron-Bridge's",
+            "#   GPT-OSS provider sets TransformerConfig.activation_func_clamp_value; this script "
+            "trains without it"]),
         "# Run on every node: MASTER_ADDR=<first node> "
         + ("[DATA_PATH=<prefix>]" if shape.layer.causal
            else "DATA_PATH=<prefix> VOCAB_FILE=<vocab.txt>") + f" bash {name}",

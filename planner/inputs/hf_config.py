@@ -248,7 +248,8 @@ def _router_groups(k: _Keys) -> dict[str, Any]:
 
 def _gpt_oss(k: _Keys) -> dict[str, Any]:
     """gpt-oss: GQA with biases and a learned sink per head, alternating sliding-window and
-    full attention (layer_types), biased SwiGLU experts and router (modeling_gpt_oss.py)."""
+    full attention (layer_types), biased SwiGLU experts clamped to swiglu_limit and a biased
+    router (modeling_gpt_oss.py)."""
     pattern = _local_global_period(k, default=2)   # sliding, full, sliding, ... (the default)
     return dict(
         num_layers=k.need("num_hidden_layers"), hidden=k.need("hidden_size"),
@@ -259,7 +260,8 @@ def _gpt_oss(k: _Keys) -> dict[str, Any]:
         bias=True, dropout=False, attention_sinks=True,
         sliding_window=k.get("sliding_window") if pattern else None,
         sliding_window_pattern=pattern or 1, num_experts=k.need("num_local_experts"),
-        top_k=k.need("num_experts_per_tok", "experts_per_token"), router_bias=True)
+        top_k=k.need("num_experts_per_tok", "experts_per_token"), router_bias=True,
+        glu_clamp=k.get("swiglu_limit"))
 
 
 def _gpt2(k: _Keys) -> dict[str, Any]:

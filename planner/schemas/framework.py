@@ -213,6 +213,11 @@ class FrameworkProfile(BaseModel):
     """Biased experts (gpt-oss) add their output bias as eager PyTorch ops after the grouped
     GEMM (Megatron-Core's TEGroupedMLP without the Transformer Engine op fuser:
     `compute.expert_bias_bytes`); False where nothing is known to add it apart."""
+    eager_glu_clamp: bool = False
+    """A clamped GLU (gpt-oss's experts) clamps and concatenates its input as eager PyTorch ops
+    before the fused activation (Megatron-Core's weighted_bias_quick_geglu_impl without the
+    Transformer Engine op fuser: `compute.glu_clamp_bytes`); False where the clamp is fused
+    or nothing is known of it."""
     moe_padding_copies: tuple[MoeDispatcher, ...] = ()
     """The dispatchers after which a quantized (FP8/FP4) grouped expert GEMM's tokens are
     padded to the recipe's alignment by copies (`compute.quantization_padding_bytes`); the

@@ -64,6 +64,8 @@ class TransformerShorthand(BaseModel):
     shared_ffn_hidden: NonNegativeInt = 0
     shared_expert_gate: bool = False
     router_bias: bool = False
+    glu_clamp: float | None = Field(None, gt=0)
+    """gpt-oss clamps its experts' GLU input to this limit (HF swiglu_limit)."""
     load_balancing: LoadBalancing = LoadBalancing.AUX_LOSS
     capacity_factor: float | None = Field(None, gt=0)
     router_groups: PositiveInt | None = None
@@ -105,6 +107,7 @@ class TransformerShorthand(BaseModel):
         moe = dict(num_experts=self.num_experts, top_k=self.top_k,
                    moe_ffn_hidden=self.moe_ffn_hidden, shared_ffn_hidden=self.shared_ffn_hidden,
                    shared_expert_gate=self.shared_expert_gate, router_bias=self.router_bias,
+                   glu_clamp=self.glu_clamp,
                    load_balancing=self.load_balancing,
                    capacity_factor=self.capacity_factor, router_groups=self.router_groups,
                    router_group_topk=self.router_group_topk)

@@ -337,6 +337,44 @@ def test_biased_experts_pay_megatron_eager_output_bias():
             == evaluate_strategy(off, plain).time.compute_s)
 
 
+def test_clamped_glu_pays_megatron_eager_clamp():
+    # gpt-oss's experts clamp their GLU input (HF swiglu_limit 7); Megatron-Core's
+    # weighted_bias_quick_geglu_impl does it as eager ops, two clamps and a torch.cat of the
+    # first grouped GEMM's output (16 bytes per pair and GLU column forward, 30 backward,
+    # counted on PyTorch's dispatch, bench/torch_elementwise.py). 64 H100, ep 8, micro-batch 1
+    # of 4,096 tokens, 8 micro-batches: 16,384 pairs per rank on average, the busiest 1.52x,
+    # of 2,880 GLU columns in each of 36 layers.
+    from dataclasses import replace
+
+    from cost_models.compute import glu_clamp_bytes
+    problem = make_problem("gpt-oss-120b", "dgx-h100", gpus=64, seq_len=4096,
+                           global_batch=512, precision="bf16")
+    assert problem.model.blocks[1].glu_clamp == 7.0
+    strategy = Strategy(dp=64, tp=1, pp=1, ep=8, etp=1, micro_batch=1, global_batch=512,
+                        recompute="none", moe_a2a_overlap=False)
+    fused = replace(problem, framework=problem.framework.model_copy(
+        update={"eager_glu_clamp": False}))
+    assert problem.framework.eager_glu_clamp
+    extra = (evaluate_strategy(problem, strategy).time.compute_s
+             - evaluate_strategy(fused, strategy).time.compute_s)
+    forward, backward = glu_clamp_bytes(rows=16384, columns=2880)
+    assert (forward, backward) == (16 * 16384 * 2880, 30 * 16384 * 2880)
+    gpu, eff = problem.cluster.gpu, problem.cluster.efficiency
+    rate = gpu.hbm_gb_per_s * 1e9 * eff.hbm_fraction
+    assert extra == pytest.approx(1.52 * 36 * 8 * (forward + backward) / rate, rel=1e-6)
+    # moe_act re-runs the clamp with the activation in the backward pass.
+    act = Strategy(dp=64, tp=1, pp=1, ep=8, etp=1, micro_batch=1, global_batch=512,
+                   recompute="selective", recompute_modules=["moe_act"], moe_a2a_overlap=False)
+    rerun = (evaluate_strategy(problem, act).time.compute_s
+             - evaluate_strategy(fused, act).time.compute_s)
+    assert rerun == pytest.approx(1.52 * 36 * 8 * (2 * forward + backward) / rate, rel=1e-6)
+    # Without the clamp the clamps keep the unclamped GEMM output: 4 bytes per pair and column
+    # more at the mean load, in each of the 36 layers of the one stage.
+    kept = (evaluate_strategy(problem, strategy).memory.stages[0].activations_bytes
+            - evaluate_strategy(fused, strategy).memory.stages[0].activations_bytes)
+    assert kept == pytest.approx(4 * 16384 * 2880 * 36, rel=1e-6)
+
+
 def test_quantized_experts_pay_the_padding_copies_where_the_dispatcher_does_not_pad():
     # Megatron-Core TEGroupedMLP under FP8: Transformer Engine's Fp8Padding copies the
     # dispatched tokens into an aligned buffer and Fp8Unpadding the output back, forward and

@@ -118,7 +118,9 @@ def mape(predictions):
     # eager expert bias on GPT-OSS (compute.expert_bias_bytes, counted on PyTorch's dispatch).
     # 30.1% -> 28.1% (worst +91% -> +88%) with the all-to-all dispatcher's sort copies
     # (expert_parallel.dispatcher_token_copies) and the EP overlap's interference refitted.
-    ("megatron_bridge_moe", 0.281, 0.89),
+    # 28.1% -> 20.9% (worst +88% -> +84%) with GPT-OSS's eager GLU clamp (compute.
+    # glu_clamp_bytes, counted on PyTorch's dispatch): its H100 rows +17..+20% -> +9..+12%.
+    ("megatron_bridge_moe", 0.209, 0.84),
 ])
 def test_error_per_source_stays_at_what_was_recorded(by_source, source, recorded_mape, worst):
     predictions = by_source[source]

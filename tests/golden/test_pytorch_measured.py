@@ -147,7 +147,9 @@ MEASURED_EAGER = {"norm": (36.051, 92.086), "rotary": (20.4, 21.2), "kv_repeat":
                   "attn_out": (4.0, 0.0), "swiglu": (10.0, 18.0), "gelu": (4.0, 6.0),
                   "layernorm": (4.016, 6.023), "residual": (12.0, 0.0),
                   # Megatron-Core's biased experts (TEGroupedMLP._apply_bias), per pair x h.
-                  "expert_bias": (12.02, 16.047)}
+                  "expert_bias": (12.02, 16.047),
+                  # Megatron-Core's clamped GLU (gpt-oss), per row x GLU output column.
+                  "glu_clamp": (16.0, 30.0)}
 
 
 def test_eager_elementwise_constants_are_what_pytorch_dispatches():
@@ -175,8 +177,28 @@ def test_eager_native_kernels_move_what_the_fused_formula_charges():
 def test_pytorch_still_dispatches_the_pinned_eager_bytes():
     pytest.importorskip("torch")
     from bench.torch_elementwise import eager_bytes_per_element
-    for name, v in eager_bytes_per_element().items():
+    measured = eager_bytes_per_element()
+    for name, v in measured.items():
         assert (round(v["forward"], 3), round(v["backward"], 3)) == MEASURED_EAGER[name], name
+    assert round(measured["glu_clamp"]["kept"], 3) == MEASURED_GLU_CLAMP_KEPT
+
+
+# What autograd keeps for Megatron-Core's eager clamp of a GLU input, per row and GLU output
+# column (bench/torch_elementwise.py glu_clamp, torch 2.13.0+cpu): the unclamped bf16 input
+# (2 columns per output column), which the two clamps save.
+MEASURED_GLU_CLAMP_KEPT = 4.0
+
+
+def test_clamped_glu_keeps_one_more_input_as_pytorch_saves():
+    shape = dict(pairs=1000, tokens_per_rank=250, hidden=64, expert_ffn_hidden=96,
+                 num_experts=8, mlp=MlpKind.SWIGLU)
+    extra = (moe_activation_bytes(**shape, eager_glu_clamp=True)
+             - moe_activation_bytes(**shape))
+    assert extra == MEASURED_GLU_CLAMP_KEPT * 1000 * 96
+    # moe_act runs the clamps under its checkpoint (no grad): nothing more is kept.
+    act = frozenset({RecomputeModule.MOE_ACT})
+    assert (moe_activation_bytes(**shape, eager_glu_clamp=True, recompute_modules=act)
+            == moe_activation_bytes(**shape, recompute_modules=act))
 
 
 # torchtitan's per-op selective checkpointing (SelectiveAC) of a bf16 Llama block of

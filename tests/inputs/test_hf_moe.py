@@ -64,6 +64,8 @@ def test_gpt_oss_alternates_sliding_and_full_attention():
     model, _ = load_model(str(CONFIGS / "gpt-oss-120b.json"))
     windows = [model.blocks[i].sliding_window for i in model.layer_indices]
     assert windows[:4] == [128, None, 128, None] and windows.count(128) == 18
+    # The experts' GLU input is clamped to swiglu_limit (config.json: 7.0).
+    assert {model.blocks[i].glu_clamp for i in model.layer_indices} == {7.0}
 
 
 def test_qwen2_moe_shared_expert_and_gate():
