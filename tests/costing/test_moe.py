@@ -301,6 +301,26 @@ def test_a2a_overlap_applies_where_megatron_core_allows_it(kw, applies):
     assert report.strategy.moe_a2a_overlap is applies
 
 
+def _gpt_oss_without(field: str, *, measure: str = "compute", **strategy):
+    """gpt-oss-120b on 64 H100 (ep 8, micro-batch 1 of a 512 batch, bf16): the problem, what
+    the Megatron profile's `field` adds (compute seconds, or stage 0's activation bytes), and
+    the H100's achieved HBM rate."""
+    from dataclasses import replace
+    problem = make_problem("gpt-oss-120b", "dgx-h100", gpus=64, seq_len=4096,
+                           global_batch=512, precision="bf16")
+    assert getattr(problem.framework, field)
+    off = replace(problem, framework=problem.framework.model_copy(update={field: False}))
+    s = Strategy(**{**dict(dp=64, tp=1, pp=1, ep=8, etp=1, micro_batch=1, global_batch=512,
+                           recompute="none", moe_a2a_overlap=False), **strategy})
+
+    def value(p):
+        report = evaluate_strategy(p, s)
+        return (report.time.compute_s if measure == "compute"
+                else report.memory.stages[0].activations_bytes)
+    gpu, eff = problem.cluster.gpu, problem.cluster.efficiency
+    return problem, value(problem) - value(off), gpu.hbm_gb_per_s * 1e9 * eff.hbm_fraction
+
+
 def test_biased_experts_pay_megatron_eager_output_bias():
     # gpt-oss (biased experts) on Megatron-Core: TEGroupedMLP._apply_bias adds each local
     # expert's bias times the routing probability after linear_fc2 as eager ops, 12 bytes per
@@ -309,25 +329,14 @@ def test_biased_experts_pay_megatron_eager_output_bias():
     # batches: 4,096 x top-4 = 16,384 pairs per rank on average, the busiest rank 1.52x that
     # (dropless routing with the auxiliary loss, DROPLESS_IMBALANCE), of h 2,880 in each of
     # 36 layers: 28 x 1.52 x 16,384 x 2,880 x 36 x 8 bytes at the H100's achieved HBM rate.
-    from dataclasses import replace
-
     from cost_models.compute import expert_bias_bytes
-    problem = make_problem("gpt-oss-120b", "dgx-h100", gpus=64, seq_len=4096,
-                           global_batch=512, precision="bf16")
-    strategy = Strategy(dp=64, tp=1, pp=1, ep=8, etp=1, micro_batch=1, global_batch=512,
-                        recompute="none", moe_a2a_overlap=False)
-    fused = replace(problem, framework=problem.framework.model_copy(
-        update={"eager_expert_bias": False}))
-    assert problem.framework.eager_expert_bias
-    extra = (evaluate_strategy(problem, strategy).time.compute_s
-             - evaluate_strategy(fused, strategy).time.compute_s)
+    problem, extra, rate = _gpt_oss_without("eager_expert_bias")
     forward, backward = expert_bias_bytes(pairs=16384, hidden=2880)
     assert (forward, backward) == (12 * 16384 * 2880, 16 * 16384 * 2880)
-    gpu, eff = problem.cluster.gpu, problem.cluster.efficiency
-    rate = gpu.hbm_gb_per_s * 1e9 * eff.hbm_fraction
     assert DROPLESS_IMBALANCE[problem.model.blocks[1].load_balancing] == 1.52
     assert extra == pytest.approx(1.52 * 36 * 8 * (forward + backward) / rate, rel=1e-6)
     # A model without expert biases pays nothing.
+    from dataclasses import replace
     mixtral = _problem(global_batch=512)
     plain = Strategy(dp=64, tp=1, pp=1, ep=8, etp=1, micro_batch=1, global_batch=512,
                      recompute="none", moe_a2a_overlap=False)
@@ -344,34 +353,19 @@ def test_clamped_glu_pays_megatron_eager_clamp():
     # counted on PyTorch's dispatch, bench/torch_elementwise.py). 64 H100, ep 8, micro-batch 1
     # of 4,096 tokens, 8 micro-batches: 16,384 pairs per rank on average, the busiest 1.52x,
     # of 2,880 GLU columns in each of 36 layers.
-    from dataclasses import replace
-
     from cost_models.compute import glu_clamp_bytes
-    problem = make_problem("gpt-oss-120b", "dgx-h100", gpus=64, seq_len=4096,
-                           global_batch=512, precision="bf16")
+    problem, extra, rate = _gpt_oss_without("eager_glu_clamp")
     assert problem.model.blocks[1].glu_clamp == 7.0
-    strategy = Strategy(dp=64, tp=1, pp=1, ep=8, etp=1, micro_batch=1, global_batch=512,
-                        recompute="none", moe_a2a_overlap=False)
-    fused = replace(problem, framework=problem.framework.model_copy(
-        update={"eager_glu_clamp": False}))
-    assert problem.framework.eager_glu_clamp
-    extra = (evaluate_strategy(problem, strategy).time.compute_s
-             - evaluate_strategy(fused, strategy).time.compute_s)
     forward, backward = glu_clamp_bytes(rows=16384, columns=2880)
     assert (forward, backward) == (16 * 16384 * 2880, 30 * 16384 * 2880)
-    gpu, eff = problem.cluster.gpu, problem.cluster.efficiency
-    rate = gpu.hbm_gb_per_s * 1e9 * eff.hbm_fraction
     assert extra == pytest.approx(1.52 * 36 * 8 * (forward + backward) / rate, rel=1e-6)
     # moe_act re-runs the clamp with the activation in the backward pass.
-    act = Strategy(dp=64, tp=1, pp=1, ep=8, etp=1, micro_batch=1, global_batch=512,
-                   recompute="selective", recompute_modules=["moe_act"], moe_a2a_overlap=False)
-    rerun = (evaluate_strategy(problem, act).time.compute_s
-             - evaluate_strategy(fused, act).time.compute_s)
+    _, rerun, _ = _gpt_oss_without("eager_glu_clamp", recompute="selective",
+                                   recompute_modules=["moe_act"])
     assert rerun == pytest.approx(1.52 * 36 * 8 * (2 * forward + backward) / rate, rel=1e-6)
-    # Without the clamp the clamps keep the unclamped GEMM output: 4 bytes per pair and column
-    # more at the mean load, in each of the 36 layers of the one stage.
-    kept = (evaluate_strategy(problem, strategy).memory.stages[0].activations_bytes
-            - evaluate_strategy(fused, strategy).memory.stages[0].activations_bytes)
+    # The clamps keep the unclamped GEMM output: 4 bytes per pair and column more at the mean
+    # load, in each of the 36 layers of the one stage.
+    _, kept, _ = _gpt_oss_without("eager_glu_clamp", measure="activations")
     assert kept == pytest.approx(4 * 16384 * 2880 * 36, rel=1e-6)
 
 
