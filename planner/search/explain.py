@@ -17,6 +17,7 @@ from ortools.sat.python import cp_model
 
 from cost_models.units import GiB
 from planner.search.candidates import CandidateGroup, SearchSpace, divisors, generate, powers_of_two
+from planner.search.cpsat import SolverSettings, make_solver
 from planner.errors import InfeasibleError, InputError
 from planner.schemas.bounds import MAX_GLOBAL_BATCH, MAX_GPUS
 from planner.core.problem import Problem
@@ -85,7 +86,6 @@ def _core(conflicts: _Conflicts) -> list[str]:
             model.add_bool_and(culprits).only_enforce_if(literal)
         literals[literal.index] = name
     model.add_assumptions([model.get_bool_var_from_proto_index(i) for i in literals])
-    from planner.search.solver import SolverSettings, make_solver
 
     # Cores need a single worker (CP-SAT refuses assumptions with more).
     solver = make_solver(SolverSettings(num_workers=1))

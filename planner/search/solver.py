@@ -28,12 +28,14 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from planner.search.candidates import SearchSpace, generate
+from planner.search.explain import explain_infeasible
+from planner.search.cpsat import SolverSettings, make_solver
 from planner.costing.evaluate import report
 from planner.errors import InfeasibleError, InputError, shown
 from planner.core.problem import Problem
 from planner.search.pool import (Pool, evaluate_promising, passes, pending,
                                  rule_of_thumb_key)
-from planner.search.rebalance import LAYOUT_WORK, LayoutStats, WallClock, rebalance
+from planner.search.rebalance import LayoutStats, WallClock, rebalance
 from planner.search.ties import tied_first, tied_with
 from planner.costing.uncertainty import ranking_tolerance
 from planner.rules.gate import Rule, RuleOptions, memory_violations
@@ -41,29 +43,6 @@ from planner.schemas.report import PlanReport, SearchReport
 from planner.rules.validate import validate
 
 US_PER_S = 1e6
-
-
-@dataclass(frozen=True)
-class SolverSettings:
-    top_k: int = 5
-    time_limit_s: float = 300.0
-    """Wall-clock safety net for the whole search. Results are decided by the work budgets
-    below, never by wall time; when this fires (a pathological input, an overloaded machine)
-    the report says so, as its result may then differ from run to run."""
-    work_limit: float = 10.0
-    """CP-SAT deterministic time (work units) one pick solve may use. Choosing one of the
-    listed candidates proves optimal in well under 0.1 units (3,470 candidates)."""
-    layout_work: float = LAYOUT_WORK
-    """CP-SAT work the stage-layout solves of one search may use together."""
-    num_workers: int = 1
-    """One worker: the model is small, and a single worker is deterministic by construction."""
-    random_seed: int = 0
-    export_path: str | None = None
-    """Write the CP-SAT model (text proto) here, for debugging."""
-    rank_ties: bool = False
-    """List the plans tied with the fastest (within the model's measured ranking error,
-    `costing.uncertainty.ranking_tolerance`) conventional first (`search.ties`). False: fastest
-    first, and only plans as fast as the best are marked tied with it."""
 
 
 @dataclass(frozen=True)
@@ -106,25 +85,6 @@ def _heuristic(pool: Pool, fits: np.ndarray) -> int | None:
         return None
     keys = tuple(key[idx] for key in rule_of_thumb_key(pool.cands))
     return int(idx[np.lexsort((pool.step_s[idx], *keys[::-1]))[0]])
-
-
-def make_solver(settings: SolverSettings) -> cp_model.CpSolver:
-    """A solver limited by deterministic work (the same stop on every run), with the wall
-    clock as a safety net only."""
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = settings.num_workers
-    solver.parameters.random_seed = settings.random_seed
-    solver.parameters.max_deterministic_time = settings.work_limit
-    solver.parameters.max_time_in_seconds = settings.time_limit_s
-    # A choice among listed candidates gains nothing from presolve or probing, whose cost
-    # grows with the square of the candidates (gpt3-175b on 1,024 GPUs, 3,470 candidates:
-    # 262 ms per solve with them, 12 ms without).
-    solver.parameters.cp_model_presolve = False
-    solver.parameters.cp_model_probing_level = 0
-    # Ctrl-C is Python's: CP-SAT would stop the search as at a time limit (a plan printed as
-    # if nothing happened) and leave SIGINT at its default, which kills the process unclean.
-    solver.parameters.catch_sigint_signal = False
-    return solver
 
 
 class _PlanModel:
@@ -239,8 +199,6 @@ def widened(problem: Problem, space: SearchSpace) -> SearchSpace | None:
 
 def _search_error(problem: Problem, space: SearchSpace, wider: SearchSpace) -> InfeasibleError:
     """Why the widened space has no plan either (its explanation covers the narrow one)."""
-    from planner.search.explain import explain_infeasible
-
     return explain_infeasible(problem, wider, generate(problem, wider),
                               wider.rule_options(problem))
 
@@ -266,8 +224,6 @@ def _search(problem: Problem, space: SearchSpace, settings: SolverSettings,
                                   plans=settings.top_k, tolerance=tolerance)
     over = memory_violations(pool.peak_bytes, capacity, conservative=True)
     if not len(pool) or over.all():
-        from planner.search.explain import explain_infeasible
-
         raise explain_infeasible(problem, space, groups, options)
     # Plans must fit and differ in their degrees: only the fastest fitting candidate of each
     # set of degrees can be chosen, so the model holds those alone.
