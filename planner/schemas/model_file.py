@@ -147,7 +147,23 @@ class TransformerShorthand(BaseModel):
                          max_context=self.max_context or (
                              self.max_positions if self.position is PositionKind.LEARNED
                              and self.max_positions else None),
-                         source=self.source, notes=self.notes)
+                         source=self.source, notes=self.notes + self._idle_expert_fields())
+
+    def _idle_expert_fields(self) -> tuple[str, ...]:
+        """A note naming the routed experts' fields a dense model sets: with num_experts 1
+        every layer is a dense MLP, and they change nothing."""
+        idle = [f for f in EXPERT_FIELDS if f in self.model_fields_set]
+        if self.num_experts > 1 or not idle:
+            return ()
+        verb = "has" if len(idle) == 1 else "have"
+        return (f"{self.name}: {', '.join(idle)} {verb} no effect: num_experts is 1 (every layer "
+                f"a dense MLP); set num_experts for routed experts",)
+
+
+EXPERT_FIELDS = ("top_k", "moe_ffn_hidden", "shared_ffn_hidden", "shared_expert_gate",
+                 "router_bias", "glu_clamp", "load_balancing", "capacity_factor",
+                 "router_groups", "router_group_topk", "first_k_dense", "moe_layer_freq")
+"""ModelFile's fields that describe routed experts (and where they sit)."""
 
 
 class LayersFile(BaseModel):

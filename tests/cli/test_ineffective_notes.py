@@ -159,3 +159,22 @@ def test_deepspeed_refuses_sequence_parallelism_only_where_it_would_act(cli, wri
         result = json.loads(out)
         assert [v["rule"] for v in result["violations"]] == rules, err
         assert result["notes"] == notes and code == (1 if rules else 0)
+
+
+def test_a_dense_model_says_its_expert_fields_do_nothing(cli, write):
+    # num_experts 1: every layer is a dense MLP, so the routed experts' fields change nothing
+    # (the pricing is the same without them), and the plan says so.
+    dense = ("name: tiny-dense\nnum_layers: 4\nhidden: 512\nnum_heads: 8\nvocab_size: 1000\n"
+             "mlp: swiglu\ntraining: {seq_len: 512, global_batch: 8}\n")
+    plain, tagged = write("plain.yaml", dense), write("tagged.yaml", dense + (
+        "top_k: 2\nrouter_bias: true\nglu_clamp: 7.0\n"))
+    results = []
+    for path in (plain, tagged):
+        code, out, err = cli("plan", path, "dgx-h100", "--gpus", "8", "--top", "1", "--json")
+        assert code == 0
+        results.append(json.loads(out))
+    assert results[0]["notes"] == []
+    assert results[1]["notes"] == [
+        "tiny-dense: top_k, router_bias, glu_clamp have no effect: num_experts is 1 (every "
+        "layer a dense MLP); set num_experts for routed experts"]
+    assert results[0]["plans"][0]["time"] == results[1]["plans"][0]["time"]
