@@ -294,7 +294,8 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
     pairs = 0 * tp
     expert_forward = 0 * tp
     # The expert path's own copies beyond its GEMMs and activation (bytes): biased experts'
-    # eager output bias, the padding copies of a quantized grouped GEMM.
+    # eager output bias, a clamped GLU's eager clamp, the padding copies of a quantized
+    # grouped GEMM.
     copies_fwd = copies_bwd = 0 * tp
     # A clamped GLU's eager clamp (bytes forward; moe_act re-runs it).
     eager_clamp = (moe is not None and block.glu_clamp is not None and block.mlp.gated

@@ -9,6 +9,8 @@ data/megatron_args.txt); a test checks every emitted flag against it.
 
 from __future__ import annotations
 
+import textwrap
+
 import numpy as np
 
 from cost_models.enums import (AttentionKind, CpComm, CudaGraphs, Fp8Recipe, LoadBalancing,
@@ -407,11 +409,7 @@ def _script(plan: LaunchPlan, trial: Trial | None) -> tuple[str, str]:
         *([] if trial is None else [
             f"# A trial run: {trial.train_iters} iterations, logged every {trial.log_interval}, "
             f"no evaluation, no checkpoint; the output is appended to {trial.log_file}"]),
-        *([] if shape.layer.glu_clamp is None else [
-            f"# The experts' GLU clamp (limit {shape.layer.glu_clamp:g}, HF swiglu_limit) has no "
-            "pretrain_gpt.py flag: Megatron-Bridge's",
-            "#   GPT-OSS provider sets TransformerConfig.activation_func_clamp_value; this script "
-            "trains without it"]),
+        *(f"# {line}" for line in _unexpressed(shape.layer)),
         "# Run on every node: MASTER_ADDR=<first node> "
         + ("[DATA_PATH=<prefix>]" if shape.layer.causal
            else "DATA_PATH=<prefix> VOCAB_FILE=<vocab.txt>") + f" bash {name}",
@@ -438,6 +436,17 @@ def _script(plan: LaunchPlan, trial: Trial | None) -> tuple[str, str]:
         '"${TOKENIZER_ARGS[@]}" \\\n  "${DATA_ARGS[@]}" "${LOGGING_ARGS[@]}"'
         + ("" if trial is None else ' \\\n  2>&1 | tee -a "$LOG_FILE"'), ""]
     return name, "\n".join(lines)
+
+
+def _unexpressed(layer) -> list[str]:
+    """Comment lines on what the model has and pretrain_gpt.py's flags cannot ask for."""
+    if layer.glu_clamp is None:
+        return []
+    return textwrap.wrap(
+        f"The experts' GLU clamp (limit {layer.glu_clamp:g}, HF swiglu_limit) has no "
+        "pretrain_gpt.py flag: Megatron-Bridge's GPT-OSS provider sets "
+        "TransformerConfig.activation_func_clamp_value; this script trains without it.",
+        width=94, subsequent_indent="  ", break_on_hyphens=False, break_long_words=False)
 
 
 def profile() -> FrameworkProfile:

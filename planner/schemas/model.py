@@ -101,9 +101,9 @@ class TransformerBlock(BaseModel):
     router_bias: bool = False
     """A bias per expert in the router (gpt-oss; DeepSeek-V3's e_score_correction_bias)."""
     glu_clamp: float | None = Field(None, gt=0)
-    """The gated MLP clamps its input: the gate from above and the linear half to
-    [-limit, limit] (gpt-oss: 7; HF swiglu_limit, Megatron-Core activation_func_clamp_value).
-    None: no clamp."""
+    """The routed experts' gated MLP clamps its input: the gate from above and the linear half
+    to [-limit, limit] (gpt-oss: 7; HF swiglu_limit, Megatron-Core activation_func_clamp_value).
+    None: no clamp. A dense MLP's clamp is not priced (no model has one)."""
     load_balancing: LoadBalancing = LoadBalancing.AUX_LOSS
     """How the router balances the experts' load (sets the dropless imbalance)."""
     capacity_factor: float | None = Field(None, gt=0)

@@ -6,8 +6,9 @@
 # Predicted: 20.481 s per step, peak 51.3 GiB per GPU (stage 0), MFU 10.6%.
 # Keys checked against NVIDIA/Megatron-LM @d98e8a64 (megatron/training/arguments.py and the
 #   config dataclasses it turns into flags).
-# The experts' GLU clamp (limit 7, HF swiglu_limit) has no pretrain_gpt.py flag: Megatron-Bridge's
-#   GPT-OSS provider sets TransformerConfig.activation_func_clamp_value; this script trains without it
+# The experts' GLU clamp (limit 7, HF swiglu_limit) has no pretrain_gpt.py flag:
+#   Megatron-Bridge's GPT-OSS provider sets TransformerConfig.activation_func_clamp_value; this
+#   script trains without it.
 # Run on every node: MASTER_ADDR=<first node> [DATA_PATH=<prefix>] bash pretrain_gpt.sh
 set -euo pipefail
 
