@@ -2,10 +2,12 @@
 
     python bench/bench_search.py [--models gpt3-175b,llama3-405b,gpt-1t] [--cluster dgx-a100-80gb]
     python bench/bench_search.py --models deepseek-v3 --cluster dgx-h100 --gpus 1024,2048
+    python bench/bench_search.py --models llama3-8b --cluster dgx-h100 --gpus 1000000 --repeat 1
 
 Targets, on a 2-core machine, excluding interpreter start-up: under 1 s for gpt-1t on 3,072
 GPUs and under 2 s on 16,384 GPUs (step-time issue); under 2 s for DeepSeek-V3 on 2,048 H100
-with ep and etp in the space (MoE issue). Each line is one `search` call: the
+with ep and etp in the space (MoE issue); under 10 s to refuse llama3-8b on a million GPUs
+(its batch of 512 cannot split over them) with the counts and batches that would work. Each line is one `search` call: the
 candidates in the space, those passing the rules, those priced (whose step bound can reach
 the plans: `pool.evaluate_promising`), those left in the CP-SAT model, wall seconds, and the best plan (or why nothing fits, which takes longer: every
 candidate is evaluated and larger GPU counts are tried).
@@ -25,7 +27,8 @@ from planner.inputs.loader import make_problem  # noqa: E402
 from planner.search.solver import search  # noqa: E402
 
 GPU_COUNTS = (8, 64, 512, 1024, 3072, 8192, 16384)
-TARGETS_S = {("gpt-1t", 3072): 1.0, ("gpt-1t", 16384): 2.0, ("deepseek-v3", 2048): 2.0}
+TARGETS_S = {("gpt-1t", 3072): 1.0, ("gpt-1t", 16384): 2.0, ("deepseek-v3", 2048): 2.0,
+             ("llama3-8b", 1_000_000): 10.0}
 
 
 def main() -> int:

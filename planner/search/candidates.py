@@ -380,6 +380,7 @@ def degree_tuples(problem: Problem,
     """Every (tp, cp, pp, dp, vpp, micro_batch) the search considers."""
     options = space.rule_options(problem)
     micro_batches: dict[int, list[int]] = {}
+    chunks: dict[int, list[int]] = {}       # vpp values by pp (the same for every tp and cp)
     out = []
     for tp in _tp_values(problem, space):
         for cp in _cp_values(problem, space, options, tp):
@@ -389,7 +390,9 @@ def degree_tuples(problem: Problem,
                 dp = problem.num_gpus // (tp * cp * pp)
                 if dp not in micro_batches:
                     micro_batches[dp] = _micro_batch_values(problem, space, options, dp)
-                for vpp in _vpp_values(problem, space, options, pp):
+                if pp not in chunks:
+                    chunks[pp] = _vpp_values(problem, space, options, pp)
+                for vpp in chunks[pp]:
                     out += [(tp, cp, pp, dp, vpp, mb) for mb in micro_batches[dp]]
     return out
 

@@ -10,6 +10,7 @@ break only the memory rule) and concrete ways out: dropping a pin, more GPUs.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -222,6 +223,11 @@ def _nearest_gpu_counts(problem: Problem, space: SearchSpace,
             count = min(count, highest // node * node)
         while 0 < count <= highest and tried < NEAREST_TRIED and scanned < NEAREST_SCANNED:
             scanned += 1
+            # The smallest model-parallel group that leaves dp dividing the batch is count /
+            # gcd(count, batch); a count whose smallest exceeds the largest cannot divide it.
+            if count // math.gcd(count, gb) > largest_group:
+                count += side * node
+                continue
             other = replace(problem, num_gpus=count, cluster=problem.cluster.model_copy(
                 update={"num_nodes": max(problem.cluster.num_nodes, -(-count // node))}))
             if any(gb % d[3] == 0 for d in degree_tuples(other, space)):
