@@ -62,6 +62,7 @@ def eager_bytes_per_element() -> dict[str, dict]:
             super().__init__()
             self.bytes = 0
             self.ops = []
+            self.kept = 0       # bytes of the storages autograd saves (set by `measure`)
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))

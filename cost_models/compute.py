@@ -294,6 +294,13 @@ Megatron-Core's biased experts (`expert_bias_bytes`); glu_clamp: its clamped GLU
 (`glu_clamp_bytes`), counted the same way."""
 
 
+def _eager_op_bytes(op: str, elements):
+    """(forward, backward) HBM bytes of an eager op of `EAGER_BYTES_PER_ELEMENT` on `elements`
+    elements of the tensor it scales with."""
+    forward, backward = EAGER_BYTES_PER_ELEMENT[op]
+    return forward * elements, backward * elements
+
+
 def expert_bias_bytes(*, pairs, hidden: int):
     """(forward, backward) HBM bytes of adding biased experts' output bias on one rank, where
     the framework adds it in eager PyTorch after the grouped GEMM: `pairs` token-expert pairs of
@@ -307,9 +314,7 @@ def expert_bias_bytes(*, pairs, hidden: int):
     PyTorch's dispatch (`EAGER_BYTES_PER_ELEMENT["expert_bias"]`, bench/torch_elementwise.py).
     The first grouped linear's bias rides in its GEMM's epilogue, as a dense layer's does.
     """
-    forward, backward = EAGER_BYTES_PER_ELEMENT["expert_bias"]
-    elements = pairs * hidden
-    return forward * elements, backward * elements
+    return _eager_op_bytes("expert_bias", pairs * hidden)
 
 
 def glu_clamp_bytes(*, rows, columns):
@@ -327,9 +332,7 @@ def glu_clamp_bytes(*, rows, columns):
     bench/torch_elementwise.py). The SwiGLU kernels clamp inside their fused code
     (fused_bias_swiglu.py clamped_swiglu), which costs nothing apart.
     """
-    forward, backward = EAGER_BYTES_PER_ELEMENT["glu_clamp"]
-    elements = rows * columns
-    return forward * elements, backward * elements
+    return _eager_op_bytes("glu_clamp", rows * columns)
 
 
 def quantization_padding_bytes(*, pairs, hidden: int, bytes_per_value: int = BYTES_16BIT):
