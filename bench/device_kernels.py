@@ -27,7 +27,10 @@ It times, with CUDA events (median of repeats after warm-up, random inputs):
   sink_token); without it the section records an error row;
 - torchtitan's eager RMSNorm, rotary embedding and SwiGLU product against the same functions
   under torch.compile, forward and forward+backward, Llama 3 8B shapes (the bytes of the
-  eager ops: bench/torch_elementwise.py), and one plain copy for the HBM rate.
+  eager ops: bench/torch_elementwise.py), and one plain copy for the HBM rate;
+- FP8 against bf16 GEMMs by shape, cuBLASLt's fast accumulation off and on (section fp8_shapes);
+- one rank's work in PyTorch's load-balanced ring attention (torchtitan's context parallelism)
+  at cp 1-8, the flash kernels alone and with the eager fp32 merges, Llama 3.1 8B shapes.
 Every row records the GPU name, torch and cuDNN versions.
 """
 from __future__ import annotations
@@ -48,7 +51,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="fewer shapes")
     parser.add_argument("--sections",
                         default="peak,attention,gemm,gemm_tokens,grouped,optimizer,launch,moe,"
-                                "cudnn,eager",
+                                "cudnn,eager,ring,fp8_shapes",
                         help="comma-separated sections to run")
     args = parser.parse_args()
     dev = torch.device("cuda")
@@ -195,6 +198,62 @@ def main() -> int:
             for n, k in shards:
                 time_gemm(m, n, k, has_fp8())
     section("gemm_tokens", gemm_tokens)
+
+    def fp8_shapes():
+        # FP8 against bf16 by GEMM shape, in the one layout torch._scaled_mm takes on Hopper
+        # ("TN": Transformer Engine quantizes transposed copies so that dgrad and wgrad run TN
+        # as well), tensorwise scales, cuBLASLt's fast accumulation off (torch's default; TE's
+        # dgrad and wgrad: split accumulator) and on (TE's fprop). Each time is one GEMM of 10
+        # replayed from a CUDA graph: kernel time without the host's launch. Shapes: the gemm
+        # section's at 8,192 tokens; Qwen3-30B-A3B's expert GEMMs (fc1 2048 -> 2 x 768, fc2
+        # 768 -> 2048) by tokens per expert; Transformer Engine's GEMM profiling example (docs/
+        # examples/gemm_profiling: hidden 4096, MLP 16384, 15,872 tokens), fprop, dgrad and
+        # wgrad of its four layers, whose per-layer FP8 / bf16 ratio the tutorial reports.
+        one = torch.ones((), device=dev, dtype=torch.float32)
+
+        def gpu_time(fn, n=10):
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                fn()
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for _ in range(n):
+                    fn()
+            return timed(graph.replay) / n
+
+        shapes = [("gemm", 8192, n, k) for n, k in
+                  [(4096, 4096), (28672, 4096), (12288, 12288), (16384, 16384), (2048, 2048),
+                   (1024, 4096), (4096, 1024), (512, 4096), (4096, 512), (2880, 2880)]]
+        shapes += [("qwen3-30b-a3b expert", m, n, k) for m in (256, 1024, 4096, 16384)
+                   for n, k in [(1536, 2048), (2048, 768)]]
+        tokens = 31 * 512
+        for n, k in [(12288, 4096), (4096, 4096), (16384, 4096), (4096, 16384)]:
+            shapes += [("te gemm_profiling fprop", tokens, n, k),
+                       ("te gemm_profiling dgrad", tokens, k, n),
+                       ("te gemm_profiling wgrad", n, k, tokens)]
+        for label, m, n, k in shapes:
+            a = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+            w = torch.randn(n, k, device=dev, dtype=torch.bfloat16)
+            a8, w8 = a.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn)
+            flops = 2 * m * n * k
+            row = {"section": "fp8_shapes", "shape": label, "m": m, "n": n, "k": k}
+            try:
+                row["bf16_s"] = gpu_time(lambda: a @ w.t())
+                for fast in (False, True):
+                    row[f"fp8_{'fast' if fast else 'split'}_s"] = gpu_time(
+                        lambda: torch._scaled_mm(a8, w8.t(), scale_a=one, scale_b=one,
+                                                 out_dtype=torch.bfloat16,
+                                                 use_fast_accum=fast))
+                for key in ("bf16", "fp8_split", "fp8_fast"):
+                    row[f"{key}_tflops"] = flops / row[f"{key}_s"] / 1e12
+            except Exception as exc:
+                row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            del a, w, a8, w8
+    section("fp8_shapes", fp8_shapes)
 
     # --- grouped expert GEMMs -------------------------------------------------------------
     def grouped():
@@ -567,6 +626,98 @@ def main() -> int:
                      "gb_per_s_read_plus_write": 2 * x.numel() * 2 / s_copy / 1e9})
         print(json.dumps(rows[-1]), flush=True)
     section("eager", eager_vs_compiled)
+
+    # --- one rank's share of PyTorch's ring attention (torchtitan's context parallelism) ---
+    def ring():
+        # torch/distributed/tensor/experimental/_attention.py (the load-balanced ring that
+        # torchtitan's CP runs): rank r holds two chunks of c tokens (head and tail); step 0 is
+        # causal attention over its own 2c keys, a later step attends its 2c queries to the
+        # first c keys it receives (i <= r) or its last c queries to all 2c (i > r), each
+        # merged into an fp32 output and log-sum-exp by eager ops (_SDPAMerger: sigmoid and
+        # logsigmoid of the LSE difference; a merge into the tail half rebuilds the whole
+        # tensor with torch.cat). The backward adds each step's fp32 gradients the same way.
+        # No communication here: this times the work of one rank, to set against cp x the
+        # step-0 kernel. Llama 3.1 8B shapes: 32 heads (KV repeated), d 128, c = 16K.
+        import torch.nn.functional as F
+        aten = torch.ops.aten
+        heads, d, c = 32, 128, 16384
+        q, k, v, g = (torch.randn(1, heads, 2 * c, d, device=dev, dtype=torch.bfloat16)
+                      for _ in range(4))
+
+        def steps(cp, rank):
+            for i in range(cp):
+                if i == 0:
+                    yield q, k, v, False, True
+                elif i <= rank:
+                    yield q, k[:, :, :c], v[:, :, :c], False, False
+                else:
+                    yield q[:, :, c:], k, v, True, False
+
+        def tail_update(whole, part):      # replace the tail half, as _partial_update does
+            return torch.cat([whole[:, :, :c], part], dim=2)
+
+        def forward(cp, rank, merge):
+            out = lse = None
+            saved = []
+            for qi, ki, vi, partial, causal in steps(cp, rank):
+                o, l, *rest = aten._scaled_dot_product_flash_attention(qi, ki, vi, 0.0, causal)
+                saved.append((qi, ki, vi, o, l, rest, causal))
+                if not merge:
+                    continue
+                o, l = o.float(), l.float().unsqueeze(-1)
+                if out is None:
+                    out, lse = o, l
+                    continue
+                cur_o = out[:, :, c:] if partial else out
+                cur_l = lse[:, :, c:] if partial else lse
+                new_o = cur_o - torch.sigmoid(l - cur_l) * (cur_o - o)
+                new_l = cur_l - F.logsigmoid(cur_l - l)
+                out, lse = ((tail_update(out, new_o), tail_update(lse, new_l)) if partial
+                            else (new_o, new_l))
+            if merge:
+                out = out.to(torch.bfloat16)
+            return saved
+
+        def backward(saved, merge):
+            gq = torch.zeros(1, heads, 2 * c, d, device=dev, dtype=torch.float32)
+            gk = torch.zeros_like(gq)
+            gv = torch.zeros_like(gq)
+            for qi, ki, vi, o, l, rest, causal in saved:
+                cq, ck, mq, mk, seed, offset = rest[:6]
+                dout = g[:, :, -qi.shape[2]:]
+                dq, dk, dv = aten._scaled_dot_product_flash_attention_backward(
+                    dout, qi, ki, vi, o, l, cq, ck, mq, mk, 0.0, causal, seed, offset)
+                if not merge:
+                    continue
+                if qi.shape[2] == c:                       # tail queries: rebuild grad_q
+                    gq = tail_update(gq, gq[:, :, c:] + dq)
+                else:
+                    gq += dq
+                if ki.shape[2] == c:                       # head keys: rebuild grad_k, grad_v
+                    gk = torch.cat([gk[:, :, :c] + dk, gk[:, :, c:]], dim=2)
+                    gv = torch.cat([gv[:, :, :c] + dv, gv[:, :, c:]], dim=2)
+                else:
+                    gk += dk
+                    gv += dv
+            if merge:
+                gq.to(torch.bfloat16), gk.to(torch.bfloat16), gv.to(torch.bfloat16)
+
+        for cp in (1, 2, 4, 8):
+            rank = cp // 2
+            row = {"section": "ring", "cp": cp, "rank": rank, "heads": heads, "head_dim": d,
+                   "chunk_tokens": c, "causal_pairs_units": 2 * cp}
+            for merge in (False, True):
+                key = "merged" if merge else "kernels"
+                try:
+                    row[f"{key}_fwd_s"] = timed(lambda: forward(cp, rank, merge), reps=5)
+                    saved = forward(cp, rank, False)
+                    row[f"{key}_bwd_s"] = timed(lambda: backward(saved, merge), reps=5)
+                    del saved
+                except Exception as exc:
+                    row[f"{key}_error"] = f"{type(exc).__name__}: {exc}"[:300]
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    section("ring", ring)
 
     with open(args.out, "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
