@@ -44,7 +44,8 @@ def gemm_flops(g: Gemm):
 
 
 def gemm_time_s(g: Gemm, *, peak_flops: float, peak_fraction: float, half_efficiency_dim: float,
-                hbm_bytes_per_s: float, hbm_fraction: float, bytes_per_value: int = BYTES_16BIT):
+                hbm_bytes_per_s: float, hbm_fraction: float, bytes_per_value: int = BYTES_16BIT,
+                shape_loss_flops: float | None = None):
     """Seconds one GEMM takes: the roofline of its FLOPs and its HBM traffic.
 
     Ref: Williams et al. 2009 (roofline): time = max(FLOPs / attainable FLOP/s,
@@ -54,11 +55,23 @@ def gemm_time_s(g: Gemm, *, peak_flops: float, peak_fraction: float, half_effici
     head dim of attention scores) leave tensor cores idle through tile and wave quantisation.
     Both fractions are per-GPU cluster data, calibrated in the preset. Traffic is reading A
     and B and writing C once.
+
+    That shape loss is FLOPs x `half_efficiency_dim` / min(m, n, k) worth of time at the
+    attainable rate. For a narrower format (FP8, FP4) pass `shape_loss_flops`, the bf16
+    attainable rate: the loss (partial waves, each tile's prologue and epilogue) is idle time
+    that does not shrink when the format doubles the MMA rate, so the format's speed-up over
+    bf16 falls on thin GEMMs. Measured on an H100 (bench/data/kernels_h100_fp8_shapes.json,
+    kernel times from CUDA-graph replays): FP8 over bf16 1.7-2.0x at K 4096-16384, 1.4-1.6x at
+    K 512-1024, 1.1-1.3x at 256 tokens.
     """
     flops = gemm_flops(g)
     smallest = np.minimum(np.minimum(g.m, g.n), g.k)
-    size_efficiency = smallest / (smallest + half_efficiency_dim)
-    compute_s = flops / (peak_flops * peak_fraction * size_efficiency)
+    if shape_loss_flops is None:
+        size_efficiency = smallest / (smallest + half_efficiency_dim)
+        compute_s = flops / (peak_flops * peak_fraction * size_efficiency)
+    else:
+        compute_s = (flops / (peak_flops * peak_fraction)
+                     + flops * half_efficiency_dim / (smallest * shape_loss_flops))
     traffic = bytes_per_value * (g.m * g.k + g.k * g.n + g.m * g.n) * g.batch
     memory_s = traffic / (hbm_bytes_per_s * hbm_fraction)
     return np.maximum(compute_s, memory_s)

@@ -130,7 +130,8 @@ class _Kernels:
         """Per query row and head, what the sinks' gradient adds to a fused backward."""
         self.framework = framework
         # FP8: the linear layers' GEMMs at the FP8 peak, times the recipe's efficiency on this
-        # GPU relative to bf16 (cluster data), reading 1-byte operands; the bf16 peak for the rest.
+        # GPU relative to bf16 (cluster data), reading 1-byte operands, their shape loss paid at
+        # the bf16 rate (compute.gemm_time_s); the bf16 peak for the rest.
         self.fp8 = training.fp8_recipe if training.precision is Precision.FP8 else None
         self._linear = self._gemm
         self.fp8_linears_saved = (self.fp8 is not None and self.selective_alternate_linears
@@ -145,7 +146,8 @@ class _Kernels:
             self._linear = dict(self._gemm,
                                 peak_flops=cluster.gpu.linear_peak_flops(self.fp8),
                                 peak_fraction=eff.gemm_peak_fraction * relative,
-                                bytes_per_value=gemm_operand_bytes(self.fp8))
+                                bytes_per_value=gemm_operand_bytes(self.fp8),
+                                shape_loss_flops=self.peak * eff.gemm_peak_fraction)
             self.transpose_free = cluster.gpu.fp8_transpose_free
             fp8 = framework.fp8
             self.fp8_caches_weights = fp8 is not None and fp8.caches_weights

@@ -175,8 +175,11 @@ class EfficiencySpec(BaseModel):
     NVLink bandwidth; it can exceed 1 because the switch reduces. None: no NVLS (before Hopper)."""
     fp8_gemm_efficiency: dict[Fp8Recipe, float] = Field(default_factory=dict)
     """Per FP8 scaling recipe this GPU runs: the share of the FP8 peak its GEMMs reach
-    relative to the share bf16 GEMMs reach of theirs (`gemm_peak_fraction`); quantization is
-    priced apart. Recipes absent do not run on this GPU (none: no FP8 training)."""
+    relative to the share bf16 GEMMs reach of theirs (`gemm_peak_fraction`), at large size:
+    thin GEMMs lose the time bf16's shape loss costs (`compute.gemm_time_s`), so a value above
+    1 still runs them below twice bf16's speed (`fp8.low_precision_gemm_efficiency` derives it
+    from a measured speed-up). Quantization is priced apart. Recipes absent do not run on this
+    GPU (none: no FP8 training)."""
     fp8_attention_efficiency: float | None = Field(default=None, gt=0, le=1)
     """Share of the FP8 peak a fused FP8 attention kernel reaches relative to the share
     `flash_attention_fraction` gives bf16 attention of the bf16 peak (`fp8.
