@@ -228,6 +228,11 @@ def main() -> int:
                    (1024, 4096), (4096, 1024), (512, 4096), (4096, 512), (2880, 2880)]]
         shapes += [("qwen3-30b-a3b expert", m, n, k) for m in (256, 1024, 4096, 16384)
                    for n, k in [(1536, 2048), (2048, 768)]]
+        # GPT-3 175B's tensor-parallel shards (tp 4 and tp 8) by tokens per micro-batch:
+        # few tokens with wide n and k (a long K loop, many tiles).
+        shapes += [(f"gpt3-175b tp{t} by tokens", m, n, k) for m in (1024, 2048, 4096, 8192)
+                   for t, n, k in [(4, 9216, 12288), (4, 12288, 3072), (4, 12288, 12288),
+                                   (8, 4608, 12288), (8, 12288, 1536), (8, 6144, 12288)]]
         tokens = 31 * 512
         for n, k in [(12288, 4096), (4096, 4096), (16384, 4096), (4096, 16384)]:
             shapes += [("te gemm_profiling fprop", tokens, n, k),

@@ -58,11 +58,13 @@ def gemm_time_s(g: Gemm, *, peak_flops: float, peak_fraction: float, half_effici
 
     That shape loss is FLOPs x `half_efficiency_dim` / min(m, n, k) worth of time at the
     attainable rate. For a narrower format (FP8, FP4) pass `shape_loss_flops`, the bf16
-    attainable rate: the loss (partial waves, each tile's prologue and epilogue) is idle time
-    that does not shrink when the format doubles the MMA rate, so the format's speed-up over
-    bf16 falls on thin GEMMs. Measured on an H100 (bench/data/kernels_h100_fp8_shapes.json,
-    kernel times from CUDA-graph replays): FP8 over bf16 1.7-2.0x at K 4096-16384, 1.4-1.6x at
-    K 512-1024, 1.1-1.3x at 256 tokens.
+    attainable rate: the part of the loss a short reduction loop causes (each output tile's
+    prologue and epilogue, against a loop as long as k) is idle time that does not shrink when
+    the format doubles the MMA rate, so it is paid at the bf16 rate, over k; partial waves
+    (few tiles) scale with the rate. The format's speed-up over bf16 so falls with k, not with
+    the tokens of a wide GEMM. Measured on an H100 (bench/data/kernels_h100_fp8_shapes.json,
+    kernel times from CUDA-graph replays): FP8 over bf16 1.4-1.6x at k 512-1024, 1.7-2.1x at
+    k 2048-16384 whatever the tokens (1,024-16,384), 1.1-1.3x at 256 tokens per expert.
     """
     flops = gemm_flops(g)
     smallest = np.minimum(np.minimum(g.m, g.n), g.k)
@@ -70,11 +72,34 @@ def gemm_time_s(g: Gemm, *, peak_flops: float, peak_fraction: float, half_effici
         size_efficiency = smallest / (smallest + half_efficiency_dim)
         compute_s = flops / (peak_flops * peak_fraction * size_efficiency)
     else:
-        compute_s = (flops / (peak_flops * peak_fraction)
-                     + flops * half_efficiency_dim / (smallest * shape_loss_flops))
+        rate = peak_flops * peak_fraction
+        compute_s = (flops / rate * (1 + half_efficiency_dim / smallest)
+                     + flops * half_efficiency_dim * (1 / shape_loss_flops - 1 / rate) / g.k)
     traffic = bytes_per_value * (g.m * g.k + g.k * g.n + g.m * g.n) * g.batch
     memory_s = traffic / (hbm_bytes_per_s * hbm_fraction)
     return np.maximum(compute_s, memory_s)
+
+
+def low_precision_gemm_efficiency(speedup: float, *, gemms, peak_ratio: float,
+                                  half_efficiency_dim: float) -> float:
+    """A low-precision recipe's `fp8_gemm_efficiency` (its GEMMs' share of their peak over
+    bf16's share of its peak, at large size) from a measured speed-up over bf16 of `gemms`
+    together, with `peak_ratio` = the format's peak / bf16's: the value at which
+    `gemm_time_s` (compute-bound, shape loss paid at the bf16 rate) gives that speed-up,
+    found by bisection (the speed-up grows with it). Transformer Engine's GEMM profile of a
+    5B layer (docs/examples/gemm_profiling) gives the presets' speed-ups.
+    """
+    kw = dict(half_efficiency_dim=half_efficiency_dim, hbm_bytes_per_s=np.inf, hbm_fraction=1.0)
+    bf16 = sum(gemm_time_s(g, peak_flops=1.0, peak_fraction=1.0, **kw) for g in gemms)
+
+    def speedup_at(efficiency):
+        return bf16 / sum(gemm_time_s(g, peak_flops=peak_ratio, peak_fraction=efficiency,
+                                      shape_loss_flops=1.0, **kw) for g in gemms)
+    low, high = 0.05, 4.0
+    for _ in range(60):
+        mid = (low + high) / 2
+        low, high = (mid, high) if speedup_at(mid) < speedup else (low, mid)
+    return (low + high) / 2
 
 
 def memory_bound_time_s(traffic_bytes, *, hbm_bytes_per_s: float, hbm_fraction: float):

@@ -121,22 +121,6 @@ def fp8_weight_bytes_per_param(recipe: Fp8Recipe, *, transpose_free: bool, cache
     return (0.0 if fp8_params else BYTES_16BIT) + kept
 
 
-def low_precision_gemm_efficiency(speedup: float, *, peak_ratio: float, dim: float,
-                                  half_efficiency_dim: float) -> float:
-    """A low-precision recipe's `fp8_gemm_efficiency` (its GEMMs' share of their peak over
-    bf16's share of its peak, at large size) from a measured GEMM speed-up over bf16 at GEMMs
-    whose smallest dimension is `dim`, with `peak_ratio` = the format's peak / bf16's.
-
-    Ref: `compute.gemm_time_s` with `shape_loss_flops` at the bf16 rate: bf16 takes
-    F / R (1 + h / d), the format F / (peak_ratio r R) + F h / (d R), so the speed-up
-    S = peak_ratio r (d + h) / (d + peak_ratio r h), solved for r. Transformer Engine's GEMM
-    profile (docs/examples/gemm_profiling, a 5B layer at 15,872 tokens: every GEMM's smallest
-    dimension 4,096) gives the presets' S.
-    """
-    s, k, d, h = speedup, peak_ratio, dim, half_efficiency_dim
-    return s * d / (k * (d + h - s * h))
-
-
 def fp8_attention_fraction(*, flash_fraction: float, relative_efficiency: float) -> float:
     """Share of the FP8 peak a fused FP8 attention kernel reaches (Q K^T and softmax . V in
     FP8, forward and backward): the bf16 kernel's share of the bf16 peak (`flash_fraction`)

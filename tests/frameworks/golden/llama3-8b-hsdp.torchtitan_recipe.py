@@ -2,7 +2,7 @@
 # Model llama3-8b on 64 x H100-SXM5-80GB (dgx-h100).
 # Strategy: dp 64, tp 1, pp 1, mb 1, global batch 512, seq_len 8192, sequence_parallel false,
 #   recompute full, zero_stage 3, bf16.
-# Predicted: 9.466 s per step, peak 27.2 GiB per GPU (stage 0), MFU 36.0%.
+# Predicted: 9.462 s per step, peak 27.2 GiB per GPU (stage 0), MFU 36.0%.
 # Keys checked against pytorch/torchtitan torchtitan/config/configs.py, trainer.py @b5bcd76c
 #   (recipe); torchtitan/config/job_config.py @6404b932 (0.2.x TOML).
 # Run: torchrun ... -m torchtitan.train --module torchtitan_recipe --config planner_plan
