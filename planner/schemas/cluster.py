@@ -176,8 +176,8 @@ class EfficiencySpec(BaseModel):
     fp8_gemm_efficiency: dict[Fp8Recipe, float] = Field(default_factory=dict)
     """Per FP8 scaling recipe this GPU runs: the share of the FP8 peak its GEMMs reach
     relative to the share bf16 GEMMs reach of theirs (`gemm_peak_fraction`), at large size:
-    thin GEMMs lose the time bf16's shape loss costs (`compute.gemm_time_s`), so a value above
-    1 still runs them below twice bf16's speed (`fp8.low_precision_gemm_efficiency` derives it
+    GEMMs of short k lose the time bf16's do (`compute.gemm_time_s`), so a value above 1 still
+    runs them below twice bf16's speed (`compute.low_precision_gemm_efficiency` derives it
     from a measured speed-up). Quantization is priced apart. Recipes absent do not run on this
     GPU (none: no FP8 training)."""
     fp8_attention_efficiency: float | None = Field(default=None, gt=0, le=1)
