@@ -68,13 +68,10 @@ def gemm_time_s(g: Gemm, *, peak_flops: float, peak_fraction: float, half_effici
     """
     flops = gemm_flops(g)
     smallest = np.minimum(np.minimum(g.m, g.n), g.k)
-    if shape_loss_flops is None:
-        size_efficiency = smallest / (smallest + half_efficiency_dim)
-        compute_s = flops / (peak_flops * peak_fraction * size_efficiency)
-    else:
-        rate = peak_flops * peak_fraction
-        compute_s = (flops / rate * (1 + half_efficiency_dim / smallest)
-                     + flops * half_efficiency_dim * (1 / shape_loss_flops - 1 / rate) / g.k)
+    rate = peak_flops * peak_fraction
+    loss_rate = rate if shape_loss_flops is None else shape_loss_flops
+    compute_s = (flops / rate * (1 + half_efficiency_dim / smallest)
+                 + flops * half_efficiency_dim * (1 / loss_rate - 1 / rate) / g.k)
     traffic = bytes_per_value * (g.m * g.k + g.k * g.n + g.m * g.n) * g.batch
     memory_s = traffic / (hbm_bytes_per_s * hbm_fraction)
     return np.maximum(compute_s, memory_s)
