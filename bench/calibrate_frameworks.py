@@ -4,8 +4,9 @@
 
 Two fits, each one set of constants for a whole source, never one per row:
 
-1. H100 with Megatron-Core: `gemm_peak_fraction` and `gemm_half_efficiency_dim` of the dgx-h100
-   preset and `tp_comm_overlap_fraction` of the Megatron profile, on the Megatron-Core r0.8
+1. H100 with Megatron-Core: `gemm_peak_fraction` of the dgx-h100 preset (its GEMM shape
+   constants are measured on kernels, bench/fit_gemm_shape.py, not fitted here) and
+   `tp_comm_overlap_fraction` of the Megatron profile, on the Megatron-Core r0.8
    weak-scaling table (bench/data/megatron_lm_readme_h100.yaml, 9 runs, 1.7B-462B on 48-6144
    H100, all with --tp-comm-overlap).
 2. DeepSpeed ZeRO-3 of 2021: `zero3.collective_efficiency` and `zero3.overlap_fraction`, on
@@ -76,12 +77,10 @@ def main() -> None:
     zero3 = [r for r in runs if r.source == "narayanan2021_table2" and r.strategy.zero_stage == 3]
 
     def h100_make(problem, p):
-        return _with(problem, efficiency={"gemm_peak_fraction": p["gemm_peak_fraction"],
-                                          "gemm_half_efficiency_dim": p["gemm_half_efficiency_dim"]},
+        return _with(problem, efficiency={"gemm_peak_fraction": p["gemm_peak_fraction"]},
                      framework={"tp_comm_overlap_fraction": p["tp_comm_overlap_fraction"]})
 
     error, point = _fit(h100, {"gemm_peak_fraction": np.round(np.arange(0.55, 0.86, 0.01), 3),
-                               "gemm_half_efficiency_dim": (0, 64, 128, 256, 384, 512),
                                "tp_comm_overlap_fraction": (0.0, 0.25, 0.5, 0.75, 0.9, 1.0)},
                         h100_make)
     _report("H100 + Megatron-Core", h100, h100_make, point)

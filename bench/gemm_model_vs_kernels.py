@@ -30,7 +30,7 @@ def model_tflops(cluster, m: int, n: int, k: int, batch: int = 1) -> float:
     g = Gemm(m, n, k, batch)
     seconds = gemm_time_s(g, peak_flops=cluster.gpu.peak_tflops.bf16 * 1e12,
                           peak_fraction=eff.gemm_peak_fraction,
-                          half_efficiency_dim=eff.gemm_half_efficiency_dim,
+                          half_efficiency_k=eff.gemm_half_efficiency_k, fill_dim=eff.gemm_fill_dim,
                           hbm_bytes_per_s=cluster.gpu.hbm_gb_per_s * 1e9,
                           hbm_fraction=eff.hbm_fraction)
     return float(gemm_flops(g) / seconds / 1e12)

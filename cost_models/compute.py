@@ -43,42 +43,55 @@ def gemm_flops(g: Gemm):
     return 2 * g.m * g.n * g.k * g.batch
 
 
-def gemm_time_s(g: Gemm, *, peak_flops: float, peak_fraction: float, half_efficiency_dim: float,
-                hbm_bytes_per_s: float, hbm_fraction: float, bytes_per_value: int = BYTES_16BIT,
-                shape_loss_flops: float | None = None):
+def gemm_time_s(g: Gemm, *, peak_flops: float, peak_fraction: float, half_efficiency_k: float,
+                fill_dim: float, hbm_bytes_per_s: float, hbm_fraction: float,
+                bytes_per_value: int = BYTES_16BIT, shape_loss_flops: float | None = None,
+                fill_batch: bool = True):
     """Seconds one GEMM takes: the roofline of its FLOPs and its HBM traffic.
 
     Ref: Williams et al. 2009 (roofline): time = max(FLOPs / attainable FLOP/s,
-    bytes / attainable bandwidth). Attainable FLOP/s is the datasheet peak times
-    `peak_fraction` (what large GEMMs reach in training) times min(m, n, k) /
-    (min(m, n, k) + `half_efficiency_dim`): thin matrices (a TP shard of a small hidden, the
-    head dim of attention scores) leave tensor cores idle through tile and wave quantisation.
-    Both fractions are per-GPU cluster data, calibrated in the preset. Traffic is reading A
-    and B and writing C once.
+    bytes / attainable bandwidth); traffic is reading A and B and writing C once. The compute
+    side is FLOPs / (datasheet peak x `peak_fraction`, what large GEMMs reach inside a training
+    step) times two shape losses, measured on kernels (bench/fit_gemm_shape.py on an H100 grid
+    of m, n, k from 512 to 16,384, bench/data/kernels_h100_gemm_grid.json):
+    - a short reduction loop: each output tile's prologue and epilogue against a loop as long as
+      k, (1 + `half_efficiency_k` / k);
+    - filling the GPU: too few output tiles for its SMs, which split-K and stream-K kernels
+      offset with a long k, (1 + `fill_dim`^2.5 / (batch m n sqrt(k))); a batched GEMM (one
+      kernel, torch._grouped_mm's experts) fills the GPU with all its entries' tiles, one whose
+      entries run as kernels of their own (`fill_batch` False: Transformer Engine's grouped
+      linear, a cuBLAS GEMM per expert) with one entry's. The loss is 1 at m = n = k =
+      `fill_dim`.
+    The tokens m of a wide GEMM so cost no rate (H100: 1,024 tokens x 9216 x 12288 run as fast
+    as 8,192), unlike a rule on min(m, n, k).
 
-    That shape loss is FLOPs x `half_efficiency_dim` / min(m, n, k) worth of time at the
-    attainable rate. For a narrower format (FP8, FP4) pass `shape_loss_flops`, the bf16
-    attainable rate: the part of the loss a short reduction loop causes (each output tile's
-    prologue and epilogue, against a loop as long as k) is idle time that does not shrink when
-    the format doubles the MMA rate, so it is paid at the bf16 rate, over k; partial waves
-    (few tiles) scale with the rate. The format's speed-up over bf16 so falls with k, not with
-    the tokens of a wide GEMM. Measured on an H100 (bench/data/kernels_h100_fp8_shapes.json,
-    kernel times from CUDA-graph replays): FP8 over bf16 1.4-1.6x at k 512-1024, 1.7-2.1x at
-    k 2048-16384 whatever the tokens (1,024-16,384), 1.1-1.3x at 256 tokens per expert.
+    For a narrower format (FP8, FP4) pass `shape_loss_flops`, the bf16 attainable rate: the
+    short-loop loss is idle time that does not shrink when the format doubles the MMA rate, so
+    it is paid at the bf16 rate; filling scales with the format's rate. The format's speed-up
+    over bf16 so falls with k, not with the tokens of a wide GEMM. Measured on an H100 (kernel
+    times from CUDA-graph replays, bench/data/kernels_h100_fp8_shapes.json): FP8 over bf16
+    1.4-1.6x at k 512-1024, 1.7-2.1x at k 2048-16384 whatever the tokens (1,024-16,384).
     """
     flops = gemm_flops(g)
-    smallest = np.minimum(np.minimum(g.m, g.n), g.k)
     rate = peak_flops * peak_fraction
     loss_rate = rate if shape_loss_flops is None else shape_loss_flops
-    compute_s = (flops / rate * (1 + half_efficiency_dim / smallest)
-                 + flops * half_efficiency_dim * (1 / loss_rate - 1 / rate) / g.k)
+    fill = 1 + fill_dim ** 2.5 / ((g.batch if fill_batch else 1) * g.m * g.n * np.sqrt(g.k))
+    compute_s = flops * (1 / rate + half_efficiency_k / (g.k * loss_rate)) * fill
     traffic = bytes_per_value * (g.m * g.k + g.k * g.n + g.m * g.n) * g.batch
     memory_s = traffic / (hbm_bytes_per_s * hbm_fraction)
     return np.maximum(compute_s, memory_s)
 
 
+def backward_gemms(g: Gemm) -> tuple[Gemm, Gemm]:
+    """The backward pass of C = A B ([m x k] @ [k x n]): the input gradient dA = dC B^T
+    ([m x n] @ [n x k], reducing over n) and the weight gradient dB = A^T dC ([k x m] @
+    [m x n], reducing over the tokens m), each of the forward's FLOPs (Narayanan et al. 2021,
+    Sec. 5.1: the backward is two multiplies of the forward's size)."""
+    return Gemm(g.m, g.k, g.n, g.batch), Gemm(g.k, g.n, g.m, g.batch)
+
+
 def low_precision_gemm_efficiency(speedup: float, *, gemms, peak_ratio: float,
-                                  half_efficiency_dim: float) -> float:
+                                  half_efficiency_k: float, fill_dim: float) -> float:
     """A low-precision recipe's `fp8_gemm_efficiency` (its GEMMs' share of their peak over
     bf16's share of its peak, at large size) from a measured speed-up over bf16 of `gemms`
     together, with `peak_ratio` = the format's peak / bf16's: the value at which
@@ -86,7 +99,8 @@ def low_precision_gemm_efficiency(speedup: float, *, gemms, peak_ratio: float,
     found by bisection (the speed-up grows with it). Transformer Engine's GEMM profile of a
     5B layer (docs/examples/gemm_profiling) gives the presets' speed-ups.
     """
-    kw = dict(half_efficiency_dim=half_efficiency_dim, hbm_bytes_per_s=np.inf, hbm_fraction=1.0)
+    kw = dict(half_efficiency_k=half_efficiency_k, fill_dim=fill_dim, hbm_bytes_per_s=np.inf,
+              hbm_fraction=1.0)
     bf16 = sum(gemm_time_s(g, peak_flops=1.0, peak_fraction=1.0, **kw) for g in gemms)
 
     def speedup_at(efficiency):

@@ -38,7 +38,7 @@ inter_node: {kind: infiniband, bandwidth_gb_per_s: 10, latency_us: 10}
 reserve: {framework_gib: 1.0, fragmentation_fraction: 0.05}
 efficiency:
   gemm_peak_fraction: 0.6
-  gemm_half_efficiency_dim: 0
+  gemm_half_efficiency_k: 0
   flash_attention_fraction: 0.5
   hbm_fraction: 0.8
   intra_node_bus_fraction: 0.8

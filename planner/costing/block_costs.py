@@ -14,7 +14,7 @@ import numpy as np
 
 from cost_models import communication as comm
 from cost_models.communication import Group
-from cost_models.compute import (BACKWARD_ELEMENTWISE_RATIO, BACKWARD_FLOPS_RATIO, Gemm,
+from cost_models.compute import (BACKWARD_ELEMENTWISE_RATIO, Gemm, backward_gemms,
                                  attended_keys, attention_kernel_fraction,
                                  attention_sink_backward_s, complex_rotary_extra_bytes,
                                  cross_entropy_bytes, eager_layer_elementwise_bytes,
@@ -91,6 +91,14 @@ def _tp_collective_s(elements, *, sequence_parallel: bool, place: Group, cluster
                            group=place, net=cluster.network)
 
 
+def _gemms_s(gemms, backward: bool, kw: dict) -> object:
+    """Seconds of `gemms` (None entries skipped) at `gemm_time_s`'s keywords `kw`."""
+    gemms = [g for g in gemms if g is not None]
+    if backward:
+        gemms = [part for g in gemms for part in backward_gemms(g)]
+    return sum(gemm_time_s(g, **kw) for g in gemms)
+
+
 class _Kernels:
     """GEMM and memory-bound kernel times on this cluster's GPU at one precision."""
 
@@ -115,7 +123,8 @@ class _Kernels:
         self.value_bytes = bytes_per_value(training.precision)
         self.peak = cluster.gpu.peak_flops(training.precision)
         self._gemm = dict(peak_flops=self.peak, peak_fraction=eff.gemm_peak_fraction,
-                          half_efficiency_dim=eff.gemm_half_efficiency_dim,
+                          half_efficiency_k=eff.gemm_half_efficiency_k,
+                          fill_dim=eff.gemm_fill_dim,
                           hbm_bytes_per_s=cluster.gpu.hbm_gb_per_s * 1e9,
                           hbm_fraction=eff.hbm_fraction, bytes_per_value=self.value_bytes)
         self._hbm = dict(hbm_bytes_per_s=cluster.gpu.hbm_gb_per_s * 1e9,
@@ -129,6 +138,7 @@ class _Kernels:
         self.sink_row_s = eff.attention_sink_row_s if sinks else 0.0
         """Per query row and head, what the sinks' gradient adds to a fused backward."""
         self.framework = framework
+        self.experts_one_kernel = framework.expert_gemms_one_kernel
         # FP8: the linear layers' GEMMs at the FP8 peak, times the recipe's efficiency on this
         # GPU relative to bf16 (cluster data), reading 1-byte operands, their shape loss paid at
         # the bf16 rate (compute.gemm_time_s); the bf16 peak for the rest.
@@ -167,12 +177,19 @@ class _Kernels:
         # The output layer: bf16 (every framework's default), or FP8 (training.fp8_output_layer).
         self.fp8_output_layer = self.fp8 is not None and training.fp8_output_layer
 
-    def gemms_s(self, gemms) -> object:
-        return sum(gemm_time_s(g, **self._gemm) for g in gemms if g is not None)
+    def gemms_s(self, gemms, *, backward: bool = False) -> object:
+        """Seconds of bf16 GEMMs in one pass (backward: each one's input and weight
+        gradients, `compute.backward_gemms`)."""
+        return _gemms_s(gemms, backward, self._gemm)
 
-    def linear_s(self, gemms) -> object:
-        """Forward seconds of weight GEMMs that run in FP8 under precision fp8 (bf16 else)."""
-        return sum(gemm_time_s(g, **self._linear) for g in gemms if g is not None)
+    def linear_s(self, gemms, *, backward: bool = False) -> object:
+        """Seconds of weight GEMMs that run in FP8 under precision fp8 (bf16 else), one pass."""
+        return _gemms_s(gemms, backward, self._linear)
+
+    def experts_s(self, gemms, *, backward: bool = False) -> object:
+        """`linear_s` of the routed experts' grouped GEMMs: one kernel for all local experts
+        or one per expert (`FrameworkProfile.expert_gemms_one_kernel`)."""
+        return _gemms_s(gemms, backward, dict(self._linear, fill_batch=self.experts_one_kernel))
 
     def quantize_s(self, gemms, *, backward: bool) -> object:
         """Seconds of quantizing the FP8 GEMMs' bf16 operands in one pass (0 without FP8):
@@ -286,7 +303,10 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
     flash = k.attention.fused
     # The weight GEMMs: the linear layers (FP8 under precision fp8) and the router (bf16).
     linears = g.projections + g.mlp + g.experts
-    weights_s = k.linear_s(linears) + k.gemms_s((g.router,))
+    dense = g.projections + g.mlp
+    weights_s = k.linear_s(dense) + k.experts_s(g.experts) + k.gemms_s((g.router,))
+    weights_bwd = (k.linear_s(dense, backward=True) + k.experts_s(g.experts, backward=True)
+                   + k.gemms_s((g.router,), backward=True))
     elementwise = dict(**shape, position=block.position, dropout=block.dropout,
                        norms_per_layer=block.norms_per_layer, tp=tp, sequence_parallel=sp)
     traffic = transformer_layer_elementwise_bytes(**elementwise, attention=k.attention)
@@ -319,7 +339,7 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
         activation = moe_elementwise_bytes(
             pairs=pairs, hidden=0, expert_ffn_hidden=moe.expert_ffn_hidden / etp,
             mlp=block.mlp, bytes_per_value=k.value_bytes)
-        expert_forward = (k.linear_s(g.experts) + k.quantize_s(g.experts, backward=False)
+        expert_forward = (k.experts_s(g.experts) + k.quantize_s(g.experts, backward=False)
                           + k.traffic_s(activation))
         if block.bias and k.framework.eager_expert_bias:
             fwd, bwd = expert_bias_bytes(pairs=pairs, hidden=block.hidden)
@@ -361,7 +381,7 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
         # The rank's s / cp queries against all s keys: cp times its local square (CP runs
         # on fused attention only, a rule; this prices a strategy that breaks it).
         core_fwd = cp.size * (k.gemms_s((g.scores, g.attend)) + k.traffic_s(core_traffic))
-        core_bwd = cp.size * (BACKWARD_FLOPS_RATIO * k.gemms_s((g.scores, g.attend))
+        core_bwd = cp.size * (k.gemms_s((g.scores, g.attend), backward=True)
                               + BACKWARD_ELEMENTWISE_RATIO * k.traffic_s(core_traffic))
     rest_traffic = traffic - core_traffic
     rest_fwd = k.traffic_s(rest_traffic)
@@ -389,7 +409,7 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
     if moe is not None:
         forward = forward + dispatcher_sync_s(ep=ep, etp=etp,
                                               sync_s=k.framework.moe_dispatcher_sync_s)
-    backward = (BACKWARD_FLOPS_RATIO * weights_s + k.quantize_s(linears, backward=True)
+    backward = (weights_bwd + k.quantize_s(linears, backward=True)
                 + rest_bwd + core_bwd + k.traffic_s(copies_bwd))
     # Megatron TP (Narayanan et al. 2021, Sec. 2.3): an all-reduce of s*b*h values after
     # attention and one after the MLP in the forward pass, the same in the backward. An MoE
@@ -599,7 +619,7 @@ def _evoformer(block: EvoformerBlock, *, seq_len, mb, tp, sp: bool, rc: Recomput
                                                    tp=tp, sequence_parallel=sp, flash=True,
                                                    bytes_per_value=k.value_bytes)
     forward = k.gemms_s(gemms) + k.traffic_s(traffic)
-    backward = (BACKWARD_FLOPS_RATIO * k.gemms_s(gemms)
+    backward = (k.gemms_s(gemms, backward=True)
                 + BACKWARD_ELEMENTWISE_RATIO * k.traffic_s(traffic))
     elements = evoformer_block_tp_allreduce_elements(e, num_residues=seq_len, micro_batch=mb)
     one_pass_comm = _tp_collective_s(elements, sequence_parallel=sp, place=place,
@@ -669,7 +689,8 @@ def _output(block: OutputBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute, k: 
     bf16_gemms = gemms[len(fp8_gemms):]
     gemms_s = k.gemms_s(bf16_gemms) + k.linear_s(fp8_gemms)
     forward = gemms_s + k.quantize_s(fp8_gemms, backward=False) + k.traffic_s(traffic_fwd)
-    backward = (BACKWARD_FLOPS_RATIO * gemms_s + k.quantize_s(fp8_gemms, backward=True)
+    backward = (k.gemms_s(bf16_gemms, backward=True) + k.linear_s(fp8_gemms, backward=True)
+                + k.quantize_s(fp8_gemms, backward=True)
                 + k.traffic_s(traffic_bwd))
     # The column-parallel output layer gathers its input with sequence parallelism (and
     # reduce-scatters the gradient); without it, its input gradient is all-reduced.
@@ -710,7 +731,7 @@ def _mtp(block: MtpBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute, k: _Kerne
     parts = (layer, head)
     return BlockCost(
         forward_s=sum(p.forward_s for p in parts) + forward,
-        backward_s=sum(p.backward_s for p in parts) + BACKWARD_FLOPS_RATIO * forward,
+        backward_s=sum(p.backward_s for p in parts) + k.gemms_s([projection], backward=True),
         recompute_s=layer.recompute_s, tp_comm_s=layer.tp_comm_s + head.tp_comm_s,
         activation_bytes=layer.activation_bytes + head.activation_bytes + kept,
         output_elements=seq_len * mb * h + 0 * tp,

@@ -143,8 +143,12 @@ class EfficiencySpec(BaseModel):
     model_config = _FROZEN
     gemm_peak_fraction: float = Field(gt=0, le=1)
     """Share of peak FLOP/s that large GEMMs reach inside a training step."""
-    gemm_half_efficiency_dim: float = Field(ge=0)
-    """GEMM dimension at which tile and wave quantisation halve the achieved FLOP/s."""
+    gemm_half_efficiency_k: float = Field(ge=0)
+    """Reduction length k at which each output tile's prologue and epilogue halve a GEMM's
+    achieved FLOP/s (`cost_models.compute.gemm_time_s`)."""
+    gemm_fill_dim: float = Field(default=0.0, ge=0)
+    """GEMM size (m = n = k) at which too few output tiles for the GPU's SMs halve the achieved
+    FLOP/s (`cost_models.compute.gemm_time_s`); 0: not modelled."""
     flash_attention_fraction: float = Field(gt=0, le=1)
     """Share of peak a fused attention kernel reaches, forward and backward, at 4096 attended
     keys per query (a causal 8K sequence) and head dim 128 (`cost_models.compute.

@@ -218,6 +218,12 @@ class FrameworkProfile(BaseModel):
     before the fused activation (Megatron-Core's weighted_bias_quick_geglu_impl without the
     Transformer Engine op fuser: `compute.glu_clamp_bytes`); False where the clamp is fused
     or nothing is known of it."""
+    expert_gemms_one_kernel: bool = False
+    """The routed experts' GEMMs run as one grouped kernel (torch._grouped_mm: torchtitan), whose
+    tiles of every local expert fill the GPU together; False: one GEMM kernel per expert
+    (Transformer Engine's grouped linear on Hopper: a cuBLAS GEMM per expert over 4 streams,
+    measured no faster than one stream, bench/data/kernels_h100_grouped_streams.json; a loop
+    of per-expert GEMMs), each filling it alone (`compute.gemm_time_s` fill_batch)."""
     moe_padding_copies: tuple[MoeDispatcher, ...] = ()
     """The dispatchers after which a quantized (FP8/FP4) grouped expert GEMM's tokens are
     padded to the recipe's alignment by copies (`compute.quantization_padding_bytes`); the

@@ -39,7 +39,7 @@ def _te_quantized_elements() -> float:
 def _te_layer_s(cluster, recipe):
     gpu, eff = cluster.gpu, cluster.efficiency
     kw = dict(peak_flops=gpu.peak_flops(Precision.BF16), peak_fraction=eff.gemm_peak_fraction,
-              half_efficiency_dim=eff.gemm_half_efficiency_dim,
+              half_efficiency_k=eff.gemm_half_efficiency_k, fill_dim=eff.gemm_fill_dim,
               hbm_bytes_per_s=gpu.hbm_gb_per_s * 1e9, hbm_fraction=eff.hbm_fraction)
     if recipe is not None:
         kw.update(peak_flops=gpu.peak_flops(Precision.FP8), bytes_per_value=1,
@@ -73,12 +73,13 @@ def test_low_precision_efficiency_is_what_transformer_engine_measured(speedup, p
     gemms = [g for k, n in TE_SHAPES for g in (Gemm(TE_M, n, k), Gemm(TE_M, k, n),
                                                  Gemm(k, n, TE_M))]
     derived = low_precision_gemm_efficiency(speedup, gemms=gemms, peak_ratio=peak_ratio,
-                                            half_efficiency_dim=eff.gemm_half_efficiency_dim)
+                                            half_efficiency_k=eff.gemm_half_efficiency_k,
+                                            fill_dim=eff.gemm_fill_dim)
     assert eff.fp8_gemm_efficiency[recipe] == pytest.approx(derived, abs=0.001)
     # and gemm_time_s gives the speed-up back on the profile's layer
     bf16 = dict(peak_flops=cluster.gpu.peak_flops(Precision.BF16),
                 peak_fraction=eff.gemm_peak_fraction,
-                half_efficiency_dim=eff.gemm_half_efficiency_dim,
+                half_efficiency_k=eff.gemm_half_efficiency_k, fill_dim=eff.gemm_fill_dim,
                 hbm_bytes_per_s=cluster.gpu.hbm_gb_per_s * 1e9, hbm_fraction=eff.hbm_fraction)
     low = dict(bf16, peak_flops=bf16["peak_flops"] * peak_ratio, bytes_per_value=1,
                peak_fraction=eff.gemm_peak_fraction * derived,
@@ -90,8 +91,7 @@ def test_low_precision_efficiency_is_what_transformer_engine_measured(speedup, p
 def _h100_fp8_log_errors(mode: str) -> list[float]:
     """log(model / measured) of the FP8 / bf16 speed-up on the H100's kernel times
     (bench/data/kernels_h100_fp8_shapes.json, fast accumulation), with the shape loss paid as
-    the planner does ("planner"), all at the FP8 rate ("fp8") or all at the bf16 rate over the
-    smallest dimension ("bf16")."""
+    the planner does ("planner") or all at the FP8 rate ("fp8")."""
     import json
     import math
     from pathlib import Path
@@ -102,7 +102,7 @@ def _h100_fp8_log_errors(mode: str) -> list[float]:
     cluster = load_cluster("dgx-h100")
     gpu, eff = cluster.gpu, cluster.efficiency
     bf16 = dict(peak_flops=gpu.peak_flops(Precision.BF16), peak_fraction=eff.gemm_peak_fraction,
-                half_efficiency_dim=eff.gemm_half_efficiency_dim,
+                half_efficiency_k=eff.gemm_half_efficiency_k, fill_dim=eff.gemm_fill_dim,
                 hbm_bytes_per_s=gpu.hbm_gb_per_s * 1e9, hbm_fraction=eff.hbm_fraction)
     fp8 = dict(bf16, peak_flops=gpu.peak_flops(Precision.FP8), bytes_per_value=1,
                peak_fraction=eff.gemm_peak_fraction * eff.fp8_gemm_efficiency[Fp8Recipe.TENSORWISE])
@@ -110,14 +110,8 @@ def _h100_fp8_log_errors(mode: str) -> list[float]:
     out = []
     for r in rows:
         g = Gemm(r["m"], r["n"], r["k"])
-        if mode == "planner":
-            fp8_s = gemm_time_s(g, **fp8, shape_loss_flops=bf16_rate)
-        elif mode == "fp8":
-            fp8_s = gemm_time_s(g, **fp8)
-        else:
-            d = min(r["m"], r["n"], r["k"])
-            fp8_s = gemm_flops(g) * (1 / (fp8["peak_flops"] * fp8["peak_fraction"])
-                                     + eff.gemm_half_efficiency_dim / (d * bf16_rate))
+        loss_rate = bf16_rate if mode == "planner" else None
+        fp8_s = gemm_time_s(g, **fp8, shape_loss_flops=loss_rate)
         out.append(math.log(gemm_time_s(g, **bf16) / fp8_s
                             / (r["fp8_fast_tflops"] / r["bf16_tflops"])))
     return out
@@ -128,22 +122,22 @@ def test_fp8_speedup_falls_with_k_as_measured_on_an_h100():
     CUDA-graph replays), 42 GEMMs: 256 to 16,384 tokens, k 512-16,384, GPT-3 175B's tp 4 and
     tp 8 shards at 1K-8K tokens, bf16 against tensorwise FP8 (fast accumulation, Transformer
     Engine's fprop), measured 1.14x to 2.11x. With the short-k loss paid at the bf16 rate the
-    model follows them: log error mean +0.025, RMS 0.118 (worst +0.37: 256 tokens per expert,
-    where few tiles leave FP8 little to gain). All of it at the FP8 rate (a shape-independent
-    speed-up) is 16% high on average (log +0.149); all of it at the bf16 rate over the smallest
-    dimension calls a wide GEMM of few tokens slow in FP8 (GPT-3's shards at 1-8K tokens: log
-    -0.095 on average, 1.55-1.74x modelled at 1-2K tokens, 1.6-2.1x measured), which made the
-    search split micro-batches and context apart for FP8 speed that is not there."""
+    model follows them: log error mean +0.056, RMS 0.116 (worst +0.38: 256 tokens per expert,
+    where few tiles leave FP8 little to gain); the GPT-3 shards by tokens +0.016 on average.
+    The mean is the preset's rate: derived from Transformer Engine's 1.90x on an H200 layer,
+    where these H100 kernels give 1.86x on the sustained grid (bench/fit_gemm_shape.py). All
+    of it at the FP8 rate (a shape-independent speed-up) is 12% high on average (log +0.111,
+    RMS 0.17)."""
     import math
 
     errors = _h100_fp8_log_errors("planner")
     assert len(errors) == 42
-    assert abs(sum(errors) / len(errors)) < 0.05
+    assert abs(sum(errors) / len(errors)) < 0.07
     assert math.sqrt(sum(e * e for e in errors) / len(errors)) < 0.13
+    assert abs(sum(errors[-24:]) / 24) < 0.05                   # the GPT-3 shards by tokens
     flat = _h100_fp8_log_errors("fp8")
-    assert sum(flat) / len(flat) > 0.12
-    by_smallest = _h100_fp8_log_errors("bf16")[-24:]           # the GPT-3 shards by tokens
-    assert sum(by_smallest) / len(by_smallest) < -0.08
+    assert sum(flat) / len(flat) > sum(errors) / len(errors) + 0.04
+    assert math.sqrt(sum(e * e for e in flat) / len(flat)) > 0.15
 
 
 def test_current_scaling_costs_one_more_read_than_delayed():
