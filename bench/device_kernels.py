@@ -49,9 +49,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--quick", action="store_true", help="fewer shapes")
+    parser.add_argument("--sustain-ms", type=float, default=100.0,
+                        help="gemm_grid: least time each shape runs for")
     parser.add_argument("--sections",
                         default="peak,attention,gemm,gemm_tokens,grouped,optimizer,launch,moe,"
-                                "cudnn,eager,ring,fp8_shapes",
+                                "cudnn,eager,ring,fp8_shapes,gemm_grid,grouped_streams",
                         help="comma-separated sections to run")
     args = parser.parse_args()
     dev = torch.device("cuda")
@@ -260,6 +262,66 @@ def main() -> int:
             del a, w, a8, w8
     section("fp8_shapes", fp8_shapes)
 
+    def gemm_grid():
+        # bf16 and FP8 (tensorwise scales, fast accumulation: TE's fprop) GEMMs over a grid of
+        # tokens m, width n and reduction k, "TN" as in fp8_shapes: the shape rule
+        # `compute.gemm_time_s` needs. Each shape replays a CUDA graph of 10 GEMMs for at least
+        # --sustain-ms, after a heat-up, so every shape runs at the clock a GPU holds under
+        # sustained load (a training step's): a short burst runs mid-size GEMMs up to 10%
+        # faster than large ones, which would read as a shape effect.
+        one = torch.ones((), device=dev, dtype=torch.float32)
+
+        def sustained_time(fn, n=10):
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                fn()
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for _ in range(n):
+                    fn()
+            once = timed(graph.replay, reps=1, warmup=1)
+            reps = max(2, int(args.sustain_ms / 1e3 / once) + 1)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(reps):
+                graph.replay()
+            end.record()
+            torch.cuda.synchronize()
+            return start.elapsed_time(end) / 1e3 / reps / n
+
+        big = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
+        t0 = time.time()
+        while time.time() - t0 < 3.0:                    # heat-up to the sustained clock
+            big @ big
+            torch.cuda.synchronize()
+        del big
+        ms = [256, 512, 1024, 2048, 4096, 8192, 16384]
+        nks = [512, 1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384]
+        if args.quick:
+            ms, nks = ms[::3], nks[::4]
+        for m in ms:
+            for n in nks:
+                for k in nks:
+                    a = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+                    w = torch.randn(n, k, device=dev, dtype=torch.bfloat16)
+                    a8, w8 = a.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn)
+                    row = {"section": "gemm_grid", "m": m, "n": n, "k": k,
+                           "sustain_ms": args.sustain_ms}
+                    try:
+                        row["bf16_s"] = sustained_time(lambda: a @ w.t())
+                        row["fp8_fast_s"] = sustained_time(
+                            lambda: torch._scaled_mm(a8, w8.t(), scale_a=one, scale_b=one,
+                                                     out_dtype=torch.bfloat16,
+                                                     use_fast_accum=True))
+                    except Exception as exc:
+                        row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+                    del a, w, a8, w8
+    section("gemm_grid", gemm_grid)
+
     # --- grouped expert GEMMs -------------------------------------------------------------
     def grouped():
         models = {"qwen3-30b-a3b": (2048, 768), "gpt-oss": (2880, 2880), "deepseek-v3": (7168, 2048),
@@ -296,6 +358,72 @@ def main() -> int:
                     print(json.dumps(row), flush=True)
                     del x, w1
     section("grouped", grouped)
+
+    def grouped_streams():
+        # Transformer Engine's grouped linear on Hopper (general_grouped_gemm ->
+        # nvte_multi_tensor_gemm, transformer_engine/common/gemm/cublaslt_gemm.cu @d0067d0d): one
+        # cuBLAS GEMM per local expert, expert i on compute stream i % 4 (multi_stream.cpp:
+        # num_compute_streams = 4), so at most 4 experts' tiles share the GPU at once. Timed as
+        # that (4 streams), one stream, and torch._grouped_mm (one kernel for all experts:
+        # torchtitan's), for the expert forward ([t x h] @ [h x 2f], gated fc1) and its weight
+        # gradient ([2f x t] @ [t x h], reducing over the expert's t tokens). Kernel time from
+        # CUDA-graph replays.
+        models = {"qwen3-30b-a3b": (2048, 768), "gpt-oss": (2880, 2880),
+                  "deepseek-v3": (7168, 2048), "mixtral-8x7b": (4096, 14336)}
+        tokens_per_expert = (128, 256, 512, 1024, 2048, 4096)
+        experts = (4, 8, 16, 32)
+        if args.quick:
+            tokens_per_expert, experts = (256, 4096), (8,)
+        streams = [torch.cuda.Stream() for _ in range(4)]
+
+        def graph_time(fn, n=5):
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                fn()
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for _ in range(n):
+                    fn()
+            return timed(graph.replay, reps=5, warmup=2) / n
+
+        def on_streams(pairs, count):
+            main = torch.cuda.current_stream()
+            for st in streams[:count]:
+                st.wait_stream(main)
+            for i, (a, b) in enumerate(pairs):
+                with torch.cuda.stream(streams[i % count]):
+                    torch.mm(a, b)
+            for st in streams[:count]:
+                main.wait_stream(st)
+
+        for model, (hidden, ffn) in models.items():
+            for e in experts:
+                for t in tokens_per_expert:
+                    row = {"section": "grouped_streams", "model": model, "hidden": hidden,
+                           "ffn": ffn, "experts": e, "tokens_per_expert": t}
+                    x = w = dy = None
+                    try:
+                        x = torch.randn(e * t, hidden, device=dev, dtype=torch.bfloat16)
+                        w = torch.randn(e, 2 * ffn, hidden, device=dev, dtype=torch.bfloat16)
+                        dy = torch.randn(e * t, 2 * ffn, device=dev, dtype=torch.bfloat16)
+                        xs, dys = x.split(t), dy.split(t)
+                        offs = torch.arange(1, e + 1, device=dev, dtype=torch.int32) * t
+                        fwd = [(xs[i], w[i].t()) for i in range(e)]
+                        wgrad = [(dys[i].t(), xs[i]) for i in range(e)]
+                        for name, pairs in (("fwd", fwd), ("wgrad", wgrad)):
+                            for count in (4, 1):
+                                row[f"{name}_streams{count}_s"] = graph_time(
+                                    lambda: on_streams(pairs, count))
+                        row["fwd_grouped_mm_s"] = graph_time(
+                            lambda: torch._grouped_mm(x, w.transpose(-2, -1), offs=offs))
+                    except Exception as exc:
+                        row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+                    del x, w, dy
+    section("grouped_streams", grouped_streams)
 
     # --- optimizer, gradient norm, zero ---------------------------------------------------
     def optimizer():
