@@ -78,6 +78,20 @@ def main() -> int:
             times.append(start.elapsed_time(end) / 1e3)
         return statistics.median(times)
 
+    def captured(fn, n):
+        """A CUDA graph of `fn` run n times (warmed up once on a side stream first): its
+        replays time the kernels without the host's launches."""
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(n):
+                fn()
+        return graph
+
     wanted = set(args.sections.split(","))
 
     def section(name, body):
@@ -214,16 +228,7 @@ def main() -> int:
         one = torch.ones((), device=dev, dtype=torch.float32)
 
         def gpu_time(fn, n=10):
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                fn()
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                for _ in range(n):
-                    fn()
-            return timed(graph.replay) / n
+            return timed(captured(fn, n).replay) / n
 
         shapes = [("gemm", 8192, n, k) for n, k in
                   [(4096, 4096), (28672, 4096), (12288, 12288), (16384, 16384), (2048, 2048),
@@ -272,15 +277,7 @@ def main() -> int:
         one = torch.ones((), device=dev, dtype=torch.float32)
 
         def sustained_time(fn, n=10):
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                fn()
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                for _ in range(n):
-                    fn()
+            graph = captured(fn, n)
             once = timed(graph.replay, reps=1, warmup=1)
             reps = max(2, int(args.sustain_ms / 1e3 / once) + 1)
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -377,16 +374,7 @@ def main() -> int:
         streams = [torch.cuda.Stream() for _ in range(4)]
 
         def graph_time(fn, n=5):
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                fn()
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                for _ in range(n):
-                    fn()
-            return timed(graph.replay, reps=5, warmup=2) / n
+            return timed(captured(fn, n).replay, reps=5, warmup=2) / n
 
         def on_streams(pairs, count):
             main = torch.cuda.current_stream()
