@@ -22,7 +22,7 @@ from bench import sc21  # noqa: E402
 from planner.inputs.loader import load_cluster  # noqa: E402
 
 PEAK_FRACTIONS = np.round(np.arange(0.55, 0.90, 0.005), 3)
-HALF_EFFICIENCY_KS = (0, 16, 32, 64, 96, 128, 174, 256)
+HALF_EFFICIENCY_KS = (0, 16, 32, 64, 96, 128, 170, 256)
 
 
 def with_constants(cluster, peak_fraction: float, half_dim: float):

@@ -4,8 +4,9 @@
 
 The grid (bench/device_kernels.py --sections gemm_grid) times bf16 and FP8 GEMMs of every
 tokens m, width n and reduction k it holds, each at the clock a GPU keeps under sustained load.
-Fitted on the bf16 times (m >= 512, least squares in log time): the large-GEMM rate,
-`gemm_half_efficiency_k` and `gemm_fill_dim`. The rate is the kernels' own; a preset's
+Fitted on the bf16 times (every m from 256, least squares in log time): the large-GEMM rate,
+`gemm_half_efficiency_k` and `gemm_fill_dim`, at `compute.ROOFLINE_SHARPNESS` (printed: the
+error at other sharpnesses, each refitted). The rate is the kernels' own; a preset's
 `gemm_peak_fraction` is fitted on whole training steps instead (what a GEMM reaches among the
 step's other kernels and collectives). Then, with that shape, the FP8 rate alone is fitted on
 the FP8 times, their shape loss paid at the bf16 rate: the FP8 error is a check of that rule
@@ -22,12 +23,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from cost_models import compute  # noqa: E402
 from cost_models.compute import Gemm, gemm_time_s  # noqa: E402
 
 DEFAULT = Path(__file__).resolve().parent / "data" / "kernels_h100_gemm_grid.json"
 HBM_BYTES_PER_S = 3.35e12       # H100 SXM datasheet
 HBM_FRACTION = 0.8              # dgx-h100 preset (measured: bench/eager_hbm_share.py)
-MIN_TOKENS = 512                # fewer tokens per GEMM than any dense training step runs
+MIN_TOKENS = 256                # the fewest tokens per GEMM the grid holds: routed experts run 128-4096
 
 
 def _times(grid, *, rate, half_k, fill_dim, loss_rate=None, value_bytes=2):
@@ -74,6 +76,16 @@ def fit(rows):
                   np.arange(max(fill_dim - 100, 0), fill_dim + 101, 10))
 
 
+def _at_sharpness(rows, sharpness: float):
+    """`fit` with the roofline joined at `sharpness` (64: about max)."""
+    kept = compute.ROOFLINE_SHARPNESS
+    compute.ROOFLINE_SHARPNESS = sharpness
+    try:
+        return fit(rows)
+    finally:
+        compute.ROOFLINE_SHARPNESS = kept
+
+
 def main() -> None:
     path = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT
     data = json.loads(path.read_text())
@@ -99,7 +111,14 @@ def main() -> None:
     same = _best_rate(fp8, lambda r: _times(grid, rate=r, value_bytes=1, **shape), 5e14, 4e15)
     print(f"  (shape loss at the FP8 rate instead: RMS "
           f"{_rms(_times(grid, rate=same, value_bytes=1, **shape), fp8):.3f})")
+    for sharpness in (3, 4, 8, 64):
+        other, constants = _at_sharpness(rows, sharpness)
+        print(f"  (roofline sharpness {sharpness}: RMS {other:.3f} at rate "
+              f"{constants[0] / 1e12:.0f}, k {constants[1]:.0f}, fill {constants[2]:.0f})")
+    wide = (m == m.min()) & (n * k >= 4096 * 4096)
     bf16_times = _times(grid, rate=rate, **shape)
+    print(f"m {m.min():.0f} with n k >= 4096^2: mean log error "
+          f"{np.mean(np.log(bf16_times[wide] / bf16[wide])):+.3f}")
     print("k       bf16 error (mean, RMS)   fp8 error (mean, RMS)")
     for value in sorted(set(k)):
         at = k == value

@@ -43,17 +43,26 @@ def gemm_flops(g: Gemm):
     return 2 * g.m * g.n * g.k * g.batch
 
 
+ROOFLINE_SHARPNESS = 6
+"""How sharply a GEMM turns from memory- to compute-bound: time = (compute^p + memory^p)^(1/p),
+1.12x the larger of the two where they meet (a kernel at the ridge keeps neither its tensor
+cores nor its HBM busy all the time). Measured on the H100 grid (bench/fit_gemm_shape.py):
+p 6 fits 567 shapes best (log RMS 0.073; max(), p infinite, 0.075) and leaves the GEMMs of
+256 tokens with wide weights (routed experts) 1% off, not 8% fast."""
+
+
 def gemm_time_s(g: Gemm, *, peak_flops: float, peak_fraction: float, half_efficiency_k: float,
                 fill_dim: float, hbm_bytes_per_s: float, hbm_fraction: float,
                 bytes_per_value: int = BYTES_16BIT, shape_loss_flops: float | None = None,
                 fill_batch: bool = True):
     """Seconds one GEMM takes: the roofline of its FLOPs and its HBM traffic.
 
-    Ref: Williams et al. 2009 (roofline): time = max(FLOPs / attainable FLOP/s,
-    bytes / attainable bandwidth); traffic is reading A and B and writing C once. The compute
-    side is FLOPs / (datasheet peak x `peak_fraction`, what large GEMMs reach inside a training
-    step) times two shape losses, measured on kernels (bench/fit_gemm_shape.py on an H100 grid
-    of m, n, k from 512 to 16,384, bench/data/kernels_h100_gemm_grid.json):
+    Ref: Williams et al. 2009 (roofline): FLOPs / attainable FLOP/s against bytes / attainable
+    bandwidth, joined as `ROOFLINE_SHARPNESS` says; traffic is reading A and B and writing C
+    once. The compute side is FLOPs / (datasheet peak x `peak_fraction`, what large GEMMs
+    reach inside a training step) times two shape losses, measured on kernels
+    (bench/fit_gemm_shape.py on an H100 grid of m 256-16,384 and n, k 512-16,384,
+    bench/data/kernels_h100_gemm_grid.json):
     - a short reduction loop: each output tile's prologue and epilogue against a loop as long as
       k, (1 + `half_efficiency_k` / k);
     - filling the GPU: too few output tiles for its SMs, which split-K and stream-K kernels
@@ -79,7 +88,8 @@ def gemm_time_s(g: Gemm, *, peak_flops: float, peak_fraction: float, half_effici
     compute_s = flops * (1 / rate + half_efficiency_k / (g.k * loss_rate)) * fill
     traffic = bytes_per_value * (g.m * g.k + g.k * g.n + g.m * g.n) * g.batch
     memory_s = traffic / (hbm_bytes_per_s * hbm_fraction)
-    return np.maximum(compute_s, memory_s)
+    return (compute_s ** ROOFLINE_SHARPNESS + memory_s ** ROOFLINE_SHARPNESS) ** (
+        1 / ROOFLINE_SHARPNESS)
 
 
 def backward_gemms(g: Gemm) -> tuple[Gemm, Gemm]:

@@ -97,7 +97,7 @@ def test_nothing_fits_names_rules_pins_and_ways_out(cli):
         "  --tp 16: your pin",
         "  would fit:",
         "    - allow --cross-node-tp: dp 4, tp 16, pp 1, mb 64, sp, zero 1 fits",
-        "    - drop --tp 16: dp 64, tp 1, pp 1, mb 1, zero 1 fits",
+        "    - drop --tp 16: dp 64, tp 1, pp 1, mb 2, zero 1 fits",
     ]
 
 

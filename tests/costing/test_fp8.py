@@ -85,7 +85,7 @@ def test_low_precision_efficiency_is_what_transformer_engine_measured(speedup, p
                peak_fraction=eff.gemm_peak_fraction * derived,
                shape_loss_flops=bf16["peak_flops"] * eff.gemm_peak_fraction)
     layer = sum(gemm_time_s(g, **bf16) for g in gemms) / sum(gemm_time_s(g, **low) for g in gemms)
-    assert layer == pytest.approx(speedup, rel=1e-6)
+    assert layer == pytest.approx(speedup, rel=1e-5)   # the HBM side joins the roofline smoothly
 
 
 def _h100_fp8_log_errors(mode: str) -> list[float]:

@@ -216,7 +216,7 @@ def test_validate_proposes_moving_layers_off_the_slowest_stage():
     report = validate(problem, strategy).report
     assert layout_advice(problem, strategy, report) == (
         "stage 3 is 1.15x the mean: move 1 layer from stage 3 to stage 2 "
-        "(layers_per_stage [8, 8, 9, 7]: 21.97 s -> 20.46 s per step)")
+        "(layers_per_stage [8, 8, 9, 7]: 21.95 s -> 20.47 s per step)")
     balanced = strategy.model_copy(update={"layers_per_stage": (8, 8, 9, 7)})
     assert layout_advice(problem, balanced, validate(problem, balanced).report) is None
 

@@ -3,7 +3,7 @@
 # Model bert-large on 8 x A100-SXM4-80GB (dgx-a100-80gb).
 # Strategy: dp 8, tp 1, pp 1, mb 4, global batch 256, seq_len 512, sequence_parallel false,
 #   recompute none, zero_stage 0, fp16.
-# Predicted: 0.222 s per step, peak 10.5 GiB per GPU (stage 0), MFU 51.1%.
+# Predicted: 0.251 s per step, peak 10.5 GiB per GPU (stage 0), MFU 45.0%.
 # Keys checked against NVIDIA/Megatron-LM @d98e8a64 (megatron/training/arguments.py and the
 #   config dataclasses it turns into flags).
 # Run on every node: MASTER_ADDR=<first node> DATA_PATH=<prefix> VOCAB_FILE=<vocab.txt> bash pretrain_bert.sh

@@ -2,7 +2,7 @@
 # Model gpt2-xl on 16 x A100-SXM4-80GB (dgx-a100-80gb).
 # Strategy: dp 16, tp 1, pp 1, mb 4, global batch 512, seq_len 1024, sequence_parallel false,
 #   recompute none, zero_stage 0, bf16.
-# Predicted: 1.845 s per step, peak 40.7 GiB per GPU (stage 0), MFU 55.8%.
+# Predicted: 1.898 s per step, peak 40.7 GiB per GPU (stage 0), MFU 54.2%.
 # Keys checked against pytorch/torchtitan torchtitan/config/configs.py, trainer.py @b5bcd76c
 #   (recipe); torchtitan/config/job_config.py @6404b932 (0.2.x TOML).
 # Run: torchrun ... -m torchtitan.train --module torchtitan_recipe --config planner_plan

@@ -3,7 +3,7 @@
 # Model gpt3-175b on 512 x Ascend-910B (ascend-910b).
 # Strategy: dp 8, tp 8, pp 8, mb 1, global batch 1536, seq_len 2048, sequence_parallel true,
 #   recompute full, zero_stage 1, bf16.
-# Predicted: 55.237 s per step, peak 24.4 GiB per GPU (stage 0), MFU 36.9%.
+# Predicted: 55.240 s per step, peak 24.4 GiB per GPU (stage 0), MFU 36.9%.
 # Keys checked against pytorch/pytorch torch/distributed/run.py (torch 2.x option spellings).
 # Run on every node: MASTER_ADDR=<first node> bash torchrun.sh train.py [args]
 set -euo pipefail

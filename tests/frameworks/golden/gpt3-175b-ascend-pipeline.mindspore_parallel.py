@@ -2,7 +2,7 @@
 # Model gpt3-175b on 512 x Ascend-910B (ascend-910b).
 # Strategy: dp 8, tp 8, pp 8, mb 1, global batch 1536, seq_len 2048, sequence_parallel false,
 #   recompute full, zero_stage 1, bf16.
-# Predicted: 70.253 s per step, peak 30.1 GiB per GPU (stage 0), MFU 29.0%.
+# Predicted: 70.256 s per step, peak 30.1 GiB per GPU (stage 0), MFU 29.0%.
 # Keys checked against mindspore-ai/mindspore
 #   mindspore/python/mindspore/parallel/_auto_parallel_context.py (2.x);
 #   mindspore-lab/mindformers mindformers/modules/transformer/transformer.py, configs/llama2

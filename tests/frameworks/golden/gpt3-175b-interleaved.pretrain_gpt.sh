@@ -3,7 +3,7 @@
 # Model gpt3-175b on 1024 x A100-SXM4-80GB (dgx-a100-80gb).
 # Strategy: dp 16, tp 8, pp 8, vpp 3, mb 1, global batch 1536, seq_len 2048, sequence_parallel
 #   true, recompute selective, zero_stage 1, bf16.
-# Predicted: 17.658 s per step, peak 33.6 GiB per GPU (stage 0), MFU 59.2%.
+# Predicted: 17.575 s per step, peak 33.6 GiB per GPU (stage 0), MFU 59.5%.
 # Keys checked against NVIDIA/Megatron-LM @d98e8a64 (megatron/training/arguments.py and the
 #   config dataclasses it turns into flags).
 # Run on every node: MASTER_ADDR=<first node> [DATA_PATH=<prefix>] bash pretrain_gpt.sh

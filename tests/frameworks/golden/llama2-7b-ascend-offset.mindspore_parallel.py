@@ -2,7 +2,7 @@
 # Model llama2-7b on 32 x Ascend-910B (ascend-910b).
 # Strategy: dp 8, tp 1, pp 4, mb 1, global batch 1024, seq_len 4096, sequence_parallel false,
 #   recompute full, zero_stage 1, bf16.
-# Predicted: 52.977 s per step, peak 18.5 GiB per GPU (stage 1), MFU 33.1%.
+# Predicted: 52.980 s per step, peak 18.5 GiB per GPU (stage 1), MFU 33.1%.
 # Keys checked against mindspore-ai/mindspore
 #   mindspore/python/mindspore/parallel/_auto_parallel_context.py (2.x);
 #   mindspore-lab/mindformers mindformers/modules/transformer/transformer.py, configs/llama2

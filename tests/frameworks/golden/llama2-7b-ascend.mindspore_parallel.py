@@ -2,7 +2,7 @@
 # Model llama2-7b on 64 x Ascend-910B (ascend-910b).
 # Strategy: dp 8, tp 8, pp 1, mb 1, global batch 1024, seq_len 4096, sequence_parallel true,
 #   recompute selective, zero_stage 1, bf16.
-# Predicted: 27.955 s per step, peak 12.1 GiB per GPU (stage 0), MFU 31.4%.
+# Predicted: 27.958 s per step, peak 12.1 GiB per GPU (stage 0), MFU 31.4%.
 # Keys checked against mindspore-ai/mindspore
 #   mindspore/python/mindspore/parallel/_auto_parallel_context.py (2.x);
 #   mindspore-lab/mindformers mindformers/modules/transformer/transformer.py, configs/llama2

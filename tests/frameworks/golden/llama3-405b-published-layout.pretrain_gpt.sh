@@ -3,7 +3,7 @@
 # Model llama3-405b on 1024 x H100-SXM5-80GB (dgx-h100).
 # Strategy: dp 8, tp 8, pp 16, mb 1, global batch 2048, seq_len 8192, sequence_parallel true,
 #   recompute full, zero_stage 1, bf16.
-# Predicted: 112.658 s per step, peak 29.8 GiB per GPU (stage 1), MFU 37.1%.
+# Predicted: 114.298 s per step, peak 29.8 GiB per GPU (stage 1), MFU 36.6%.
 # Keys checked against NVIDIA/Megatron-LM @d98e8a64 (megatron/training/arguments.py and the
 #   config dataclasses it turns into flags).
 # Run on every node: MASTER_ADDR=<first node> [DATA_PATH=<prefix>] bash pretrain_gpt.sh

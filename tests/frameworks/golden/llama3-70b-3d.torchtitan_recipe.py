@@ -2,7 +2,7 @@
 # Model llama3-70b on 64 x H100-SXM5-80GB (dgx-h100).
 # Strategy: dp 2, tp 8, pp 4, vpp 2, mb 1, global batch 512, seq_len 8192, sequence_parallel
 #   true, recompute full, zero_stage 2, bf16.
-# Predicted: 107.064 s per step, peak 30.7 GiB per GPU (stage 0), MFU 27.8%.
+# Predicted: 106.007 s per step, peak 30.7 GiB per GPU (stage 0), MFU 28.1%.
 # Keys checked against pytorch/torchtitan torchtitan/config/configs.py, trainer.py @b5bcd76c
 #   (recipe); torchtitan/config/job_config.py @6404b932 (0.2.x TOML).
 # Run: torchrun ... -m torchtitan.train --module torchtitan_recipe --config planner_plan

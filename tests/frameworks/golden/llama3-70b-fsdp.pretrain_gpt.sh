@@ -3,7 +3,7 @@
 # Model llama3-70b on 64 x H100-SXM5-80GB (dgx-h100).
 # Strategy: dp 16, tp 4, pp 1, mb 1, global batch 512, seq_len 8192, sequence_parallel true,
 #   recompute full, zero_stage 3, bf16.
-# Predicted: 80.331 s per step, peak 26.7 GiB per GPU (stage 0), MFU 37.0%.
+# Predicted: 82.029 s per step, peak 26.7 GiB per GPU (stage 0), MFU 36.3%.
 # Keys checked against NVIDIA/Megatron-LM @d98e8a64 (megatron/training/arguments.py and the
 #   config dataclasses it turns into flags).
 # Run on every node: MASTER_ADDR=<first node> [DATA_PATH=<prefix>] bash pretrain_gpt.sh

@@ -3,7 +3,7 @@
 # Model llama3-70b on 64 x GB200 (gb200-nvl72).
 # Strategy: dp 8, tp 2, pp 4, vpp 5, mb 1, global batch 512, seq_len 8192, sequence_parallel
 #   true, recompute none, zero_stage 1, nvfp4.
-# Predicted: 12.174 s per step, peak 133.3 GiB per GPU (stage 0), MFU 48.4%.
+# Predicted: 12.360 s per step, peak 133.3 GiB per GPU (stage 0), MFU 47.6%.
 # Keys checked against NVIDIA/Megatron-LM @d98e8a64 (megatron/training/arguments.py and the
 #   config dataclasses it turns into flags).
 # Run on every node: MASTER_ADDR=<first node> [DATA_PATH=<prefix>] bash pretrain_gpt.sh

@@ -2,7 +2,7 @@
 # Model llama3-8b on 32 x H100-SXM5-80GB (dgx-h100).
 # Strategy: dp 8, tp 1, pp 4, vpp 2, mb 1, global batch 512, seq_len 8192, sequence_parallel
 #   false, recompute full, zero_stage 3, bf16.
-# Predicted: 20.915 s per step, peak 22.6 GiB per GPU (stage 0), MFU 32.6%.
+# Predicted: 20.919 s per step, peak 22.6 GiB per GPU (stage 0), MFU 32.6%.
 # Keys checked against pytorch/torchtitan torchtitan/config/configs.py, trainer.py @b5bcd76c
 #   (recipe); torchtitan/config/job_config.py @6404b932 (0.2.x TOML).
 # Run: torchrun ... -m torchtitan.train --module torchtitan_recipe --config planner_plan

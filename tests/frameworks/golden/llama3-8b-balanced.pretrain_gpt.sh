@@ -3,7 +3,7 @@
 # Model llama3-8b on 32 x H100-SXM5-80GB (dgx-h100).
 # Strategy: dp 8, tp 1, pp 4, vpp 2, mb 1, global batch 512, seq_len 8192, sequence_parallel
 #   false, recompute full, zero_stage 1, bf16.
-# Predicted: 19.851 s per step, peak 22.6 GiB per GPU (stage 0), MFU 34.3%.
+# Predicted: 19.855 s per step, peak 22.6 GiB per GPU (stage 0), MFU 34.3%.
 # Keys checked against NVIDIA/Megatron-LM @d98e8a64 (megatron/training/arguments.py and the
 #   config dataclasses it turns into flags).
 # Run on every node: MASTER_ADDR=<first node> [DATA_PATH=<prefix>] bash pretrain_gpt.sh

@@ -3,7 +3,7 @@
 # Model llama3-8b on 64 x H100-SXM5-80GB (dgx-h100).
 # Strategy: dp 2, tp 2, pp 1, cp 16 a2a+p2p, mb 1, global batch 512, seq_len 8192,
 #   sequence_parallel true, recompute selective, zero_stage 1, bf16.
-# Predicted: 15.627 s per step, peak 28.3 GiB per GPU (stage 0), MFU 21.8%.
+# Predicted: 12.516 s per step, peak 28.3 GiB per GPU (stage 0), MFU 27.2%.
 # Keys checked against NVIDIA/Megatron-LM @d98e8a64 (megatron/training/arguments.py and the
 #   config dataclasses it turns into flags).
 # Run on every node: MASTER_ADDR=<first node> [DATA_PATH=<prefix>] bash pretrain_gpt.sh

@@ -2,7 +2,7 @@
 # Model llama3-8b on 16 x H100-SXM5-80GB (dgx-h100).
 # Strategy: dp 4, tp 2, pp 1, cp 2 all_gather, mb 1, global batch 512, seq_len 8192,
 #   sequence_parallel true, recompute selective, zero_stage 3, bf16.
-# Predicted: 38.156 s per step, peak 17.7 GiB per GPU (stage 0), MFU 35.7%.
+# Predicted: 38.369 s per step, peak 17.7 GiB per GPU (stage 0), MFU 35.5%.
 # Keys checked against pytorch/torchtitan torchtitan/config/configs.py, trainer.py @b5bcd76c
 #   (recipe); torchtitan/config/job_config.py @6404b932 (0.2.x TOML).
 # Run: torchrun ... -m torchtitan.train --module torchtitan_recipe --config planner_plan

@@ -3,7 +3,7 @@
 # Model llama3-8b on 8 x H100-SXM5-80GB (dgx-h100).
 # Strategy: dp 8, tp 1, pp 1, mb 1, global batch 512, seq_len 8192, sequence_parallel false,
 #   recompute full, zero_stage 1, fp8 (tensorwise).
-# Predicted: 51.281 s per step, peak 68.1 GiB per GPU (stage 0), MFU 26.6%.
+# Predicted: 50.546 s per step, peak 68.1 GiB per GPU (stage 0), MFU 27.0%.
 # Keys checked against NVIDIA/Megatron-LM @d98e8a64 (megatron/training/arguments.py and the
 #   config dataclasses it turns into flags).
 # Run on every node: MASTER_ADDR=<first node> [DATA_PATH=<prefix>] bash pretrain_gpt.sh

@@ -2,7 +2,7 @@
 # Model llama3-8b on 8 x H100-SXM5-80GB (dgx-h100).
 # Strategy: dp 8, tp 1, pp 1, mb 1, global batch 512, seq_len 8192, sequence_parallel false,
 #   recompute selective, zero_stage 3, bf16.
-# Predicted: 66.089 s per step, peak 40.9 GiB per GPU (stage 0), MFU 41.3%.
+# Predicted: 66.022 s per step, peak 40.9 GiB per GPU (stage 0), MFU 41.3%.
 # Keys checked against pytorch/torchtitan torchtitan/config/configs.py, trainer.py @b5bcd76c
 #   (recipe); torchtitan/config/job_config.py @6404b932 (0.2.x TOML).
 # Run: torchrun ... -m torchtitan.train --module torchtitan_recipe --config planner_plan

@@ -3,7 +3,7 @@
 # Model llama3-8b on 8 x B200 (dgx-b200).
 # Strategy: dp 4, tp 2, pp 1, mb 1, global batch 512, seq_len 8192, sequence_parallel true,
 #   recompute selective, zero_stage 1, fp8 (mxfp8).
-# Predicted: 19.721 s per step, peak 54.2 GiB per GPU (stage 0), MFU 30.4%.
+# Predicted: 19.252 s per step, peak 54.2 GiB per GPU (stage 0), MFU 31.1%.
 # Keys checked against NVIDIA/Megatron-LM @d98e8a64 (megatron/training/arguments.py and the
 #   config dataclasses it turns into flags).
 # Run on every node: MASTER_ADDR=<first node> [DATA_PATH=<prefix>] bash pretrain_gpt.sh

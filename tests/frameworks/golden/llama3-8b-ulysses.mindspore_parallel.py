@@ -2,7 +2,7 @@
 # Model llama3-8b on 16 x H100-SXM5-80GB (dgx-h100).
 # Strategy: dp 4, tp 2, pp 1, cp 2 a2a, mb 1, global batch 512, seq_len 8192, sequence_parallel
 #   true, recompute selective, zero_stage 1, bf16.
-# Predicted: 32.645 s per step, peak 42.6 GiB per GPU (stage 0), MFU 41.8%.
+# Predicted: 32.820 s per step, peak 42.6 GiB per GPU (stage 0), MFU 41.6%.
 # Keys checked against mindspore-ai/mindspore
 #   mindspore/python/mindspore/parallel/_auto_parallel_context.py (2.x);
 #   mindspore-lab/mindformers mindformers/modules/transformer/transformer.py, configs/llama2
