@@ -1,6 +1,6 @@
 """Fit the GEMM shape rule of `cost_models.compute.gemm_time_s` to a measured kernel grid.
 
-    python bench/fit_gemm_shape.py [bench/data/kernels_h100_gemm_grid.json]
+    python bench/fit_gemm_shape.py [bench/data/kernels_h100_gemm_grid.json] [--preset dgx-h100]
 
 The grid (bench/device_kernels.py --sections gemm_grid) times bf16 and FP8 GEMMs of every
 tokens m, width n and reduction k it holds, each at the clock a GPU keeps under sustained load.
@@ -25,17 +25,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cost_models import compute  # noqa: E402
 from cost_models.compute import Gemm, gemm_time_s  # noqa: E402
+from planner.inputs.loader import load_cluster  # noqa: E402
 
 DEFAULT = Path(__file__).resolve().parent / "data" / "kernels_h100_gemm_grid.json"
-HBM_BYTES_PER_S = 3.35e12       # H100 SXM datasheet
-HBM_FRACTION = 0.8              # dgx-h100 preset (measured: bench/eager_hbm_share.py)
+HBM = {"hbm_bytes_per_s": 3.35e12, "hbm_fraction": 0.8}
+"""The memory side: the --preset's HBM bandwidth and achieved fraction (dgx-h100 by default)."""
 MIN_TOKENS = 256                # the fewest tokens per GEMM the grid holds: routed experts run 128-4096
 
 
 def _times(grid, *, rate, half_k, fill_dim, loss_rate=None, value_bytes=2):
     return gemm_time_s(grid, peak_flops=rate, peak_fraction=1.0, half_efficiency_k=half_k,
-                       fill_dim=fill_dim, hbm_bytes_per_s=HBM_BYTES_PER_S,
-                       hbm_fraction=HBM_FRACTION, bytes_per_value=value_bytes,
+                       fill_dim=fill_dim, **HBM, bytes_per_value=value_bytes,
                        shape_loss_flops=loss_rate)
 
 
@@ -77,7 +77,7 @@ def fit(rows):
 
 
 def _at_sharpness(rows, sharpness: float):
-    """`fit` with the roofline joined at `sharpness` (64: about max)."""
+    """`fit` with the roofline joined at `sharpness` (16: about max)."""
     kept = compute.ROOFLINE_SHARPNESS
     compute.ROOFLINE_SHARPNESS = sharpness
     try:
@@ -87,7 +87,15 @@ def _at_sharpness(rows, sharpness: float):
 
 
 def main() -> None:
-    path = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    preset = "dgx-h100"
+    if "--preset" in sys.argv:
+        preset = sys.argv[sys.argv.index("--preset") + 1]
+        args.remove(preset)
+    cluster = load_cluster(preset)
+    HBM.update(hbm_bytes_per_s=cluster.gpu.hbm_gb_per_s * 1e9,
+               hbm_fraction=cluster.efficiency.hbm_fraction)
+    path = Path(args[0]) if args else DEFAULT
     data = json.loads(path.read_text())
     rows = [r for r in data["rows"] if r.get("section") == "gemm_grid" and "bf16_s" in r
             and r["m"] >= MIN_TOKENS]
@@ -111,7 +119,7 @@ def main() -> None:
     same = _best_rate(fp8, lambda r: _times(grid, rate=r, value_bytes=1, **shape), 5e14, 4e15)
     print(f"  (shape loss at the FP8 rate instead: RMS "
           f"{_rms(_times(grid, rate=same, value_bytes=1, **shape), fp8):.3f})")
-    for sharpness in (3, 4, 8, 64):
+    for sharpness in (3, 4, 8, 16):
         other, constants = _at_sharpness(rows, sharpness)
         print(f"  (roofline sharpness {sharpness}: RMS {other:.3f} at rate "
               f"{constants[0] / 1e12:.0f}, k {constants[1]:.0f}, fill {constants[2]:.0f})")
