@@ -23,28 +23,48 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cost_models import compute  # noqa: E402
-from cost_models.compute import Gemm, gemm_time_s  # noqa: E402
+from cost_models.compute import ROOFLINE_SHARPNESS, Gemm, gemm_time_s  # noqa: E402
 from planner.inputs.loader import load_cluster  # noqa: E402
 
 DEFAULT = Path(__file__).resolve().parent / "data" / "kernels_h100_gemm_grid.json"
-HBM = {"hbm_bytes_per_s": 3.35e12, "hbm_fraction": 0.8}
-"""The memory side: the --preset's HBM bandwidth and achieved fraction (dgx-h100 by default)."""
 MIN_TOKENS = 256                # the fewest tokens per GEMM the grid holds: routed experts run 128-4096
 
 
-def _times(grid, *, rate, half_k, fill_dim, loss_rate=None, value_bytes=2):
-    return gemm_time_s(grid, peak_flops=rate, peak_fraction=1.0, half_efficiency_k=half_k,
-                       fill_dim=fill_dim, **HBM, bytes_per_value=value_bytes,
-                       shape_loss_flops=loss_rate)
+class Grid:
+    """A measured grid: its shapes, bf16 and FP8 times, and the memory side its GPU prices
+    them with (the preset's HBM bandwidth and achieved fraction)."""
+
+    def __init__(self, rows, *, preset: str) -> None:
+        self.rows = [r for r in rows if r.get("section") == "gemm_grid" and "bf16_s" in r
+                     and r["m"] >= MIN_TOKENS]
+        self.m, self.n, self.k = (np.array([r[key] for r in self.rows], float)
+                                  for key in ("m", "n", "k"))
+        self.gemms = Gemm(self.m, self.n, self.k)
+        self.bf16 = np.array([r["bf16_s"] for r in self.rows])
+        self.fp8 = np.array([r.get("fp8_fast_s", np.nan) for r in self.rows])
+        cluster = load_cluster(preset)
+        self.hbm = dict(hbm_bytes_per_s=cluster.gpu.hbm_gb_per_s * 1e9,
+                        hbm_fraction=cluster.efficiency.hbm_fraction)
+
+    @classmethod
+    def load(cls, path: Path, *, preset: str) -> "Grid":
+        return cls(json.loads(Path(path).read_text())["rows"], preset=preset)
+
+    def times(self, *, rate, half_k, fill_dim, loss_rate=None, value_bytes=2,
+              sharpness=ROOFLINE_SHARPNESS):
+        return gemm_time_s(self.gemms, peak_flops=rate, peak_fraction=1.0,
+                           half_efficiency_k=half_k, fill_dim=fill_dim, **self.hbm,
+                           bytes_per_value=value_bytes, shape_loss_flops=loss_rate,
+                           roofline_sharpness=sharpness)
 
 
 def _rms(predicted, measured) -> float:
     return float(np.sqrt(np.mean(np.log(predicted / measured) ** 2)))
 
 
-def _best_rate(measured, times_at, low, high) -> float:
-    """The rate (FLOP/s) that minimises the log error, by golden-section search."""
+def best_rate(measured, times_at, low: float = 3e14, high: float = 4e15) -> float:
+    """The rate (FLOP/s) that minimises the log error of `times_at(rate)`, by golden-section
+    search."""
     golden = (np.sqrt(5) - 1) / 2
     a, b = np.log(low), np.log(high)
     for _ in range(60):
@@ -56,34 +76,29 @@ def _best_rate(measured, times_at, low, high) -> float:
     return float(np.exp((a + b) / 2))
 
 
-def fit(rows):
-    m = np.array([r["m"] for r in rows], float)
-    n = np.array([r["n"] for r in rows], float)
-    k = np.array([r["k"] for r in rows], float)
-    grid = Gemm(m, n, k)
-    bf16 = np.array([r["bf16_s"] for r in rows])
+def priced_with(grid: Grid, *, half_k: float, fill_dim: float) -> tuple[float, float]:
+    """(rate, log-time RMS) of the bf16 times priced with these shape constants, the rate
+    alone fitted: how well another GPU's constants price this grid."""
+    rate = best_rate(grid.bf16, lambda r: grid.times(rate=r, half_k=half_k, fill_dim=fill_dim))
+    return rate, _rms(grid.times(rate=rate, half_k=half_k, fill_dim=fill_dim), grid.bf16)
+
+
+def fit(grid: Grid, sharpness: float = ROOFLINE_SHARPNESS):
+    """(RMS, (rate, half_k, fill_dim)) minimising the bf16 log-time error: a coarse search,
+    then a fine one around its best."""
     def search(half_ks, fill_dims):
         best = (np.inf, None)
         for half_k in half_ks:
             for fill_dim in fill_dims:
-                rate = _best_rate(bf16, lambda r: _times(grid, rate=r, half_k=half_k,
-                                                         fill_dim=fill_dim), 3e14, 2e15)
-                error = _rms(_times(grid, rate=rate, half_k=half_k, fill_dim=fill_dim), bf16)
+                rate = best_rate(grid.bf16, lambda r: grid.times(
+                    rate=r, half_k=half_k, fill_dim=fill_dim, sharpness=sharpness))
+                error = _rms(grid.times(rate=rate, half_k=half_k, fill_dim=fill_dim,
+                                        sharpness=sharpness), grid.bf16)
                 best = min(best, (error, (rate, half_k, fill_dim)), key=lambda b: b[0])
         return best
     _, (_, half_k, fill_dim) = search(np.arange(0, 401, 20), np.arange(0, 2001, 100))
     return search(np.arange(max(half_k - 20, 0), half_k + 21, 2),
                   np.arange(max(fill_dim - 100, 0), fill_dim + 101, 10))
-
-
-def _at_sharpness(rows, sharpness: float):
-    """`fit` with the roofline joined at `sharpness` (16: about max)."""
-    kept = compute.ROOFLINE_SHARPNESS
-    compute.ROOFLINE_SHARPNESS = sharpness
-    try:
-        return fit(rows)
-    finally:
-        compute.ROOFLINE_SHARPNESS = kept
 
 
 def main() -> None:
@@ -92,45 +107,37 @@ def main() -> None:
     if "--preset" in sys.argv:
         preset = sys.argv[sys.argv.index("--preset") + 1]
         args.remove(preset)
-    cluster = load_cluster(preset)
-    HBM.update(hbm_bytes_per_s=cluster.gpu.hbm_gb_per_s * 1e9,
-               hbm_fraction=cluster.efficiency.hbm_fraction)
     path = Path(args[0]) if args else DEFAULT
-    data = json.loads(path.read_text())
-    rows = [r for r in data["rows"] if r.get("section") == "gemm_grid" and "bf16_s" in r
-            and r["m"] >= MIN_TOKENS]
-    error, (rate, half_k, fill_dim) = fit(rows)
-    print(f"{data['meta']['gpu']}: {len(rows)} shapes (m >= {MIN_TOKENS})")
+    grid = Grid.load(path, preset=preset)
+    error, (rate, half_k, fill_dim) = fit(grid)
+    print(f"{json.loads(path.read_text())['meta']['gpu']}: {len(grid.rows)} shapes "
+          f"(m >= {MIN_TOKENS}), memory side of {preset}")
     print(f"bf16: rate {rate / 1e12:.0f} TFLOP/s, gemm_half_efficiency_k {half_k:.0f}, "
           f"gemm_fill_dim {fill_dim:.0f}: log-time error RMS {error:.3f}")
-    m = np.array([r["m"] for r in rows], float)
-    n = np.array([r["n"] for r in rows], float)
-    k = np.array([r["k"] for r in rows], float)
-    grid = Gemm(m, n, k)
     shape = dict(half_k=half_k, fill_dim=fill_dim)
-    bf16 = np.array([r["bf16_s"] for r in rows])
-    fp8 = np.array([r["fp8_fast_s"] for r in rows])
-    fp8_rate = _best_rate(fp8, lambda r: _times(grid, rate=r, loss_rate=rate, value_bytes=1,
-                                                **shape), 5e14, 4e15)
-    fp8_times = _times(grid, rate=fp8_rate, loss_rate=rate, value_bytes=1, **shape)
+    fp8_rate = best_rate(grid.fp8, lambda r: grid.times(rate=r, loss_rate=rate, value_bytes=1,
+                                                        **shape))
+    fp8_times = grid.times(rate=fp8_rate, loss_rate=rate, value_bytes=1, **shape)
     print(f"fp8 (fast accumulation), shape loss at the bf16 rate: rate "
           f"{fp8_rate / 1e12:.0f} TFLOP/s ({fp8_rate / rate:.2f}x bf16): log-time error RMS "
-          f"{_rms(fp8_times, fp8):.3f}")
-    same = _best_rate(fp8, lambda r: _times(grid, rate=r, value_bytes=1, **shape), 5e14, 4e15)
+          f"{_rms(fp8_times, grid.fp8):.3f}")
+    same = best_rate(grid.fp8, lambda r: grid.times(rate=r, value_bytes=1, **shape))
     print(f"  (shape loss at the FP8 rate instead: RMS "
-          f"{_rms(_times(grid, rate=same, value_bytes=1, **shape), fp8):.3f})")
+          f"{_rms(grid.times(rate=same, value_bytes=1, **shape), grid.fp8):.3f})")
     for sharpness in (3, 4, 8, 16):
-        other, constants = _at_sharpness(rows, sharpness)
+        other, constants = fit(grid, sharpness)
         print(f"  (roofline sharpness {sharpness}: RMS {other:.3f} at rate "
               f"{constants[0] / 1e12:.0f}, k {constants[1]:.0f}, fill {constants[2]:.0f})")
+    m, n, k = grid.m, grid.n, grid.k
     wide = (m == m.min()) & (n * k >= 4096 * 4096)
-    bf16_times = _times(grid, rate=rate, **shape)
+    bf16_times = grid.times(rate=rate, **shape)
     print(f"m {m.min():.0f} with n k >= 4096^2: mean log error "
-          f"{np.mean(np.log(bf16_times[wide] / bf16[wide])):+.3f}")
+          f"{np.mean(np.log(bf16_times[wide] / grid.bf16[wide])):+.3f}")
     print("k       bf16 error (mean, RMS)   fp8 error (mean, RMS)")
     for value in sorted(set(k)):
         at = k == value
-        e16, e8 = np.log(bf16_times[at] / bf16[at]), np.log(fp8_times[at] / fp8[at])
+        e16 = np.log(bf16_times[at] / grid.bf16[at])
+        e8 = np.log(fp8_times[at] / grid.fp8[at])
         print(f"{value:6.0f}  {e16.mean():+.3f} {np.sqrt(np.mean(e16**2)):.3f}"
               f"              {e8.mean():+.3f} {np.sqrt(np.mean(e8**2)):.3f}")
 

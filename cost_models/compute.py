@@ -54,13 +54,14 @@ p 6 fits 567 shapes best (log RMS 0.073; max(), p infinite, 0.075) and leaves th
 def gemm_time_s(g: Gemm, *, peak_flops: float, peak_fraction: float, half_efficiency_k: float,
                 fill_dim: float, hbm_bytes_per_s: float, hbm_fraction: float,
                 bytes_per_value: int = BYTES_16BIT, shape_loss_flops: float | None = None,
-                fill_batch: bool = True):
+                fill_batch: bool = True, roofline_sharpness: float = ROOFLINE_SHARPNESS):
     """Seconds one GEMM takes: the roofline of its FLOPs and its HBM traffic.
 
     Ref: Williams et al. 2009 (roofline): FLOPs / attainable FLOP/s against bytes / attainable
-    bandwidth, joined as `ROOFLINE_SHARPNESS` says; traffic is reading A and B and writing C
-    once. The compute side is FLOPs / (datasheet peak x `peak_fraction`, what large GEMMs
-    reach inside a training step) times two shape losses, measured on kernels
+    bandwidth, joined as `roofline_sharpness` says (`ROOFLINE_SHARPNESS`, measured); traffic
+    is reading A and B and writing C once. The compute side is FLOPs / (datasheet peak x
+    `peak_fraction`, what large GEMMs reach inside a training step) times two shape losses,
+    measured on kernels
     (bench/fit_gemm_shape.py on an H100 grid of m 256-16,384 and n, k 512-16,384,
     bench/data/kernels_h100_gemm_grid.json):
     - a short reduction loop: each output tile's prologue and epilogue against a loop as long as
@@ -88,8 +89,8 @@ def gemm_time_s(g: Gemm, *, peak_flops: float, peak_fraction: float, half_effici
     compute_s = flops * (1 / rate + half_efficiency_k / (g.k * loss_rate)) * fill
     traffic = bytes_per_value * (g.m * g.k + g.k * g.n + g.m * g.n) * g.batch
     memory_s = traffic / (hbm_bytes_per_s * hbm_fraction)
-    return (compute_s ** ROOFLINE_SHARPNESS + memory_s ** ROOFLINE_SHARPNESS) ** (
-        1 / ROOFLINE_SHARPNESS)
+    return (compute_s ** roofline_sharpness + memory_s ** roofline_sharpness) ** (
+        1 / roofline_sharpness)
 
 
 def backward_gemms(g: Gemm) -> tuple[Gemm, Gemm]:
