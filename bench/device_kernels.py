@@ -92,6 +92,20 @@ def main() -> int:
                 fn()
         return graph
 
+    def tn_gemm(m, n, k):
+        """One shape's bf16 GEMM and its FP8 (tensorwise scales; `fp8(fast)`: cuBLASLt's fast
+        accumulation on or off) as calls, in the one layout torch._scaled_mm takes on Hopper:
+        "TN", y = x W^T with W stored [n x k]."""
+        a = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+        w = torch.randn(n, k, device=dev, dtype=torch.bfloat16)
+        a8, w8 = a.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn)
+        one = torch.ones((), device=dev, dtype=torch.float32)
+
+        def fp8(fast):
+            return lambda: torch._scaled_mm(a8, w8.t(), scale_a=one, scale_b=one,
+                                            out_dtype=torch.bfloat16, use_fast_accum=fast)
+        return (lambda: a @ w.t()), fp8
+
     wanted = set(args.sections.split(","))
 
     def section(name, body):
@@ -225,7 +239,6 @@ def main() -> int:
         # 768 -> 2048) by tokens per expert; Transformer Engine's GEMM profiling example (docs/
         # examples/gemm_profiling: hidden 4096, MLP 16384, 15,872 tokens), fprop, dgrad and
         # wgrad of its four layers, whose per-layer FP8 / bf16 ratio the tutorial reports.
-        one = torch.ones((), device=dev, dtype=torch.float32)
 
         def gpu_time(fn, n=10):
             return timed(captured(fn, n).replay) / n
@@ -246,25 +259,20 @@ def main() -> int:
                        ("te gemm_profiling dgrad", tokens, k, n),
                        ("te gemm_profiling wgrad", n, k, tokens)]
         for label, m, n, k in shapes:
-            a = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
-            w = torch.randn(n, k, device=dev, dtype=torch.bfloat16)
-            a8, w8 = a.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn)
+            bf16, fp8 = tn_gemm(m, n, k)
             flops = 2 * m * n * k
             row = {"section": "fp8_shapes", "shape": label, "m": m, "n": n, "k": k}
             try:
-                row["bf16_s"] = gpu_time(lambda: a @ w.t())
+                row["bf16_s"] = gpu_time(bf16)
                 for fast in (False, True):
-                    row[f"fp8_{'fast' if fast else 'split'}_s"] = gpu_time(
-                        lambda: torch._scaled_mm(a8, w8.t(), scale_a=one, scale_b=one,
-                                                 out_dtype=torch.bfloat16,
-                                                 use_fast_accum=fast))
+                    row[f"fp8_{'fast' if fast else 'split'}_s"] = gpu_time(fp8(fast))
                 for key in ("bf16", "fp8_split", "fp8_fast"):
                     row[f"{key}_tflops"] = flops / row[f"{key}_s"] / 1e12
             except Exception as exc:
                 row["error"] = f"{type(exc).__name__}: {exc}"[:300]
             rows.append(row)
             print(json.dumps(row), flush=True)
-            del a, w, a8, w8
+            del bf16, fp8
     section("fp8_shapes", fp8_shapes)
 
     def gemm_grid():
@@ -274,7 +282,6 @@ def main() -> int:
         # --sustain-ms, after a heat-up, so every shape runs at the clock a GPU holds under
         # sustained load (a training step's): a short burst runs mid-size GEMMs up to 10%
         # faster than large ones, which would read as a shape effect.
-        one = torch.ones((), device=dev, dtype=torch.float32)
 
         def sustained_time(fn, n=10):
             graph = captured(fn, n)
@@ -301,22 +308,17 @@ def main() -> int:
         for m in ms:
             for n in nks:
                 for k in nks:
-                    a = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
-                    w = torch.randn(n, k, device=dev, dtype=torch.bfloat16)
-                    a8, w8 = a.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn)
+                    bf16, fp8 = tn_gemm(m, n, k)
                     row = {"section": "gemm_grid", "m": m, "n": n, "k": k,
                            "sustain_ms": args.sustain_ms}
                     try:
-                        row["bf16_s"] = sustained_time(lambda: a @ w.t())
-                        row["fp8_fast_s"] = sustained_time(
-                            lambda: torch._scaled_mm(a8, w8.t(), scale_a=one, scale_b=one,
-                                                     out_dtype=torch.bfloat16,
-                                                     use_fast_accum=True))
+                        row["bf16_s"] = sustained_time(bf16)
+                        row["fp8_fast_s"] = sustained_time(fp8(True))
                     except Exception as exc:
                         row["error"] = f"{type(exc).__name__}: {exc}"[:300]
                     rows.append(row)
                     print(json.dumps(row), flush=True)
-                    del a, w, a8, w8
+                    del bf16, fp8
     section("gemm_grid", gemm_grid)
 
     # --- grouped expert GEMMs -------------------------------------------------------------

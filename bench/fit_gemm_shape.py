@@ -34,7 +34,8 @@ class Grid:
     """A measured grid: its shapes, bf16 and FP8 times, and the memory side its GPU prices
     them with (the preset's HBM bandwidth and achieved fraction)."""
 
-    def __init__(self, rows, *, preset: str) -> None:
+    def __init__(self, rows, *, preset: str, gpu: str = "") -> None:
+        self.gpu = gpu
         self.rows = [r for r in rows if r.get("section") == "gemm_grid" and "bf16_s" in r
                      and r["m"] >= MIN_TOKENS]
         self.m, self.n, self.k = (np.array([r[key] for r in self.rows], float)
@@ -48,7 +49,8 @@ class Grid:
 
     @classmethod
     def load(cls, path: Path, *, preset: str) -> "Grid":
-        return cls(json.loads(Path(path).read_text())["rows"], preset=preset)
+        data = json.loads(Path(path).read_text())
+        return cls(data["rows"], preset=preset, gpu=data["meta"]["gpu"])
 
     def times(self, *, rate, half_k, fill_dim, loss_rate=None, value_bytes=2,
               sharpness=ROOFLINE_SHARPNESS):
@@ -110,7 +112,7 @@ def main() -> None:
     path = Path(args[0]) if args else DEFAULT
     grid = Grid.load(path, preset=preset)
     error, (rate, half_k, fill_dim) = fit(grid)
-    print(f"{json.loads(path.read_text())['meta']['gpu']}: {len(grid.rows)} shapes "
+    print(f"{grid.gpu}: {len(grid.rows)} shapes "
           f"(m >= {MIN_TOKENS}), memory side of {preset}")
     print(f"bf16: rate {rate / 1e12:.0f} TFLOP/s, gemm_half_efficiency_k {half_k:.0f}, "
           f"gemm_fill_dim {fill_dim:.0f}: log-time error RMS {error:.3f}")

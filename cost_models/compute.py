@@ -15,11 +15,6 @@ import numpy as np
 from cost_models.enums import AttentionKind, LoadBalancing, MlpKind, NormKind, PositionKind
 from cost_models.units import BYTES_16BIT, BYTES_FP32, BYTES_MASK
 
-BACKWARD_FLOPS_RATIO = 2
-"""A matrix multiply's backward pass is two multiplies of the forward's size (input and weight
-gradients): Narayanan et al. 2021 (arXiv:2104.04473), Sec. 5.1 ("the backward pass requires
-double the number of FLOPs")."""
-
 BACKWARD_ELEMENTWISE_RATIO = 1.5
 """An elementwise op reads one tensor and writes one in the forward pass; its backward reads the
 incoming gradient and the saved tensor and writes one gradient: three tensors for two."""
@@ -97,7 +92,7 @@ def backward_gemms(g: Gemm) -> tuple[Gemm, Gemm]:
     """The backward pass of C = A B ([m x k] @ [k x n]): the input gradient dA = dC B^T
     ([m x n] @ [n x k], reducing over n) and the weight gradient dB = A^T dC ([k x m] @
     [m x n], reducing over the tokens m), each of the forward's FLOPs (Narayanan et al. 2021,
-    Sec. 5.1: the backward is two multiplies of the forward's size)."""
+    arXiv:2104.04473, Sec. 5.1: "the backward pass requires double the number of FLOPs")."""
     return Gemm(g.m, g.k, g.n, g.batch), Gemm(g.k, g.n, g.m, g.batch)
 
 

@@ -209,8 +209,8 @@ def paired_a2a_exposed_s(a2a_s, *, forward_s, backward_s, expert_forward_s,
         comp stream: attn_fwd     | mlp_bwd (dX)  | mlp_bwd_dw   | mlp_fwd | attn_bwd
     each all-to-all hides behind the compute beside it, not behind the layer's whole compute:
     attention and router forward (`forward_s - expert_forward_s`), the expert backward's data
-    and weight gradients (each about the expert forward, BACKWARD_FLOPS_RATIO 2 split evenly)
-    and the attention-side backward (`backward_s` less those). Each pair costs
+    and weight gradients (each taken as the expert forward: `compute.backward_gemms` has two
+    GEMMs of its FLOPs) and the attention-side backward (`backward_s` less those). Each pair costs
     `communication.exposed_time_s` of its all-to-all (a quarter of `a2a_s`) beside its compute.
     """
     one = a2a_s / 4

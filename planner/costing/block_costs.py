@@ -138,7 +138,6 @@ class _Kernels:
         self.sink_row_s = eff.attention_sink_row_s if sinks else 0.0
         """Per query row and head, what the sinks' gradient adds to a fused backward."""
         self.framework = framework
-        self.experts_one_kernel = framework.expert_gemms_one_kernel
         # FP8: the linear layers' GEMMs at the FP8 peak, times the recipe's efficiency on this
         # GPU relative to bf16 (cluster data), reading 1-byte operands, their shape loss paid at
         # the bf16 rate (compute.gemm_time_s); the bf16 peak for the rest.
@@ -176,6 +175,8 @@ class _Kernels:
                                       else self.value_bytes)
         # The output layer: bf16 (every framework's default), or FP8 (training.fp8_output_layer).
         self.fp8_output_layer = self.fp8 is not None and training.fp8_output_layer
+        # Routed experts: the linear layers' GEMMs, filling the GPU together or one by one.
+        self._experts = dict(self._linear, fill_batch=framework.expert_gemms_one_kernel)
 
     def gemms_s(self, gemms, *, backward: bool = False) -> object:
         """Seconds of bf16 GEMMs in one pass (backward: each one's input and weight
@@ -189,7 +190,7 @@ class _Kernels:
     def experts_s(self, gemms, *, backward: bool = False) -> object:
         """`linear_s` of the routed experts' grouped GEMMs: one kernel for all local experts
         or one per expert (`FrameworkProfile.expert_gemms_one_kernel`)."""
-        return _gemms_s(gemms, backward, dict(self._linear, fill_batch=self.experts_one_kernel))
+        return _gemms_s(gemms, backward, self._experts)
 
     def quantize_s(self, gemms, *, backward: bool) -> object:
         """Seconds of quantizing the FP8 GEMMs' bf16 operands in one pass (0 without FP8):
@@ -302,8 +303,8 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
                                 imbalance=imbalance)
     flash = k.attention.fused
     # The weight GEMMs: the linear layers (FP8 under precision fp8) and the router (bf16).
-    linears = g.projections + g.mlp + g.experts
     dense = g.projections + g.mlp
+    linears = dense + g.experts
     weights_s = k.linear_s(dense) + k.experts_s(g.experts) + k.gemms_s((g.router,))
     weights_bwd = (k.linear_s(dense, backward=True) + k.experts_s(g.experts, backward=True)
                    + k.gemms_s((g.router,), backward=True))

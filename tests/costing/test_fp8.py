@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from cost_models.compute import Gemm, gemm_flops, gemm_time_s
+from cost_models.compute import Gemm, gemm_time_s
 from cost_models.enums import AttentionKind, Fp8Recipe, MlpKind, Precision, Recompute, ZeroStage
 from cost_models.fp8 import (fp8_copies_bytes, fp8_value_bytes, fp8_weight_bytes_per_param,
                              gemm_operand_bytes, quantize_bytes)
