@@ -54,7 +54,10 @@ DDP_IMPL = {"gpt-1.7B": "torch", "gpt-3.6B": "torch", "gpt-7.5B": "torch", "gpt-
 (examples/sc21/run_table_1.sh @de7dc40f88): PyTorch's DistributedDataParallel ("torch")
 all-reduces gradient buckets while the backward pass runs; Megatron-LM's own of 2021 ("local")
 all-reduced them after it (training.py, train_step: model.allreduce_gradients() after
-forward_backward_func), with no overlap."""
+forward_backward_func), with no overlap. PyTorch's overlapped only without a pipeline: the
+pipelined schedules had no no_sync (schedules.py @de7dc40f88, only
+forward_backward_no_pipelining enters it), so it would all-reduce on every micro-batch; the
+script runs it only where pp is 1."""
 
 
 def rows(cluster: ClusterSpec | None = None) -> list[Row]:
@@ -74,12 +77,14 @@ def rows(cluster: ClusterSpec | None = None) -> list[Row]:
         # overlap_p2p_comm of the interleaved schedule arrived in May 2023 (commit f9283c5a8a,
         # "Add option to overlap p2p communication"; the default since October 2023). Its
         # interleaved schedule ran micro-batches in groups of pp only (groups of more came in
-        # November 2024, commit 4295be1a6c).
+        # November 2024, commit 4295be1a6c). Its gradient all-reduce overlapped the backward
+        # only without a pipeline (DDP_IMPL below).
         problem = with_overrides(problem, DATA.name,
                                  training={"precision": Precision.FP16.value,
                                            "attention": AttentionKind.UNFUSED.value},
                                  framework={"pipeline_p2p_overlap_interleaved": False,
-                                            "micro_batch_groups": "pp"})
+                                            "micro_batch_groups": "pp",
+                                            "overlap_grad_reduce_with_pipeline": False})
         problem = replace(problem, cluster=cluster or problem.cluster)
         layers_per_chunk = s["layers_per_virtual_stage"]
         per_stage = run["model"]["num_layers"] // s["pp"]
