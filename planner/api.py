@@ -194,6 +194,28 @@ def host_wait_notes(plan: PlanReport) -> list[str]:
             f"shrink it"]
 
 
+def flex_dispatcher_notes(space: SearchSpace, plan: PlanReport) -> list[str]:
+    """What the best plan's flex MoE dispatcher needs installed, where the search chose it (not
+    a pin): Megatron-Core's flex dispatcher runs on the DeepEP or HybridEP package
+    (megatron/core/transformer/moe/fused_a2a.py imports deep_ep; its README, "Token
+    Dispatching")."""
+    dispatcher = plan.strategy.moe_dispatcher
+    if space.moe_dispatcher is not None or dispatcher not in FLEX_PACKAGES:
+        return []
+    backend = dispatcher.value.removeprefix("flex-")
+    package, where = FLEX_PACKAGES[dispatcher]
+    return [f"the best plan dispatches its MoE tokens with Megatron-Core's flex dispatcher "
+            f"(--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend {backend}), which "
+            f"needs the {package} package installed ({where}); --moe-dispatcher alltoall plans "
+            f"without it"]
+
+
+FLEX_PACKAGES = {
+    MoeDispatcher.FLEX_DEEPEP: ("DeepEP", "github.com/deepseek-ai/DeepEP, with NVSHMEM"),
+    MoeDispatcher.FLEX_HYBRIDEP: ("HybridEP", "DeepEP's hybrid-ep branch")}
+"""The package each flex backend needs, and where it comes from."""
+
+
 EAGER_LOSS_NOTE_GIB = 1.0
 """An eager loss whose extra copies of the logits pass this many GiB gets a note."""
 
@@ -235,7 +257,8 @@ def plan_problem(problem: Problem, space: SearchSpace, settings: SolverSettings,
     best = plans[0]
     notes = (pinned_settings(problem, space, plans)
              + uncertainty_notes(problem, best.strategy.cp, best.time.step_s)
-             + host_wait_notes(best) + eager_loss_notes(problem, best))
+             + host_wait_notes(best) + flex_dispatcher_notes(space, best)
+             + eager_loss_notes(problem, best))
     stats = result.search if timings else result.search.model_copy(update={"seconds": None})
     return PlanOutput(**dict(run_head(problem, notes)), plans=plans, search=stats,
                       dp_comm=_best_per_dp_comm(problem, space, settings, tokens) or None)

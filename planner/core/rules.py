@@ -40,6 +40,7 @@ class Rule(str, Enum):
     OFFLOAD_FRAMEWORK = "offload_framework"
     PARAM_OFFLOAD_ZERO3 = "param_offload_zero3"
     RANK_ORDER_EXPERTS = "rank_order_experts"
+    MOE_FLEX_HARDWARE = "moe_flex_hardware"
     MEMORY_FITS = "memory_fits"
     HOST_MEMORY_FITS = "host_memory_fits"
     # Rules of one launch target: what that framework cannot run or refuses.
@@ -51,6 +52,7 @@ class Rule(str, Enum):
     TARGET_INTERLEAVED = "target_interleaved"
     TARGET_RANK_ORDER = "target_rank_order"
     TARGET_RECOMPUTE_MODULES = "target_recompute_modules"
+    TARGET_MOE_DISPATCHER = "target_moe_dispatcher"
     MEGATRON_RECOMPUTE_MODULES = "megatron_recompute_modules"
     MEGATRON_FP8 = "megatron_fp8"
     DEEPSPEED_FP8 = "deepspeed_fp8"

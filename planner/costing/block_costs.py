@@ -30,8 +30,8 @@ from cost_models.context_parallel import (cp_attention_comm, cp_working_bytes, k
 from cost_models.enums import (DEFAULT_RECOMPUTE_MODULES, AttentionKind, Collective, CpComm,
                                CudaGraphs, LoadBalancing, MoeDispatcher, PositionKind, Precision,
                                Recompute, RecomputeModule)
-from cost_models.expert_parallel import (dispatcher_sync_s, dispatcher_token_copies,
-                                         expert_dispatch_s,
+from cost_models.expert_parallel import (DEEPEP_NVL_PEERS_MAX, dispatcher_sync_s,
+                                         dispatcher_token_copies, expert_dispatch_s,
                                          expert_gemm_launches, expert_quantizations,
                                          host_wait_s, moe_host_s, router_bytes,
                                          token_path_graphed)
@@ -590,7 +590,7 @@ def _expert_dispatch_s(*, tokens_per_rank, pairs, top_k: int, hidden: int, imbal
     # GPUs of one host (csrc/kernels/configs.cuh), HybridEP across the NVLink domain (MNNVL;
     # Megatron-Core transformer_config.py: "only hybridep backend supports the MNNVL case").
     dispatcher = np.asarray(k.dispatcher)
-    deepep = strided_placement(ep, etp, min(cluster.gpus_per_node, DEEPEP_NVL_PEERS))
+    deepep = strided_placement(ep, etp, min(cluster.gpus_per_node, DEEPEP_NVL_PEERS_MAX))
     hybrid = strided_placement(ep, etp, node)
     is_hybrid = dispatcher == MOE_DISPATCHER_ORDER.index(MoeDispatcher.FLEX_HYBRIDEP)
     flex_group = Group(size=ep, ranks_per_node=np.where(is_hybrid, hybrid.ranks_per_node,
@@ -603,10 +603,6 @@ def _expert_dispatch_s(*, tokens_per_rank, pairs, top_k: int, hidden: int, imbal
                              flex=dispatcher != MOE_DISPATCHER_ORDER.index(MoeDispatcher.ALLTOALL),
                              flex_group=flex_group, num_experts=num_experts,
                              router_groups=router_groups, router_group_topk=router_group_topk)
-
-
-DEEPEP_NVL_PEERS = 8
-"""DeepEP's NUM_MAX_NVL_PEERS: the GPUs one node's NVLink forwarding reaches."""
 
 
 def _evoformer(block: EvoformerBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute,

@@ -291,6 +291,20 @@ def _explain_rank_order_experts(problem: Problem, s: Strategy) -> tuple[str, str
             f"{RankOrder.TP_CP_EP_DP_PP.value}")
 
 
+def _explain_moe_flex_hardware(problem: Problem, s: Strategy) -> tuple[str, str]:
+    c = problem.cluster
+    return (f"moe_dispatcher {s.moe_dispatcher.value} on {c.gpu.name} ({c.intra_node.kind.value} "
+            f"inside a node, {c.inter_node.kind.value} between nodes): DeepEP and HybridEP run "
+            f"on NVIDIA Hopper or later GPUs over NVLink, with RDMA (InfiniBand or RoCE) "
+            f"between nodes", "use moe_dispatcher alltoall")
+
+
+def _explain_target_moe_dispatcher(problem: Problem, s: Strategy) -> tuple[str, str]:
+    return (f"moe_dispatcher {s.moe_dispatcher.value}: only Megatron-LM's launch flags select "
+            f"the flex dispatcher (--moe-token-dispatcher-type flex)",
+            "use moe_dispatcher alltoall, or emit for megatron only")
+
+
 def _explain_fp8_hardware(problem: Problem, s: Strategy) -> tuple[str, str]:
     gpu, t = problem.cluster.gpu, problem.training
     runs = tuple(problem.cluster.efficiency.fp8_gemm_efficiency)
@@ -408,4 +422,6 @@ EXPLAIN.update({
     Rule.TARGET_RANK_ORDER: _explain_target_rank_order,
     Rule.TARGET_RECOMPUTE_MODULES: _explain_target_recompute_modules,
     Rule.RANK_ORDER_EXPERTS: _explain_rank_order_experts,
+    Rule.MOE_FLEX_HARDWARE: _explain_moe_flex_hardware,
+    Rule.TARGET_MOE_DISPATCHER: _explain_target_moe_dispatcher,
 })

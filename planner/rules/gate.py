@@ -22,7 +22,8 @@ from typing import Callable
 
 import numpy as np
 
-from planner.core.candidates import DEFAULT_MODULES_MASK, RANK_ORDER, Candidates
+from planner.core.candidates import (DEFAULT_MODULES_MASK, MOE_DISPATCHER_ORDER, RANK_ORDER,
+                                     Candidates)
 from planner.rules.explanations import EXPLAIN as PLANNER_EXPLAIN
 from planner.core.rules import Rule, TargetRule, any_offload, everywhere
 from planner.frameworks import deepspeed, megatron, mindspore, torchtitan
@@ -30,7 +31,8 @@ from planner.inputs import profiles
 from planner.core.problem import Problem
 from planner.inputs.loader import fp8_param_gather_allowed
 from planner.schemas.report import Violation
-from cost_models.enums import AttentionKind, CpComm, MicroBatchGroups, Precision, RankOrder
+from cost_models.enums import (AttentionKind, CpComm, MicroBatchGroups, MoeDispatcher, Precision,
+                               RankOrder)
 from cost_models.pipeline import schedule_group, schedule_group_allowed
 from planner.schemas.strategy import DpComm, LaunchTarget, Strategy
 
@@ -74,6 +76,8 @@ SUMMARY: dict[Rule, str] = {
     Rule.PARAM_OFFLOAD_ZERO3: "param_offload needs zero_stage 3",
     Rule.RANK_ORDER_EXPERTS: "rank order tp-cp-ep-pp-dp with pp > 1 needs the expert "
                              "data-parallel size equal to dp (etp * ep = tp * cp)",
+    Rule.MOE_FLEX_HARDWARE: "the flex MoE dispatcher (DeepEP, HybridEP) needs NVIDIA Hopper or "
+                            "later GPUs over NVLink, and RDMA between nodes",
     Rule.MEMORY_FITS: "the peak stage must fit in GPU memory",
     Rule.HOST_MEMORY_FITS: "what a node's GPUs offload must fit in its host memory",
     Rule.TARGET_PARAMETER_SERVER: "no launch target implements a parameter server",
@@ -87,6 +91,8 @@ SUMMARY: dict[Rule, str] = {
                             "(--use-tp-pp-dp-mapping)",
     Rule.TARGET_RECOMPUTE_MODULES: "recompute_modules other than core_attn only on Megatron-LM "
                                    "(--recompute-modules)",
+    Rule.TARGET_MOE_DISPATCHER: "the flex MoE dispatcher (DeepEP, HybridEP) only on Megatron-LM "
+                                "(--moe-token-dispatcher-type flex)",
 }
 SUMMARY.update({rule: r.summary for rules in FRAMEWORK_RULES.values() for rule, r in rules.items()})
 """One line per rule, for messages that name rules without a particular strategy."""
@@ -328,6 +334,15 @@ def _rank_order_experts(problem: Problem, c: Candidates, options: RuleOptions) -
             & (c.pp > 1) & (c.edp != c.dp))
 
 
+def _flex(c: Candidates) -> np.ndarray:
+    """Where a candidate routes its MoE tokens with the flex dispatcher (DeepEP, HybridEP)."""
+    return c.dispatcher != MOE_DISPATCHER_ORDER.index(MoeDispatcher.ALLTOALL)
+
+
+def _moe_flex_hardware(problem: Problem, c: Candidates, options: RuleOptions) -> np.ndarray:
+    return problem.model.is_moe & _flex(c) & (not problem.cluster.runs_flex_dispatch)
+
+
 def host_memory_violations(host_bytes, problem: Problem) -> np.ndarray:
     """Where the GPUs of a node offload more than its host memory (each GPU's fullest stage;
     `Evaluation.host_bytes`, against an equal share of the node's host memory)."""
@@ -360,6 +375,7 @@ DEGREE_CHECKS: dict[Rule, Callable[[Problem, Candidates, RuleOptions], np.ndarra
     Rule.OFFLOAD_FRAMEWORK: _offload_framework,
     Rule.PARAM_OFFLOAD_ZERO3: _param_offload_zero3,
     Rule.RANK_ORDER_EXPERTS: _rank_order_experts,
+    Rule.MOE_FLEX_HARDWARE: _moe_flex_hardware,
 }
 """Rules decided by the degrees alone, in the order `validate` reports them."""
 
@@ -392,6 +408,11 @@ TARGET_CHECKS: dict[Rule, tuple[tuple[LaunchTarget, ...], Callable[[Problem, Can
     Rule.TARGET_RECOMPUTE_MODULES: (
         tuple(t for t in LaunchTarget if not profiles.load(t.framework).recompute_modules),
         lambda p, c: (c.rc_modules != 0) & (c.rc_modules != DEFAULT_MODULES_MASK)),
+    # The targets whose framework profile runs only the all-to-all dispatcher (moe_dispatchers).
+    Rule.TARGET_MOE_DISPATCHER: (
+        tuple(t for t in LaunchTarget
+              if MoeDispatcher.FLEX_DEEPEP not in profiles.load(t.framework).moe_dispatchers),
+        lambda p, c: p.model.is_moe & _flex(c)),
     # DeepSpeed MoE experts are whole unless enable_expert_tensor_parallelism shards them like
     # the model's TP (deepspeed/moe/layer.py); MindSpore's experts follow model_parallel.
     Rule.TARGET_EXPERT_TP: ((LaunchTarget.DEEPSPEED, LaunchTarget.MINDSPORE,

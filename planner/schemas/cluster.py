@@ -261,6 +261,16 @@ class ClusterSpec(BaseModel):
         return self.num_nodes * self.gpus_per_node
 
     @property
+    def runs_flex_dispatch(self) -> bool:
+        """Whether DeepEP and HybridEP, the backends of Megatron-Core's flex token dispatcher,
+        run here: NVIDIA GPUs of Hopper or later (NVLink and FP8 tensor cores; DeepEP README:
+        SM90 and later, NVLink inside a node) and, between nodes, RDMA over InfiniBand or RoCE
+        (NVSHMEM IBGDA)."""
+        return (self.intra_node.kind is LinkKind.NVLINK and self.gpu.peak_tflops.fp8 is not None
+                and (self.num_nodes == 1
+                     or self.inter_node.kind in (LinkKind.INFINIBAND, LinkKind.ROCE)))
+
+    @property
     def capacity_bytes(self) -> int:
         return int(self.gpu.memory_gib * GiB)
 

@@ -224,6 +224,9 @@ class FrameworkProfile(BaseModel):
     (Transformer Engine's grouped linear on Hopper: a cuBLAS GEMM per expert over 4 streams,
     measured no faster than one stream, bench/data/kernels_h100_grouped_streams.json; a loop
     of per-expert GEMMs), each filling it alone (`compute.gemm_time_s` fill_batch)."""
+    moe_dispatchers: tuple[MoeDispatcher, ...] = (MoeDispatcher.ALLTOALL,)
+    """The MoE token dispatchers it runs and the search tries (on the GPUs that run them,
+    rule moe_flex_hardware); the first is what it runs when a config names none."""
     moe_padding_copies: tuple[MoeDispatcher, ...] = ()
     """The dispatchers after which a quantized (FP8/FP4) grouped expert GEMM's tokens are
     padded to the recipe's alignment by copies (`compute.quantization_padding_bytes`); the

@@ -24,6 +24,7 @@ import numpy as np
 
 from cost_models.enums import (DEFAULT_RECOMPUTE_MODULES, CpComm, MoeDispatcher, RankOrder,
                                Recompute, RecomputeModule, ZeroStage)
+from cost_models.expert_parallel import DEEPEP_NVL_PEERS_MAX
 from planner.core.candidates import (CP_COMM_ORDER, DP_COMM_ORDER, MOE_DISPATCHER_ORDER,
                                      RANK_ORDER, RECOMPUTE_ORDER, Candidates, modules_mask)
 from planner.rules.gate import (Rule, RuleOptions, balanced_layouts_allowed, breaks,
@@ -255,20 +256,52 @@ def _micro_batch_values(problem: Problem, space: SearchSpace, options: RuleOptio
 
 EXPERT_RULES = (Rule.EP_DIVIDES_EXPERTS, Rule.EXPERT_FOLDING, Rule.TARGET_EXPERT_PARALLEL)
 """Rules on tp, cp, dp, ep and etp alone that cut the expert pairs."""
+DISPATCHER_RULES = (Rule.MOE_FLEX_HARDWARE, Rule.TARGET_MOE_DISPATCHER)
+"""Rules on the MoE token dispatcher alone."""
+
+
+FLEX_FOR_NVLINK_DOMAIN = {False: MoeDispatcher.FLEX_DEEPEP, True: MoeDispatcher.FLEX_HYBRIDEP}
+"""The flex backend the search tries, by whether the NVLink domain spans more GPUs than DeepEP
+forwards to (`expert_parallel.DEEPEP_NVL_PEERS_MAX`): Megatron-Core's MoE README (megatron/core/transformer/moe/
+README.md @d98e8a64, "Token Dispatching"): DeepEP for cross-node EP, HybridEP for GB200 NVL72
+and multi-node NVLink. The other is priced when pinned (--moe-dispatcher)."""
+
+
+def _dispatcher_values(problem: Problem, space: SearchSpace, options: RuleOptions) -> list[int]:
+    """The MoE token dispatchers (MOE_DISPATCHER_ORDER indices) an expert-parallel candidate
+    tries: the pin, else the framework's default and, where its profile's `moe_dispatchers`
+    has it and no DISPATCHER_RULES refuse it, the flex backend for this NVLink domain
+    (`FLEX_FOR_NVLINK_DOMAIN`)."""
+    if space.moe_dispatcher is not None:
+        return [MOE_DISPATCHER_ORDER.index(space.moe_dispatcher)]
+    default = space.overlaps(problem).moe_dispatcher
+    flex = FLEX_FOR_NVLINK_DOMAIN[problem.cluster.nvlink_gpus > DEEPEP_NVL_PEERS_MAX]
+    tried = [default] + [flex] * (flex in problem.framework.moe_dispatchers and flex != default)
+    index = np.array([MOE_DISPATCHER_ORDER.index(d) for d in tried], dtype=np.int64)
+    ok = ~breaks(problem, _probe(problem, dispatcher=index), options, DISPATCHER_RULES)
+    return [int(i) for i in index[ok | (index == index[0])]]
 
 
 def _expert_values(problem: Problem, space: SearchSpace, options: RuleOptions, tp: int,
-                   cp: int, dp: int) -> list[tuple[int, int]]:
-    """(ep, etp) pairs: ep the powers of two up to tp * cp * dp, etp 1 or tp (Megatron-LM's
-    default) for an MoE model and tp for a dense one (where etp splits nothing), the pins
-    added; pairs that break EXPERT_RULES go unless pinned."""
+                   cp: int, dp: int, dispatchers: list[int]) -> list[tuple[int, int, int]]:
+    """(ep, etp, dispatcher) triples: ep the powers of two up to tp * cp * dp, etp 1 or tp
+    (Megatron-LM's default) for an MoE model and tp for a dense one (where etp splits
+    nothing), the pins added; pairs that break EXPERT_RULES go unless pinned. A pair with etp 1
+    whose EP group spans NVLink domains takes every one of `dispatchers`
+    (`_dispatcher_values`), the others the first: a flex backend's gain is in cross-domain
+    traffic (Megatron-Core's MoE README, "Token Dispatching": DeepEP for cross-node EP), inside
+    one domain it dispatches over the same NVLink; with etp > 1 it routes to tp x ep ranks
+    (token_dispatcher.py MoEFlexTokenDispatcher: router_topk = tp x topk), which the published
+    flex recipes (etp 1 all) do not run and the dispatch cost does not model."""
     eps = _with_pin(powers_of_two(tp * cp * dp), space.ep)
     etps = _with_pin({1, tp} if problem.model.is_moe else {tp}, space.etp)
     ep, etp = (a.ravel() for a in np.meshgrid(eps, etps, indexing="ij"))
     ok = ~breaks(problem, _probe(problem, tp=tp, cp=cp, dp=dp, ep=ep, etp=etp), options,
                  EXPERT_RULES)
     ok |= (ep == space.ep) | (etp == space.etp)
-    return [(int(e), int(t)) for e, t in zip(ep[ok], etp[ok])]
+    domain = problem.cluster.nvlink_gpus
+    return [(int(e), int(t), d) for e, t in zip(ep[ok], etp[ok])
+            for d in (dispatchers if t == 1 and e > domain else dispatchers[:1])]
 
 
 CONTEXT_PARALLEL_RULES = (
@@ -421,9 +454,10 @@ def generate(problem: Problem, space: SearchSpace) -> list[CandidateGroup]:
     for tp, cp, pp, dp, vpp, mb in degree_tuples(problem, space):
         families.setdefault((tp, cp, pp, dp), []).append((vpp, mb))
     rows: dict[tuple[int, int], list[dict[str, np.ndarray]]] = {}
+    dispatchers = _dispatcher_values(problem, space, options)
     for (tp, cp, pp, dp), chunks in families.items():
-        pairs = np.array(_expert_values(problem, space, options, tp, cp, dp),
-                         dtype=np.int64).reshape(-1, 2)
+        pairs = np.array(_expert_values(problem, space, options, tp, cp, dp, dispatchers),
+                         dtype=np.int64).reshape(-1, 3)
         kinds = np.array(_cp_kinds(problem, space, options, tp, cp), dtype=np.int64).reshape(-1, 2)
         vpps = np.array([c[0] for c in chunks], dtype=np.int64)
         mbs = np.array([c[1] for c in chunks], dtype=np.int64)
@@ -451,6 +485,7 @@ def generate(problem: Problem, space: SearchSpace) -> list[CandidateGroup]:
                      "cp": np.full(n, cp), "vpp": vpps[d], "mb": mbs[d],
                      **{name: values[i] for name, values in zopts.items()},
                      "shard": shards[j], "ep": pairs[k, 0], "etp": pairs[k, 1],
+                     "dispatcher": pairs[k, 2],
                      "cp_comm": kinds[q, 0], "cp_a2a": kinds[q, 1]}
             for vpp in np.unique(block["vpp"]):
                 rows.setdefault((pp, int(vpp)), []).append(_where(block, block["vpp"] == vpp))
@@ -472,8 +507,7 @@ def generate(problem: Problem, space: SearchSpace) -> list[CandidateGroup]:
             opt_offload=shares.astype(float), param_offload=params.astype(bool),
             act_offload=layers.astype(int), nvls=np.full(n, space.nvls),
             rank_order=np.full(n, RANK_ORDER.index(overlap.rank_order)),
-            moe_overlap=np.full(n, overlap.moe_a2a_overlap),
-            dispatcher=np.full(n, MOE_DISPATCHER_ORDER.index(overlap.moe_dispatcher)))
+            moe_overlap=np.full(n, overlap.moe_a2a_overlap))
         groups.append(CandidateGroup(pp=pp, vpp=vpp, cands=cands))
     return groups
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from cost_models.enums import ZeroStage
-from planner.core.candidates import CP_COMM_ORDER
+from planner.core.candidates import CP_COMM_ORDER, MOE_DISPATCHER_ORDER
 from planner.core.problem import Problem, default_min_free_bytes
 from planner.search.pool import Pool
 
@@ -33,13 +33,16 @@ def exotic_features(problem: Problem, pool: Pool) -> np.ndarray:
     """Per candidate, how many features it uses that few production runs do: TP across nodes,
     a parameter server, ZeRO sharded over part of data parallelism (HSDP), a context-parallel
     exchange other than the framework's first, an uneven layout where the even split exists,
-    any CPU offload, expert parallelism wider than any published run (`WIDEST_PUBLISHED_EP`).
+    any CPU offload, expert parallelism wider than any published run (`WIDEST_PUBLISHED_EP`),
+    a token dispatcher other than the framework's default (the flex one needs DeepEP or HybridEP
+    installed).
     Where the layers do not divide over pp x vpp chunks an uneven layout is no choice: the
     frameworks need one (Megatron-LM refuses an uneven default split; DeepSeek-V3's 61 layers
     run on NVIDIA's recipes with --pipeline-model-parallel-layout)."""
     c = pool.cands
     default_cp = (CP_COMM_ORDER.index(problem.framework.context_parallel[0])
                   if problem.framework.context_parallel else 0)
+    default_dispatcher = MOE_DISPATCHER_ORDER.index(problem.framework.defaults.moe_dispatcher)
     layers = problem.model.num_layers
     uneven_batch = np.array([len(set(b.layout.layers_per_chunk(problem.model))) > 1
                              and layers % b.layout.num_chunks == 0
@@ -52,6 +55,7 @@ def exotic_features(problem: Problem, pool: Pool) -> np.ndarray:
         uneven_batch[pool.batch],                                 # uneven where even exists
         (c.opt_offload > 0) | (c.param_offload != 0) | (c.act_offload > 0),   # CPU offload
         c.ep > WIDEST_PUBLISHED_EP,                               # EP beyond production
+        (c.ep > 1) & (c.dispatcher != default_dispatcher),        # flex dispatcher
     )
     return np.sum(features, axis=0, dtype=np.int64)
 

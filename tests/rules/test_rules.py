@@ -118,6 +118,23 @@ CASES = [
      (T.TORCHRUN,), "vpp 2: DeepSpeed's pipeline engine, the emitted MindSpore config and a "
      "plain torchrun script run one chunk per stage", "use vpp 1, or emit for megatron or "
      "torchtitan"),
+    # DeepEP README: SM90 and later over NVLink; A100 has neither FP8 nor the kernels, AMD's
+    # xGMI no NVLink.
+    ("moe_flex_hardware", "mixtral-8x7b", "dgx-a100-80gb", 64,
+     dict(dp=64, ep=8, etp=1, moe_dispatcher="flex-deepep"), (),
+     "moe_dispatcher flex-deepep on A100-SXM4-80GB (nvlink inside a node, infiniband between "
+     "nodes): DeepEP and HybridEP run on NVIDIA Hopper or later GPUs over NVLink, with RDMA "
+     "(InfiniBand or RoCE) between nodes", "use moe_dispatcher alltoall"),
+    ("moe_flex_hardware", "mixtral-8x7b", "amd-mi300x", 64,
+     dict(dp=64, ep=8, etp=1, moe_dispatcher="flex-hybridep"), (),
+     "moe_dispatcher flex-hybridep on MI300X (xgmi inside a node, roce between nodes): DeepEP "
+     "and HybridEP run on NVIDIA Hopper or later GPUs over NVLink, with RDMA (InfiniBand or "
+     "RoCE) between nodes", "use moe_dispatcher alltoall"),
+    ("target_moe_dispatcher", "mixtral-8x7b", "dgx-h100", 64,
+     dict(dp=64, ep=8, etp=1, moe_dispatcher="flex-deepep"), (T.TORCHTITAN,),
+     "moe_dispatcher flex-deepep: only Megatron-LM's launch flags select the flex dispatcher "
+     "(--moe-token-dispatcher-type flex)", "use moe_dispatcher alltoall, or emit for megatron "
+     "only"),
     ("mindspore_zero", "llama2-7b", "ascend-910b", 64, dict(dp=64, zero_stage=3),
      (T.MINDSPORE,), "zero_stage 3: MindSpore's parallel optimizer (enable_parallel_optimizer) "
      "shards optimizer states, ZeRO stage 1", "use zero_stage 1"),

@@ -270,3 +270,26 @@ def test_plans_use_every_gpu_and_pass_the_rules(gpus, layers, heads, batch):
         assert batch % (s.dp * s.micro_batch) == 0
         assert heads % s.tp == 0 and len(s.layers_per_stage) == s.pp * s.vpp
         assert sum(s.layers_per_stage) == layers and min(s.layers_per_stage) >= 1
+
+
+@pytest.mark.parametrize("cluster, framework, tried", [
+    # Megatron-Core's MoE README ("Token Dispatching"): DeepEP for cross-node EP, HybridEP for
+    # GB200 NVL72 (multi-node NVLink); neither on A100 (DeepEP: SM90 and later) or AMD.
+    ("dgx-h100", "megatron", {"alltoall", "flex-deepep"}),
+    ("gb200-nvl72", "megatron", {"alltoall", "flex-hybridep"}),
+    ("dgx-a100-80gb", "megatron", {"alltoall"}),
+    ("amd-mi300x", "megatron", {"alltoall"}),
+    ("dgx-h100", "torchtitan", {"alltoall"}),
+])
+def test_the_search_tries_the_flex_dispatcher_where_it_runs(cluster, framework, tried):
+    from planner.core.candidates import MOE_DISPATCHER_ORDER
+    from planner.search.candidates import generate
+
+    problem = make_problem("deepseek-v3", cluster, gpus=256, framework=framework)
+    groups = generate(problem, SearchSpace(max_pp=2))
+    seen = {(int(d), int(e), int(t), int(tp)) for g in groups
+            for d, e, t, tp in zip(g.cands.dispatcher, g.cands.ep, g.cands.etp, g.cands.tp)}
+    assert {MOE_DISPATCHER_ORDER[d].value for d, *_ in seen} == tried
+    # Flex only where the EP group leaves the NVLink domain, with whole experts (etp 1).
+    domain = problem.cluster.nvlink_gpus
+    assert all(e > domain and t == 1 for d, e, t, _ in seen if d != 0)
