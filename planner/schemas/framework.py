@@ -225,8 +225,8 @@ class FrameworkProfile(BaseModel):
     measured no faster than one stream, bench/data/kernels_h100_grouped_streams.json; a loop
     of per-expert GEMMs), each filling it alone (`compute.gemm_time_s` fill_batch)."""
     moe_dispatchers: tuple[MoeDispatcher, ...] = (MoeDispatcher.ALLTOALL,)
-    """The MoE token dispatchers it runs and the search tries (on the GPUs that run them,
-    rule moe_flex_hardware); the first is what it runs when a config names none."""
+    """The MoE token dispatchers it runs, which the search tries (on the GPUs that run them,
+    rule moe_flex_hardware); a config that names none runs `defaults.moe_dispatcher`."""
     moe_padding_copies: tuple[MoeDispatcher, ...] = ()
     """The dispatchers after which a quantized (FP8/FP4) grouped expert GEMM's tokens are
     padded to the recipe's alignment by copies (`compute.quantization_padding_bytes`); the
