@@ -69,8 +69,8 @@ def simulate(forward_s: list[float], backward_s: list[float], *, vpp: int,
              num_micro_batches: int, group: int | None = None) -> list[list[Pass]]:
     """Each stage's passes in time, from 0: a stage runs its `pass_order` one pass at a
     time, each when its input has arrived. `forward_s[r]` and `backward_s[r]` are one
-    chunk's passes on stage r (the stage's seconds per micro-batch over vpp); `group` the
-    interleaved schedule's micro-batches per group (None: p)."""
+    chunk's passes on stage r (the stage's seconds per micro-batch over vpp), or a sequence of
+    each chunk's; `group` the interleaved schedule's micro-batches per group (None: p)."""
     p, v = len(forward_s), vpp
     orders = [pass_order(stage=r, pp=p, vpp=v, num_micro_batches=num_micro_batches,
                          group=group)
@@ -94,7 +94,8 @@ def simulate(forward_s: list[float], backward_s: list[float], *, vpp: int,
                 waiting[needs] = r
                 break
             start = max(free[r], done[needs] if needs is not None else 0.0)
-            end = start + (backward_s[r] if backward else forward_s[r])
+            seconds = backward_s[r] if backward else forward_s[r]
+            end = start + (seconds[chunk] if isinstance(seconds, (list, tuple)) else seconds)
             done[(virtual, mb, backward)] = free[r] = end
             passes[r].append(Pass(r, chunk, mb, backward, start, end))
             position[r] += 1

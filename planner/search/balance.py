@@ -201,9 +201,25 @@ def solve_layout(costs: ChainCosts, *, hint: tuple[int, ...] | None = None,
     state_at = prefix.sums(run_state, "state")
     act_at = prefix.sums(run_act, "act")
     layers_at = prefix.sums(run_layer, "layers")
-    # Every chunk holds at least one repeated layer.
+    # Every chunk holds at least one repeated layer, and a stage's chunks stay within one
+    # layer of each other (as a stack's do, `stack_layout._chunk_counts`): the interleaved
+    # schedule's time (`pipeline.pipeline_time_s`) holds for near-equal chunks, while skewed
+    # ones stall it far beyond (`costing.schedule.simulate`, tests/costing/test_schedule.py).
     for k in range(big_k):
         model.add(layers_at[k + 1] - layers_at[k] >= 1)
+    # The extra layers go to the chunks holding the fewest micro-batches in flight, as a
+    # stack's (which also leaves the solver no equivalent layouts to tell apart).
+    if v > 1:
+        most = sum(costs.is_layer)
+        for r in range(p):
+            least = model.new_int_var(1, most, f"least_layers[{r}]")
+            held = [layers_at[c * p + r + 1] - layers_at[c * p + r] for c in range(v)]
+            for count in held:
+                model.add(count >= least)
+                model.add(count <= least + 1)
+            order = sorted(range(v), key=lambda c: (costs.in_flight[r][c], -c))
+            for first, then in zip(order, order[1:]):
+                model.add(held[first] >= held[then])
     terms = TermEncoder(model, costs, cuts, runs, prefix, layers_at, allowed)
     total_time = sum(t * length for t, (_, length) in zip(run_time, runs))
     extra = sum(terms.bound(t, TIME_UNIT_S) for t in costs.time_terms)
