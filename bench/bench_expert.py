@@ -186,7 +186,7 @@ def space_for(strategy: Strategy, features: dict | None = None) -> SearchSpace:
     if not strategy.overlap_grad_reduce:
         pins["overlap_grad_reduce"] = False
     for name in ("overlap_param_gather", "tp_comm_overlap", "fp8_param_gather",
-                 "moe_dispatcher"):
+                 "moe_dispatcher", "moe_a2a_overlap"):
         if getattr(strategy, name) is not None:
             pins[name] = getattr(strategy, name)
     return replace(SearchSpace(), **pins)
