@@ -388,14 +388,14 @@ def memory(model, cluster, strategy, framework, as_json, timeline, memory_chart,
     from planner.costing.evaluate import evaluate_strategy
     from planner.inputs.loader import framework_name
     from planner.rules.ineffective import ineffective_settings
-    from planner.rules.validate import margin_note
+    from planner.rules.validate import margin_note, uneven_chunks_note
 
     check_paths(timeline, memory_chart)
     problem = _load_problem(model, cluster, framework=framework_name(framework), **overrides)
     plan = resolved_strategy(problem, strategy)
     report = evaluate_strategy(problem, plan)
     notes = _notes([*ineffective_settings(problem, plan),
-                    *filter(None, [margin_note(problem, report)])])
+                    *filter(None, [margin_note(problem, report), uneven_chunks_note(plan)])])
     _pictures(problem, [report], 1, {"timeline": timeline, "memory_chart": memory_chart},
               what=one_line(Path(strategy).name))
     code = ExitCode.OK if report.memory.fits else ExitCode.NOT_FEASIBLE

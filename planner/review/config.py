@@ -26,7 +26,7 @@ from planner.schemas.model import TrainingSpec
 from planner.schemas.report import PlanReport, Violation
 from planner.schemas.strategy import LaunchTarget, Strategy, strategy_label
 from planner.search.solver import SolverSettings, search
-from planner.rules.validate import margin_note, validate
+from planner.rules.validate import margin_note, uneven_chunks_note, validate
 
 
 @dataclass(frozen=True)
@@ -270,7 +270,8 @@ def read_strategy(problem: Problem, path: str, *, gpus_given: int | None,
     if parsed.searched_by is not None:
         _price_searched(problem, parsed, options, settings, num_tokens)
     problem, strategy = _strategy(problem, parsed, path, given)
-    parsed.notes.extend(note for note in ineffective_settings(problem, strategy)
+    parsed.notes.extend(note for note in [*ineffective_settings(problem, strategy),
+                                          *filter(None, [uneven_chunks_note(strategy)])]
                         if note not in parsed.notes)
     return problem, strategy, parsed, options
 

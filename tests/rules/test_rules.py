@@ -236,3 +236,18 @@ def test_deepspeed_runs_a_pp_that_does_not_divide_the_layers_with_its_own_partit
     assert validate(four, embedding_aware).violations == []
     megatron = make_problem("llama2-7b", "dgx-h100", gpus=48)
     assert [v.rule for v in validate(megatron, strategy).violations] == ["pp_divides_layers"]
+
+
+def test_a_layout_with_skewed_chunks_says_its_price_is_optimistic():
+    # The closed form holds for a stage's chunks within a layer of each other
+    # (tests/costing/test_schedule.py); a hand-written layout further apart gets a note.
+    from planner.rules.validate import uneven_chunks_note
+
+    base = dict(dp=8, tp=2, pp=2, vpp=2, global_batch=256, sequence_parallel=True)
+    assert uneven_chunks_note(Strategy(**base, layers_per_stage=(8, 8, 8, 8))) is None
+    assert uneven_chunks_note(Strategy(**base, layers_per_stage=(7, 9, 8, 8))) is None
+    assert uneven_chunks_note(Strategy(**base, layers_per_stage=(2, 14, 2, 14))) is None
+    note = uneven_chunks_note(Strategy(**base, layers_per_stage=(2, 14, 14, 2)))
+    assert note.startswith("layers_per_stage gives stage 1's 2 chunks 2 to 14 layers")
+    assert uneven_chunks_note(Strategy(**{**base, "vpp": 1, "pp": 4},
+                                       layers_per_stage=(2, 14, 14, 2))) is None
