@@ -257,6 +257,11 @@ def _ep(_, plan: PlanReport) -> str:
     return f"ep {plan.strategy.ep}"
 
 
+def _dispatcher(problem, plan: PlanReport) -> str:
+    dispatcher = plan.strategy.moe_dispatcher or problem.framework.defaults.moe_dispatcher
+    return f"dispatcher {dispatcher.value}"
+
+
 def _graphs(_, plan: PlanReport) -> str:
     graphs = plan.strategy.cuda_graphs
     return f"cuda_graphs {graphs.value}" if graphs is not None else "no CUDA graphs"
@@ -274,7 +279,7 @@ _DRIVERS = {
     "tp_comm_s": (_tp, _sp),
     "pp_comm_s": (_pp, _micro_batches, _vpp),
     "dp_comm_s": (_dp, _zero, _overlap),
-    "ep_comm_s": (_ep,),
+    "ep_comm_s": (_ep, _dispatcher),
     "cp_comm_s": (_cp,),
     "host_wait_s": (_ep, _micro_batch, _graphs),
     "bubble_s": (_pp, _micro_batches, _vpp),
