@@ -28,7 +28,7 @@ the gap, as `planner diff` prints them. --write-strategies DIR writes both as st
 files (A: <name>.expert.yaml, B: <name>.best.yaml) and the model YAML, for `planner diff` by hand.
 
 Deterministic: CP-SAT runs on work budgets with one worker; the same input gives the same bytes.
-Two minutes on an idle 2-core machine for the 44 configurations (five on a busy one).
+A minute on an idle 2-core machine for the 48 configurations (a few on a busy one).
 """
 
 from __future__ import annotations
