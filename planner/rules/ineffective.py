@@ -56,6 +56,11 @@ def ineffective_settings(problem: Problem, strategy: Strategy) -> list[str]:
             notes.append(f"tp_comm_overlap has no effect at tp {s.tp} across NVLink domains of "
                          f"{problem.cluster.nvlink_gpus} GPUs: the overlap writes into the peers' "
                          f"memory over NVLink, so collectives over the network stay exposed")
+    if (s.moe_dispatcher is not None and s.moe_dispatcher is not fw.defaults.moe_dispatcher
+            and (not problem.model.is_moe or s.ep == 1)):
+        where = "a dense model" if not problem.model.is_moe else "ep 1"
+        notes.append(f"moe_dispatcher {s.moe_dispatcher.value} has no effect on {where}: no "
+                     f"tokens are dispatched to expert-parallel ranks")
     if s.fp8_param_gather and problem.training.precision is not Precision.FP8:
         notes.append(f"fp8_param_gather has no effect in {problem.training.precision.value}: "
                      f"only FP8 linear weights are gathered in FP8")

@@ -27,7 +27,8 @@ from cost_models.enums import (DEFAULT_RECOMPUTE_MODULES, CpComm, MoeDispatcher,
 from cost_models.expert_parallel import DEEPEP_NVL_PEERS_MAX
 from planner.core.candidates import (CP_COMM_ORDER, DP_COMM_ORDER, MOE_DISPATCHER_ORDER,
                                      RANK_ORDER, RECOMPUTE_ORDER, Candidates, modules_mask)
-from planner.rules.gate import (Rule, RuleOptions, balanced_layouts_allowed, breaks,
+from planner.errors import InfeasibleError
+from planner.rules.gate import (SUMMARY, Rule, RuleOptions, balanced_layouts_allowed, breaks,
                                 chunks_without_layers)
 from planner.core.problem import Problem
 from planner.inputs.loader import fp8_param_gather_allowed
@@ -273,7 +274,20 @@ def _dispatcher_values(problem: Problem, space: SearchSpace, options: RuleOption
     has it and no DISPATCHER_RULES refuse it, the flex backend for this NVLink domain
     (`FLEX_FOR_NVLINK_DOMAIN`)."""
     if space.moe_dispatcher is not None:
-        return [MOE_DISPATCHER_ORDER.index(space.moe_dispatcher)]
+        pinned = MOE_DISPATCHER_ORDER.index(space.moe_dispatcher)
+        probe = _probe(problem, dispatcher=pinned)
+        broken = [rule for rule in DISPATCHER_RULES if breaks(problem, probe, options, (rule,))[0]]
+        if broken:
+            # Every candidate would break it: say so now, not after evaluating them all.
+            gpu = problem.cluster.gpu
+            raise InfeasibleError(
+                f"no strategy for {problem.model.name} on {problem.num_gpus} x {gpu.name} "
+                f"({gpu.memory_gib:g} GiB) satisfies {broken[0].value} and --moe-dispatcher "
+                f"{space.moe_dispatcher.value}",
+                details=[f"{broken[0].value}: {SUMMARY[broken[0]]}",
+                         f"--moe-dispatcher {space.moe_dispatcher.value}: your pin",
+                         "would fit: use --moe-dispatcher alltoall"])
+        return [pinned]
     default = space.overlaps(problem).moe_dispatcher
     flex = FLEX_FOR_NVLINK_DOMAIN[problem.cluster.nvlink_gpus > DEEPEP_NVL_PEERS_MAX]
     tried = [default] + [flex] * (flex in problem.framework.moe_dispatchers and flex != default)

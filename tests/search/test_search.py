@@ -293,3 +293,24 @@ def test_the_search_tries_the_flex_dispatcher_where_it_runs(cluster, framework, 
     # Flex only where the EP group leaves the NVLink domain, with whole experts (etp 1).
     domain = problem.cluster.nvlink_gpus
     assert all(e > domain and t == 1 for d, e, t, _ in seen if d != 0)
+
+
+def test_a_pinned_flex_dispatcher_the_gpus_cannot_run_is_refused_at_once():
+    # Every candidate would break moe_flex_hardware: the search says so before evaluating
+    # any (DeepSeek-V3 on 1,024 A100 has too many candidates to evaluate them all), and names
+    # the pin and the way out.
+    from cost_models.enums import MoeDispatcher
+    from planner.rules.ineffective import ineffective_settings
+
+    problem = make_problem("deepseek-v3", "dgx-a100-80gb", gpus=1024)
+    with pytest.raises(InfeasibleError) as refused:
+        search(problem, SearchSpace(moe_dispatcher=MoeDispatcher.FLEX_DEEPEP), SolverSettings())
+    assert str(refused.value).endswith("satisfies moe_flex_hardware and --moe-dispatcher "
+                                       "flex-deepep")
+    assert "would fit: use --moe-dispatcher alltoall" in refused.value.details
+    # On a dense model the pin changes nothing, and a note says so.
+    dense = make_problem("llama2-7b", "dgx-h100", gpus=8)
+    s = Strategy(dp=8, global_batch=dense.training.global_batch,
+                 moe_dispatcher=MoeDispatcher.FLEX_DEEPEP)
+    assert any(n.startswith("moe_dispatcher flex-deepep has no effect on a dense model")
+               for n in ineffective_settings(dense, s))
