@@ -33,7 +33,8 @@ class StateBytes(NamedTuple):
 
 
 def state_bytes_per_param(precision: Precision, optimizer: Optimizer, *,
-                          gradients_16bit: bool = False) -> StateBytes:
+                          gradients_16bit: bool = False,
+                          moments_16bit: bool = False) -> StateBytes:
     """Bytes per parameter of weights, gradients and optimizer state, without sharding.
 
     Ref: Megatron-LM docs/source/api-guide/dist_optimizer.md, the bytes-per-parameter table:
@@ -48,6 +49,10 @@ def state_bytes_per_param(precision: Precision, optimizer: Optimizer, *,
     parameter dtype (Megatron-LM --grad-reduce-in-bf16 turns accumulate_allreduce_grads_in_fp32
     off, arguments.py @d98e8a64; the grad buffer then takes the param dtype,
     core/distributed/param_and_grad_buffer.py group_params_for_buffers): 2 bytes, not 4.
+    `moments_16bit`: the optimizer's moments in a 16-bit dtype (Megatron-LM
+    --use-precision-aware-optimizer with --exp-avg-dtype / --exp-avg-sq-dtype bf16,
+    core/optimizer/optimizer_config.py exp_avg_dtype; Transformer Engine FusedAdam): 2 bytes
+    each, the fp32 master weights kept.
     """
     mixed = precision is not Precision.FP32
     weights = BYTES_16BIT if mixed else BYTES_FP32
@@ -55,7 +60,8 @@ def state_bytes_per_param(precision: Precision, optimizer: Optimizer, *,
         else BYTES_FP32
     master = BYTES_FP32 if mixed else 0                          # fp32 copy of the weights
     main_grads = BYTES_FP32 if precision is Precision.FP16 else 0  # fp32 copy of fp16 grads
-    moments = {Optimizer.ADAM: 2 * BYTES_FP32, Optimizer.SGD_MOMENTUM: BYTES_FP32,
+    moment = BYTES_16BIT if moments_16bit else BYTES_FP32
+    moments = {Optimizer.ADAM: 2 * moment, Optimizer.SGD_MOMENTUM: moment,
                Optimizer.SGD: 0}[optimizer]
     return StateBytes(weights, gradients, master + main_grads + moments, master)
 

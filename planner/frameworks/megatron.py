@@ -257,7 +257,9 @@ def _parallel_args(plan: LaunchPlan) -> list[str]:
         args += ["--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"]
     if s.optimizer_offload:      # HybridDeviceOptimizer (docs/.../optimizer_cpu_offload.md)
         args += ["--optimizer-cpu-offload", f"--optimizer-offload-fraction {s.optimizer_offload:g}",
-                 "--use-precision-aware-optimizer", "--overlap-cpu-optimizer-d2h-h2d"]
+                 "--overlap-cpu-optimizer-d2h-h2d"]
+        if not plan.problem.training.bf16_moments:      # else with the moments' dtypes
+            args.append("--use-precision-aware-optimizer")
     if s.activation_offload_layers:
         args.append(f"--cpu-offloading-num-layers {s.activation_offload_layers}")
     args += [f"--micro-batch-size {s.micro_batch}", f"--global-batch-size {s.global_batch}"]
@@ -338,6 +340,9 @@ def _training_args(plan: LaunchPlan, trial: Trial | None = None) -> list[str]:
         args = []
     if training.bf16_gradients and training.precision in (Precision.BF16, Precision.FP8):
         args.append("--grad-reduce-in-bf16")
+    if training.bf16_moments:
+        args += ["--use-precision-aware-optimizer", "--exp-avg-dtype bf16",
+                 "--exp-avg-sq-dtype bf16"]
     graphs_rule = RULES[Rule.MEGATRON_CUDA_GRAPHS]      # the rule's own test, not a copy
     if graphs_rule.check(plan.problem, Candidates.from_strategy(s, plan.problem.framework
                                                                 .defaults))[0]:
@@ -537,6 +542,13 @@ RULES: dict[Rule, TargetRule] = {
     Rule.MEGATRON_CUDA_GRAPHS: TargetRule(
         "Megatron-Core captures per-layer CUDA graphs only without full recompute and without "
         "activation offload", _layer_graphs_break, _explain_layer_graphs),
+    # core/optimizer/__init__.py: "--use-precision-aware-optimizer only supported with
+    # distributed optimizer".
+    Rule.MEGATRON_BF16_MOMENTS: TargetRule(
+        "Megatron-LM keeps bf16 optimizer moments only with the distributed optimizer",
+        lambda p, c: np.full(len(c), p.training.bf16_moments) & (c.zero == 0),
+        lambda p, s: ("bf16_moments with zero_stage 0: Megatron-LM's precision-aware optimizer "
+                      "runs only with the distributed optimizer", "use zero_stage 1")),
     # transformer_config.py __post_init__: "Bias in Moe is only supported when ETP==1".
     Rule.MEGATRON_MOE_BIAS_ETP: TargetRule(
         "Megatron-Core supports biased experts only with etp 1",

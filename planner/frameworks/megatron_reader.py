@@ -385,6 +385,11 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
         # arguments.py: with --bf16, --grad-reduce-in-bf16 turns accumulate_allreduce_grads_in_fp32
         # off, and so does --main-grads-dtype bf16; the grad buffer is then bf16.
         parsed.training["bf16_gradients"] = True
+    if "--use-precision-aware-optimizer" in flags and all(
+            _value(flags, flag) in ("bf16", "fp16") for flag in ("--exp-avg-dtype",
+                                                                 "--exp-avg-sq-dtype")):
+        # arguments.py: the moments' dtypes take effect with the precision-aware optimizer.
+        parsed.training["bf16_moments"] = True
     optimizer = _value(flags, "--optimizer")
     if optimizer not in (None, "adam", "sgd"):
         parsed.finding("megatron_unpriced", f"--optimizer {optimizer}: the planner prices Adam "

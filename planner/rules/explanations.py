@@ -305,6 +305,12 @@ def _explain_target_moe_dispatcher(problem: Problem, s: Strategy) -> tuple[str, 
             "use moe_dispatcher alltoall, or emit for megatron only")
 
 
+def _explain_target_bf16_moments(problem: Problem, s: Strategy) -> tuple[str, str]:
+    return ("bf16_moments: only Megatron-LM's launch flags keep Adam's moments in bf16 "
+            "(--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16)",
+            "set training.bf16_moments false, or emit for megatron only")
+
+
 def _explain_fp8_hardware(problem: Problem, s: Strategy) -> tuple[str, str]:
     gpu, t = problem.cluster.gpu, problem.training
     runs = tuple(problem.cluster.efficiency.fp8_gemm_efficiency)
@@ -424,4 +430,5 @@ EXPLAIN.update({
     Rule.RANK_ORDER_EXPERTS: _explain_rank_order_experts,
     Rule.MOE_FLEX_HARDWARE: _explain_moe_flex_hardware,
     Rule.TARGET_MOE_DISPATCHER: _explain_target_moe_dispatcher,
+    Rule.TARGET_BF16_MOMENTS: _explain_target_bf16_moments,
 })

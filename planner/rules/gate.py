@@ -93,6 +93,8 @@ SUMMARY: dict[Rule, str] = {
                                    "(--recompute-modules)",
     Rule.TARGET_MOE_DISPATCHER: "the flex MoE dispatcher (DeepEP, HybridEP) only on Megatron-LM "
                                 "(--moe-token-dispatcher-type flex)",
+    Rule.TARGET_BF16_MOMENTS: "bf16 optimizer moments only on Megatron-LM "
+                              "(--use-precision-aware-optimizer)",
 }
 SUMMARY.update({rule: r.summary for rules in FRAMEWORK_RULES.values() for rule, r in rules.items()})
 """One line per rule, for messages that name rules without a particular strategy."""
@@ -413,6 +415,11 @@ TARGET_CHECKS: dict[Rule, tuple[tuple[LaunchTarget, ...], Callable[[Problem, Can
         tuple(t for t in LaunchTarget
               if MoeDispatcher.FLEX_DEEPEP not in profiles.load(t.framework).moe_dispatchers),
         lambda p, c: p.model.is_moe & _flex(c)),
+    # bf16 Adam moments: Megatron-LM's precision-aware optimizer; the other targets' configs
+    # have no such setting.
+    Rule.TARGET_BF16_MOMENTS: (
+        tuple(t for t in LaunchTarget if t is not LaunchTarget.MEGATRON),
+        lambda p, c: np.full(len(c), p.training.bf16_moments)),
     # DeepSpeed MoE experts are whole unless enable_expert_tensor_parallelism shards them like
     # the model's TP (deepspeed/moe/layer.py); MindSpore's experts follow model_parallel.
     Rule.TARGET_EXPERT_TP: ((LaunchTarget.DEEPSPEED, LaunchTarget.MINDSPORE,

@@ -380,6 +380,10 @@ class TrainingSpec(BaseModel):
     bf16_gradients: bool = False
     """Mixed precision: accumulate and reduce the gradients in bf16 (Megatron-LM
     --grad-reduce-in-bf16); False: in fp32, Megatron-LM's default for bf16 and FP8."""
+    bf16_moments: bool = False
+    """Adam keeps its two moments in bf16 beside the fp32 master weights (Megatron-LM
+    --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16, Transformer
+    Engine's FusedAdam; Megatron-Bridge's DeepSeek recipes); False: in fp32."""
     attention: AttentionKind | None = None
     """The attention kernel of the transformer layers: flash (fused, no s x s scores kept) or
     unfused (the scores, softmax and dropout mask stored for the backward pass, as 2020-2022
@@ -430,7 +434,8 @@ class TrainingSpec(BaseModel):
     def state_bytes(self) -> StateBytes:
         """Bytes per parameter of weights, gradients and optimizer state, unsharded."""
         return state_bytes_per_param(self.precision, self.optimizer,
-                                     gradients_16bit=self.bf16_gradients)
+                                     gradients_16bit=self.bf16_gradients,
+                                     moments_16bit=self.bf16_moments)
 
     @property
     def low_precision_extras(self) -> tuple[str, ...]:

@@ -124,6 +124,34 @@ def test_bf16_gradients_state_bytes():
     assert state_bytes_per_param(Precision.BF16, Optimizer.ADAM).total == 18
 
 
+def test_bf16_moments_state_bytes_and_flags(cli, write, tmp_path):
+    # Megatron-LM --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16
+    # (Megatron-Bridge's DeepSeek recipes, perf_recipes/deepseek/common.py): Adam's moments take
+    # 2 bytes each beside the fp32 master weights, 8 optimizer bytes per parameter, not 12.
+    per = state_bytes_per_param(Precision.BF16, Optimizer.ADAM, moments_16bit=True)
+    assert (per.weights, per.gradients, per.optimizer, per.master) == (2, 4, 8, 4)
+    # Written and read back; and a config that keeps fp32 moments reads as such.
+    zoo = (Path(__file__).resolve().parents[2] / "model_zoo" / "llama2-7b.yaml").read_text()
+    model = write("m.yaml", zoo.replace("training:\n", "training:\n  bf16_moments: true\n", 1))
+    code, _, err = cli("plan", model, "dgx-h100", "--gpus", "8", "--top", "1", "--zero", "1",
+                       "--emit", "megatron", "--out", str(tmp_path))
+    assert code == 0, err
+    script = (tmp_path / "pretrain_gpt.sh").read_text()
+    assert script.count("--use-precision-aware-optimizer") == 1
+    assert "--exp-avg-dtype bf16" in script and "--exp-avg-sq-dtype bf16" in script
+    code, out, err = cli("validate", model, "dgx-h100", str(tmp_path / "pretrain_gpt.sh"),
+                         "--gpus", "8", "--no-compare", "--json")
+    assert code == 0, err
+    bf16 = json.loads(out)["memory"]["stages"][0]["optimizer_bytes"]
+    fp32_script = write("fp32.sh", script.replace("--exp-avg-sq-dtype bf16",
+                                                  "--exp-avg-sq-dtype fp32"))
+    code, out, err = cli("validate", "llama2-7b", "dgx-h100", fp32_script, "--gpus", "8",
+                         "--no-compare", "--json")
+    assert code == 0, err
+    assert json.loads(out)["memory"]["stages"][0]["optimizer_bytes"] == pytest.approx(
+        bf16 * 12 / 8, rel=1e-9)
+
+
 # --------------------------------------------------------------------------- shell
 
 def test_shell_positional_defaults_and_quoted_flag_words():
