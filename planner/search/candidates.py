@@ -263,9 +263,10 @@ DISPATCHER_RULES = (Rule.MOE_FLEX_HARDWARE, Rule.TARGET_MOE_DISPATCHER)
 
 FLEX_FOR_NVLINK_DOMAIN = {False: MoeDispatcher.FLEX_DEEPEP, True: MoeDispatcher.FLEX_HYBRIDEP}
 """The flex backend the search tries, by whether the NVLink domain spans more GPUs than DeepEP
-forwards to (`expert_parallel.DEEPEP_NVL_PEERS_MAX`): Megatron-Core's MoE README (megatron/core/transformer/moe/
-README.md @d98e8a64, "Token Dispatching"): DeepEP for cross-node EP, HybridEP for GB200 NVL72
-and multi-node NVLink. The other is priced when pinned (--moe-dispatcher)."""
+forwards to (`expert_parallel.DEEPEP_NVL_PEERS_MAX`): Megatron-Core's MoE README
+(megatron/core/transformer/moe/README.md @d98e8a64, "Token Dispatching"): DeepEP for
+cross-node EP, HybridEP for GB200 NVL72 and multi-node NVLink. The other is priced when pinned
+(--moe-dispatcher)."""
 
 
 def _dispatcher_values(problem: Problem, space: SearchSpace, options: RuleOptions) -> list[int]:
