@@ -287,7 +287,8 @@ def _dispatcher_values(problem: Problem, space: SearchSpace, options: RuleOption
                 f"{space.moe_dispatcher.value}",
                 details=[f"{broken[0].value}: {SUMMARY[broken[0]]}",
                          f"--moe-dispatcher {space.moe_dispatcher.value}: your pin",
-                         "would fit: use --moe-dispatcher alltoall"])
+                         "fix: use --moe-dispatcher alltoall (or leave the dispatcher to "
+                         "the search)"])
         return [pinned]
     default = space.overlaps(problem).moe_dispatcher
     flex = FLEX_FOR_NVLINK_DOMAIN[problem.cluster.nvlink_gpus > DEEPEP_NVL_PEERS_MAX]

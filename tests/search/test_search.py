@@ -307,7 +307,8 @@ def test_a_pinned_flex_dispatcher_the_gpus_cannot_run_is_refused_at_once():
         search(problem, SearchSpace(moe_dispatcher=MoeDispatcher.FLEX_DEEPEP), SolverSettings())
     assert str(refused.value).endswith("satisfies moe_flex_hardware and --moe-dispatcher "
                                        "flex-deepep")
-    assert "would fit: use --moe-dispatcher alltoall" in refused.value.details
+    assert ("fix: use --moe-dispatcher alltoall (or leave the dispatcher to the search)"
+            in refused.value.details)
     # On a dense model the pin changes nothing, and a note says so.
     dense = make_problem("llama2-7b", "dgx-h100", gpus=8)
     s = Strategy(dp=8, global_batch=dense.training.global_batch,
