@@ -64,6 +64,15 @@ def main() -> int:
     print(json.dumps(meta), flush=True)
     rows: list[dict] = []
 
+    def keep(row):
+        """Keep a measured row and print it at once (a run cut short keeps what it printed)."""
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+
+    def failure(exc) -> str:
+        """A failed measurement, for its row: the exception's type and message, cut short."""
+        return f"{type(exc).__name__}: {exc}"[:300]
+
     def timed(fn, reps=10, warmup=3):
         for _ in range(warmup):
             fn()
@@ -196,8 +205,7 @@ def main() -> int:
                 row["fp8_fwd_tflops"] = flops / s8 / 1e12
             except Exception as exc:
                 row["fp8_error"] = str(exc)[:200]
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+        keep(row)
 
     def has_fp8():
         return hasattr(torch, "_scaled_mm") and hasattr(torch, "float8_e4m3fn")
@@ -269,9 +277,8 @@ def main() -> int:
                 for key in ("bf16", "fp8_split", "fp8_fast"):
                     row[f"{key}_tflops"] = flops / row[f"{key}_s"] / 1e12
             except Exception as exc:
-                row["error"] = f"{type(exc).__name__}: {exc}"[:300]
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+                row["error"] = failure(exc)
+            keep(row)
             del bf16, fp8
     section("fp8_shapes", fp8_shapes)
 
@@ -315,9 +322,8 @@ def main() -> int:
                         row["bf16_s"] = sustained_time(bf16)
                         row["fp8_fast_s"] = sustained_time(fp8(True))
                     except Exception as exc:
-                        row["error"] = f"{type(exc).__name__}: {exc}"[:300]
-                    rows.append(row)
-                    print(json.dumps(row), flush=True)
+                        row["error"] = failure(exc)
+                    keep(row)
                     del bf16, fp8
     section("gemm_grid", gemm_grid)
 
@@ -353,8 +359,7 @@ def main() -> int:
                     s = timed(loop)
                     row["loop_mm_tflops"] = flops / s / 1e12
                     row["loop_mm_s"] = s
-                    rows.append(row)
-                    print(json.dumps(row), flush=True)
+                    keep(row)
                     del x, w1
     section("grouped", grouped)
 
@@ -409,9 +414,8 @@ def main() -> int:
                         row["fwd_grouped_mm_s"] = graph_time(
                             lambda: torch._grouped_mm(x, w.transpose(-2, -1), offs=offs))
                     except Exception as exc:
-                        row["error"] = f"{type(exc).__name__}: {exc}"[:300]
-                    rows.append(row)
-                    print(json.dumps(row), flush=True)
+                        row["error"] = failure(exc)
+                    keep(row)
                     del x, w, dy
     section("grouped_streams", grouped_streams)
 
@@ -653,16 +657,14 @@ def main() -> int:
                         pack2.update({bs: sink, bds: dsink})
                     s_bwd = timed(lambda: g2.execute(pack2, ws2, handle=handle))
                 except Exception as exc:
-                    row["error"] = f"{type(exc).__name__}: {exc}"[:300]
-                    rows.append(row)
-                    print(json.dumps(row), flush=True)
+                    row["error"] = failure(exc)
+                    keep(row)
                     continue
                 fwd_flops = 4 * pairs(seq, left) * d * hq * b
                 row.update({"fwd_s": s_fwd, "bwd_s": s_bwd,
                             "fwd_tflops": fwd_flops / s_fwd / 1e12,
                             "bwd_tflops": 2.5 * fwd_flops / s_bwd / 1e12})
-                rows.append(row)
-                print(json.dumps(row), flush=True)
+                keep(row)
             del q, k, v, o, do, dq, dk, dv, stats
 
         # GPT-OSS's biased expert GEMMs: cuBLASLt's bias epilogue (torch.addmm) against the
@@ -738,9 +740,8 @@ def main() -> int:
                     row[f"{mode}_fwd_s"] = timed(forward)
                     row[f"{mode}_fwd_bwd_s"] = timed(forward_backward)
                 except Exception as exc:
-                    row[f"{mode}_error"] = f"{type(exc).__name__}: {exc}"[:300]
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+                    row[f"{mode}_error"] = failure(exc)
+            keep(row)
         # The HBM rate a plain streaming kernel reaches here: one bf16 copy of 1 GiB.
         x = torch.empty(2**29, device=dev, dtype=bf16)
         y = torch.empty_like(x)
@@ -837,9 +838,8 @@ def main() -> int:
                     row[f"{key}_bwd_s"] = timed(lambda: backward(saved, merge), reps=5)
                     del saved
                 except Exception as exc:
-                    row[f"{key}_error"] = f"{type(exc).__name__}: {exc}"[:300]
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+                    row[f"{key}_error"] = failure(exc)
+            keep(row)
     section("ring", ring)
 
     with open(args.out, "w") as f:

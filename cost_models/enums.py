@@ -317,3 +317,8 @@ class MoeDispatcher(str, Enum):
     inside a node of at most 8 GPUs."""
     FLEX_HYBRIDEP = "flex-hybridep"
     """HybridEP (DeepEP hybrid-ep branch): the same over the whole NVLink domain (MNNVL)."""
+
+    @property
+    def flex_backend(self) -> str | None:
+        """The flex dispatcher's backend (--moe-flex-dispatcher-backend); None: not flex."""
+        return self.value.removeprefix("flex-") if self is not MoeDispatcher.ALLTOALL else None

@@ -202,10 +202,10 @@ def flex_dispatcher_notes(space: SearchSpace, plan: PlanReport) -> list[str]:
     dispatcher = plan.strategy.moe_dispatcher
     if space.moe_dispatcher is not None or dispatcher not in FLEX_PACKAGES:
         return []
-    backend = dispatcher.value.removeprefix("flex-")
     package, where = FLEX_PACKAGES[dispatcher]
     return [f"the best plan dispatches its MoE tokens with Megatron-Core's flex dispatcher "
-            f"(--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend {backend}), which "
+            f"(--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend "
+            f"{dispatcher.flex_backend}), which "
             f"needs the {package} package installed ({where}); --moe-dispatcher alltoall plans "
             f"without it"]
 

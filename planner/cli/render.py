@@ -10,7 +10,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from cost_models.enums import AttentionKind, MoeDispatcher, RankOrder, RecomputeModule
+from cost_models.enums import AttentionKind, RankOrder, RecomputeModule
 from cost_models.units import GiB
 from planner.core.problem import default_min_free_bytes
 from planner.schemas.strategy import strategy_label as strategy_phrase
@@ -204,7 +204,8 @@ def compact_strategy(plan: PlanReport) -> tuple[str, str]:
         degrees += f" cp{s.cp}" + {"p2p": "", "all_gather": "/ag", "a2a": "/a2a",
                                    "a2a+p2p": f"/h{s.cp_a2a}"}[s.cp_comm.value]
     if s.ep > 1:
-        degrees += f" ep{s.ep}" + FLEX_MARK.get(s.moe_dispatcher, "")
+        backend = s.moe_dispatcher.flex_backend if s.moe_dispatcher is not None else None
+        degrees += f" ep{s.ep}" + (f"/{backend}" if backend else "")
     if s.etp != (1 if s.ep > 1 else s.tp):     # with ep, experts are whole unless shown
         degrees += f" etp{s.etp}"
     degrees += f" mb{s.micro_batch}"
@@ -231,9 +232,6 @@ def compact_strategy(plan: PlanReport) -> tuple[str, str]:
         options.append("nonvls")
     return degrees, " ".join(options) or "-"
 
-
-FLEX_MARK = {MoeDispatcher.FLEX_DEEPEP: "/deepep", MoeDispatcher.FLEX_HYBRIDEP: "/hybridep"}
-"""The flex token dispatcher's backend after the expert-parallel degree (the plans table)."""
 
 MODULE_ABBREVIATIONS = {RecomputeModule.CORE_ATTN: "a", RecomputeModule.LAYERNORM: "n",
                         RecomputeModule.MLA_UP_PROJ: "u", RecomputeModule.MLP: "m",

@@ -145,11 +145,11 @@ def _moe_args(shape, dispatcher: MoeDispatcher) -> list[str]:
     layer = shape.layer
     args = [f"--num-experts {layer.num_experts}", f"--moe-router-topk {layer.top_k}",
             f"--moe-ffn-hidden-size {layer.expert_ffn}", "--moe-grouped-gemm"]
-    if dispatcher is MoeDispatcher.ALLTOALL:
+    if dispatcher.flex_backend is None:
         args.append("--moe-token-dispatcher-type alltoall")
     else:
-        backend = "hybridep" if dispatcher is MoeDispatcher.FLEX_HYBRIDEP else "deepep"
-        args += ["--moe-token-dispatcher-type flex", f"--moe-flex-dispatcher-backend {backend}"]
+        args += ["--moe-token-dispatcher-type flex",
+                 f"--moe-flex-dispatcher-backend {dispatcher.flex_backend}"]
     if not all(shape.moe_pattern):
         args.append(f'--moe-layer-freq "{pattern_expression(shape.moe_pattern)}"')
     if layer.shared_ffn_hidden:

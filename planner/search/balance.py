@@ -36,7 +36,7 @@ from planner.search.layout_solve import (DEFAULT_WORK_LIMIT, MEMORY_UNIT_BYTES, 
                                          allowed_cuts, ints, layout_solver, cost_runs,
                                          quick_slowest_bound_s, solved,
                                          stack_of, stage_totals, unsolved)
-from planner.search.stack_layout import balance_stack
+from planner.search.stack_layout import balance_stack, extra_layer_order
 from planner.search.terms_cp import TermEncoder
 
 RUNS_ENCODING_LIMIT = 16
@@ -217,7 +217,7 @@ def solve_layout(costs: ChainCosts, *, hint: tuple[int, ...] | None = None,
             for count in held:
                 model.add(count >= least)
                 model.add(count <= least + 1)
-            order = sorted(range(v), key=lambda c: (costs.in_flight[r][c], -c))
+            order = extra_layer_order(costs, r)
             for first, then in zip(order, order[1:]):
                 model.add(held[first] >= held[then])
     terms = TermEncoder(model, costs, cuts, runs, prefix, layers_at, allowed)

@@ -15,13 +15,19 @@ from planner.search.layout_solve import (DEFAULT_WORK_LIMIT, MEMORY_UNIT_BYTES, 
                                          solved, stage_totals, unsolved)
 
 
+def extra_layer_order(costs: ChainCosts, stage: int) -> list[int]:
+    """The chunks of `stage` in the order they take a layer beyond an even split: fewest
+    micro-batches in flight first (the least memory), the later chunk on a tie."""
+    return sorted(range(costs.vpp), key=lambda c: (costs.in_flight[stage][c], -c))
+
+
 def _chunk_counts(costs: ChainCosts, layers: int, stage: int) -> list[int]:
     """Layers of each chunk of `stage` holding `layers` of a stack: layers // v each, the
     remainder one by one to the chunks that hold the fewest micro-batches in flight (the least
     memory; the later chunk on a tie), so a stage's chunks stay within one layer of each other,
     as Megatron-LM's uneven-stage flags keep them."""
     v = costs.vpp
-    order = sorted(range(v), key=lambda c: (costs.in_flight[stage][c], -c))
+    order = extra_layer_order(costs, stage)
     per_chunk, extra = divmod(layers, v)
     counts = [per_chunk] * v
     for c in order[:extra]:
@@ -86,8 +92,7 @@ def _linear_stack(costs: ChainCosts, stack: tuple[int, int], term_time_s, term_b
                                    * costs.block_activation_bytes[b] for b in blocks],
                                   MEMORY_UNIT_BYTES, up=True))
     capacity = int(costs.capacity_bytes // MEMORY_UNIT_BYTES)
-    # Chunks of a stage, fewest micro-batches in flight first (the later chunk on a tie).
-    order = [sorted(range(v), key=lambda c: (costs.in_flight[r][c], -c)) for r in range(p)]
+    order = [extra_layer_order(costs, r) for r in range(p)]
 
     def stage_memory(r: int, count: int) -> int:
         flights = [costs.in_flight[r][c] for c in order[r]]

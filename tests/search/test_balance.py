@@ -17,6 +17,7 @@ from planner.inputs.loader import make_problem
 from planner.search.rebalance import layout_advice
 from planner.schemas.strategy import Strategy
 from planner.search.solver import SolverSettings, search
+from planner.search.stack_layout import extra_layer_order
 from planner.costing.stage_costs import chain_costs
 from planner.rules.validate import validate
 from tests.conftest import TINY_MOE_DENSE, TINY_MOE_EXPERTS, compositions
@@ -116,8 +117,7 @@ def test_interleaved_layouts_equal_brute_force(profile, pp, vpp):
         if min(counts) == 0 or any(max(counts[r::pp]) - min(counts[r::pp]) > 1
                                    for r in range(pp)):
             continue
-        orders = [sorted(range(vpp), key=lambda c: (costs.in_flight[r][c], -c))
-                  for r in range(pp)]
+        orders = [extra_layer_order(costs, r) for r in range(pp)]
         if any(counts[a * pp + r] < counts[b * pp + r]
                for r in range(pp) for a, b in zip(orders[r], orders[r][1:])):
             continue

@@ -24,6 +24,7 @@ from planner.schemas.strategy import DpComm, RankOrder, Strategy
 from planner.search.balance import stage_totals
 from planner.search.candidates import SearchSpace, generate
 from planner.search.pool import Batch, Pool
+from planner.search.stack_layout import extra_layer_order
 from planner.search.rebalance import lower_bounds
 from planner.search.pool import strategy_at
 from tests.conftest import TINY_MOE_DENSE, TINY_MOE_EXPERTS
@@ -203,8 +204,7 @@ def test_balance_finds_the_fastest_layout_evaluate_lets_fit(write, case):
             tolerance = blocks * 1e-9
             # The layouts balance may build: a stage's chunks within one layer of each other,
             # the extra ones on the chunks with the fewest micro-batches in flight.
-            orders = [sorted(range(vpp), key=lambda c: (chain.in_flight[r][c], -c))
-                      for r in range(pp)]
+            orders = [extra_layer_order(chain, r) for r in range(pp)]
             admissible = np.array([
                 all(max(n[r::pp]) - min(n[r::pp]) <= 1
                     and all(n[a * pp + r] >= n[b * pp + r]
