@@ -38,7 +38,7 @@ from planner.costing.stage_model import (block_times, chain_types,  # noqa: F401
                                          type_params)
 from planner.costing.stage_terms import Linear, Occupancy, stage_values, total_values
 from planner.costing.uncertainty import step_band
-from planner.schemas.model import EmbeddingBlock, OutputBlock
+from planner.schemas.model import EmbeddingBlock
 from planner.schemas.report import (MemoryReport, PlanReport, StageMemory, StageTime,
                                     StrategyOut, ThroughputReport, TimeReport)
 from planner.schemas.strategy import DpComm, Strategy
@@ -238,7 +238,7 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
     types = chain_types(model)
     m = cands.num_micro_batches
     sm = stage_model(problem, cands, costs, pp=p,
-                     tied_copy=Linear(const=tied_copy_params(model, layout)[None, :]))
+                     embedding_copy=Linear(const=embedding_copy_params(model, layout)[None, :]))
     occ = Occupancy.of_bounds(p, v, layout.bounds, types.type_of_position,
                               type_is_layer(model))
     group = cands.schedule_group(problem.framework.micro_batch_groups)
@@ -388,20 +388,22 @@ def _offloaded_step_s(problem: Problem, offloaded: np.ndarray, gpu_step_s: np.nd
     return np.maximum(cpu_step - gpu_step_s, 0.0)
 
 
-def tied_copy_params(model, layout: Layout) -> np.ndarray:
-    """(p,) TP-sharded parameters a tied output layer adds on its own stage when the embedding
-    it shares lives on another stage (Megatron-LM keeps a copy and all-reduces its gradient)."""
+def embedding_copy_params(model, layout: Layout) -> np.ndarray:
+    """(p,) TP-sharded parameters of the word-embedding copy a stage keeps when a block on it
+    needs the embedding (a tied output layer, an MTP module: `embedding_copy`) and the
+    embedding itself lives on another stage; one copy per stage, shared by its blocks."""
     extra = np.zeros(layout.pp)
-    embedding_stage = output_stage = None
+    embedding_stages = set()
     for k in range(layout.num_chunks):
+        stage = layout.stage_of_chunk(k)
         for i in layout.chunk_range(k):
             block = model.blocks[i]
             if isinstance(block, EmbeddingBlock):
-                embedding_stage = layout.stage_of_chunk(k)
-            if isinstance(block, OutputBlock) and block.tied:
-                output_stage, vocab, hidden = layout.stage_of_chunk(k), block.vocab_size, block.hidden
-    if output_stage is not None and embedding_stage is not None and output_stage != embedding_stage:
-        extra[output_stage] = vocab * hidden
+                embedding_stages.add(stage)
+            extra[stage] = max(extra[stage], getattr(block, "embedding_copy", 0))
+    if not embedding_stages:
+        return np.zeros(layout.pp)
+    extra[sorted(embedding_stages)] = 0.0
     return extra
 
 

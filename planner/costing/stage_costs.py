@@ -9,10 +9,11 @@ flight, per stage: what CP-SAT sums through prefix sums) and the rest (`time_ter
 `memory_terms`: what a chunk's last block sends, data-parallel traffic hidden behind compute,
 host copies, the recompute working set, offloaded activations). `ChainCosts.stage_totals` of a
 layout is `evaluate`'s per-stage time and memory for that layout, to float rounding
-(tests/search/test_chain_costs.py). The one exception is a tied output layer whose embedding
-could share its stage (a `layers:` file that puts the embedding after the first layer or the
-tied output before the last): the balancer then charges the output's copy on every layout, more
-than `evaluate` where the two share a stage, never less.
+(tests/search/test_chain_costs.py). The one exception is a block needing the word embedding (a
+tied output layer, an MTP module) whose embedding could share its stage (a `layers:` file that
+puts the embedding after the first layer or the block before the last): the balancer then
+charges the embedding's copy on every layout, more than `evaluate` where the two share a stage,
+never less.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from planner.costing.layout import Layout
 from planner.core.problem import Problem
 from planner.costing.stage_model import chain_types, stage_model
 from planner.costing.stage_terms import Linear, Occupancy, Peak, stage_values
-from planner.schemas.model import REPEATED_KINDS, EmbeddingBlock, OutputBlock
+from planner.schemas.model import REPEATED_KINDS, EmbeddingBlock
 
 
 @dataclass(frozen=True)
@@ -133,19 +134,21 @@ def _columns_of(x) -> list:
     return out
 
 
-def chain_tied_copy(model, pp: int) -> np.ndarray:
-    """(U,) per block type: the TP-sharded parameters of a tied output layer's copy, charged to
-    the output block on every layout of pp > 1 stages. `evaluate` charges it where the
-    embedding sits on another stage: on every such layout when the embedding comes before the
-    first layer and the output after the last (chunk boundaries fall after layers, so they
-    land in the first and the last chunk, on stages 0 and pp - 1)."""
+def chain_embedding_copy(model, pp: int) -> np.ndarray:
+    """(U,) per block type: the TP-sharded parameters of the word-embedding copy a tied output
+    layer or an MTP module needs (`embedding_copy`), charged to the first such block on every
+    layout of pp > 1 stages, once (the blocks after the last layer share the last stage and
+    its copy). `evaluate` charges it where the embedding sits on another stage: on every such
+    layout when the embedding comes before the first layer and these blocks after the last
+    (chunk boundaries fall after layers, so they land in the first and the last chunk, on
+    stages 0 and pp - 1)."""
     types = chain_types(model)
     extra = np.zeros(len(types.unique_blocks))
     if pp == 1 or not any(isinstance(b, EmbeddingBlock) for b in model.blocks):
         return extra
-    for u, block in enumerate(types.unique_blocks):
-        if isinstance(block, OutputBlock) and block.tied:
-            extra[u] = block.vocab_size * block.hidden
+    copies = [getattr(b, "embedding_copy", 0) for b in types.unique_blocks]
+    if max(copies, default=0) > 0:
+        extra[next(u for u, c in enumerate(copies) if c > 0)] = max(copies)
     return extra
 
 
@@ -174,7 +177,7 @@ def chain_costs(problem: Problem, cands, costs, layout: Layout, i: int) -> Chain
     p, v = layout.pp, layout.vpp
     one = cands.take([i])
     sm = stage_model(problem, one, costs.take([i]), pp=p,
-                     tied_copy=Linear(block=chain_tied_copy(model, p)[None, :]),
+                     embedding_copy=Linear(block=chain_embedding_copy(model, p)[None, :]),
                      reachable_only=True)
     positions = chain_types(model).type_of_position
 
@@ -223,11 +226,12 @@ def chain_costs(problem: Problem, cands, costs, layout: Layout, i: int) -> Chain
 
 
 
-def tied_copy_is_certain(model) -> bool:
-    """Every layout of more than one stage puts a tied output layer's copy on its stage: the
-    embedding comes before the first layer and the tied output after the last."""
+def embedding_copy_is_certain(model) -> bool:
+    """Every layout of more than one stage puts the word-embedding copy of a tied output layer
+    or an MTP module on its stage: the embedding comes before the first layer and the blocks
+    needing it after the last."""
     layers = model.layer_indices
     embeddings = [i for i, b in enumerate(model.blocks) if isinstance(b, EmbeddingBlock)]
-    tied = [i for i, b in enumerate(model.blocks) if isinstance(b, OutputBlock) and b.tied]
-    return (bool(embeddings) and bool(tied) and max(embeddings) < layers[0]
-            and min(tied) > layers[-1])
+    copies = [i for i, b in enumerate(model.blocks) if getattr(b, "embedding_copy", 0) > 0]
+    return (bool(embeddings) and bool(copies) and max(embeddings) < layers[0]
+            and min(copies) > layers[-1])

@@ -399,12 +399,12 @@ def block_times(problem: Problem, cands, costs) -> BlockTimes:
                       host=costs.host_wait_s)
 
 
-def stage_model(problem: Problem, cands, costs, *, pp: int, tied_copy: Linear,
+def stage_model(problem: Problem, cands, costs, *, pp: int, embedding_copy: Linear,
                 reachable_only: bool = False) -> StageModel:
     """The per-stage terms of `cands` (block costs `costs`) in a pipeline of `pp` stages.
-    `tied_copy`: TP-sharded parameters a tied output layer's copy adds (Megatron-LM keeps one
-    on the output layer's stage when the embedding lives on another, and all-reduces its
-    gradient). `reachable_only` (one candidate): terms without the options no layout can
+    `embedding_copy`: TP-sharded parameters of the word-embedding copy a stage keeps for a tied
+    output layer or an MTP module when the embedding lives on another (Megatron-LM, which
+    all-reduces its gradient). `reachable_only` (one candidate): terms without the options no layout can
     reach (`data_parallel.micro_batch_term`)."""
     model, cluster, training, fw = problem.model, problem.cluster, problem.training, problem.framework
     tp = cands.tp.astype(float)
@@ -413,7 +413,7 @@ def stage_model(problem: Problem, cands, costs, *, pp: int, tied_copy: Linear,
     per = training.state_bytes
 
     # ---- parameters a rank holds: TP shards and replicates, EP x ETP splits the experts.
-    dense = Linear(block=sharded[None, :] / tp[:, None] + replicated[None, :]) + tied_copy * (1 / tp)
+    dense = Linear(block=sharded[None, :] / tp[:, None] + replicated[None, :]) + embedding_copy * (1 / tp)
     experts = Linear(block=expert[None, :] / (cands.ep * cands.etp)[:, None])
     fp8_dense = Linear(block=type_fp8_params(model, fp8_output_layer(problem))[None, :]
                        / tp[:, None])

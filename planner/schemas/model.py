@@ -279,6 +279,15 @@ class MtpBlock(BaseModel):
     def active_params(self) -> ParamCount:
         return self.layer.active_params() + self._own()
 
+    @property
+    def embedding_copy(self) -> int:
+        """Word-embedding parameters this block needs on its own stage: the module embeds the
+        next tokens, so Megatron-Core builds the word embedding on every stage that runs it
+        (models/gpt/gpt_model.py @d98e8a64, `if self.pre_process or self.mtp_process`) and
+        keeps it equal to the first stage's through the embedding group's gradient
+        all-reduce."""
+        return self.vocab_size * self.hidden
+
 
 class NormBlock(BaseModel):
     """The final norm before the output layer."""
@@ -311,13 +320,12 @@ class OutputBlock(BaseModel):
                                   tied=self.tied, transform_norm=self.transform_norm,
                                   bias=self.bias)
 
-    def stored_params(self) -> ParamCount:
-        """Parameters the stage holding this block keeps in memory: a tied layer keeps its own
-        copy of the embedding matrix when it is on another stage (Megatron-LM)."""
-        own = self.params()
-        if self.tied:
-            own = own + ParamCount(self.vocab_size * self.hidden, 0)
-        return own
+    @property
+    def embedding_copy(self) -> int:
+        """Word-embedding parameters this block needs on its own stage: a tied layer computes
+        the logits with the embedding matrix, so a stage without the embedding keeps a copy
+        (Megatron-LM, which all-reduces its gradient with the first stage's)."""
+        return self.vocab_size * self.hidden if self.tied else 0
 
 
 class EvoformerBlock(BaseModel):

@@ -36,7 +36,8 @@ from planner.search.pool import Batch, Pool, plan_limit_s
 from planner.schemas.report import PlanReport
 from planner.schemas.strategy import Strategy
 from planner.rules.gate import memory_violations
-from planner.costing.stage_costs import chain_costs, chain_tied_copy, tied_copy_is_certain
+from planner.costing.stage_costs import (chain_costs, chain_embedding_copy,
+                                         embedding_copy_is_certain)
 
 LAYOUT_WORK = 1.0
 """CP-SAT deterministic time (its work units, about a second of one core each) the layout
@@ -166,7 +167,8 @@ def stage_bounds(problem: Problem, pool: Pool) -> tuple[np.ndarray, np.ndarray, 
     layer_counts = np.bincount(position_type[layer_positions], minlength=num_types)
     head = np.bincount(position_type[:layer_positions[0]], minlength=num_types)
     tail = np.bincount(position_type[layer_positions[-1] + 1:], minlength=num_types)
-    tied = chain_tied_copy(model, 2) if tied_copy_is_certain(model) else np.zeros(num_types)
+    copy = (chain_embedding_copy(model, 2) if embedding_copy_is_certain(model)
+            else np.zeros(num_types))
     slowest_all, total_all = np.full(len(pool), np.inf), np.full(len(pool), np.inf)
     memory = np.full(len(pool), np.inf)
     for index, batch in enumerate(pool.batches):
@@ -176,7 +178,7 @@ def stage_bounds(problem: Problem, pool: Pool) -> tuple[np.ndarray, np.ndarray, 
         rows = np.flatnonzero(pool.batch == index)
         cands = batch.cands.take(pool.row[rows])
         sm = stage_model(problem, cands, batch.costs.take(pool.row[rows]), pp=p,
-                         tied_copy=Linear(block=tied[None, :]))
+                         embedding_copy=Linear(block=copy[None, :]))
         n, k = len(cands), p * v
         m = cands.num_micro_batches
         group = cands.schedule_group(problem.framework.micro_batch_groups)
