@@ -282,13 +282,16 @@ def moe_activation_bytes(*, pairs, tokens_per_rank, hidden: int, expert_ffn_hidd
                          eager_glu_clamp: bool = False):
     """Bytes an MoE layer's router and routed experts keep per micro-batch on one rank.
 
-    Ref: Megatron-Core (moe/router.py, moe/token_dispatcher.py, moe/experts.py GroupedMLP) with
+    Ref: Megatron-Core @d98e8a64 (moe/router.py, moe/token_dispatcher.py, moe/experts.py) with
     the MLP accounting of Korthikanti et al. 2022, Sec. 4.1: the router keeps its fp32 scores
     (T x E); every token-expert pair this rank handles (`pairs`) keeps the permuted expert input
-    (the first GEMM's input), the MLP internals on f / etp columns (SwiGLU: gate, up and their
-    product; GeLU: its input and output), and the expert output the combine weights by the
-    routing probabilities. The expert GEMMs' inputs (the permuted input, the second matrix's
-    input) take `linear_input_bytes` (FP8 with Transformer Engine; default `bytes_per_value`).
+    (the first GEMM's input) and the MLP internals on f / etp columns (SwiGLU: gate, up and
+    their product; GeLU: its input and output). The expert output is not kept: the routing
+    probabilities scale the activation's output (weighted SwiGLU, since Megatron-LM 2659630721,
+    April 2025) and the combine unpermutes without them. Counted on Megatron-Core's own MoE
+    layer by bench/megatron_moe_memory.py (bench/data/megatron_moe_kept_cpu.json). The expert
+    GEMMs' inputs (the permuted input, the second matrix's input) take `linear_input_bytes`
+    (FP8 with Transformer Engine; default `bytes_per_value`).
     `recompute_modules` (selective recompute's, Megatron-Core @d98e8a64): moe checkpoints the
     whole MoE layer on its input (moe/moe_layer.py), so none of this is kept; moe_act discards
     the activation's output, the second GEMM's input, and re-runs the activation from the
@@ -307,7 +310,7 @@ def moe_activation_bytes(*, pairs, tokens_per_rank, hidden: int, expert_ffn_hidd
     act_output = 0 if RecomputeModule.MOE_ACT in recompute_modules else li   # fc2 input
     glu_inputs = 2 if eager_glu_clamp and RecomputeModule.MOE_ACT not in recompute_modules else 1
     internals = (glu_inputs * (2 if mlp.gated else 1) * v + act_output) * pairs * expert_ffn_hidden
-    return router + (v + li) * pairs * hidden + internals
+    return router + li * pairs * hidden + internals
 
 
 def embedding_activation_bytes(*, seq_len, micro_batch, hidden: int, dropout: bool, tp,

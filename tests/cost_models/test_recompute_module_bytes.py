@@ -69,7 +69,7 @@ MOE = dict(pairs=8, tokens_per_rank=4, hidden=8, expert_ffn_hidden=6, num_expert
 
 def test_moe_bytes_by_module():
     router = 4 * 4 * 4                 # fp32 scores, tokens x experts: 64
-    permuted = (2 + 2) * 8 * 8         # expert input and weighted output per pair: 256
+    permuted = 2 * 8 * 8               # the expert input per pair (no expert output): 128
     internals = (2 + 2 + 2) * 8 * 6    # gate, up, product per pair: 288
     assert moe_activation_bytes(**MOE) == router + permuted + internals
     # moe_act: the activation's output (the second GEMM's input) is recomputed.

@@ -201,6 +201,31 @@ def test_clamped_glu_keeps_one_more_input_as_pytorch_saves():
             == moe_activation_bytes(**shape, recompute_modules=act))
 
 
+# Megatron-Core's own MoE layer (local spec: sigmoid router with expert bias, alltoall
+# dispatcher without permute fusion, 8 experts, top 4, expert and shared ffn 128, hidden 512,
+# 256 tokens, bf16) counted on PyTorch's op stream by bench/megatron_moe_memory.py (torch
+# 2.13.0+cpu, Megatron-Core @d98e8a64; bench/data/megatron_moe_kept_cpu.json): what it keeps
+# after the forward, its 16-bit activations and the router's fp32 scores and int64 indices.
+MEASURED_MOE_KEPT = {"activations": 2_031_616, "router_and_indices": 60_480}
+MOE_SHAPE = dict(pairs=256 * 4, tokens_per_rank=256, hidden=512, expert_ffn_hidden=128,
+                 num_experts=8, mlp=MlpKind.SWIGLU)
+
+
+def test_moe_layer_keeps_what_megatron_cores_own_layer_keeps():
+    # The permuted input once, each expert's first-matrix output and activation output, the
+    # shared expert's internals (gate and up outputs and their product: 6 bytes per column);
+    # no expert output (the probabilities scale the activation; the combine saves nothing).
+    router = BYTES_FP32 * 256 * 8
+    shared = (2 * BYTES_16BIT + BYTES_16BIT) * 256 * 128
+    assert moe_activation_bytes(**MOE_SHAPE) - router + shared == MEASURED_MOE_KEPT["activations"]
+    # Keeping the expert output too would be half as much again as Megatron-Core keeps.
+    assert BYTES_16BIT * 256 * 4 * 512 / MEASURED_MOE_KEPT["activations"] > 0.5
+    # The router's fp32 scores are part of what the unfused path keeps beside them (its int64
+    # sort over every token-expert slot and of the kept pairs, which Transformer Engine's fused
+    # permutation does not make).
+    assert router < MEASURED_MOE_KEPT["router_and_indices"]
+
+
 # torchtitan's per-op selective checkpointing (SelectiveAC) of a bf16 Llama block of
 # bench/torch_sac.py's SHAPE (s 64, b 2, h 256, 8 heads, 2 KV heads, ffn 896), counted on
 # PyTorch's op stream (torch 2.13.0+cpu): the kept outputs of wq, wv, attention (output and

@@ -3,7 +3,7 @@
 # Model deepseek-v3 on 1024 x H100-SXM5-80GB (dgx-h100).
 # Strategy: dp 128, tp 8, pp 1, ep 128, etp 1, mb 1, global batch 15360, seq_len 4096,
 #   sequence_parallel true, recompute selective (mla_up_proj mlp), zero_stage 1, bf16.
-# Predicted: 63.160 s per step, peak 72.4 GiB per GPU (stage 0), MFU 25.6%.
+# Predicted: 63.160 s per step, peak 69.0 GiB per GPU (stage 0), MFU 25.6%.
 # Keys checked against NVIDIA/Megatron-LM @d98e8a64 (megatron/training/arguments.py and the
 #   config dataclasses it turns into flags).
 # Run on every node: MASTER_ADDR=<first node> [DATA_PATH=<prefix>] bash pretrain_gpt.sh

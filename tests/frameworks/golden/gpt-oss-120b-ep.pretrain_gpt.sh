@@ -3,7 +3,7 @@
 # Model gpt-oss-120b on 64 x H100-SXM5-80GB (dgx-h100).
 # Strategy: dp 64, tp 1, pp 1, ep 64, mb 1, global batch 1024, seq_len 4096, sequence_parallel
 #   false, recompute full, zero_stage 1, bf16.
-# Predicted: 20.306 s per step, peak 51.3 GiB per GPU (stage 0), MFU 10.7%.
+# Predicted: 20.306 s per step, peak 51.2 GiB per GPU (stage 0), MFU 10.7%.
 # Keys checked against NVIDIA/Megatron-LM @d98e8a64 (megatron/training/arguments.py and the
 #   config dataclasses it turns into flags).
 # The experts' GLU clamp (limit 7, HF swiglu_limit) has no pretrain_gpt.py flag:

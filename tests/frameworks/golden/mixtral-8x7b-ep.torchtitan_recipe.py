@@ -2,7 +2,7 @@
 # Model mixtral-8x7b on 64 x H100-SXM5-80GB (dgx-h100).
 # Strategy: dp 64, tp 1, pp 1, ep 8, mb 1, global batch 1024, seq_len 4096, sequence_parallel
 #   false, recompute full, zero_stage 3, bf16.
-# Predicted: 22.812 s per step, peak 16.9 GiB per GPU (stage 0), MFU 23.1%.
+# Predicted: 22.812 s per step, peak 16.8 GiB per GPU (stage 0), MFU 23.1%.
 # Keys checked against pytorch/torchtitan torchtitan/config/configs.py, trainer.py @b5bcd76c
 #   (recipe); torchtitan/config/job_config.py @6404b932 (0.2.x TOML).
 # Run: torchrun ... -m torchtitan.train --module torchtitan_recipe --config planner_plan

@@ -3,7 +3,7 @@
 # Model qwen3-30b-a3b on 16 x H100-SXM5-80GB (dgx-h100).
 # Strategy: dp 16, tp 1, pp 1, ep 16, mb 1, global batch 1024, seq_len 4096, sequence_parallel
 #   false, recompute none, zero_stage 1, bf16.
-# Predicted: 38.273 s per step, peak 74.8 GiB per GPU (stage 0), MFU 16.0%.
+# Predicted: 38.273 s per step, peak 68.5 GiB per GPU (stage 0), MFU 16.0%.
 # Keys checked against NVIDIA/Megatron-LM @d98e8a64 (megatron/training/arguments.py and the
 #   config dataclasses it turns into flags).
 # Run on every node: MASTER_ADDR=<first node> [DATA_PATH=<prefix>] bash pretrain_gpt.sh
