@@ -553,6 +553,12 @@ class ModelSpec(BaseModel):
         return any(getattr(b, "is_moe", False) for b in self.blocks)
 
     @property
+    def wide_experts(self) -> bool:
+        """Some MoE layer's experts are at least as wide inside as the model (Mixtral's 14,336
+        against 4,096), not fine-grained (DeepSeek-V3's 2,048 against 7,168)."""
+        return any(getattr(b, "is_moe", False) and b.expert_ffn >= b.hidden for b in self.blocks)
+
+    @property
     def num_experts(self) -> int:
         """Routed experts per MoE layer (the largest, should layers differ); 1 if dense."""
         return max((getattr(b, "num_experts", 1) for b in self.blocks), default=1)

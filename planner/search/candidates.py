@@ -302,7 +302,11 @@ def _expert_values(problem: Problem, space: SearchSpace, options: RuleOptions, t
                    cp: int, dp: int, dispatchers: list[int]) -> list[tuple[int, int, int]]:
     """(ep, etp, dispatcher) triples: ep the powers of two up to tp * cp * dp, etp 1 or tp
     (Megatron-LM's default) for an MoE model and tp for a dense one (where etp splits
-    nothing), the pins added; pairs that break EXPERT_RULES go unless pinned. A pair with etp 1
+    nothing), the pins added; pairs that break EXPERT_RULES go unless pinned. Experts at least
+    as wide as the model (`wide_experts`: Mixtral) also try the powers of two between, which
+    split their GEMMs less than tp and their weights more than 1 (Megatron-Core's MoE
+    parallel folding takes any etp); fine-grained experts keep 1 and tp, where their
+    published recipes all run etp 1 and a narrower split only shrinks GEMMs already narrow. A pair with etp 1
     whose EP group spans NVLink domains takes every one of `dispatchers`
     (`_dispatcher_values`), the others the first: a flex backend's gain is in cross-domain
     traffic (Megatron-Core's MoE README, "Token Dispatching": DeepEP for cross-node EP), inside
@@ -310,7 +314,10 @@ def _expert_values(problem: Problem, space: SearchSpace, options: RuleOptions, t
     (token_dispatcher.py MoEFlexTokenDispatcher: router_topk = tp x topk), which the published
     flex recipes (etp 1 all) do not run and the dispatch cost does not model."""
     eps = _with_pin(powers_of_two(tp * cp * dp), space.ep)
-    etps = _with_pin({1, tp} if problem.model.is_moe else {tp}, space.etp)
+    etps = {1, tp} if problem.model.is_moe else {tp}
+    if problem.model.wide_experts:
+        etps |= {t for t in powers_of_two(tp) if tp % t == 0}
+    etps = _with_pin(etps, space.etp)
     ep, etp = (a.ravel() for a in np.meshgrid(eps, etps, indexing="ij"))
     ok = ~breaks(problem, _probe(problem, tp=tp, cp=cp, dp=dp, ep=ep, etp=etp), options,
                  EXPERT_RULES)

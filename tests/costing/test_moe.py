@@ -20,6 +20,8 @@ from planner.rules.gate import RuleOptions, degree_violations
 from planner.core.rules import Rule
 from planner.inputs.loader import load_model, make_problem
 from planner.schemas.strategy import Strategy
+from planner.search.candidates import _expert_values
+from planner.search.solver import SearchSpace, SolverSettings, search
 
 CONFIGS = Path(__file__).parents[1] / "inputs" / "hf_configs"
 
@@ -179,6 +181,25 @@ def test_deepspeed_config_of_an_moe_model_carries_its_ep(cli, tmp_path):
                          "--no-compare", "--json")
     assert code == 0, err
     assert json.loads(out)["strategy"]["ep"] == ep
+
+
+def test_wide_experts_try_the_expert_tp_between_1_and_tp():
+    # Mixtral's experts (16,384 wide against a 6,144 model for 8x22B) split well, and
+    # Megatron-Core's parallel folding takes any etp. With tp 8 and no pipeline, etp 1 does
+    # not fit (a whole expert of every layer on each GPU); etp 2 does, with GEMMs four times
+    # wider than etp 8's and ETP collectives over 2 GPUs.
+    problem = _problem("mixtral-8x22b", gpus=128, seq_len=4096, global_batch=1024)
+    space = SearchSpace(tp=8, pp=1, ep=8)
+    plans = search(problem, space, SolverSettings(top_k=3)).plans
+    assert plans[0].strategy.etp == 2
+    etp8 = search(problem, SearchSpace(tp=8, pp=1, ep=8, etp=8), SolverSettings(top_k=1)).plans
+    assert plans[0].time.step_s < 0.95 * etp8[0].time.step_s
+    # Fine-grained experts (DeepSeek-V3: 2,048 wide against 7,168) keep etp 1 or tp.
+    fine = make_problem("deepseek-v3", "dgx-h100", gpus=256)
+    assert not fine.model.wide_experts and problem.model.wide_experts
+    etps = {e for _, e, _ in _expert_values(fine, SearchSpace(), SearchSpace().rule_options(fine),
+                                            tp=8, cp=1, dp=32, dispatchers=[0])}
+    assert etps == {1, 8}
 
 
 # Megatron-LM tests/functional_tests/test_cases/mixtral/deepseekv3_proxy_flex_* (@d98e8a64):

@@ -14,7 +14,8 @@ a strategy on one side only. That every command passes the same options is
 tests/cli/test_rule_gate.py's to check.
 
 The box holds the values the search's own policies admit, which are not rules: powers of two
-for tp, cp, pp and ep; vpp dividing the layers per stage; etp 1 or tp; HSDP only with ZeRO-3
+for tp, cp, pp and ep; vpp dividing the layers per stage; etp 1 or tp (and the powers of two
+between for experts at least as wide as the model); HSDP only with ZeRO-3
 within a node; no offload; dp_comm all_reduce. Three policies fold a strategy onto an
 equivalent or better one instead of dropping it, and the forward check follows them (`_twin`):
 sequence parallelism at tp 1 shards nothing, etp splits nothing on a dense model, and the ring
@@ -151,7 +152,8 @@ def _box(problem) -> list[Strategy]:
         dp = n // (tp * cp * pp)
         vpps = [v for v in BOX_VPP if pp > layers or (layers // pp) % v == 0]
         eps = _powers(4) if moe else [1, 2]
-        etps = sorted({1, tp}) if moe else [tp]
+        wide = problem.model.wide_experts            # also the powers of two between
+        etps = sorted({1, tp} | (set(_powers(tp)) if wide else set())) if moe else [tp]
         kinds = list(CpComm) if cp > 1 else [CpComm.P2P]
         for vpp, mb, sp, rc, zero, ep, etp, kind in itertools.product(
                 vpps, BOX_MICRO_BATCH, (False, True), BOX_RECOMPUTE, ZeroStage, eps, etps,
