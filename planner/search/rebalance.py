@@ -7,9 +7,10 @@ the slowest stage takes at least their mean, and the 1F1B time (m - 1) max + (su
 max) / v is at least that with max replaced by the mean. Candidates are taken in the order of
 that bound; each gets the layout CP-SAT balances under its per-stage memory
 (`planner.search.balance`), evaluated again by `costing.evaluate`; the search stops when the next
-bound is no better than the best plan found, or than its tie (within the ranking tolerance) when
-the search lists ties, so no candidate whose layout could win or tie is left unbalanced. When nothing fits in an even layout, the closest misses are balanced first, since
-moving layers off the fullest stage may make them fit. A solve looks only for layouts fast
+bound is no better than the best plan found, or than its tie (within the ranking tolerance)
+when the search lists ties, so no candidate whose layout could win or tie is left unbalanced.
+When nothing fits in an even layout, the closest misses are balanced first, since moving
+layers off the fullest stage may make them fit. A solve looks only for layouts fast
 enough to be among the plans the search lists (`stage_cutoff_s`), which a bound from memory
 alone (`layout_solve.quick_slowest_bound_s`) often settles without CP-SAT.
 """
@@ -309,13 +310,18 @@ def rebalance(problem: Problem, pool: Pool, *, work: float = LAYOUT_WORK,
     capacity = problem.usable_bytes
     fits = ~memory_violations(pool.peak_bytes, capacity, conservative=True)
     best = float(pool.step_s[fits].min()) if fits.any() else np.inf
+
+    def reach() -> float:
+        """The step a candidate must beat to win or tie with the best plan found so far."""
+        return best * (1 + tolerance)
+
     limit = (np.inf if plans is None else
              plan_limit_s(pool, capacity, plans=plans, tolerance=tolerance))
     # The stage bounds of the candidates whose layout-free bound is under the best plan's tie
     # (no other can beat or tie it in any layout).
     slowest_bounds, total_bounds, memory_bounds = (np.full(len(pool), np.inf) for _ in range(3))
     free = layout_free_bound(problem, pool)
-    promising = np.flatnonzero(free < best * (1 + tolerance))
+    promising = np.flatnonzero(free < reach())
     if len(promising):
         some = pool.take(promising)
         slowest_bounds[promising], total_bounds[promising], memory_bounds[promising] = \
@@ -337,7 +343,7 @@ def rebalance(problem: Problem, pool: Pool, *, work: float = LAYOUT_WORK,
         else:
             by_peak = []
             i = int(by_bound.pop(0))
-            if bounds[i] >= best * (1 + tolerance):
+            if bounds[i] >= reach():
                 break                              # no later candidate can beat or tie the best
         if i in tried:
             continue
@@ -387,7 +393,7 @@ def rebalance(problem: Problem, pool: Pool, *, work: float = LAYOUT_WORK,
         best = min(best, float(ev.step_s[0]))
         if plans is not None:
             limit = plan_limit_s(pool, capacity, plans=plans, tolerance=tolerance)
-    capped = sum(1 for least_step in stopped if least_step < best * (1 + tolerance))
+    capped = sum(1 for least_step in stopped if least_step < reach())
     unproven = None
     if wall_stopped:
         unproven = (f"the {wall.limit_s:g} s wall-clock safety net (--time-limit) stopped the "
