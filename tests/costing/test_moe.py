@@ -202,58 +202,23 @@ def test_wide_experts_try_the_expert_tp_between_1_and_tp():
     assert etps == {1, 8}
 
 
-# Megatron-LM tests/functional_tests/test_cases/mixtral/deepseekv3_proxy_flex_* (@d98e8a64):
-# DeepSeek-V3's layer (MLA, 3 dense layers, routed and shared experts, one MTP module) at 14
-# layers and 64 experts, bf16, HybridEP, sequence parallel, distributed optimizer, seq 4096,
-# GBS 512, the nemotron_2_256k vocabulary (256,000) padded to 3,232 x tp.
-_DEEPSEEK_PROXY = dict(
-    num_layers=14, hidden=7168, num_heads=128, head_dim=128, q_lora_rank=1536, kv_lora_rank=512,
-    qk_rope_head_dim=64, v_head_dim=128, ffn_hidden=18432, vocab_size=258560, mlp="swiglu",
-    norm="rmsnorm", position="rotary", tie_embeddings=False, bias=False, dropout=False,
-    num_experts=64, top_k=8, moe_ffn_hidden=2048, shared_ffn_hidden=2048, first_k_dense=3,
-    router_bias=True, load_balancing="aux_loss", router_groups=8, router_group_topk=4,
-    mtp_layers=1, training=dict(seq_len=4096, global_batch=512, precision="bf16"))
-
-
-# Megatron-LM's MoE release tests (@d98e8a64, bf16, distributed optimizer, sequence parallel,
-# seq 4096): mem-allocated-bytes of the last rank (the last pipeline stage) after the optimizer
-# step, steady over the run, and mem-max-allocated-bytes at the end of the run. The GPU counts
-# are not in the files: each is the only one the layout allows (dp x tp a multiple of ep x etp)
-# whose states land within 10% below the steady allocation (64 for Mixtral 8x7B is also the
-# MoE README's reference mapping).
-RELEASE_TESTS = {
-    # mixtral_8x22b_tp2pp8ep8vpp1_release, GBS 256, mb 1.
-    "mixtral-8x22b": ("mixtral-8x22b", "dgx-h100", 128,
-                      dict(dp=8, tp=2, pp=8, ep=8, etp=2, micro_batch=1, global_batch=256),
-                      23_002_929_152, 28_533_706_752),
-    # mixtral_8x7b_tp1pp4ep8vpp8_release (tp 2 in its arguments), GBS 256, mb 1.
-    "mixtral-8x7b": ("mixtral-8x7b", "dgx-h100", 64,
-                     dict(dp=8, tp=2, pp=4, vpp=8, ep=8, etp=1, micro_batch=1, global_batch=256),
-                     19_743_387_648, 35_505_844_224),
-    # deepseekv3_proxy_flex_tp1pp4emp16etp1cp1_release: tp 2, pp 4 with the layout
-    # Et*2|(tt|)*5t|tmL (vpp 2), ep 16, mb 1.
-    "deepseek-proxy-h100": (_DEEPSEEK_PROXY, "dgx-h100", 64,
-                            dict(dp=8, tp=2, pp=4, vpp=2, ep=16, etp=1, micro_batch=1,
-                                 global_batch=512, moe_dispatcher="flex-hybridep",
-                                 layers_per_stage=(2, 2, 2, 2, 2, 2, 1, 1)),
-                            33_395_759_104, 46_128_394_240),
-    # deepseekv3_proxy_flex_tp2pp2emp16etp1cp1_gb_200_release: tp 2, pp 2 with Et*7|t*7mL,
-    # ep 8, mb 4.
-    "deepseek-proxy-gb200": (_DEEPSEEK_PROXY, "gb200-nvl72", 32,
-                             dict(dp=8, tp=2, pp=2, ep=8, etp=1, micro_batch=4,
-                                  global_batch=512, moe_dispatcher="flex-hybridep",
-                                  layers_per_stage=(7, 7)),
-                             58_533_773_312, 100_344_504_320),
-}
+# Megatron-LM's MoE release tests (@d98e8a64): the last stage's steady and peak allocated
+# bytes, with their provenance and the GPU counts they imply, in bench/data.
+RELEASE_TESTS_FILE = (Path(__file__).parents[2] / "bench/data/memory"
+                      / "megatron_lm_moe_release_tests.yaml")
+_RELEASE = yaml.safe_load(RELEASE_TESTS_FILE.read_text())
+RELEASE_TESTS = {run["name"]: run for run in _RELEASE["runs"]}
 
 
 def _release_test_last_stage(tmp_path, name):
-    model, cluster, gpus, degrees, _, _ = RELEASE_TESTS[name]
-    if isinstance(model, dict):
-        path = tmp_path / "deepseekv3-proxy.yaml"
-        path.write_text(yaml.safe_dump({"name": "deepseekv3-proxy", **model}))
+    run = RELEASE_TESTS[name]
+    model = run["model"]
+    if model in _RELEASE["models"]:
+        path = tmp_path / f"{model}.yaml"
+        path.write_text(yaml.safe_dump({"name": model, **_RELEASE["models"][model]}))
         model = str(path)
-    problem = make_problem(model, cluster, gpus=gpus, seq_len=4096,
+    degrees = run["strategy"]
+    problem = make_problem(model, run["cluster"], gpus=run["gpus"], seq_len=4096,
                            global_batch=degrees["global_batch"])
     s = Strategy(**degrees, sequence_parallel=True, zero_stage=1)
     return evaluate_strategy(problem, s).memory.stages[-1]
@@ -267,7 +232,7 @@ def test_last_stage_states_match_megatron_release_tests(tmp_path, name):
     # module, so it keeps a copy of the word embedding (Megatron-Core gpt_model.py builds it
     # wherever `pre_process or mtp_process`): without it, 29% and 17% under.
     last = _release_test_last_stage(tmp_path, name)
-    steady = RELEASE_TESTS[name][4]
+    steady = RELEASE_TESTS[name]["measured"]["steady_bytes"]
     states = last.weights_bytes + last.gradients_bytes + last.optimizer_bytes
     assert -0.10 < states / steady - 1 < 0
 
@@ -282,7 +247,8 @@ def test_last_stage_activations_match_megatron_release_tests(tmp_path, name):
     # probabilities until April 2025 (tests/golden/test_pytorch_measured.py counts what it
     # keeps now), gave 1.02, 0.99, 1.26 and 1.31.
     last = _release_test_last_stage(tmp_path, name)
-    _, _, _, _, steady, peak = RELEASE_TESTS[name]
+    measured = RELEASE_TESTS[name]["measured"]
+    steady, peak = measured["steady_bytes"], measured["peak_bytes"]
     assert last.activations_bytes / (peak - steady) == pytest.approx(1, abs=0.15)
 
 
