@@ -86,6 +86,12 @@ class Problem:
                                            and self.eager_elementwise)
 
     @property
+    def job(self) -> str:
+        """The job in a headline: the model on the GPUs (with their memory)."""
+        gpu = self.cluster.gpu
+        return f"{self.model.name} on {self.num_gpus} x {gpu.name} ({gpu.memory_gib:g} GiB)"
+
+    @property
     def usable_bytes(self) -> float:
         """GPU memory a plan may fill: the capacity less the margin the user asked to keep
         free (all of it under the default margin, which only warns)."""

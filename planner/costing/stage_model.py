@@ -404,8 +404,8 @@ def stage_model(problem: Problem, cands, costs, *, pp: int, embedding_copy: Line
     """The per-stage terms of `cands` (block costs `costs`) in a pipeline of `pp` stages.
     `embedding_copy`: TP-sharded parameters of the word-embedding copy a stage keeps for a tied
     output layer or an MTP module when the embedding lives on another (Megatron-LM, which
-    all-reduces its gradient). `reachable_only` (one candidate): terms without the options no layout can
-    reach (`data_parallel.micro_batch_term`)."""
+    all-reduces its gradient). `reachable_only` (one candidate): terms without the options no
+    layout can reach (`data_parallel.micro_batch_term`)."""
     model, cluster, training, fw = problem.model, problem.cluster, problem.training, problem.framework
     tp = cands.tp.astype(float)
     sharded, replicated, expert = type_params(model)
@@ -413,7 +413,8 @@ def stage_model(problem: Problem, cands, costs, *, pp: int, embedding_copy: Line
     per = training.state_bytes
 
     # ---- parameters a rank holds: TP shards and replicates, EP x ETP splits the experts.
-    dense = Linear(block=sharded[None, :] / tp[:, None] + replicated[None, :]) + embedding_copy * (1 / tp)
+    dense = (Linear(block=sharded[None, :] / tp[:, None] + replicated[None, :])
+             + embedding_copy * (1 / tp))
     experts = Linear(block=expert[None, :] / (cands.ep * cands.etp)[:, None])
     fp8_dense = Linear(block=type_fp8_params(model, fp8_output_layer(problem))[None, :]
                        / tp[:, None])

@@ -166,6 +166,11 @@ def ranking_tolerance(problem: Problem) -> float:
     return ranking[kind].tolerance
 
 
+def tie_limit_s(best_step_s, tolerance: float):
+    """The slowest predicted step still tied with `best_step_s` (within `tolerance`, relative)."""
+    return best_step_s * (1 + tolerance)
+
+
 NOTED_KINDS = (RunKind.MOE, RunKind.ASSUMED_PRESET)
 """Kinds a plan's notes name: a whole model family, or a whole cluster, the model has not been
 fitted to. FP8 and CP widen the band alone: their measured error comes mostly from runs that

@@ -280,11 +280,9 @@ def _dispatcher_values(problem: Problem, space: SearchSpace, options: RuleOption
         broken = [rule for rule in DISPATCHER_RULES if breaks(problem, probe, options, (rule,))[0]]
         if broken:
             # Every candidate would break it: say so now, not after evaluating them all.
-            gpu = problem.cluster.gpu
             raise InfeasibleError(
-                f"no strategy for {problem.model.name} on {problem.num_gpus} x {gpu.name} "
-                f"({gpu.memory_gib:g} GiB) satisfies {broken[0].value} and --moe-dispatcher "
-                f"{space.moe_dispatcher.value}",
+                f"no strategy for {problem.job} satisfies {broken[0].value} and "
+                f"--moe-dispatcher {space.moe_dispatcher.value}",
                 details=[f"{broken[0].value}: {SUMMARY[broken[0]]}",
                          f"--moe-dispatcher {space.moe_dispatcher.value}: your pin",
                          "fix: use --moe-dispatcher alltoall (or leave the dispatcher to "
@@ -306,8 +304,8 @@ def _expert_values(problem: Problem, space: SearchSpace, options: RuleOptions, t
     as wide as the model (`wide_experts`: Mixtral) also try the powers of two between, which
     split their GEMMs less than tp and their weights more than 1 (Megatron-Core's MoE
     parallel folding takes any etp); fine-grained experts keep 1 and tp, where their
-    published recipes all run etp 1 and a narrower split only shrinks GEMMs already narrow. A pair with etp 1
-    whose EP group spans NVLink domains takes every one of `dispatchers`
+    published recipes all run etp 1 and a narrower split only shrinks GEMMs already narrow. A
+    pair with etp 1 whose EP group spans NVLink domains takes every one of `dispatchers`
     (`_dispatcher_values`), the others the first: a flex backend's gain is in cross-domain
     traffic (Megatron-Core's MoE README, "Token Dispatching": DeepEP for cross-node EP), inside
     one domain it dispatches over the same NVLink; with etp > 1 it routes to tp x ep ranks

@@ -263,9 +263,7 @@ def explain_infeasible(problem: Problem, space: SearchSpace, groups: list[Candid
                        options: RuleOptions) -> InfeasibleError:
     conflicts = _conflicts(problem, space, groups, options)
     core = _core(conflicts)
-    gpu = problem.cluster.gpu
-    headline = (f"no strategy for {problem.model.name} on {problem.num_gpus} x {gpu.name} "
-                f"({gpu.memory_gib:g} GiB) satisfies {' and '.join(core)}")
+    headline = f"no strategy for {problem.job} satisfies {' and '.join(core)}"
     details = []
     for name in core:
         if name in {r.value for r in Rule} and len(conflicts.pool) and conflicts.broken[name].all() \

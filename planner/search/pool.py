@@ -20,6 +20,7 @@ from planner.core.candidates import (CP_COMM_ORDER, DP_COMM_ORDER, MOE_DISPATCHE
                                      RANK_ORDER, RECOMPUTE_ORDER, Candidates, strategy_modules)
 from planner.costing.layout import Layout, framework_layouts
 from planner.core.problem import Problem
+from planner.costing.uncertainty import tie_limit_s
 from planner.rules.gate import (RuleOptions, degree_violations, host_memory_violations,
                                 memory_violations)
 from planner.schemas.strategy import Strategy
@@ -333,7 +334,7 @@ def plan_limit_s(pool: Pool, capacity: float, *, plans: int, tolerance: float) -
     steps = _fitting_steps(pool, capacity)
     if len(steps) < plans:
         return np.inf
-    limit = max(float(steps[plans - 1]), float(steps[0]) * (1 + tolerance))
+    limit = max(float(steps[plans - 1]), tie_limit_s(float(steps[0]), tolerance))
     return limit * (1 + 1e-9) + 1e-6
 
 

@@ -37,6 +37,7 @@ from planner.search.pool import Batch, Pool, plan_limit_s
 from planner.schemas.report import PlanReport
 from planner.schemas.strategy import Strategy
 from planner.rules.gate import memory_violations
+from planner.costing.uncertainty import tie_limit_s
 from planner.costing.stage_costs import (chain_costs, chain_embedding_copy,
                                          embedding_copy_is_certain)
 
@@ -311,17 +312,13 @@ def rebalance(problem: Problem, pool: Pool, *, work: float = LAYOUT_WORK,
     fits = ~memory_violations(pool.peak_bytes, capacity, conservative=True)
     best = float(pool.step_s[fits].min()) if fits.any() else np.inf
 
-    def reach() -> float:
-        """The step a candidate must beat to win or tie with the best plan found so far."""
-        return best * (1 + tolerance)
-
     limit = (np.inf if plans is None else
              plan_limit_s(pool, capacity, plans=plans, tolerance=tolerance))
     # The stage bounds of the candidates whose layout-free bound is under the best plan's tie
     # (no other can beat or tie it in any layout).
     slowest_bounds, total_bounds, memory_bounds = (np.full(len(pool), np.inf) for _ in range(3))
     free = layout_free_bound(problem, pool)
-    promising = np.flatnonzero(free < reach())
+    promising = np.flatnonzero(free < tie_limit_s(best, tolerance))
     if len(promising):
         some = pool.take(promising)
         slowest_bounds[promising], total_bounds[promising], memory_bounds[promising] = \
@@ -343,7 +340,7 @@ def rebalance(problem: Problem, pool: Pool, *, work: float = LAYOUT_WORK,
         else:
             by_peak = []
             i = int(by_bound.pop(0))
-            if bounds[i] >= reach():
+            if bounds[i] >= tie_limit_s(best, tolerance):
                 break                              # no later candidate can beat or tie the best
         if i in tried:
             continue
@@ -393,7 +390,7 @@ def rebalance(problem: Problem, pool: Pool, *, work: float = LAYOUT_WORK,
         best = min(best, float(ev.step_s[0]))
         if plans is not None:
             limit = plan_limit_s(pool, capacity, plans=plans, tolerance=tolerance)
-    capped = sum(1 for least_step in stopped if least_step < reach())
+    capped = sum(1 for least_step in stopped if least_step < tie_limit_s(best, tolerance))
     unproven = None
     if wall_stopped:
         unproven = (f"the {wall.limit_s:g} s wall-clock safety net (--time-limit) stopped the "

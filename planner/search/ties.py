@@ -14,11 +14,12 @@ import numpy as np
 from cost_models.enums import ZeroStage
 from planner.core.candidates import CP_COMM_ORDER, MOE_DISPATCHER_ORDER
 from planner.core.problem import Problem, default_min_free_bytes
+from planner.costing.uncertainty import tie_limit_s
 from planner.search.pool import Pool
 
 def tied_with(step_s: np.ndarray, best_step_s: float, tolerance: float) -> np.ndarray:
     """Where a predicted step lies within `tolerance` (relative) of `best_step_s`."""
-    return step_s <= best_step_s * (1 + tolerance)
+    return step_s <= tie_limit_s(best_step_s, tolerance)
 
 
 WIDEST_PUBLISHED_EP = 64
