@@ -5,8 +5,10 @@ states (planner/costing/uncertainty.py explains both).
     python bench/error_bands.py --write    # and rewrite planner/costing/error_bands.yaml
 
 Every run of bench/data is priced as bench/published.py fills it; runs of a source whose
-numbers a constant was fitted on (FITTED_ON, from bench/calibrate_frameworks.py) and the runs
-named in FITTED_RUNS are left out, so every error here is held out. SC21 Table 1, the A100
+numbers a constant was fitted on (FITTED_ON, from bench/calibrate_frameworks.py) are left out,
+and the runs of a source fitted whole release by release (CROSS_VALIDATED) are priced with the
+constants fitted on its other releases, so every error here is held out (a few minutes: the
+MoE host constants' grid). SC21 Table 1, the A100
 calibration set, is not in bench/data.
 """
 
@@ -19,6 +21,7 @@ import re
 import sys
 import tempfile
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +29,9 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.published import load_runs, predict  # noqa: E402
+from bench import calibrate_moe_host  # noqa: E402
+from bench.published import Prediction, load_runs, predict  # noqa: E402
+from planner.costing.evaluate import evaluate_strategy  # noqa: E402
 from planner.costing.uncertainty import (BANDS_FILE, ErrorBands, RunKind,  # noqa: E402
                                          run_kinds)
 
@@ -47,18 +52,32 @@ FITTED_ON = {
 }
 """(source, framework) whose runs set a constant (bench/calibrate_frameworks.py): not held out."""
 
-FITTED_RUNS = {
-    ("megatron_bridge_moe", "-2511"): "MoE token path host time (bench/calibrate_moe_host.py; "
-                                      "the other releases are held out there and here)",
+CROSS_VALIDATED = {
+    calibrate_moe_host.SOURCE: "MoE host times (bench/calibrate_moe_host.py), fitted on every "
+                               "release: each release's runs are priced here with the constants "
+                               "fitted on the other releases",
 }
-"""(source, part of a run's name) of the runs a constant was fitted on where the rest of their
-source is held out: those runs are left out, the rest stay."""
+"""Sources a constant was fitted on whole, their runs kept here at their held-out prediction."""
+
+
+def cross_validated(predictions) -> list:
+    """`predictions` with each run of a CROSS_VALIDATED source priced held out (its release
+    from the other releases' fit; bench/calibrate_moe_host.py)."""
+    rows = calibrate_moe_host.source_rows([p.run for p in predictions])
+    points = calibrate_moe_host.held_out_points(rows, calibrate_moe_host.grid_steps(rows))
+    out = []
+    for p in predictions:
+        if p.run.name in points and p.run.source in CROSS_VALIDATED:
+            run = replace(p.run, problem=calibrate_moe_host.with_host(p.run.problem,
+                                                                      points[p.run.name]))
+            p = Prediction(run, evaluate_strategy(run.problem, run.strategy))
+        out.append(p)
+    return out
 
 
 def fitted(run) -> bool:
-    return ((run.source, run.framework) in FITTED_ON
-            or any(run.source == source and part in run.name
-                   for source, part in FITTED_RUNS))
+    return (run.source, run.framework) in FITTED_ON
+
 
 QUANTILES = (0.1, 0.9)
 """The band holds the middle 80% of a kind's runs: wide enough that a run outside it is
@@ -70,8 +89,8 @@ below it the 10th and 90th percentiles are the extreme runs themselves."""
 
 SESSION_IN_NAME = {
     "bloom_176b_prequel": re.compile(r"^bloom-prequel-(\d{4})-"),
-    "megatron_bridge_moe": re.compile(r"-(\d{4,6})(?:-[a-z]+)?$"),
-    "megatron_bridge_perf_summary": re.compile(r"-(\d{4,6})(?:-[a-z]+)?$"),
+    "megatron_bridge_moe": calibrate_moe_host.RELEASE_IN_NAME,
+    "megatron_bridge_perf_summary": calibrate_moe_host.RELEASE_IN_NAME,
 }
 """Where a source's runs span software releases or days of cluster work, the part of a run's
 name that says which (BLOOM's log day, Megatron-Bridge's container release): two runs are a
@@ -150,8 +169,7 @@ def bands(predictions) -> dict:
         "held_out": f"{len(held)} of the {len(predictions)} priced runs of bench/data; left "
                     f"out: the runs of each fitted_on entry",
         "fitted_on": ([f"{s}/{f}: {why}" for (s, f), why in FITTED_ON.items()]
-                      + [f"{s} runs named *{part}*: {why}"
-                         for (s, part), why in FITTED_RUNS.items()]),
+                      + [f"{s}: {why}" for s, why in CROSS_VALIDATED.items()]),
         "base": base,
         "kinds": of_kind,
         # Only kinds with a measured pair: a kind without one is ranked with the dense tolerance.
@@ -164,7 +182,7 @@ def bands(predictions) -> dict:
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         runs, _ = load_runs(Path(tmp))
-        predictions = predict(runs)
+        predictions = cross_validated(predict(runs))
     table = bands(predictions)
     ErrorBands.model_validate(table)            # what the planner will read
     print(f"{'kind':22s} {'runs':>4s} {'p10':>7s} {'p90':>7s} {'MAPE':>6s}  sources")

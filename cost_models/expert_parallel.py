@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from cost_models.enums import Fp8Recipe
+
 from cost_models.communication import (SIMPLE, Group, Network, all_gather_time_s,
                                        all_to_all_time_s, exposed_time_s, nic_bytes_per_s,
                                        reduce_scatter_time_s)
@@ -130,16 +132,33 @@ def expert_gemm_launches(expert_gemms, *, backward: bool):
     return (2 if backward else 1) * per_pass
 
 
-def expert_quantizations(expert_gemms, *, fp8: bool):
-    """Per-expert FP8 casts the host launches for one MoE layer in one pass: each grouped
-    linear's input split per local expert in the forward, its output gradient in the
-    backward (the weights' FP8 copies are cached across micro-batches, the inputs saved in
-    FP8); none in bf16.
+def expert_quantizations(expert_gemms, *, recipe):
+    """Quantize kernels the host launches for one MoE layer's routed experts in one pass: the
+    forward casts each grouped linear's input split per local expert, the backward its output
+    gradient (the weights' FP8 copies are cached across micro-batches, the inputs saved in
+    FP8); none in bf16 (`recipe` None).
 
-    Ref: Transformer Engine GroupedLinear: _split_quantize of the input by m_splits with one
-    quantizer per GEMM (grouped_linear.py @d0067d0da) and of grad_output in the backward.
+    Per split: current scaling (tensorwise) launches three kernels (amax, scale from amax,
+    cast); MXFP8 and FP8 block scaling one (the scales are computed inside the cast). Per
+    grouped linear: delayed scaling one fused multi-tensor cast for all splits, NVFP4 one
+    fused split-quantize kernel, torchao (rowwise) one grouped cast.
+
+    Ref: Transformer Engine @d0067d0da: GroupedLinear splits by m_splits with one quantizer per
+    GEMM (pytorch/module/grouped_linear.py); split_quantize (pytorch/csrc/extensions/cast.cpp)
+    runs multi_tensor_quantize_impl, fused (nvte_multi_cast_transpose) only for delayed
+    scaling, else quantizer->quantize per split: Float8CurrentScalingQuantizer::quantize_impl
+    calls nvte_compute_amax_with_config, nvte_compute_scale_from_amax and nvte_quantize_v2,
+    MXFP8Quantizer and Float8BlockQuantizer nvte_quantize_v2 alone (pytorch/csrc/quantizer.cpp);
+    NVFP4 takes the fused split_quantize_nvfp4_impl.
     """
-    return sum(g.batch for g in expert_gemms) if fp8 else 0
+    if recipe is None:
+        return 0
+    splits = sum(g.batch for g in expert_gemms)
+    if recipe is Fp8Recipe.TENSORWISE:
+        return 3 * splits
+    if recipe in (Fp8Recipe.MXFP8, Fp8Recipe.BLOCKWISE):
+        return splits
+    return len(expert_gemms)
 
 
 def dispatcher_token_copies(*, alltoall, local_experts):

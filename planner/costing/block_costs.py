@@ -83,6 +83,10 @@ class BlockCost(NamedTuple):
     host_wait_s: object = 0.0
     """GPU idle time waiting for the host to launch an MoE layer's eager token path, forward
     and backward (`expert_parallel.host_wait_s`)."""
+    paired_host_wait_s: object = 0.0
+    """The same on a paired pass of the combined 1F1B schedule (moe_a2a_overlap): one host
+    thread issues micro-batch i + 1's forward and micro-batch i's backward of the layer
+    together, and the GPU runs the one's work while the host issues the other's."""
 
 
 def _tp_collective_s(elements, *, sequence_parallel: bool, place: Group, cluster: ClusterSpec,
@@ -324,7 +328,7 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
     eager_clamp = (moe is not None and block.glu_clamp is not None and block.mlp.gated
                    and k.framework.eager_glu_clamp)
     clamp_fwd = 0 * tp
-    waited = 0 * tp
+    waited = paired_waited = 0 * tp
     if moe is not None:
         pairs = expert_tokens_per_rank(tokens_per_rank, top_k=moe.top_k, etp=etp,
                                        imbalance=imbalance)
@@ -438,7 +442,7 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
         host = dict(token_path_s=fw.moe_token_path_host_s,
                     gemm_launch_s=fw.moe_gemm_launch_host_s,
                     quantize_launch_s=fw.moe_quantize_launch_host_s, graphed=graphed)
-        casts = expert_quantizations(g.experts, fp8=k.fp8 is not None)
+        casts = expert_quantizations(g.experts, recipe=k.fp8)
         host_fwd = moe_host_s(expert_gemm_launches(g.experts, backward=False), casts, **host)
         host_bwd = moe_host_s(expert_gemm_launches(g.experts, backward=True), casts, **host)
     comm_passes = tp_passes(rc)
@@ -506,13 +510,18 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
         # A recomputed token path (full recompute, or the moe module) is issued again in the
         # backward pass, beside the recomputation and its all-to-alls.
         rerun_ep = comm_passes - 2 + ep_rerun
+        host_bwd = host_bwd + np.where(rerun_ep > 0, host_fwd, 0.0)
         waited = host_wait_s(host_fwd, expert_forward + one_pass_ep) + host_wait_s(
-            host_bwd + np.where(rerun_ep > 0, host_fwd, 0.0),
-            backward + recompute + (1 + rerun_ep) * one_pass_ep)
+            host_bwd, backward + recompute + (1 + rerun_ep) * one_pass_ep)
+        # Paired (combined 1F1B, Megatron-Core TransformerLayerSchedulePlan.run): the host
+        # issues both halves in one sequence while the GPU runs both halves' compute on one
+        # stream and their all-to-alls on the other.
+        paired_waited = host_wait_s(host_fwd + host_bwd, forward + backward + recompute
+                                    + (comm_passes + ep_rerun) * one_pass_ep)
     return BlockCost(forward, backward, recompute,
                      comm_passes * one_pass_comm + tp_rerun, activations,
                      tokens_hidden + 0 * tp, working, (comm_passes + ep_rerun) * one_pass_ep,
-                     cp_comm, expert_forward, waited)
+                     cp_comm, expert_forward, waited, paired_waited)
 
 
 class SelectiveRerun(NamedTuple):
@@ -734,7 +743,7 @@ def _mtp(block: MtpBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute, k: _Kerne
         output_elements=seq_len * mb * h + 0 * tp,
         recompute_working_bytes=layer.recompute_working_bytes, ep_comm_s=layer.ep_comm_s,
         cp_comm_s=layer.cp_comm_s, expert_forward_s=layer.expert_forward_s,
-        host_wait_s=layer.host_wait_s)
+        host_wait_s=layer.host_wait_s, paired_host_wait_s=layer.paired_host_wait_s)
 
 
 _BY_KIND = {"transformer": _transformer, "evoformer": _evoformer, "embedding": _embedding,

@@ -64,6 +64,7 @@ class BlockCosts:
     cp_comm_s: np.ndarray
     expert_forward_s: np.ndarray
     host_wait_s: np.ndarray
+    paired_host_wait_s: np.ndarray
 
     def take(self, index) -> BlockCosts:
         return BlockCosts(**{f.name: getattr(self, f.name)[index] for f in fields(self)})

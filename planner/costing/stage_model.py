@@ -393,10 +393,15 @@ def block_times(problem: Problem, cands, costs) -> BlockTimes:
         + (1 - paired) * costs.ep_comm_s)
     plain = exposed_time_s(costs.ep_comm_s, block_compute, interference=k,
                            share=fw.ep_comm_overlap_fraction)
-    ep_comm = np.where(moe_overlap_applies(problem, cands)[:, None], overlapped, plain)
+    overlaps = moe_overlap_applies(problem, cands)[:, None]
+    ep_comm = np.where(overlaps, overlapped, plain)
+    # The host's launch work likewise: on the paired passes one host sequence issues both
+    # micro-batches' token paths beside both passes' compute.
+    host = np.where(overlaps, paired * costs.paired_host_wait_s
+                    + (1 - paired) * costs.host_wait_s, costs.host_wait_s)
     return BlockTimes(forward=costs.forward_s, backward=costs.backward_s,
                       recompute=costs.recompute_s, tp=tp_comm, ep=ep_comm, cp=costs.cp_comm_s,
-                      host=costs.host_wait_s)
+                      host=host)
 
 
 def stage_model(problem: Problem, cands, costs, *, pp: int, embedding_copy: Linear,

@@ -158,7 +158,7 @@ def test_group_limited_nodes(nodes, groups, topk, bound):
 
 
 from cost_models.compute import MoeDims, transformer_layer_gemms  # noqa: E402
-from cost_models.enums import MlpKind  # noqa: E402
+from cost_models.enums import Fp8Recipe, MlpKind  # noqa: E402
 from cost_models.expert_parallel import (dispatcher_token_copies,  # noqa: E402
                                          expert_gemm_launches, expert_quantizations,
                                          host_wait_s, moe_host_s)
@@ -180,8 +180,20 @@ def test_grouped_linear_launches_one_gemm_per_local_expert_and_pass():
     assert expert_gemm_launches(experts, backward=False) == 2 * 16
     assert expert_gemm_launches(experts, backward=True) == 4 * 16
     assert expert_gemm_launches(_qwen3_30b_experts(ep=64), backward=True) == 4 * 2
-    assert expert_quantizations(experts, fp8=True) == 2 * 16
-    assert expert_quantizations(experts, fp8=False) == 0
+
+
+@pytest.mark.parametrize("recipe, launches", [
+    (None, 0),                      # bf16: nothing to cast
+    (Fp8Recipe.TENSORWISE, 3 * 32),  # amax, scale, cast per split (quantizer.cpp)
+    (Fp8Recipe.MXFP8, 32),          # one nvte_quantize_v2 per split
+    (Fp8Recipe.BLOCKWISE, 32),
+    (Fp8Recipe.DELAYED, 2),         # one fused multi-cast-transpose per grouped linear
+    (Fp8Recipe.NVFP4, 2),           # fused split_quantize_nvfp4_impl per grouped linear
+])
+def test_quantize_launches_follow_transformer_engines_split_quantize(recipe, launches):
+    # Transformer Engine @d0067d0da pytorch/csrc/extensions/cast.cpp split_quantize: EP 8 of
+    # 128 experts, 16 local experts in fc1 and fc2: 32 splits per pass.
+    assert expert_quantizations(_qwen3_30b_experts(ep=8), recipe=recipe) == launches
 
 
 def test_host_time_is_gone_inside_a_cuda_graph():

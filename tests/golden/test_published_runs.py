@@ -110,15 +110,17 @@ def mape(predictions):
     # Held out: Megatron-Bridge's controlled Qwen3-30B-A3B runs on 16 H100 (BF16, HybridEP, EP
     # 16; its skills pages @067f987df): all three priced 10-15% fast, the EP overlap's ratio
     # right (1.18x predicted, 1.177x measured).
-    # Unchanged by the MoE token path's host time (fitted on the 25.11 rows of
-    # megatron_bridge_moe, bench/calibrate_moe_host.py; these stay held out): at these bf16
-    # shapes the GPU work hides the host's launches.
+    # Unchanged by the MoE token path's host time while it was fitted on the 25.11 rows of
+    # megatron_bridge_moe alone (bench/calibrate_moe_host.py; these stay held out).
     # 12.1% -> 10.4% with the attention rate by sequence length and head dim (measured).
     # 10.4% -> 8.6% with the EP overlap's interference refitted (0.28 -> 0.32) after the
     # all-to-all dispatcher's sort copies.
     # 8.6% -> 12.4% (all fast) with the GEMM shape rule measured on H100 kernels (compute.gemm_time_s: reduction k and output fill, not min(m, n, k)): 256-token experts ran at a third of the rate under
     # the old rule, two thirds under the kernels' (bench/data/kernels_h100_grouped_streams.json).
-    ("megatron_bridge_skills_moe", 0.124, 0.15),
+    # 12.4% -> 7.7% with the host constants fitted on megatron_bridge_moe's every release (these
+    # three never fitted): without the EP overlap the host now outruns the GPU at micro-batch
+    # 1 (+0.9%), with it the paired passes hide it (+13.3%, +8.8% for the canonical recipe).
+    ("megatron_bridge_skills_moe", 0.077, 0.14),
     # Megatron-Bridge's 17 bf16 MoE rows (GPT-OSS-120B, DeepSeek-V3 and Qwen3-235B-A22B on
     # GB200): GPT-OSS priced 30-100% fast by a cost outside the MoE terms (its attention
     # sinks and biased experts are the candidates); worst GPT-OSS B200 25.11 +102%.
@@ -131,7 +133,9 @@ def mape(predictions):
     # glu_clamp_bytes, counted on PyTorch's dispatch): its H100 rows +17..+20% -> +9..+12%.
     # 20.9% -> 21.0% (worst 0.84 -> 0.843) with the cross-node step constant refitted 41 -> 35 ms.
     # 21.0% -> 23.7% with the GEMM shape rule measured on H100 kernels (compute.gemm_time_s: reduction k and output fill, not min(m, n, k)) (small experts faster, as measured on kernels).
-    ("megatron_bridge_moe", 0.237, 0.85),
+    # 23.7% -> 22.7% with the host constants fitted on every release and the paired passes'
+    # host wait (bench/calibrate_moe_host.py).
+    ("megatron_bridge_moe", 0.227, 0.85),
 ])
 def test_error_per_source_stays_at_what_was_recorded(by_source, source, recorded_mape, worst):
     predictions = by_source[source]
@@ -282,7 +286,13 @@ def test_error_per_source_stays_at_what_was_recorded(by_source, source, recorded
     # 14.0% -> 13.8% (Qwen3-30B-A3B H100 FP8 recipe +19..+21% -> +16..+18%) with the short-k shape loss of FP8/FP4 GEMMs paid at the bf16
     # rate (compute.gemm_time_s; the rates re-derived from TE's profile of the same layer).
     # 13.8% -> 14.0% (worst Qwen3-30B-A3B 16 H100 FP8 +98% -> +107%) with the GEMM shape rule measured on H100 kernels (compute.gemm_time_s: reduction k and output fill, not min(m, n, k)).
-    ("megatron_bridge_moe", 0.140, 1.08),
+    # 14.0% -> 12.6% (worst +107% -> +146%) with the experts' quantize kernels counted per FP8
+    # recipe (expert_parallel.expert_quantizations), the host wait taken over the combined
+    # 1F1B's paired passes, and the host constants fitted on every release (bench/
+    # calibrate_moe_host.py; each release held out from the others' fit: 15.7% over bf16 and
+    # FP8). Worst: Qwen3-30B-A3B on 16 H100, FP8-CS, 25.11, pp 2 vpp 24 mb 2, with the EP
+    # overlap: measured 24.8 s where 25.09 measured the same layout at 12.5 s (+4%).
+    ("megatron_bridge_moe", 0.140, 1.46),
     # 32.5% -> 38.2% (worst +48% -> +59%) with the measured attention rate by length: cuDNN
     # reaches 0.55 of peak at these lengths, above the flat 0.5, so every row is predicted
     # faster still. The rows (TFLOP/s only, NeMo 24.03) read as if the kernel ran at half
@@ -376,6 +386,21 @@ def test_moe_memory_against_a_measured_peak(by_source):
     stage = run.report.memory.stages[run.report.memory.peak_stage]
     allocated = (stage.total_bytes - stage.other_bytes) / 2**30
     assert -0.10 < allocated / 62.166 - 1 < 0
+
+
+def test_ep_overlap_hides_the_host_launches_as_nsight_shows(by_source):
+    # Held out: Megatron-Bridge's matched Nsight comparison of the HybridEP Qwen3-30B-A3B runs
+    # on 16 H100 (skills/nemo-mbridge-perf-expert-parallel-overlap/SKILL.md @067f987df): the
+    # GPU-active union is 22.821 s of the 24.714 s step without the EP overlap (1.89 s idle)
+    # and 21.221 s with it, as long as the step (20.99 s): none idle. On the combined 1F1B
+    # schedule one host sequence issues two micro-batches' token paths beside both passes'
+    # compute and all-to-alls. The run graphs its router and preprocess, which a strategy
+    # cannot state: priced eager, the overlap-off wait comes out above the idle time measured.
+    runs = {p.run.name: p.report.time for p in by_source["megatron_bridge_skills_moe"]}
+    off = runs["qwen3-30b-a3b-h100-16-bf16-hybridep-nooverlap"]
+    on = runs["qwen3-30b-a3b-h100-16-bf16-hybridep-overlap"]
+    assert on.host_wait_s < 0.01 * on.step_s
+    assert off.host_wait_s > 1.0
 
 
 def test_torchtitan_async_tp_share_on_held_out_pairs(tmp_path):
