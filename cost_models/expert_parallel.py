@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from cost_models.enums import Fp8Recipe
-
 from cost_models.communication import (SIMPLE, Group, Network, all_gather_time_s,
                                        all_to_all_time_s, exposed_time_s, nic_bytes_per_s,
                                        reduce_scatter_time_s)
+from cost_models.enums import Fp8Recipe
 
 
 def expert_dispatch_bytes(tokens_per_rank, *, top_k: int, hidden: int, imbalance: float,

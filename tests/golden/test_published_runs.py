@@ -109,7 +109,10 @@ def mape(predictions):
     ("bloom_176b_prequel", 0.145, 0.57),         # 124 BLOOM topology-search runs, step times
     # Held out: Megatron-Bridge's controlled Qwen3-30B-A3B runs on 16 H100 (BF16, HybridEP, EP
     # 16; its skills pages @067f987df): all three priced 10-15% fast, the EP overlap's ratio
-    # right (1.18x predicted, 1.177x measured).
+    # right (1.18x predicted, 1.177x measured) until the host constants were fitted on every
+    # release (below): 1.32x, the overlap-off run now paying 2.9 s of host wait (Nsight saw
+    # 1.89 s idle; the run graphs its router and preprocess) and the overlap hiding 3.1 s of
+    # all-to-all where the GPU-active time fell 1.6 s.
     # Unchanged by the MoE token path's host time while it was fitted on the 25.11 rows of
     # megatron_bridge_moe alone (bench/calibrate_moe_host.py; these stay held out).
     # 12.1% -> 10.4% with the attention rate by sequence length and head dim (measured).
