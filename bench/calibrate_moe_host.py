@@ -27,7 +27,6 @@ A few minutes on 2 cores.
 from __future__ import annotations
 
 import math
-import re
 import sys
 import tempfile
 from dataclasses import replace
@@ -35,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.published import load_runs  # noqa: E402
+from bench.published import BRIDGE_RELEASE_IN_NAME, load_runs  # noqa: E402
 from planner.costing.evaluate import evaluate_strategy  # noqa: E402
 
 SOURCE = "megatron_bridge_moe"
@@ -59,15 +58,10 @@ def step_s(run, point) -> float:
     return evaluate_strategy(with_host(run.problem, point), run.strategy).time.step_s
 
 
-RELEASE_IN_NAME = re.compile(r"-(\d{4,6})(?:-[a-z]+)?$")
-"""A Megatron-Bridge row's release at the end of its name: yymm, or yymmpp for a patch release
-(2604, 260401), before an optional tag (-2511-mtp)."""
-
-
 def release(run) -> str:
     """The release a row was measured on: its name's yymm (25.09 ... 26.08; a patch release
     goes with its release)."""
-    return RELEASE_IN_NAME.search(run.name).group(1)[:4]
+    return BRIDGE_RELEASE_IN_NAME.search(run.name).group(1)[:4]
 
 
 def mean(values) -> float:

@@ -30,7 +30,8 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import calibrate_moe_host  # noqa: E402
-from bench.published import Prediction, load_runs, predict  # noqa: E402
+from bench.published import (BRIDGE_RELEASE_IN_NAME, Prediction, load_runs,  # noqa: E402
+                             predict)
 from planner.costing.evaluate import evaluate_strategy  # noqa: E402
 from planner.costing.uncertainty import (BANDS_FILE, ErrorBands, RunKind,  # noqa: E402
                                          run_kinds)
@@ -89,8 +90,8 @@ below it the 10th and 90th percentiles are the extreme runs themselves."""
 
 SESSION_IN_NAME = {
     "bloom_176b_prequel": re.compile(r"^bloom-prequel-(\d{4})-"),
-    "megatron_bridge_moe": calibrate_moe_host.RELEASE_IN_NAME,
-    "megatron_bridge_perf_summary": calibrate_moe_host.RELEASE_IN_NAME,
+    "megatron_bridge_moe": BRIDGE_RELEASE_IN_NAME,
+    "megatron_bridge_perf_summary": BRIDGE_RELEASE_IN_NAME,
 }
 """Where a source's runs span software releases or days of cluster work, the part of a run's
 name that says which (BLOOM's log day, Megatron-Bridge's container release): two runs are a

@@ -54,6 +54,7 @@ around it) is skipped.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -74,6 +75,9 @@ from planner.schemas.report import PlanReport
 from planner.schemas.strategy import Strategy
 
 DATA = Path(__file__).resolve().parent / "data"
+BRIDGE_RELEASE_IN_NAME = re.compile(r"-(\d{4,6})(?:-[a-z]+)?$")
+"""A Megatron-Bridge row's container release at the end of its name: yymm, or yymmpp for a
+patch release (2604, 260401), before an optional tag (-2511-mtp)."""
 EXPERT_INDEX = "expert_configs.yaml"
 """Not a source: the index of which runs are expert-tuned (bench/bench_expert.py)."""
 PRESET_OF_GPU = {"A100-SXM4-80GB": "dgx-a100-80gb", "A100-SXM4-40GB": "dgx-a100-40gb",

@@ -311,7 +311,6 @@ def rebalance(problem: Problem, pool: Pool, *, work: float = LAYOUT_WORK,
     capacity = problem.usable_bytes
     fits = ~memory_violations(pool.peak_bytes, capacity, conservative=True)
     best = float(pool.step_s[fits].min()) if fits.any() else np.inf
-
     limit = (np.inf if plans is None else
              plan_limit_s(pool, capacity, plans=plans, tolerance=tolerance))
     # The stage bounds of the candidates whose layout-free bound is under the best plan's tie
