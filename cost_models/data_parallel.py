@@ -53,28 +53,30 @@ def zero_micro_batch_pieces(*, zero_stage, reduce_scatter_s, block_all_gather_s,
     on = np.asarray(overlap, dtype=float)
     off = 1.0 - on
     k = interference
+    on2, off2, on3, off3 = stage2 * on, stage2 * off, stage3 * on, stage3 * off
+    # What no piece depends on the overlap's case for: the serial collectives.
+    base = 0.0 * reduce_scatter_s
+    if np.any(off2):
+        base = base + off2 * reduce_scatter_s
+    if np.any(off3):
+        base = base + off3 * (2 * block_all_gather_s + block_reduce_scatter_s)
     # ZeRO-2: the micro-batch's reduce-scatter behind the backward pass.
-    rs = overlap_pieces(reduce_scatter_s, backward_s, interference=k)
+    zero2 = [base, base]
+    if np.any(on2):
+        zero2 = [base + on2 * piece
+                 for piece in overlap_pieces(reduce_scatter_s, backward_s, interference=k)]
+    if not np.any(on3):
+        return zero2[0], zero2[0], zero2[1], zero2[1]
     # ZeRO-3: the gather before the forward behind it; the second gather and the reduce-scatter
     # behind the backward pass.
     before_forward = overlap_pieces(block_all_gather_s, forward_s, interference=k,
                                     share=prefetch_share)
     before_backward = overlap_pieces(block_all_gather_s + block_reduce_scatter_s, backward_s,
                                      interference=k, share=prefetch_share)
-    serial2 = reduce_scatter_s
-    serial3 = 2 * block_all_gather_s + block_reduce_scatter_s
     pieces = []
     for i in (0, 1):
         for j in (0, 1):
-            # Each case weighted by where it applies (0 or 1), those that apply nowhere left out.
-            cases = [(stage2 * on, rs[i]), (stage2 * off, serial2),
-                     (stage3 * on, before_forward[i] + before_backward[j]),
-                     (stage3 * off, serial3)]
-            piece = 0.0 * reduce_scatter_s
-            for weight, value in cases:
-                if np.any(weight):
-                    piece = piece + weight * value
-            pieces.append(piece)
+            pieces.append(zero2[i] + on3 * (before_forward[i] + before_backward[j]))
     return tuple(pieces)
 
 
