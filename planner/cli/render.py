@@ -134,6 +134,7 @@ TIME_ROWS = (
     ("compute (fwd + bwd + recompute)", "compute_s"),
     ("tensor-parallel comm. (exposed)", "tp_comm_s"),
     ("pipeline comm. (exposed)", "pp_comm_s"),
+    ("pipeline engine (fitted)", "pipeline_engine_s"),
     ("data-parallel comm. (exposed)", "dp_comm_s"),
     ("expert-parallel comm. (exposed)", "ep_comm_s"),
     ("context-parallel comm. (exposed)", "cp_comm_s"),
@@ -148,8 +149,8 @@ TIME_ROWS = (
 )
 
 
-OPTIONAL_TIME_ROWS = ("ep_comm_s", "cp_comm_s", "host_wait_s", "offload_s", "grad_zero_s",
-                      "grad_norm_s", "loss_reduce_s")
+OPTIONAL_TIME_ROWS = ("ep_comm_s", "cp_comm_s", "host_wait_s", "pipeline_engine_s", "offload_s",
+                      "grad_zero_s", "grad_norm_s", "loss_reduce_s")
 """Rows shown only where the plan has them (an MoE model's experts, a split sequence)."""
 
 

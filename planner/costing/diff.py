@@ -19,7 +19,7 @@ MEMORY_TERMS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activati
 """StageMemory fields, at the peak stage; they add up to peak_bytes."""
 
 TIME_TERMS = ("compute_s", "tp_comm_s", "pp_comm_s", "dp_comm_s", "ep_comm_s", "cp_comm_s",
-              "host_wait_s", "bubble_s", "optimizer_s", "offload_s", "grad_zero_s", "grad_norm_s",
+              "host_wait_s", "pipeline_engine_s", "bubble_s", "optimizer_s", "offload_s", "grad_zero_s", "grad_norm_s",
               "loss_reduce_s", "overhead_s")
 """TimeReport fields; they add up to step_s."""
 
@@ -244,6 +244,10 @@ def _precision(problem: Problem, _: PlanReport) -> str:
     return problem.training.precision_label
 
 
+def _framework(problem: Problem, _: PlanReport) -> str:
+    return problem.framework.name
+
+
 def _gpus(problem: Problem, _: PlanReport) -> str:
     return f"{problem.num_gpus} GPUs"
 
@@ -282,6 +286,7 @@ _DRIVERS = {
     "ep_comm_s": (_ep, _dispatcher),
     "cp_comm_s": (_cp,),
     "host_wait_s": (_ep, _micro_batch, _graphs),
+    "pipeline_engine_s": (_micro_batches, _pp, _framework),
     "bubble_s": (_pp, _micro_batches, _vpp),
     "optimizer_s": (_zero, _dp),
     "offload_s": (_offload,),

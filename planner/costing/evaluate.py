@@ -170,6 +170,7 @@ class Evaluation:
     stage_host_s: np.ndarray
     """The GPU waiting on the host's launches of eager MoE token paths, per micro-batch."""
     stage_pp_s: np.ndarray
+    stage_engine_s: np.ndarray
     stage_dp_s: np.ndarray
     stage_offload_s: np.ndarray
     """Host copies per micro-batch not hidden by compute (activation and ZeRO-3 offload)."""
@@ -185,6 +186,8 @@ class Evaluation:
     cp_comm_s: np.ndarray
     host_wait_s: np.ndarray
     pp_comm_s: np.ndarray
+    pipeline_engine_s: np.ndarray
+    """The pipeline engine's own time (framework profile), all micro-batches."""
     dp_comm_s: np.ndarray
     bubble_s: np.ndarray
     optimizer_s: np.ndarray
@@ -271,7 +274,7 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
     compute = fwd + bwd + values(sm.recompute)
     tp_comm, ep_comm, cp_comm = values(sm.tp), values(sm.ep), values(sm.cp)
     host_wait = values(sm.host)
-    pp_comm = values(sm.pp)
+    pp_comm, engine = values(sm.pp), values(sm.engine)
     dense, dense_gather = values(sm.dense_params), values(sm.dense_gather)
     experts = expert_gather = None
     if problem.model.is_moe:
@@ -283,7 +286,8 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
                                                   forward=fwd, backward=bwd,
                                                   held=occ.stage_counts)
     offload = total_values(sm.offload, occ, in_flight)
-    tau = compute + tp_comm + ep_comm + cp_comm + host_wait + pp_comm + dp_per_mb + offload
+    tau = (compute + tp_comm + ep_comm + cp_comm + host_wait + pp_comm + engine + dp_per_mb
+           + offload)
     slowest = tau.argmax(1)
     pipeline = pipeline_time_s(max_stage_s=tau.max(1), sum_stage_s=tau.sum(1),
                                num_micro_batches=m, vpp=v)
@@ -314,11 +318,12 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
         stage_in_flight=in_flight.sum(2) / v, stage_pipe_buffers=pipe_buffers,
         stage_layers=occ.stage_counts[:, occ.is_layer].sum(1),
         stage_compute_s=compute, stage_forward_s=fwd, stage_tp_s=tp_comm, stage_ep_s=ep_comm, stage_cp_s=cp_comm,
-        stage_host_s=host_wait, stage_pp_s=pp_comm,
+        stage_host_s=host_wait, stage_pp_s=pp_comm, stage_engine_s=engine,
         stage_dp_s=dp_per_mb, peak_bytes=total[rows, peak_stage], peak_stage=peak_stage,
         compute_s=m * compute[rows, slowest], tp_comm_s=m * tp_comm[rows, slowest],
         ep_comm_s=m * ep_comm[rows, slowest], cp_comm_s=m * cp_comm[rows, slowest],
         host_wait_s=m * host_wait[rows, slowest], pp_comm_s=m * pp_comm[rows, slowest],
+        pipeline_engine_s=m * engine[rows, slowest],
         dp_comm_s=m * dp_per_mb[rows, slowest] + dp_end[rows, last],
         stage_offload_s=offload, offload_s=m * offload[rows, slowest] + offload_end[rows, last],
         host_bytes=(values(sm.host_states) + to_host).max(1),
@@ -469,12 +474,14 @@ def report(problem: Problem, layout: Layout, cands: Candidates, ev: Evaluation, 
                              cp_comm_s=float(ev.stage_cp_s[i, r]),
                              host_wait_s=float(ev.stage_host_s[i, r]),
                              pp_comm_s=float(ev.stage_pp_s[i, r]),
+                             pipeline_engine_s=float(ev.stage_engine_s[i, r]),
                              dp_comm_s=float(ev.stage_dp_s[i, r]),
                              offload_s=float(ev.stage_offload_s[i, r])) for r in range(p)]
     time = TimeReport(
         compute_s=float(ev.compute_s[i]), tp_comm_s=float(ev.tp_comm_s[i]),
         ep_comm_s=float(ev.ep_comm_s[i]), cp_comm_s=float(ev.cp_comm_s[i]),
         host_wait_s=float(ev.host_wait_s[i]), pp_comm_s=float(ev.pp_comm_s[i]),
+        pipeline_engine_s=float(ev.pipeline_engine_s[i]),
         dp_comm_s=float(ev.dp_comm_s[i]),
         bubble_s=float(ev.bubble_s[i]), optimizer_s=float(ev.optimizer_s[i]),
         grad_zero_s=float(ev.grad_zero_s[i]), grad_norm_s=float(ev.grad_norm_s[i]),

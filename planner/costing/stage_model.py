@@ -318,6 +318,9 @@ class StageModel:
     """The GPU waiting on the host's launches of eager MoE token paths, per micro-batch."""
     pp: Linear | None
     """Pipeline sends and receives per micro-batch (None without a pipeline)."""
+    engine: Linear | None
+    """The pipeline engine's own time per micro-batch, per layer the stage holds (None without
+    a pipeline or where the framework states none)."""
     dp: tuple[MicroBatchTraffic, ...]
     """Data-parallel traffic per micro-batch of some candidates (ZeRO 2-3)."""
     offload: tuple[Term, ...]
@@ -344,8 +347,7 @@ class StageModel:
     def time_terms(self) -> tuple:
         """Terms of a stage's time per micro-batch (all rows; `dp` holds its own rows)."""
         items = [self.compute, self.tp, self.ep, self.cp, self.host, *self.offload]
-        if self.pp is not None:
-            items.append(self.pp)
+        items += [term for term in (self.pp, self.engine) if term is not None]
         return tuple(items)
 
 
@@ -481,6 +483,7 @@ def stage_model(problem: Problem, cands, costs, *, pp: int, embedding_copy: Line
     tp_comm, ep_comm, cp_comm = Linear(block=t.tp), Linear(block=t.ep), Linear(block=t.cp)
     host_wait = Linear(block=t.host)
     pp_comm = _pipeline_comm(problem, cands, costs, pp) if pp > 1 else None
+    engine = _pipeline_engine(problem, costs) if pp > 1 else None
 
     gathered_fp8 = fp8_params_gathered(problem, cands)
     wire = fp8_value_bytes(training.fp8_recipe) if training.fp8_recipe else per.weights
@@ -543,7 +546,7 @@ def stage_model(problem: Problem, cands, costs, *, pp: int, embedding_copy: Line
         working=Peak(costs.recompute_working_bytes), pipe_buffers=pipe_buffers,
         gathered=gathered, buffers=buffers, forward=forward, backward=backward,
         recompute=recompute, tp=tp_comm, ep=ep_comm, cp=cp_comm, host=host_wait, pp=pp_comm,
-        dp=tuple(dp_traffic), offload=tuple(offload),
+        engine=engine, dp=tuple(dp_traffic), offload=tuple(offload),
         framework_bytes=cluster.reserve.framework_gib * 2**30,
         fragmentation=cluster.reserve.fragmentation_fraction)
 
@@ -586,9 +589,8 @@ def _pipeline_comm(problem: Problem, cands, costs, pp: int) -> Linear:
     """Seconds per micro-batch each stage spends in pipeline sends and receives: every chunk
     boundary costs the sending stage the transfer of the chunk's last block's output
     (`pipeline.pipeline_boundary_s`); the final chunk only receives (its input: the output of
-    the block ending chunk K - 2). The profile's pipeline_micro_batch_overhead_s is added per
-    micro-batch and stage. Where the framework overlaps the transfers in the interleaved
-    schedule (`pipeline_boundary_exposed_s`) only that overhead remains."""
+    the block ending chunk K - 2). Where the framework overlaps the transfers in the
+    interleaved schedule (`pipeline_boundary_exposed_s`) they cost nothing."""
     cluster, fw = problem.cluster, problem.framework
     tp = cands.tp.astype(float)[:, None]
     pipe = pipeline_placement(cands, cluster.nvlink_gpus)
@@ -601,4 +603,15 @@ def _pipeline_comm(problem: Problem, cands, costs, pp: int) -> Linear:
         across_nodes=(pipe.num_nodes > 1)[:, None], tp_group=tp_group, net=cluster.network)
     boundary = pipeline_boundary_exposed_s(
         boundary, overlapped=(fw.pipeline_p2p_overlap_interleaved & (cands.vpp > 1))[:, None])
-    return Linear(const=fw.pipeline_micro_batch_overhead_s, end=boundary, final=boundary)
+    return Linear(end=boundary, final=boundary)
+
+
+def _pipeline_engine(problem: Problem, costs) -> Linear | None:
+    """Seconds per micro-batch the framework's pipeline engine adds on a stage beyond compute
+    and transfers: the profile's pipeline_layer_overhead_s for every layer the stage holds
+    (fitted, see the profile); None where it states none."""
+    per_layer = problem.framework.pipeline_layer_overhead_s
+    if not per_layer:
+        return None
+    is_layer = type_is_layer(problem.model)[None, :]
+    return Linear(block=np.where(is_layer, per_layer, 0.0) + 0 * costs.forward_s)

@@ -171,9 +171,9 @@ class FrameworkProfile(BaseModel):
     step_cross_node_s: NonNegativeFloat = 0
     """Seconds more per step where the job spans more than one NVLink domain; fitted, see the
     profile."""
-    pipeline_micro_batch_overhead_s: NonNegativeFloat = 0
-    """Seconds the pipeline engine adds per micro-batch per stage beyond compute and transfers
-    (instruction dispatch, blocking send/recv handshakes)."""
+    pipeline_layer_overhead_s: NonNegativeFloat = 0
+    """Seconds the pipeline engine adds per layer a stage holds and per micro-batch, beyond
+    compute and transfers; fitted, see the profile."""
     zeroes_grad_buffer: bool = False
     """Zeroes a contiguous gradient buffer (every local gradient) before each step's first
     micro-batch (Megatron-LM DDP zero_grad_buffer); False where gradients are set to None

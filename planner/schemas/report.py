@@ -133,6 +133,9 @@ class StageTime(BaseModel):
     """Context-parallel K/V exchange not hidden by attention."""
     host_wait_s: float = 0.0
     """The GPU waiting for the host to launch eager MoE token paths."""
+    pipeline_engine_s: float = 0.0
+    """The pipeline engine's own time beyond compute and transfers (fitted, framework
+    profile's pipeline_layer_overhead_s)."""
     offload_s: float = 0.0
     """Host copies (offloaded activations, ZeRO-3 shards) not hidden by compute."""
 
@@ -140,7 +143,8 @@ class StageTime(BaseModel):
     @property
     def total_s(self) -> float:
         return (self.compute_s + self.tp_comm_s + self.ep_comm_s + self.cp_comm_s
-                + self.host_wait_s + self.pp_comm_s + self.dp_comm_s + self.offload_s)
+                + self.host_wait_s + self.pp_comm_s + self.pipeline_engine_s + self.dp_comm_s
+                + self.offload_s)
 
 
 class TimeReport(BaseModel):
@@ -163,6 +167,10 @@ class TimeReport(BaseModel):
     one GEMM per local expert, combine) after the dispatcher's sync: what whole-layer CUDA
     graphs, fewer local experts or larger micro-batches remove (cost_models/
     expert_parallel.py host_wait_s)."""
+    pipeline_engine_s: float = 0.0
+    """The pipeline engine's own time per micro-batch beyond compute and transfers, on the
+    slowest stage, all micro-batches (fitted: the framework profile's
+    pipeline_layer_overhead_s per layer the stage holds; DeepSpeed's pipeline engine)."""
     bubble_s: float
     optimizer_s: float
     """The optimizer step on the GPU (of the states it keeps)."""
@@ -192,8 +200,8 @@ class TimeReport(BaseModel):
     @property
     def step_s(self) -> float:
         return (self.compute_s + self.tp_comm_s + self.ep_comm_s + self.cp_comm_s
-                + self.host_wait_s + self.pp_comm_s + self.dp_comm_s + self.bubble_s
-                + self.optimizer_s
+                + self.host_wait_s + self.pp_comm_s + self.pipeline_engine_s + self.dp_comm_s
+                + self.bubble_s + self.optimizer_s
                 + self.offload_s + self.grad_zero_s + self.grad_norm_s + self.loss_reduce_s
                 + self.overhead_s)
 
@@ -246,6 +254,7 @@ class PlanReport(BaseModel):
         parts = {"compute": self.time.compute_s, "tp_comm": self.time.tp_comm_s,
                  "ep_comm": self.time.ep_comm_s, "cp_comm": self.time.cp_comm_s,
                  "host_wait": self.time.host_wait_s, "pp_comm": self.time.pp_comm_s,
+                 "pipeline_engine": self.time.pipeline_engine_s,
                  "dp_comm": self.time.dp_comm_s,
                  "bubble": self.time.bubble_s, "optimizer": self.time.optimizer_s,
                  "offload": self.time.offload_s}

@@ -44,6 +44,22 @@ def test_pipeline_sends_whole_activations_without_scatter_gather():
     assert ds.time.pp_comm_s > 2 * mg.time.pp_comm_s
 
 
+def test_deepspeed_pipeline_engine_costs_per_layer_and_micro_batch():
+    # The profile's pipeline_layer_overhead_s (fitted on BLOOM and MT-NLG; BLOOM's topology
+    # search held out) per layer the slowest stage holds and per micro-batch: llama3-8b's 32
+    # layers over 2 stages, 16 each; twice the stages halve it, twice the micro-batches double
+    # it. No pipeline, no engine; Megatron states none.
+    per_layer = profiles.load("deepspeed").pipeline_layer_overhead_s
+    assert per_layer > 0 and profiles.load("megatron").pipeline_layer_overhead_s == 0
+    two = run("deepspeed", dp=4, tp=2, pp=2, micro_batch=1)
+    m = two.strategy.num_micro_batches
+    assert two.time.pipeline_engine_s == pytest.approx(per_layer * 16 * m, rel=1e-9)
+    four = run("deepspeed", dp=2, tp=2, pp=4, micro_batch=1)
+    assert four.time.pipeline_engine_s == pytest.approx(per_layer * 8 * 2 * m, rel=1e-9)
+    assert run("deepspeed", dp=8, tp=2, pp=1).time.pipeline_engine_s == 0
+    assert run("megatron", dp=4, tp=2, pp=2).time.pipeline_engine_s == 0
+
+
 def test_tp_comm_overlap_leaves_only_the_interference():
     # With the Megatron profile's overlap share 1.0 and TP traffic shorter than the GEMMs it
     # overlaps, what remains is the cluster's overlap_interference (0.1) of the traffic. The

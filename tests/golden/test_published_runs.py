@@ -58,9 +58,12 @@ def mape(predictions):
     # 1.6% -> 3.1%.
     # 0.04 -> 0.032 s refitted with the current A100 constants and per-step terms: 2.0%.
     # 2.0% -> 2.9% with the GEMM shape rule measured on H100 kernels (compute.gemm_time_s: reduction k and output fill, not min(m, n, k)).
-    ("bloom_176b_tr11", 0.029, 0.07),
+    # 2.9% -> 1.9% with the overhead per layer a stage holds and micro-batch (10 ms), where
+    # it was per micro-batch and stage (32 ms): 2.1% on the 9 runs; BLOOM's topology search,
+    # held out, 14.8% -> 10.3%.
+    ("bloom_176b_tr11", 0.019, 0.05),
     # 3.1% -> 3.7% with the A100 refit (0.72 / 128 -> 0.69 / 64, calibrate_sc21.py).
-    ("mt_nlg_530b", 0.019, 0.06),                # 3.7% -> 1.9% with 0.032 s
+    ("mt_nlg_530b", 0.024, 0.06),                # 3.7% -> 1.9% with 0.032 s; 2.4% per layer
     # 8192-16384 H100, nothing fitted on it: the 8K rows +17%; the 128K CP16 row (all-gather
     # CP, priced since issue 14) +39% by Megatron-LM's full-s^2 FLOP count, -3% if Meta counts
     # the causal half FlashAttention runs (the paper does not say which). 20.7% -> 23.9% when
@@ -106,7 +109,9 @@ def mape(predictions):
     # tp-8 shards (n or k 512-1536) ran at 0.5-0.75 of the rate under the old rule and run at
     # 0.9 under the kernels'; a per-layer cost of these small TP steps is missing.
     ("torchtitan_asynctp_h100_202506", 0.117, 0.20),
-    ("bloom_176b_prequel", 0.145, 0.57),         # 124 BLOOM topology-search runs, step times
+    # 124 BLOOM topology-search runs, step times, held out: 14.5% -> 10.3% (worst +56% ->
+    # +45%, a Feb 20 run) with DeepSpeed's pipeline overhead per layer and micro-batch.
+    ("bloom_176b_prequel", 0.103, 0.45),
     # Held out: Megatron-Bridge's controlled Qwen3-30B-A3B runs on 16 H100 (BF16, HybridEP, EP
     # 16; its skills pages @067f987df): all three priced 10-15% fast, the EP overlap's ratio
     # right (1.18x predicted, 1.177x measured) until the host constants were fitted on every
@@ -335,9 +340,9 @@ def test_fp8_error_per_source_stays_at_what_was_recorded(fp8_by_source, source, 
 
 
 @pytest.mark.parametrize(("source", "at_least"), [
-    ("bloom_176b_tr11", 0.6),          # six strategies of one 176B model on 384 A100 (0.66)
+    ("bloom_176b_tr11", 0.75),         # six strategies of one 176B model on 384 A100 (0.81)
     ("narayanan2021_table2", 0.9),     # ZeRO-3 vs PTD-P, 175B and 530B (0.97)
-    ("bloom_176b_prequel", 0.7),       # BLOOM's 124-run topology search, Feb 2022 (0.71)
+    ("bloom_176b_prequel", 0.8),       # BLOOM's 124-run topology search, Feb 2022 (0.85)
 ])
 def test_ranking_of_measured_strategies(by_source, source, at_least):
     predictions = by_source[source]

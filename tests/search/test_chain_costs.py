@@ -151,7 +151,8 @@ def test_chain_costs_give_evaluate_per_stage_time_and_memory_in_every_layout(wri
         for layout in _random_layouts(problem, pp, vpp, rng, LAYOUTS_PER_GROUP):
             ev = evaluate(problem, layout, cands, costs)
             tau = (ev.stage_compute_s + ev.stage_tp_s + ev.stage_ep_s + ev.stage_cp_s
-                   + ev.stage_host_s + ev.stage_pp_s + ev.stage_dp_s + ev.stage_offload_s)
+                   + ev.stage_host_s + ev.stage_pp_s + ev.stage_engine_s + ev.stage_dp_s
+                   + ev.stage_offload_s)
             for i, chain in enumerate(chains):
                 label = (case, strategy_at(cands, i), layout.bounds)
                 times, memory = stage_totals(chain, layout.bounds)
@@ -190,7 +191,7 @@ def test_balance_finds_the_fastest_layout_evaluate_lets_fit(write, case):
         even = uniform_layout(problem.model, pp, vpp)
         for i in range(len(cands)):
             tau = np.array([(ev.stage_compute_s + ev.stage_tp_s + ev.stage_ep_s + ev.stage_cp_s
-                             + ev.stage_host_s + ev.stage_pp_s + ev.stage_dp_s
+                             + ev.stage_host_s + ev.stage_pp_s + ev.stage_engine_s + ev.stage_dp_s
                              + ev.stage_offload_s)[i].max()
                             for ev in evs])
             peak = np.array([ev.peak_bytes[i] for ev in evs])
