@@ -483,7 +483,8 @@ def stage_model(problem: Problem, cands, costs, *, pp: int, embedding_copy: Line
     tp_comm, ep_comm, cp_comm = Linear(block=t.tp), Linear(block=t.ep), Linear(block=t.cp)
     host_wait = Linear(block=t.host)
     pp_comm = _pipeline_comm(problem, cands, costs, pp) if pp > 1 else None
-    engine = _pipeline_engine(problem, costs) if pp > 1 else None
+    engine = (_pipeline_engine(problem, costs)
+              if pp > 1 or problem.framework.pipeline_engine_single_stage else None)
 
     gathered_fp8 = fp8_params_gathered(problem, cands)
     wire = fp8_value_bytes(training.fp8_recipe) if training.fp8_recipe else per.weights
@@ -609,7 +610,8 @@ def _pipeline_comm(problem: Problem, cands, costs, pp: int) -> Linear:
 def _pipeline_engine(problem: Problem, costs) -> Linear | None:
     """Seconds per micro-batch the framework's pipeline engine adds on a stage beyond compute
     and transfers: the profile's pipeline_layer_overhead_s for every layer the stage holds
-    (fitted, see the profile); None where it states none."""
+    (fitted, see the profile); None where it states none. With a pipeline, or with one stage
+    where the model runs in the engine anyway (`pipeline_engine_single_stage`)."""
     per_layer = problem.framework.pipeline_layer_overhead_s
     if not per_layer:
         return None

@@ -174,6 +174,10 @@ class FrameworkProfile(BaseModel):
     pipeline_layer_overhead_s: NonNegativeFloat = 0
     """Seconds the pipeline engine adds per layer a stage holds and per micro-batch, beyond
     compute and transfers; fitted, see the profile."""
+    pipeline_engine_single_stage: bool = False
+    """The model runs in the pipeline engine with one stage too (Megatron-DeepSpeed's
+    pretrain_gpt.py builds GPTModelPipe unless --no-pipeline-parallel), paying
+    `pipeline_layer_overhead_s` at pp 1."""
     zeroes_grad_buffer: bool = False
     """Zeroes a contiguous gradient buffer (every local gradient) before each step's first
     micro-batch (Megatron-LM DDP zero_grad_buffer); False where gradients are set to None

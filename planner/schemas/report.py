@@ -170,7 +170,8 @@ class TimeReport(BaseModel):
     pipeline_engine_s: float = 0.0
     """The pipeline engine's own time per micro-batch beyond compute and transfers, on the
     slowest stage, all micro-batches (fitted: the framework profile's
-    pipeline_layer_overhead_s per layer the stage holds; DeepSpeed's pipeline engine)."""
+    pipeline_layer_overhead_s per layer the stage holds; DeepSpeed's pipeline engine, and
+    Megatron-DeepSpeed's at pp 1 too)."""
     bubble_s: float
     optimizer_s: float
     """The optimizer step on the GPU (of the states it keeps)."""

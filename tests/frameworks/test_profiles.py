@@ -1,6 +1,7 @@
 """Framework profiles: every target has one, and each feature changes the cost as documented."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -58,6 +59,15 @@ def test_deepspeed_pipeline_engine_costs_per_layer_and_micro_batch():
     assert four.time.pipeline_engine_s == pytest.approx(per_layer * 8 * 2 * m, rel=1e-9)
     assert run("deepspeed", dp=8, tp=2, pp=1).time.pipeline_engine_s == 0
     assert run("megatron", dp=4, tp=2, pp=2).time.pipeline_engine_s == 0
+    # Megatron-DeepSpeed runs the engine with one stage too (GPTModelPipe unless
+    # --no-pipeline-parallel): BLOOM's sources say so, and every layer pays.
+    problem = make_problem("llama3-8b", "dgx-h100", gpus=16, framework="deepspeed")
+    problem = replace(problem, framework=problem.framework.model_copy(
+        update={"pipeline_engine_single_stage": True}))
+    one = evaluate_strategy(problem, Strategy(dp=8, tp=2, pp=1, micro_batch=1,
+                                              global_batch=problem.training.global_batch))
+    assert one.time.pipeline_engine_s == pytest.approx(
+        per_layer * 32 * one.strategy.num_micro_batches, rel=1e-9)
 
 
 def test_tp_comm_overlap_leaves_only_the_interference():
