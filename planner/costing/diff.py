@@ -19,8 +19,8 @@ MEMORY_TERMS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activati
 """StageMemory fields, at the peak stage; they add up to peak_bytes."""
 
 TIME_TERMS = ("compute_s", "tp_comm_s", "pp_comm_s", "dp_comm_s", "ep_comm_s", "cp_comm_s",
-              "host_wait_s", "pipeline_engine_s", "bubble_s", "optimizer_s", "offload_s", "grad_zero_s", "grad_norm_s",
-              "loss_reduce_s", "overhead_s")
+              "host_wait_s", "pipeline_engine_s", "bubble_s", "optimizer_s", "offload_s",
+              "grad_zero_s", "grad_norm_s", "loss_reduce_s", "overhead_s")
 """TimeReport fields; they add up to step_s."""
 
 EQUAL_WITHIN = 0.01

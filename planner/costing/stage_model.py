@@ -319,8 +319,8 @@ class StageModel:
     pp: Linear | None
     """Pipeline sends and receives per micro-batch (None without a pipeline)."""
     engine: Linear | None
-    """The pipeline engine's own time per micro-batch, per layer the stage holds (None without
-    a pipeline or where the framework states none)."""
+    """The pipeline engine's own time per micro-batch, per layer the stage holds (None where
+    the model does not run in one, or the framework states none: `_pipeline_engine`)."""
     dp: tuple[MicroBatchTraffic, ...]
     """Data-parallel traffic per micro-batch of some candidates (ZeRO 2-3)."""
     offload: tuple[Term, ...]
