@@ -84,6 +84,9 @@ class ParsedConfig:
     """Where the file says it ('torchrun --nnodes 8 --nproc-per-node 8'), for notes."""
     notes: list[str] = field(default_factory=list)
     """Settings that live elsewhere (model code), with what the planner assumed for them."""
+    framework: dict[str, Any] = field(default_factory=dict)
+    """Fields of the framework's profile the file sets for its own run (Megatron-DeepSpeed
+    runs a one-stage model in DeepSpeed's pipeline engine: pipeline_engine_single_stage)."""
     searched_by: str | None = None
     """Who picks the degrees the file leaves open when the job compiles (MindSpore
     AUTO_PARALLEL's strategy search): validate then prices the planner's own best plan under

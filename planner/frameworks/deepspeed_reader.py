@@ -216,16 +216,9 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
     stages = pipe.get("stages", "auto")
     pp = stages if isinstance(stages, int) and not isinstance(stages, bool) and stages > 0 else 1
     zero = data.get("zero_optimization")
-    if isinstance(zero, bool):          # legacy form: true means stage 1
-        stage = int(zero)
-    elif isinstance(zero, dict):
-        stage = zero.get("stage", 0)
-        if stage not in (0, 1, 2, 3):
-            raise InputError(f"{file}: zero_optimization.stage: must be 0, 1, 2 or 3 "
-                             f"(got {stage!r})")
-    else:
-        stage = 0
+    stage = zero_stage(data, file)
     _precision(parsed, data)
+    stage = engine_zero_stage(parsed, stage, pipeline_engine=pp > 1)
     optimizer = data.get("optimizer")
     if isinstance(optimizer, dict) and isinstance(optimizer.get("type"), str):
         kind = optimizer["type"].lower()
@@ -287,6 +280,35 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
     _expert_parallel(parsed, section("expert_parallel"), problem, file)
     _unpriced_blocks(parsed, data)
     return parsed
+
+
+def zero_stage(data: dict, file: str) -> int:
+    """zero_optimization.stage of a DeepSpeed config (0 when absent)."""
+    zero = data.get("zero_optimization")
+    if isinstance(zero, bool):          # legacy form: true means stage 1
+        return int(zero)
+    if isinstance(zero, dict):
+        stage = zero.get("stage", 0)
+        if stage not in (0, 1, 2, 3):
+            raise InputError(f"{file}: zero_optimization.stage: must be 0, 1, 2 or 3 "
+                             f"(got {stage!r})")
+        return stage
+    return 0
+
+
+def engine_zero_stage(parsed: ParsedConfig, stage: int, *, pipeline_engine: bool) -> int:
+    """The ZeRO stage DeepSpeed runs: with bf16 and stage 0, its pipeline engine wraps the
+    optimizer in BF16_Optimizer, which shards the fp32 master weights and optimizer states over
+    the data-parallel ranks as ZeRO-1 does (runtime/engine.py _do_optimizer_sanity_check:
+    bf16 with gradient accumulation in bf16 and pipeline parallelism returns BFLOAT16;
+    runtime/bf16_optimizer.py). BLOOM's script says it: "bf16 must use z0! it implements its
+    own zero stage 1 equivalent" (bigscience train/tr11-176B-ml/tr11-176B-ml.slurm)."""
+    if stage == 0 and pipeline_engine and parsed.training.get("precision") is Precision.BF16:
+        parsed.notes.append("bf16 with ZeRO stage 0 in DeepSpeed's pipeline engine: its "
+                            "BF16_Optimizer shards the fp32 master weights and optimizer "
+                            "states over the data-parallel ranks; priced as ZeRO stage 1")
+        return 1
+    return stage
 
 
 def _expert_parallel(parsed: ParsedConfig, block: dict, problem: Problem, file: str) -> None:

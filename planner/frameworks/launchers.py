@@ -1,5 +1,6 @@
 """How many GPUs a launch script starts its trainer on, read from its launcher: torchrun (or
-`python -m torch.distributed.run` / `.launch`), srun, mpirun, and the Slurm job around them.
+`python -m torch.distributed.run` / `.launch`), the deepspeed launcher, srun, mpirun, and the
+Slurm job around them.
 
 torchrun: nnodes x nproc_per_node, each 1 when absent (torch/distributed/run.py: `--nnodes`
 default "1:1", `--nproc-per-node` default "1"; "gpu" and "auto" mean the node's GPUs); an
@@ -102,6 +103,43 @@ def _torchrun(options: tuple[str, ...], file: str, gpus_per_node: int) -> Launch
     return LaunchSize(nodes * per_node, source, tuple(notes))
 
 
+def _deepspeed(words: tuple[str, ...], file: str, gpus_per_node: int) -> LaunchSize:
+    """The deepspeed launcher (deepspeed/launcher/runner.py): --num_nodes nodes of its hostfile
+    (all of them by default; one, this node, without a hostfile) and --num_gpus GPUs on each
+    (all the node's by default)."""
+    options = words[:next((k for k, w in enumerate(words) if w.endswith(".py")), len(words))]
+    nodes = _option(options, ("--num_nodes",))
+    gpus = _option(options, ("--num_gpus", "--num_accelerators"))
+    for what, value in (("--num_nodes", nodes), ("--num_gpus", gpus)):
+        if value is not None and not is_known(value):
+            return _unknown(f"deepspeed {what}", value, file)
+    hostfile = _option(options, ("--hostfile", "-H"))
+    count = _all_or_count(nodes, "deepspeed --num_nodes", file)
+    if count is None and hostfile is not None:
+        return LaunchSize(None, f"deepspeed --hostfile {one_line(hostfile)}",
+                          (f"{file}: deepspeed --hostfile {one_line(hostfile)} without "
+                           f"--num_nodes runs on every host the file lists, which the planner "
+                           f"cannot read",))
+    notes = []
+    if count is None:
+        count = 1
+        notes.append(f"{file}: deepspeed without --num_nodes or --hostfile runs on this node")
+    per_node = _all_or_count(gpus, "deepspeed --num_gpus", file) or gpus_per_node
+    return LaunchSize(count * per_node, f"deepspeed --num_nodes {count} --num_gpus {per_node}",
+                      tuple(notes))
+
+
+def _all_or_count(value: str | None, what: str, file: str) -> int | None:
+    """A deepspeed launcher count, None for its default -1 (all) or when absent."""
+    if value is None:
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        raise InputError(f"{file}: {what} {one_line(value)}: expected a number") from None
+    return number if number > 0 else None
+
+
 def _srun(options: dict[str, str], job: dict[str, str], file: str) -> LaunchSize | None:
     merged = {**job, **options}
     for key in ("ntasks", "nodes", "ntasks-per-node"):
@@ -129,6 +167,8 @@ def launch_size(script: ShellScript, *, file: str, gpus_per_node: int) -> Launch
             return _torchrun(options, file, gpus_per_node)
     for command in script.commands:
         program = command.words[0].rsplit("/", 1)[-1]
+        if program == "deepspeed":
+            return _deepspeed(command.words[1:], file, gpus_per_node)
         if program == "srun":
             found, _ = slurm.read_options(list(command.words[1:]))
             size = _srun(found, script.slurm, file)

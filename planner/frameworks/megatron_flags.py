@@ -13,10 +13,15 @@ arguments): any flag it does not know, misspelled or not, stops it with
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from importlib import resources
 
 from planner.frameworks.base import ParsedConfig, closest
 from planner.frameworks.shell import Flag
+
+
+def _commit(text: str, repository: str) -> str:
+    return re.search(re.escape(repository) + r" @([0-9a-f]+)", text).group(1)
 
 
 def _data_lines(name: str) -> list[str]:
@@ -24,49 +29,78 @@ def _data_lines(name: str) -> list[str]:
     return [line for line in text.splitlines() if line and not line.startswith("#")]
 
 
-def _megatron_arguments() -> tuple[str, dict[str, tuple[str, ...]]]:
-    """(commit, {flag: argparse choices}) from data/megatron_args.txt."""
-    text = (resources.files("planner.frameworks") / "data" / "megatron_args.txt").read_text(
-        encoding="utf-8")
-    commit = re.search(r"NVIDIA/Megatron-LM @([0-9a-f]+)", text).group(1)
+@dataclass(frozen=True)
+class FlagSet:
+    """The command line one program accepts: what its parser stops on."""
+
+    program: str
+    """Who stops, for findings: 'Megatron-LM'."""
+    known: frozenset[str]
+    choices: dict[str, tuple[str, ...]]
+    """argparse choices: any other value stops the program."""
+    where: str
+    """What was read, for a finding's fix: 'pretrain_gpt.py @d98e8a64'."""
+    checked_against: str
+
+
+def _flag_set(program: str, name: str, where: str, checked_against: str) -> FlagSet:
+    """The flags of a data file of flags (one per line, then its argparse choices)."""
     flags = {}
-    for line in _data_lines("megatron_args.txt"):
+    for line in _data_lines(name):
         flag, *choices = line.split()
         flags[flag] = tuple(choices)
-    return commit, flags
+    return FlagSet(program, frozenset(flags), {f: c for f, c in flags.items() if c}, where,
+                   checked_against)
 
 
-MEGATRON_COMMIT, _ARGUMENTS = _megatron_arguments()
-KNOWN_FLAGS = frozenset(_ARGUMENTS)
+def _header(name: str) -> str:
+    return (resources.files("planner.frameworks") / "data" / name).read_text(encoding="utf-8")
+
+
+MEGATRON_COMMIT = _commit(_header("megatron_args.txt"), "NVIDIA/Megatron-LM")
+MEGATRON = _flag_set("Megatron-LM", "megatron_args.txt", f"pretrain_gpt.py @{MEGATRON_COMMIT}",
+                     f"NVIDIA/Megatron-LM @{MEGATRON_COMMIT} (megatron/training/arguments.py "
+                     f"and the config dataclasses it turns into flags)")
+"""Every flag Megatron-LM's pretrain_gpt.py accepts (data/megatron_args.txt)."""
+_MDS = _header("megatron_deepspeed_args.txt")
+MEGATRON_DEEPSPEED = _flag_set(
+    "Megatron-DeepSpeed", "megatron_deepspeed_args.txt",
+    "pretrain_gpt.py of either Megatron-DeepSpeed fork",
+    f"bigscience-workshop/Megatron-DeepSpeed @"
+    f"{_commit(_MDS, 'bigscience-workshop/Megatron-DeepSpeed')} and deepspeedai/Megatron-"
+    f"DeepSpeed @{_commit(_MDS, 'deepspeedai/Megatron-DeepSpeed')} (megatron/arguments.py), "
+    f"with DeepSpeed's add_config_arguments")
+"""Every flag a Megatron-DeepSpeed pretrain_gpt.py accepts, in either living fork
+(data/megatron_deepspeed_args.txt, from bench/megatron_deepspeed_args.py)."""
+KNOWN_FLAGS = MEGATRON.known
 """Every flag pretrain_gpt.py accepts at MEGATRON_COMMIT."""
-CHOICES = {flag: choices for flag, choices in _ARGUMENTS.items() if choices}
-"""argparse choices: any other value stops Megatron-LM."""
-CHECKED_AGAINST = (f"NVIDIA/Megatron-LM @{MEGATRON_COMMIT} (megatron/training/arguments.py and "
-                   f"the config dataclasses it turns into flags)")
+CHOICES = MEGATRON.choices
+CHECKED_AGAINST = MEGATRON.checked_against
 TORCHRUN_FLAGS = frozenset(_data_lines("torchrun_args.txt"))
 """The launcher's options, which a script may hold next to Megatron-LM's (not its to judge)."""
 
 
-def check_flags(parsed: ParsedConfig, flags: dict[str, Flag]) -> None:
-    """A finding for each flag Megatron-LM's parser stops on: one it does not know (with the
+def check_flags(parsed: ParsedConfig, flags: dict[str, Flag], known: FlagSet = MEGATRON) -> None:
+    """A finding for each flag the program's parser stops on: one it does not know (with the
     known flag it is closest to, if any) or a value outside its choices."""
+    who = known.program
     for name, flag in flags.items():
         if name in TORCHRUN_FLAGS:
             continue
-        if name in KNOWN_FLAGS:
-            if name in CHOICES and flag.value is not None and flag.value not in CHOICES[name]:
+        if name in known.known:
+            choices = known.choices.get(name)
+            if choices and flag.value is not None and flag.value not in choices:
                 parsed.finding("megatron_flag",
-                               f"Megatron-LM stops: {name} {flag.value} is not one of "
-                               f"{', '.join(CHOICES[name])}",
-                               f"use one of {', '.join(CHOICES[name])}")
+                               f"{who} stops: {name} {flag.value} is not one of "
+                               f"{', '.join(choices)}", f"use one of {', '.join(choices)}")
             continue
-        meant = closest(name, KNOWN_FLAGS)
+        meant = closest(name, known.known)
         if meant is not None:
-            parsed.finding("megatron_flag", f"Megatron-LM stops: unrecognized arguments: {name} "
+            parsed.finding("megatron_flag", f"{who} stops: unrecognized arguments: {name} "
                            f"(did you mean {meant}?)", f"rename {name} to {meant}")
         else:
-            parsed.finding("megatron_flag", f"Megatron-LM stops: unrecognized arguments: {name}",
-                           f"remove {name}: pretrain_gpt.py @{MEGATRON_COMMIT} has no such flag")
+            parsed.finding("megatron_flag", f"{who} stops: unrecognized arguments: {name}",
+                           f"remove {name}: {known.where} has no such flag")
 
 
 _LAUNCH = re.compile(r"(?<![\w.-])(torchrun|torch\.distributed\.(?:run|launch)|deepspeed|srun)"

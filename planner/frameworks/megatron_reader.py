@@ -3,17 +3,19 @@ under torchrun or srun), into a strategy, training settings and findings."""
 
 from __future__ import annotations
 
+import re
+
 from cost_models.enums import (CpComm, CudaGraphs, MoeDispatcher, Optimizer, Precision, RankOrder, Recompute,
                                ZeroStage)
 from planner.frameworks.base import ParsedConfig
-from planner.frameworks.shell import Flag
 from planner.errors import InputError
 from planner.frameworks.megatron_flags import check_flags
-from planner.frameworks.megatron_values import (_COUNTS, _MAX_COUNT, _attention, _float_value,
+from planner.frameworks.megatron_values import (_attention, check_model, int_flag, _float_value,
                                                 _fp4, _fp8, _int_value, _low_precision_extras,
                                                 _offload, _recompute_details,
                                                 recompute_modules,
                                                 _training_schedule, _value)
+from planner.frameworks import megatron_deepspeed_reader
 from planner.frameworks.launchers import read_launch
 from planner.frameworks.shell import ShellScript
 from planner.schemas.strategy import LaunchTarget
@@ -27,7 +29,6 @@ FSDP_STRATEGIES = {ZeroStage.NONE: "no_shard", ZeroStage.OPTIMIZER_STATES: "opti
 def parse_layout_string(text: str, file: str) -> tuple[int, ...]:
     """Decoder layers per virtual stage of a layout string (the grammar of
     PipelineParallelLayerLayout.parse_str_to_list: commas dropped, (..)*n then x*n unrolled)."""
-    import re
 
     flat = text.replace(",", "")
     flat = re.sub(r"\(([^)]+)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), flat)
@@ -37,45 +38,6 @@ def parse_layout_string(text: str, file: str) -> tuple[int, ...]:
         raise InputError(f"{file}: --pipeline-model-parallel-layout {text}: invalid layer "
                          f"character {sorted(bad)[0]!r}; known: E, t, m, L")
     return tuple(stage.count("t") for stage in flat.split("|"))
-
-
-_MODEL_FLAGS = ("--num-layers", "--hidden-size", "--num-attention-heads", "--ffn-hidden-size",
-                "--num-query-groups", "--num-experts", "--moe-router-topk",
-                "--moe-ffn-hidden-size", "--kv-lora-rank", "--q-lora-rank", "--mtp-num-layers")
-
-
-def _model_values(problem: Problem) -> dict[str, int]:
-    layers = [b for b in problem.model.blocks if b.kind == "transformer"]
-    if not layers:
-        return {}
-    layer = next((b for b in layers if b.is_moe), layers[0])
-    dense = next((b.ffn for b in layers if not b.is_moe), layer.ffn)
-    values = {"--num-layers": len(layers), "--hidden-size": layer.hidden,
-              "--num-attention-heads": layer.num_heads, "--ffn-hidden-size": dense}
-    if layer.mla is None:
-        values["--num-query-groups"] = layer.kv_heads
-    else:
-        values["--kv-lora-rank"] = layer.mla.kv_lora_rank
-        if layer.mla.q_lora_rank:
-            values["--q-lora-rank"] = layer.mla.q_lora_rank
-    if layer.is_moe:
-        values.update({"--num-experts": layer.num_experts, "--moe-router-topk": layer.top_k,
-                       "--moe-ffn-hidden-size": layer.expert_ffn})
-    values["--mtp-num-layers"] = sum(b.kind == "mtp" for b in problem.model.blocks)
-    return values
-
-
-def _check_model(parsed: ParsedConfig, flags: dict[str, Flag], problem: Problem,
-                 file: str) -> None:
-    expected = _model_values(problem)
-    for name in _MODEL_FLAGS:
-        if name in flags and name in expected and flags[name].value is not None:
-            got = _int_value(flags[name], file)
-            if got != expected[name]:
-                parsed.finding("megatron_model_mismatch",
-                               f"{name} is {got} but {problem.model.name} has {expected[name]}: "
-                               f"the script trains another model than the one planned",
-                               f"use {name} {expected[name]}, or plan for the script's model")
 
 
 def _read_layout(parsed: ParsedConfig, text: str, file: str,
@@ -209,25 +171,29 @@ def _context_parallel(parsed: ParsedConfig, flags, cp: int, file: str) -> dict:
     return out
 
 
+ENTRY = re.compile(r"(?:^|/)(?:pretrain|train|finetune)\w*\.py$")
+"""The training program a launch script runs (pretrain_gpt.py, pretrain_mamba.py,
+train_rl.py, examples/multimodal/train.py): the flags after it are the ones it parses."""
+
+
 def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> ParsedConfig:
     """A Megatron-LM launch script or argument file -> its strategy and what Megatron-LM
-    itself would refuse or silently change."""
+    itself would refuse or silently change. Only the flags the training program gets are
+    read (not its launcher's, nor a helper command's such as a data-preparation script); a
+    script that passes --deepspeed runs Megatron-DeepSpeed (`megatron_deepspeed_reader`)."""
     script = ShellScript(text, file=file)
-    flags = {f.name: f for f in script.flags()}
+    entry = script.entry_flags(ENTRY)
+    flags = {f.name: f for f in (script.flags() if entry is None else entry)}
+    if "--deepspeed" in flags:
+        return megatron_deepspeed_reader.parse_script(script, flags, file=file, problem=problem,
+                                                      num_gpus=num_gpus)
     parsed = ParsedConfig(strategy={}, target=LaunchTarget.MEGATRON)
     read_launch(parsed, script, file=file, problem=problem, num_gpus=num_gpus)
     check_flags(parsed, flags)
-    _check_model(parsed, flags, problem, file)
+    check_model(parsed, flags, problem, file)
 
     def number(name: str, default: int | None = None) -> int | None:
-        if name not in flags:
-            return default
-        value = _int_value(flags[name], file)
-        if name in _COUNTS and value < 1:
-            raise InputError(f"{file}: {name} {value}: must be at least 1")
-        if name in _COUNTS and value > _MAX_COUNT:
-            raise InputError(f"{file}: {name} {value}: too large (at most {_MAX_COUNT})")
-        return value
+        return int_flag(flags, name, file, default)
 
     tp, pp = number("--tensor-model-parallel-size", 1), number("--pipeline-model-parallel-size", 1)
     num_layers = number("--num-layers") or problem.model.num_layers

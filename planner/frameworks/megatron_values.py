@@ -45,6 +45,58 @@ def _int_value(flag: Flag, file: str) -> int:
         raise InputError(f"{file}: {flag.name} {one_line(value)}: expected an integer") from None
 
 
+def int_flag(flags: dict, name: str, file: str, default: int | None = None) -> int | None:
+    """An integer flag's value (`default` when absent); sizes and degrees (`_COUNTS`) at least
+    1 and at most `_MAX_COUNT`."""
+    if name not in flags:
+        return default
+    value = _int_value(flags[name], file)
+    if name in _COUNTS and value < 1:
+        raise InputError(f"{file}: {name} {value}: must be at least 1")
+    if name in _COUNTS and value > _MAX_COUNT:
+        raise InputError(f"{file}: {name} {value}: too large (at most {_MAX_COUNT})")
+    return value
+
+
+_MODEL_FLAGS = ("--num-layers", "--hidden-size", "--num-attention-heads", "--ffn-hidden-size",
+                "--num-query-groups", "--num-experts", "--moe-router-topk",
+                "--moe-ffn-hidden-size", "--kv-lora-rank", "--q-lora-rank", "--mtp-num-layers")
+
+
+def _model_values(problem) -> dict[str, int]:
+    layers = [b for b in problem.model.blocks if b.kind == "transformer"]
+    if not layers:
+        return {}
+    layer = next((b for b in layers if b.is_moe), layers[0])
+    dense = next((b.ffn for b in layers if not b.is_moe), layer.ffn)
+    values = {"--num-layers": len(layers), "--hidden-size": layer.hidden,
+              "--num-attention-heads": layer.num_heads, "--ffn-hidden-size": dense}
+    if layer.mla is None:
+        values["--num-query-groups"] = layer.kv_heads
+    else:
+        values["--kv-lora-rank"] = layer.mla.kv_lora_rank
+        if layer.mla.q_lora_rank:
+            values["--q-lora-rank"] = layer.mla.q_lora_rank
+    if layer.is_moe:
+        values.update({"--num-experts": layer.num_experts, "--moe-router-topk": layer.top_k,
+                       "--moe-ffn-hidden-size": layer.expert_ffn})
+    values["--mtp-num-layers"] = sum(b.kind == "mtp" for b in problem.model.blocks)
+    return values
+
+
+def check_model(parsed: ParsedConfig, flags: dict, problem, file: str) -> None:
+    """A finding for each model size the script gives that is not the planned model's."""
+    expected = _model_values(problem)
+    for name in _MODEL_FLAGS:
+        if name in flags and name in expected and flags[name].value is not None:
+            got = _int_value(flags[name], file)
+            if got != expected[name]:
+                parsed.finding("megatron_model_mismatch",
+                               f"{name} is {got} but {problem.model.name} has {expected[name]}: "
+                               f"the script trains another model than the one planned",
+                               f"use {name} {expected[name]}, or plan for the script's model")
+
+
 def _float_value(flag: Flag, file: str) -> float:
     """A finite float (argparse's float() takes inf and nan; no setting means them)."""
     import math

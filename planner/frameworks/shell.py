@@ -60,6 +60,17 @@ class _Return(Exception):
     pass
 
 
+def _tokens(fields) -> list[str]:
+    """A command's words as flag tokens: an array element holding "--flag value" gives two."""
+    out: list[str] = []
+    for token in fields:
+        if token.startswith("--") and re.search(r"\s", token):
+            out.extend(token.split())
+        else:
+            out.append(token)
+    return out
+
+
 def _exits(body: list) -> bool:
     """Whether a branch ends the script (`exit` among its own commands)."""
     return any(isinstance(node, Simple) and node.words and node.words[0].text == "exit"
@@ -340,11 +351,7 @@ class ShellScript:
 
     def _record(self, fields: list[str], line: int) -> None:
         self.commands.append(Command(tuple(fields), self._files[-1], line))
-        for token in fields:
-            if token.startswith("--") and re.search(r"\s", token):
-                self.tokens.extend(token.split())       # "--flag value" as one array element
-            else:
-                self.tokens.append(token)
+        self.tokens.extend(_tokens(fields))
         self.tokens.append(";")
 
     def _deeper(self) -> bool:
@@ -470,6 +477,19 @@ class ShellScript:
     def flags(self) -> list[Flag]:
         """Every `--flag [value]` in order; `--flag=value` too."""
         return read_flags(self.tokens)
+
+    def entry_flags(self, entry: re.Pattern) -> list[Flag] | None:
+        """The flags the script passes to its training program: the words after a word
+        `entry` matches (`pretrain_gpt.py`), in every command that runs one (its launcher's
+        options and helper commands such as `python tools/preprocess_data.py` left out);
+        None when no command names one (an argument file)."""
+        tokens: list[str] = []
+        for command in self.commands:
+            start = next((k for k, word in enumerate(command.words) if entry.search(word)), None)
+            if start is not None:
+                tokens.extend(_tokens(command.words[start + 1:]))
+                tokens.append(";")
+        return read_flags(tokens) if tokens else None
 
     def mentions(self, word: str) -> bool:
         return any(word in t for t in self.tokens)

@@ -260,6 +260,8 @@ def read_strategy(problem: Problem, path: str, *, gpus_given: int | None,
                              fallback=problem.framework.name)
     # The file's framework prices it: the notes on settings it ignores are its own.
     profile = load_framework(runs_on)
+    if parsed.framework and framework is None:
+        profile = profile.model_copy(update=parsed.framework)
     stale = compile_notes(problem.training, problem.framework)
     problem = replace(problem, framework=profile, notes=tuple(
         n for n in problem.notes if n not in stale) + tuple(
