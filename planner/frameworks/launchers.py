@@ -17,7 +17,7 @@ from planner.errors import InputError
 from planner.frameworks import slurm
 from planner.frameworks.shell import ShellScript
 from planner.frameworks.shell_flags import one_line
-from planner.frameworks.shell_expand import as_written, is_known, unknown_names
+from planner.frameworks.shell_expand import as_written, is_known, why_unknown
 
 _TORCH_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 _NNODES = ("--nnodes",)
@@ -68,11 +68,10 @@ def _number(value: str, what: str, file: str) -> int:
 
 
 def _unknown(what: str, value: str, file: str) -> LaunchSize:
-    names = ", ".join(f"${n}" for n in unknown_names(value))
     shown = one_line(as_written(value))
     return LaunchSize(None, f"{what} {shown}",
-                      (f"{file}: {what} {shown}: the script never sets {names}, so "
-                       f"the GPU count it launches is not known",))
+                      (f"{file}: {what} {shown}: {why_unknown(value)}, so the GPU count it "
+                       f"launches is not known",))
 
 
 def _torchrun(options: tuple[str, ...], file: str, gpus_per_node: int) -> LaunchSize:

@@ -35,10 +35,19 @@ from planner.inputs.safe_parse import read_text
 from planner.schemas.strategy import LaunchTarget
 
 
+def launched_by_deepspeed(script: ShellScript, entry) -> bool:
+    """Whether the deepspeed launcher starts the training program (`deepspeed ... ENTRY`)."""
+    return any(Path(c.words[0]).name == "deepspeed" and any(entry.search(w) for w in c.words)
+               for c in script.commands)
+
+
 def parse_script(script: ShellScript, flags: dict, *, file: str, problem: Problem,
                  num_gpus: int | None) -> ParsedConfig:
     """The strategy of a Megatron-DeepSpeed launch (`flags`: those its pretrain_gpt.py gets)
-    and what Megatron-DeepSpeed or DeepSpeed would stop on."""
+    and what Megatron-DeepSpeed or DeepSpeed would stop on. Without --deepspeed the fork runs
+    Megatron's own training loop (no DeepSpeed engine, no ZeRO): priced as Megatron-LM."""
+    if "--deepspeed" not in flags:
+        return _without_engine(script, flags, file=file, problem=problem, num_gpus=num_gpus)
     parsed = ParsedConfig(strategy={}, target=LaunchTarget.DEEPSPEED)
     read_launch(parsed, script, file=file, problem=problem, num_gpus=num_gpus)
     check_flags(parsed, flags, MEGATRON_DEEPSPEED)
@@ -82,6 +91,31 @@ def parse_script(script: ShellScript, flags: dict, *, file: str, problem: Proble
     if "--rampup-batch-size" in flags:
         parsed.notes.append("--rampup-batch-size: Megatron-DeepSpeed starts with smaller "
                             "batches; priced at --global-batch-size, the batch it ramps up to")
+    return parsed
+
+
+def _without_engine(script: ShellScript, flags: dict, *, file: str, problem: Problem,
+                    num_gpus: int | None) -> ParsedConfig:
+    parsed = ParsedConfig(strategy={}, target=LaunchTarget.MEGATRON)
+    read_launch(parsed, script, file=file, problem=problem, num_gpus=num_gpus)
+    check_flags(parsed, flags, MEGATRON_DEEPSPEED)
+    check_model(parsed, flags, problem, file)
+    parsed.notes.append(f"{file}: Megatron-DeepSpeed without --deepspeed runs Megatron's own "
+                        f"training loop (no DeepSpeed engine or ZeRO); priced with Megatron-LM's "
+                        f"profile")
+    s = parsed.strategy
+    s.update(tp=int_flag(flags, "--tensor-model-parallel-size", file, 1),
+             pp=int_flag(flags, "--pipeline-model-parallel-size", file, 1),
+             micro_batch=int_flag(flags, "--micro-batch-size", file, 1),
+             sequence_parallel="--sequence-parallel" in flags,
+             zero_stage=1 if "--use-distributed-optimizer" in flags else 0)
+    if "--global-batch-size" in flags:
+        s["global_batch"] = int_flag(flags, "--global-batch-size", file)
+    if "--seq-length" in flags:
+        parsed.training["seq_len"] = int_flag(flags, "--seq-length", file)
+    _precision(parsed, flags)
+    _attention(parsed, flags)
+    _recompute(parsed, flags, engine=False)
     return parsed
 
 

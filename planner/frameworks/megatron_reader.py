@@ -180,11 +180,12 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
     """A Megatron-LM launch script or argument file -> its strategy and what Megatron-LM
     itself would refuse or silently change. Only the flags the training program gets are
     read (not its launcher's, nor a helper command's such as a data-preparation script); a
-    script that passes --deepspeed runs Megatron-DeepSpeed (`megatron_deepspeed_reader`)."""
+    script that passes --deepspeed, or starts its program with the deepspeed launcher, runs
+    Megatron-DeepSpeed (`megatron_deepspeed_reader`)."""
     script = ShellScript(text, file=file)
     entry = script.entry_flags(ENTRY)
     flags = {f.name: f for f in (script.flags() if entry is None else entry)}
-    if "--deepspeed" in flags:
+    if "--deepspeed" in flags or megatron_deepspeed_reader.launched_by_deepspeed(script, ENTRY):
         return megatron_deepspeed_reader.parse_script(script, flags, file=file, problem=problem,
                                                       num_gpus=num_gpus)
     parsed = ParsedConfig(strategy={}, target=LaunchTarget.MEGATRON)

@@ -30,9 +30,8 @@ def _given(flag: Flag, file: str) -> str:
     if flag.value is not None:
         return flag.value
     if flag.unresolved is not None:
-        raise InputError(f"{file}: {flag.name} {flag.unresolved}: the script never sets "
-                         f"{flag.unresolved.split('$')[1].split()[0].strip('{}')}; give a "
-                         f"number, or set the variable in the script")
+        raise InputError(f"{file}: {flag.name} {one_line(flag.unresolved)}: {flag.why}; give a "
+                         f"number, or set it in the script")
     raise InputError(f"{file}: {flag.name}: expects a value (Megatron-LM stops: expected one "
                      f"argument)")
 

@@ -3,7 +3,8 @@
 The script is walked as bash would run it (`shell_lexer` splits it, `shell_parse` gives its
 commands, `shell_expand` expands each word): assignments, `export`/`declare`, bash arrays,
 `$((...))` arithmetic, quoting and word splitting (`ARGS="\\n --tp 8"` then `$ARGS` gives
-`--tp 8`), `source`/`.` of files next to the script, `sbatch FILE`, `sh -c "..."`, `eval`,
+`--tp 8`), `source`/`.` of files next to the script, `sbatch FILE`, `bash FILE ARGS...` (its
+$1, $2, ... are ARGS), `sh -c "..."`, `eval`,
 functions, and the branch of each `if` and `case` that the script's own variables select.
 Where bash's path depends on something the script does not hold (a variable it never sets, a
 file test, a command's result), the first branch that does not `exit` is read and a note says
@@ -342,6 +343,10 @@ class ShellScript:
         elif program == "sbatch":
             self._record(fields, node.line)
             self._sbatch(arguments, node.line)
+        elif os.path.basename(program) in ("bash", "sh") and arguments \
+                and arguments[0].endswith(".sh"):
+            self._record(fields, node.line)
+            self._child(arguments[0], arguments[1:], node.line)
         else:
             self._record(fields, node.line)
             for k, word in enumerate(fields[:-2]):
@@ -431,6 +436,32 @@ class ShellScript:
             pass
         finally:
             self._files.pop()
+            self._depth -= 1
+
+    def _child(self, written: str, arguments: list[str], line: int) -> None:
+        """`bash FILE ARGS...`: FILE runs with ARGS as its $1, $2, ... (a wrapper that passes a
+        config's sizes to the training script). Read in the script's own scope: a child bash
+        sees only exported variables, which this reader does not tell apart."""
+        path = self._find(written, line, os.path.basename(written))
+        if path is None or self._shown(path) in self._files or not self._deeper():
+            return
+        lexed = self._read_file(path, line, "bash")
+        if lexed is None:
+            return
+        self._files.append(self._shown(path))
+        self._arguments.append(arguments)
+        self._depth += 1
+        try:
+            self._run(Parser(lexed.tokens, self._shown(path)).parse())
+        except _Exit as e:
+            if e.code != "0":
+                self.notes.append(f"{e.file} line {e.line}: the script exits here (exit "
+                                  f"{e.code}); nothing after it is read")
+        except _Return:
+            pass
+        finally:
+            self._files.pop()
+            self._arguments.pop()
             self._depth -= 1
 
     def _sbatch(self, arguments: list[str], line: int) -> None:

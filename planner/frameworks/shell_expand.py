@@ -24,7 +24,6 @@ from planner.frameworks.shell_lexer import QuoteReader
 
 _UNSET = "\x00"
 _UNSET_END = "\x01"
-_UNKNOWN = re.compile("\x00([^\x01]*)\x01")
 _PARAMETER = re.compile(r"^(#?)([A-Za-z_][A-Za-z0-9_]*|[0-9]+|[@*#?$!])(?:\[([^\]]*)\])?(.*)$",
                         re.S)
 _OPERATOR = re.compile(r"^(:-|:=|:\?|:\+|-|=|\?|\+|%%|%|##|#|//|/|,,|\^\^)(.*)$", re.S)
@@ -37,8 +36,41 @@ def unknown(name: str) -> str:
     return f"{_UNSET}{name}{_UNSET_END}"
 
 
+def _markers(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each outermost unknown marker in `text` (markers may nest)."""
+    spans, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch == _UNSET:
+            start = i if depth == 0 else start
+            depth += 1
+        elif ch == _UNSET_END and depth:
+            depth -= 1
+            if depth == 0:
+                spans.append((start, i + 1))
+    return spans
+
+
 def unknown_names(text: str) -> list[str]:
-    return _UNKNOWN.findall(text)
+    """What each outermost unknown marker stands for: a name, an argument's number, `$(...)` or
+    `((...))`, inner markers written back as `$NAME`."""
+    return [as_written(text[a + 1:b - 1]) for a, b in _markers(text)]
+
+
+def why_unknown(text: str) -> str:
+    """Why `text` (holding unknown markers) has no value, for a message: the first unknown
+    part, as a variable the script never sets, an argument of the script, a command's output
+    or arithmetic over such values."""
+    name = " ".join(unknown_names(text)[0].split())
+    if len(name) > 60:
+        name = name[:57] + "..."
+    if name.isdigit() or name in ("@", "*", "#"):
+        return (f"${name} is an argument of the script, which the planner reads as run "
+                f"without arguments")
+    if name.startswith("$("):
+        return f"{name} is the output of a command, which the planner does not run"
+    if name.startswith("(("):
+        return f"${name} is arithmetic over a value the script does not hold"
+    return f"the script never sets {name}"
 
 
 def is_known(text: str) -> bool:
@@ -46,9 +78,13 @@ def is_known(text: str) -> bool:
 
 
 def as_written(text: str) -> str:
-    """`text` with each unknown marker written back as `$NAME`."""
-    return _UNKNOWN.sub(lambda m: m.group(1) if m.group(1).startswith("$(")
-                        else f"${m.group(1)}", text)
+    """`text` with each unknown marker written back as `$NAME` (`$(...)`, `$((...))`)."""
+    out, last = [], 0
+    for a, b in _markers(text):
+        inner = as_written(text[a + 1:b - 1])
+        out += [text[last:a], inner if inner.startswith("$(") else f"${inner}"]
+        last = b
+    return "".join(out + [text[last:]])
 
 
 class Scope(Protocol):
@@ -71,7 +107,21 @@ class _Fields:
         self.started = True
 
     def split(self, piece: str) -> None:
-        for i, part in enumerate(re.split(f"[{_BLANKS}]+", piece)):
+        """Split at blanks, but not inside a value the reader does not know (the text of a
+        command substitution stands for one word of output, not for its own words)."""
+        parts, current, depth, blank = [], [], 0, False
+        for ch in piece:
+            depth += {_UNSET: 1, _UNSET_END: -1}.get(ch, 0)
+            if depth == 0 and ch in _BLANKS:
+                if not blank:
+                    parts.append("".join(current))
+                    current = []
+                blank = True
+                continue
+            blank = False
+            current.append(ch)
+        parts.append("".join(current))
+        for i, part in enumerate(parts):
             if i:
                 self.end()
             if part:
@@ -266,6 +316,8 @@ def arithmetic(text: str, scope: Scope) -> str:
             value = scope.get(token)
             if not isinstance(value, str) or not value.strip():
                 return unknown(token if value is None else f"(({text}))")
+            if not is_known(value):
+                return value            # the variable's own unknown value, not one around it
             inner = arithmetic(value, scope)
             if not is_known(inner):
                 return inner

@@ -30,6 +30,8 @@ class Flag:
     unresolved: str | None = None
     """The value as written, with `$NAME` for each variable the script never sets, when that
     left the value unset."""
+    why: str | None = None
+    """Why it is unset (`shell_expand.why_unknown`), with `unresolved`."""
 
 
 def one_line(value: str, limit: int = 60) -> str:
@@ -49,7 +51,8 @@ def _is_value(token: str) -> bool:
 def _flag(name: str, value: str, more: tuple[str, ...] = ()) -> Flag:
     if sx.is_known(value):
         return Flag(name, value, True, more)
-    return Flag(name, None, True, more, unresolved=sx.as_written(value))
+    return Flag(name, None, True, more, unresolved=sx.as_written(value),
+                why=sx.why_unknown(value))
 
 
 def read_flags(words: list[str]) -> list[Flag]:

@@ -181,9 +181,16 @@ def lex(text: str, *, file: str) -> Lexed:
 
 def _take_word_part(r: QuoteReader, word: list[str]) -> None:
     """Append the next piece of a word to `word`: an escaped character, a quoted string, a
-    `$(...)` or `${...}` whole, or one plain character."""
+    `$(...)` or `${...}` whole, an unknown value's marker whole (`shell_expand.unknown`), or
+    one plain character."""
     ch = r.take()
-    if ch == "\\" and r.peek():
+    if ch == "\x00":       # a value the reader does not know (text it re-reads: eval, sh -c)
+        depth, part = 1, [ch]
+        while depth and r.peek():
+            part.append(r.take())
+            depth += {"\x00": 1, "\x01": -1}.get(part[-1], 0)
+        word.append("".join(part))
+    elif ch == "\\" and r.peek():
         word.append(ch + r.take())
     elif ch in "'\"`":
         word.append(ch + r.closing(ch))

@@ -135,3 +135,28 @@ def test_deepspeed_json_bf16_stage_0_with_a_pipeline_is_zero_1(cli, write):
         code, result, err = _validate(cli, path, "--gpus", "64", model="llama2-7b",
                                       cluster="dgx-a100-80gb")
         assert result["strategy"]["zero_stage"] == stage
+
+
+def test_a_wrapper_passes_the_sizes_as_arguments(cli, write):
+    """deepspeedai's curriculum_learning/ds_train.sh runs `bash ds_pretrain_gpt2.sh $CONFIG
+    ... $MP_SIZE ...`, which reads them as $1 ... $7: the wrapper's values are the run's."""
+    write("train.sh", MDS.replace("--tensor-model-parallel-size 2",
+                                  "--tensor-model-parallel-size $1").format(
+        pp="$2", extra="", config="ds.json", zero=1))
+    path = write("wrapper.sh", "TP=4\nbash train.sh $TP 2\n")
+    code, result, err = _validate(cli, path, model="llama2-7b", cluster="dgx-a100-80gb")
+    assert (result["strategy"]["tp"], result["strategy"]["pp"]) == (4, 2), err
+    assert result["num_gpus"] == 16
+
+
+def test_the_deepspeed_launcher_without_the_engine_is_megatrons_own_loop(cli, write):
+    """Megatron-DeepSpeed's pretrain_gpt.py without --deepspeed (rebase/
+    ds_pretrain_gpt_1.3B_megatron_checkpointing.sh) trains in Megatron's loop: its own flags
+    are still known, and no DeepSpeed engine is priced."""
+    path = write("run.sh", MDS.replace("--deepspeed --deepspeed_config {config} ", "").format(
+        pp=2, extra="--checkpoint-activations", zero=1))
+    code, result, err = _validate(cli, path, model="llama2-7b", cluster="dgx-a100-80gb")
+    assert result["target"] == "megatron" and result["framework"] == "megatron"
+    assert not [v for v in result["violations"] if v["rule"] == "megatron_flag"]
+    assert result["strategy"]["recompute"] == "full"
+    assert any("without --deepspeed" in n for n in result["notes"])

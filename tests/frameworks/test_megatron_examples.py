@@ -177,8 +177,14 @@ BASE = "--num-layers 32 --micro-batch-size 1 --global-batch-size 64 --bf16 "
 
 @pytest.mark.parametrize(("flags", "message"), [
     ("--tensor-model-parallel-size $TP", "--tensor-model-parallel-size $TP: the script never "
-                                         "sets TP; give a number, or set the variable in the "
-                                         "script"),
+                                         "sets TP; give a number, or set it in the script"),
+    ("--tensor-model-parallel-size $7", "--tensor-model-parallel-size $7: $7 is an argument of "
+                                        "the script, which the planner reads as run without "
+                                        "arguments; give a number, or set it in the script"),
+    ("--tensor-model-parallel-size $(nvidia-smi -L | wc -l)",
+     "--tensor-model-parallel-size $(nvidia-smi -L | wc -l): $(nvidia-smi -L | wc -l) is the "
+     "output of a command, which the planner does not run; give a number, or set it in the "
+     "script"),
     ("--tensor-model-parallel-size", "--tensor-model-parallel-size: expects a value "
                                      "(Megatron-LM stops: expected one argument)"),
     ("--tensor-model-parallel-size -inf", "--tensor-model-parallel-size -inf: expected an "

@@ -82,7 +82,7 @@ def test_launcher_count_from_an_unset_variable_is_unknown_with_a_note():
     script = _read("torchrun --nnodes $NNODES --nproc-per-node 8 pretrain_gpt.py\n")
     size = launch_size(script, file="s.sh", gpus_per_node=8)
     assert size.num_gpus is None
-    assert size.notes == ("s.sh: torchrun --nnodes $NNODES: the script never sets $NNODES, so "
+    assert size.notes == ("s.sh: torchrun --nnodes $NNODES: the script never sets NNODES, so "
                           "the GPU count it launches is not known",)
 
 
@@ -143,6 +143,17 @@ def test_quoted_expansions_do_not_split_and_single_quotes_do_not_expand():
     script = _read("A='x y'\nB=$A\npython x.py --a \"$A\" --b '$A' --c $B\n")
     assert [c.words for c in script.commands] == [
         ("python", "x.py", "--a", "x y", "--b", "$A", "--c", "x", "y")]
+
+
+def test_an_unknown_command_output_stays_one_word_when_split():
+    # deepspeedai/Megatron-DeepSpeed examples_deepspeed/rebase/ds_pretrain_gpt_13B.sh: the GPU
+    # count comes from `nvidia-smi --query-gpu=name --format=csv,noheader | wc -l` and ends up
+    # in a path passed unquoted; bash splits the number it prints, not the command's text.
+    script = _read('N=$(($(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)-2))\n'
+                   'OPTS=" --save /ckpt/g${N} --bf16"\npython x.py ${OPTS}\n')
+    flags = {f.name: f for f in script.flags()}
+    assert list(flags) == ["--save", "--bf16"]
+    assert flags["--save"].value is None and "nvidia-smi" in flags["--save"].unresolved
 
 
 @pytest.mark.parametrize(("expression", "value"), [
