@@ -29,6 +29,9 @@ It times, with CUDA events (median of repeats after warm-up, random inputs):
   under torch.compile, forward and forward+backward, Llama 3 8B shapes (the bytes of the
   eager ops: bench/torch_elementwise.py), and one plain copy for the HBM rate;
 - FP8 against bf16 GEMMs by shape, cuBLASLt's fast accumulation off and on (section fp8_shapes);
+- torchao's float8 rowwise GEMM (one scale per row and column) and its per-row cast, eager and
+  compiled, against bf16 and tensorwise (section fp8_rowwise); its compiled casts per row, per
+  column and per tensor against a plain copy (section fp8_casts);
 - one rank's work in PyTorch's load-balanced ring attention (torchtitan's context parallelism)
   at cp 1-8, the flash kernels alone and with the eager fp32 merges, Llama 3.1 8B shapes.
 Every row records the GPU name, torch and cuDNN versions.
@@ -53,7 +56,8 @@ def main() -> int:
                         help="gemm_grid: least time each shape runs for")
     parser.add_argument("--sections",
                         default="peak,attention,gemm,gemm_tokens,grouped,optimizer,launch,moe,"
-                                "cudnn,eager,ring,fp8_shapes,gemm_grid,grouped_streams",
+                                "cudnn,eager,ring,fp8_shapes,fp8_rowwise,fp8_casts,gemm_grid,"
+                                "grouped_streams",
                         help="comma-separated sections to run")
     args = parser.parse_args()
     dev = torch.device("cuda")
@@ -281,6 +285,105 @@ def main() -> int:
             keep(row)
             del bf16, fp8
     section("fp8_shapes", fp8_shapes)
+
+    def fp8_rowwise():
+        # torchao's float8 rowwise recipe against bf16 and tensorwise, kernel by kernel: the
+        # GEMM with one fp32 scale per row of x and per column of W (torch._scaled_mm's
+        # rowwise path, CUTLASS on Hopper), fast accumulation on (torchao's output GEMM) and
+        # off (its dgrad / wgrad), and the cast that feeds it: per-row amax, scale, clamp and
+        # fp8 conversion of a bf16 [m, k] tensor, eager and under torch.compile (torchao
+        # compiles it with the model). Shapes: Transformer Engine's gemm_profiling layer (the
+        # one the rowwise constant of the presets was derived on) and Llama 3 8B's linear
+        # layers at tp 1 (16,384 tokens: torchao's 8-GPU FSDP run) and tp 8 (98,304 gathered
+        # tokens: torchtitan's async-TP benchmark, local batch 12 x 8,192).
+
+        def gpu_time(fn, n=10):
+            return timed(captured(fn, n).replay) / n
+
+        shapes = []
+        tokens = 31 * 512
+        for n, k in [(12288, 4096), (4096, 4096), (16384, 4096), (4096, 16384)]:
+            shapes += [("te gemm_profiling fprop", tokens, n, k),
+                       ("te gemm_profiling dgrad", tokens, k, n),
+                       ("te gemm_profiling wgrad", n, k, tokens)]
+        for tp, m in ((1, 16384), (8, 98304)):
+            for name, n, k in (("wqkv", 6144 // tp, 4096), ("wo", 4096, 4096 // tp),
+                               ("w13", 28672 // tp, 4096), ("w2", 4096, 14336 // tp)):
+                shapes.append((f"llama3-8b tp{tp} {name} fprop", m, n, k))
+
+        def cast(x):
+            amax = x.abs().amax(dim=1, keepdim=True).float().clamp(min=1e-12)
+            scale = 448.0 / amax
+            return (x.float() * scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn), scale
+
+        for label, m, n, k in shapes:
+            row = {"section": "fp8_rowwise", "shape": label, "m": m, "n": n, "k": k}
+            torch._dynamo.reset()          # each shape compiled on its own, static, as a
+            compiled = torch.compile(cast, dynamic=False)   # model's fixed shapes are
+            try:
+                a = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+                w = torch.randn(n, k, device=dev, dtype=torch.bfloat16)
+                a8, w8 = a.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn)
+                one = torch.ones((), device=dev, dtype=torch.float32)
+                sa = torch.rand(m, 1, device=dev, dtype=torch.float32) + 0.5
+                sb = torch.rand(1, n, device=dev, dtype=torch.float32) + 0.5
+                flops = 2 * m * n * k
+                row["bf16_s"] = gpu_time(lambda: a @ w.t())
+                row["tensorwise_fast_s"] = gpu_time(lambda: torch._scaled_mm(
+                    a8, w8.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16,
+                    use_fast_accum=True))
+                for fast in (True, False):
+                    row[f"rowwise_{'fast' if fast else 'split'}_s"] = gpu_time(
+                        lambda: torch._scaled_mm(a8, w8.t(), scale_a=sa, scale_b=sb,
+                                                 out_dtype=torch.bfloat16, use_fast_accum=fast))
+                for key in ("bf16", "tensorwise_fast", "rowwise_fast", "rowwise_split"):
+                    row[f"{key}_tflops"] = flops / row[f"{key}_s"] / 1e12
+                row["cast_eager_s"] = timed(lambda: cast(a))
+                compiled(a)
+                row["cast_compiled_s"] = timed(lambda: compiled(a))
+                row["cast_bytes"] = m * k * 3      # read bf16 and write fp8 once: the floor
+            except Exception as exc:
+                row["error"] = failure(exc)
+            keep(row)
+    section("fp8_rowwise", fp8_rowwise)
+
+    def fp8_casts():
+        # torchao's casts alone, under torch.compile, each direction a GEMM reads: per row
+        # (scales along dim -1: the output GEMM's input, dgrad's output gradient), per column
+        # (dim 0: wgrad's input and output gradient), and per tensor (one amax over the whole
+        # tensor, then the cast: tensorwise), on the [m, k] activations of the fp8_rowwise
+        # section's Llama 3 8B shapes and Transformer Engine's layer.
+        def rowwise(x, dim):
+            amax = x.abs().amax(dim=dim, keepdim=True).float().clamp(min=1e-12)
+            scale = 448.0 / amax
+            return (x.float() * scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn), scale
+
+        def tensorwise(x):
+            amax = x.abs().amax().float().clamp(min=1e-12)
+            scale = 448.0 / amax
+            return (x.float() * scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn), scale
+
+        shapes = [(31 * 512, 4096), (31 * 512, 16384), (4096, 31 * 512), (16384, 4096),
+                  (16384, 14336), (98304, 4096), (98304, 512), (98304, 1792), (98304, 768)]
+        for m, k in shapes:
+            row = {"section": "fp8_casts", "m": m, "k": k, "bytes_per_value": 5}
+            torch._dynamo.reset()          # static kernels for this shape, as in a model
+            per_row = torch.compile(lambda x: rowwise(x, -1), dynamic=False)
+            per_column = torch.compile(lambda x: rowwise(x, 0), dynamic=False)
+            per_tensor = torch.compile(tensorwise, dynamic=False)
+            try:
+                x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+                for name, fn in (("row", per_row), ("column", per_column),
+                                 ("tensor", per_tensor)):
+                    fn(x)
+                    row[f"{name}_s"] = timed(lambda: fn(x))
+                    row[f"{name}_gb_per_s"] = 5 * m * k / row[f"{name}_s"] / 1e9
+                row["copy_s"] = timed(lambda: x.clone())
+                row["copy_gb_per_s"] = 4 * m * k / row["copy_s"] / 1e9
+            except Exception as exc:
+                row["error"] = failure(exc)
+            keep(row)
+    section("fp8_casts", fp8_casts)
 
     def gemm_grid():
         # bf16 and FP8 (tensorwise scales, fast accumulation: TE's fprop) GEMMs over a grid of

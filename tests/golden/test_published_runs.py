@@ -109,6 +109,9 @@ def mape(predictions):
     # tp-8 shards (n or k 512-1536) ran at 0.5-0.75 of the rate under the old rule and run at
     # 0.9 under the kernels'; a per-layer cost of these small TP steps is missing.
     ("torchtitan_asynctp_h100_202506", 0.117, 0.20),
+    # torchao's bf16 baseline of its float8 table (pytorch/ao training.md), held out: +27%, the
+    # H100 part unstated (see the FP8 rows).
+    ("torchao_float8_llama3_8b_h100", 0.272, 0.28),
     # 124 BLOOM topology-search runs, step times, held out: 14.5% -> 10.3% (worst +56% ->
     # +45%, a Feb 20 run) with DeepSpeed's pipeline overhead per layer and micro-batch; 9.4%
     # with the engine at pp 1 too (its five pp-1 runs +15..+43% -> -6..+10%).
@@ -324,6 +327,11 @@ def test_error_per_source_stays_at_what_was_recorded(by_source, source, recorded
     # rate (compute.gemm_time_s; the rates re-derived from TE's profile of the same layer).
     # 12.3% -> 15.9% (worst +32% -> +40%, rowwise FP8) with the GEMM shape rule measured on H100 kernels (compute.gemm_time_s: reduction k and output fill, not min(m, n, k)): see the bf16 rows.
     ("torchtitan_asynctp_h100_202506", 0.159, 0.41),
+    # torchao's own Llama 3 8B on 8 H100 (pytorch/ao training.md): tensorwise +37% (held out),
+    # rowwise +25% (the rowwise rate was fitted to its ratio to bf16), as the bf16 row (+27%):
+    # which H100 part ran it is not stated (Meta's Grand Teton H100s run at 500 W,
+    # torchtitan_llama31_h100_202412); the ratios to bf16 are +7% and -2%.
+    ("torchao_float8_llama3_8b_h100", 0.306, 0.37),
     # 52.3% -> 53.8%: tokens/s; 53.8% -> 26.0% (worst +152% -> +72%) with FlashAttention-2
     # as the run's kernel: the long-sequence context-parallel rows are mostly attention.
     # 26.0% -> 27.1% (worst +75%) on the H100's own measured curve (FA2 0.33 of peak at 64K).
@@ -449,3 +457,4 @@ def test_a_run_its_source_calls_a_regression_is_skipped(tmp_path):
     name = ("megatron_bridge_moe", "gpt-oss-120b-gb200-64-mxfp8-260601")
     runs, skipped = load_runs(tmp_path, only={name})
     assert runs == [] and skipped == {"a regression its source names": 1}
+
