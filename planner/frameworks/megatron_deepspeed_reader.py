@@ -25,7 +25,7 @@ from cost_models.pipeline import partitioned_layer_counts
 from planner.core.problem import Problem
 from planner.errors import InputError
 from planner.frameworks.base import ParsedConfig
-from planner.frameworks.deepspeed_reader import _load, engine_zero_stage, zero_stage
+from planner.frameworks.deepspeed_reader import _check_keys, _load, engine_zero_stage, zero_stage
 from planner.frameworks.launchers import read_launch
 from planner.frameworks.megatron_flags import MEGATRON_DEEPSPEED, check_flags
 from planner.frameworks.megatron_values import _value, check_model, int_flag
@@ -196,18 +196,31 @@ def _partition(parsed: ParsedConfig, flags: dict, num_layers: int, pp: int) -> N
 
 
 def _zero_stage(parsed: ParsedConfig, flags: dict, script: ShellScript, file: str) -> int:
-    """The DeepSpeed config's stage where its file is there to read, else --zero-stage."""
+    """The DeepSpeed config's stage where the script writes it (a here-document, as BLOOM's
+    `cat <<EOT > $config_json`) or the file is there to read, else --zero-stage; a key
+    DeepSpeed ignores in it is a finding."""
     named = next((f for f in ("--deepspeed_config", "--deepscale_config") if f in flags), None)
     config = _value(flags, named) if named else None
     given = int_flag(flags, "--zero-stage", file)
     path = Path(script.directory) / config if config else None
-    if path is not None and path.is_file():
-        stage = zero_stage(_load(read_text(path), str(path)), str(path))
-        if given is not None and given != stage:
-            parsed.finding("megatron_flag", f"--zero-stage {given} but {config} sets "
+    written = script.written.get(config or (flags[named].unresolved if named else None) or "")
+    if written is not None or (path is not None and path.is_file()):
+        where = f"{file}'s here-document" if written is not None else str(path)
+        data = _load(written if written is not None else read_text(path), where)
+        _check_keys(parsed, data)
+        stage = zero_stage(data, where)
+        shown = config or flags[named].unresolved
+        if given is not None and (given == 3) != (stage == 3):
+            # pretrain_gpt.py builds the model under deepspeed.zero.Init(enabled=
+            # args.zero_stage == 3): partitioned for a stage DeepSpeed does not run, or not.
+            parsed.finding("megatron_flag", f"--zero-stage {given} but {shown} sets "
                            f"zero_optimization.stage {stage}: Megatron-DeepSpeed builds the "
                            f"model for one stage and DeepSpeed runs the other",
                            f"use --zero-stage {stage}")
+        elif given is not None and given != stage:
+            parsed.notes.append(f"--zero-stage {given} differs from {shown}'s stage {stage}, "
+                                f"which DeepSpeed runs (Megatron-DeepSpeed reads --zero-stage "
+                                f"only to build the model partitioned at stage 3)")
         return stage
     where = ("no --deepspeed_config" if named is None else
              f"{named} {flags[named].value or flags[named].unresolved or ''} is not next to the "

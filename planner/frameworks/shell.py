@@ -96,7 +96,12 @@ class ShellScript:
         self._arguments: list[list[str] | None] = [None]
         self._depth = 0
         self._ambiguous = 0
+        self.written: dict[str, str] = {}
+        """Files the script writes from a here-document (`cat <<EOT > $F`): the path as
+        written once expanded (`$NAME` where a variable is unset), and the text."""
+        self._documents: dict[str, dict[int, list]] = {}
         lexed = lex(text, file=file)
+        self._keep_documents(lexed, file)
         self._batch_options(slurm.read_directives([d for _, d in lexed.directives]))
         try:
             self._run(Parser(lexed.tokens, file).parse())
@@ -327,6 +332,9 @@ class ShellScript:
         if not fields:
             return
         program, arguments = fields[0], fields[1:]
+        for document in self._documents.get(self._files[-1], {}).get(node.line, ()):
+            if document.target and os.path.basename(program) in ("cat", "tee"):
+                self._write_document(document)
         if program in ("source", ".") and arguments:
             self._source(arguments[0], node.line)
         elif program == "exit":
@@ -353,6 +361,23 @@ class ShellScript:
                 if os.path.basename(word) in ("sh", "bash") and fields[k + 1] == "-c":
                     self._nested(fields[k + 2], self._files[-1])
                     break
+
+    def _keep_documents(self, lexed, file: str) -> None:
+        by_line: dict[int, list] = {}
+        for document in lexed.documents:
+            by_line.setdefault(document.line, []).append(document)
+        self._documents[file] = by_line
+
+    def _write_document(self, document) -> None:
+        """What `cat <<EOT > TARGET` writes: the body, with $NAME, ${...} and $((...))
+        expanded where the delimiter is unquoted (bash's here-document rules: no quote
+        removal, no word splitting)."""
+        target = sx.as_written(sx.expand_text(document.target, self))
+        body = document.body
+        if document.expands:
+            body = re.sub(r"\$(\{[^}]*\}|\(\([^)]*\)\)|[A-Za-z_][A-Za-z0-9_]*|[0-9])",
+                          lambda m: sx.expand_text(m.group(0), self), body)
+        self.written[target] = body
 
     def _record(self, fields: list[str], line: int) -> None:
         self.commands.append(Command(tuple(fields), self._files[-1], line))
@@ -419,7 +444,9 @@ class ShellScript:
             self.notes.append(f"{self._files[-1]} line {line}: `{what} {self._shown(path)}`: cannot read "
                               f"it ({e}); the settings it holds are not read")
             return None
-        return lex(text, file=self._shown(path))
+        lexed = lex(text, file=self._shown(path))
+        self._keep_documents(lexed, self._shown(path))
+        return lexed
 
     def _source(self, written: str, line: int) -> None:
         path = self._find(written, line, "source")

@@ -4,7 +4,9 @@ Words keep their quotes and expansions as written (`"$A"`, `${B:-8}`, `$((C*2))`
 substitution); `shell_expand` expands them later, because quoting decides whether the value
 of an expansion splits into several words. Operators are `;`, `;;`, `&`, `&&`, `|`, `||`,
 `|&`, `(`, `)` and the end of a line. Redirections (`> log`, `2>&1`, `<<EOF` with its
-here-document) are dropped with their target: they never carry a flag. An array assignment
+here-document) are dropped with their target: they never carry a flag; a here-document is kept
+aside (`Lexed.documents`) with the output its command writes, as a script writes a config
+file (`cat <<EOT > $config_json`). An array assignment
 `ARGS=( ... )` is one token holding its element words.
 
 `#SBATCH` lines before the first command are kept: sbatch reads its options from them
@@ -15,7 +17,7 @@ command).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from planner.errors import InputError
 
@@ -36,10 +38,25 @@ class Token:
 
 
 @dataclass
+class HereDocument:
+    """A here-document a command reads (`cat <<EOT > $FILE`): the body and where the same
+    command redirects its output, as written."""
+
+    line: int
+    body: str
+    expands: bool
+    """The delimiter was not quoted: bash expands $VAR, ${...}, $(...) in the body."""
+    target: str | None = None
+    """The `>` or `>>` target of the same command, unexpanded; None without one."""
+
+
+@dataclass
 class Lexed:
     tokens: list[Token]
     directives: list[tuple[int, str]]
     """(line, options) of each `#SBATCH options` line before the first command."""
+    documents: list[HereDocument] = field(default_factory=list)
+    """The here-documents, each with the line of the command that reads it."""
 
 
 class QuoteReader:
@@ -104,6 +121,8 @@ def lex(text: str, *, file: str) -> Lexed:
     tokens: list[Token] = []
     directives: list[tuple[int, str]] = []
     heredocs: list[tuple[str, bool]] = []
+    documents: list[HereDocument] = []
+    pending: list[HereDocument] = []        # here-documents of the current line
     word: list[str] = []
     word_line = 1
 
@@ -113,8 +132,9 @@ def lex(text: str, *, file: str) -> Lexed:
             word.clear()
 
     def skip_heredocs() -> None:
-        while heredocs:
+        for document in pending:
             delimiter, tabs = heredocs.pop(0)
+            body = []
             while r.peek():
                 end = r.text.find("\n", r.i)
                 end = len(r.text) if end < 0 else end
@@ -123,6 +143,10 @@ def lex(text: str, *, file: str) -> Lexed:
                     r.take()
                 if (line.lstrip("\t") if tabs else line) == delimiter:
                     break
+                body.append(line.lstrip("\t") if tabs else line)
+            document.body = "\n".join(body) + ("\n" if body else "")
+            documents.append(document)
+        pending.clear()
 
     while r.peek():
         c = r.peek()
@@ -157,8 +181,12 @@ def lex(text: str, *, file: str) -> Lexed:
                 ch = r.take()
                 target.append(r.closing(ch) if ch in "'\"" else ch)
             if op in ("<<", "<<-"):
-                heredocs.append(("".join(target).replace("'", "").replace('"', ""),
-                                 op == "<<-"))
+                written = "".join(target)
+                heredocs.append((written.replace("'", "").replace('"', ""), op == "<<-"))
+                pending.append(HereDocument(r.line, "",
+                                            expands=not any(q in written for q in "'\"\\")))
+            elif op in (">", ">>", ">|") and pending:
+                pending[-1].target = "".join(target)
         elif c == "(" and word and _ARRAY_START.match("".join(word)):
             name_line = word_line
             r.take()
@@ -176,7 +204,7 @@ def lex(text: str, *, file: str) -> Lexed:
                 word_line = r.line
             _take_word_part(r, word)
     end_word()
-    return Lexed(tokens, directives)
+    return Lexed(tokens, directives, documents)
 
 
 def _take_word_part(r: QuoteReader, word: list[str]) -> None:

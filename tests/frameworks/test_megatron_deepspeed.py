@@ -93,13 +93,21 @@ def test_a_misspelt_flag_is_named_against_megatron_deepspeeds_own(cli, write):
 
 
 def test_the_deepspeed_config_next_to_the_script_sets_the_stage(cli, write):
+    """DeepSpeed runs the config's stage; pretrain_gpt.py reads --zero-stage only for
+    deepspeed.zero.Init(enabled=args.zero_stage == 3): a mismatch across stage 3 builds the
+    model wrongly partitioned (a finding), any other is a note."""
     write("ds.json", '{"train_batch_size": 64, "zero_optimization": {"stage": 1}, '
                      '"bf16": {"enabled": true}}')
     path = write("run.sh", MDS.format(pp=2, extra="", config="ds.json", zero=0))
     code, result, err = _validate(cli, path, model="llama2-7b", cluster="dgx-a100-80gb")
     assert result["strategy"]["zero_stage"] == 1
+    assert not [v for v in result["violations"] if v["rule"] == "megatron_flag"]
+    assert any(n.startswith("--zero-stage 0 differs from ds.json's stage 1")
+               for n in result["notes"])
+    path = write("run3.sh", MDS.format(pp=1, extra="", config="ds.json", zero=3))
+    code, result, err = _validate(cli, path, model="llama2-7b", cluster="dgx-a100-80gb")
     [finding] = [v for v in result["violations"] if v["rule"] == "megatron_flag"]
-    assert finding["message"].startswith("--zero-stage 0 but ds.json sets "
+    assert finding["message"].startswith("--zero-stage 3 but ds.json sets "
                                          "zero_optimization.stage 1")
 
 
@@ -160,3 +168,23 @@ def test_the_deepspeed_launcher_without_the_engine_is_megatrons_own_loop(cli, wr
     assert not [v for v in result["violations"] if v["rule"] == "megatron_flag"]
     assert result["strategy"]["recompute"] == "full"
     assert any("without --deepspeed" in n for n in result["notes"])
+
+
+def test_the_deepspeed_config_the_script_writes_is_read(cli, write):
+    """BLOOM's script writes its DeepSpeed config with `cat <<EOT > $config_json` and passes
+    it to --deepspeed_config: the here-document, its variables expanded as bash would, is the
+    config; a key DeepSpeed ignores there is a finding, as in a JSON file."""
+    script = ShellScript(BLOOM.read_text(), file=str(BLOOM))
+    [(path, text)] = script.written.items()
+    assert path == "./ds_config.$SLURM_JOB_ID.json"
+    assert json.loads(text)["train_micro_batch_size_per_gpu"] == 2
+    assert json.loads(text)["zero_optimization"] == {"stage": 0}
+    body = ('cat <<EOT > $CONFIG\n{"train_batch_size": $GBS, "zero_optimisation": '
+            '{"stage": 1}, "bf16": {"enabled": true}}\nEOT\n')
+    path = write("run.sh", "CONFIG=ds.json\nGBS=64\n" + body
+                 + MDS.format(pp=2, extra="", config="$CONFIG", zero=1))
+    code, result, err = _validate(cli, path, model="llama2-7b", cluster="dgx-a100-80gb")
+    assert any("zero_optimisation" in v["message"] for v in result["violations"]), result
+    # DeepSpeed reads no zero_optimization there: stage 0, which --zero-stage 1 contradicts
+    assert any(n.startswith("--zero-stage 1 differs from ds.json's stage 0")
+               for n in result["notes"])
