@@ -56,7 +56,9 @@ def main() -> int:
                         help="gemm_grid: least time each shape runs for")
     parser.add_argument("--sections",
                         default="peak,attention,gemm,gemm_tokens,grouped,optimizer,launch,moe,"
-                                "cudnn,eager,ring,fp8_shapes,fp8_rowwise,fp8_casts,gemm_grid,"
+                                "cudnn,eager,ring,fp8_shapes,fp8_rowwise,fp8_casts,fp8_rowwise_linear,"
+                                "fp8_transpose,"
+                                "gemm_grid,"
                                 "grouped_streams",
                         help="comma-separated sections to run")
     args = parser.parse_args()
@@ -384,6 +386,96 @@ def main() -> int:
                 row["error"] = failure(exc)
             keep(row)
     section("fp8_casts", fp8_casts)
+
+    def fp8_rowwise_linear():
+        # One linear layer's forward and backward as torchao's rowwise float8 runs it, against
+        # bf16: casts compiled per shape (per row for the output GEMM's operands and dgrad's
+        # output gradient, per column for wgrad's), and the layout copies torch._scaled_mm
+        # needs (its first operand row-major, its second column-major; torchao's
+        # float8_ops.preprocess_addmm makes them with .contiguous()): dgrad reads the weight
+        # cast per column as a column-major [n, k], wgrad the output gradient's transpose
+        # row-major and the input column-major. Llama 3 8B's linear layers at tp 1 (16,384
+        # tokens) and tp 8 (98,304 gathered tokens), summed per layer.
+        def cast(x, dim):
+            amax = x.abs().amax(dim=dim, keepdim=True).float().clamp(min=1e-12)
+            scale = 448.0 / amax
+            return ((x.float() * scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn),
+                    (1.0 / scale))
+
+        for option in ("cache_size_limit", "recompile_limit"):   # a static kernel per shape
+            if hasattr(torch._dynamo.config, option):
+                setattr(torch._dynamo.config, option, 64)
+        for tp, m in ((1, 16384), (8, 98304)):
+            torch._dynamo.reset()
+            rows_cast = torch.compile(lambda x: cast(x, -1), dynamic=False)
+            cols_cast = torch.compile(lambda x: cast(x, 0), dynamic=False)
+            totals = {"bf16_s": 0.0, "rowwise_s": 0.0, "rowwise_no_copies_s": 0.0}
+            for name, n, k in (("wqkv", 6144 // tp, 4096), ("wo", 4096, 4096 // tp),
+                               ("w13", 28672 // tp, 4096), ("w2", 4096, 14336 // tp)):
+                row = {"section": "fp8_rowwise_linear", "tp": tp, "layer": name, "m": m,
+                       "n": n, "k": k}
+                try:
+                    x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+                    w = torch.randn(n, k, device=dev, dtype=torch.bfloat16)
+                    g = torch.randn(m, n, device=dev, dtype=torch.bfloat16)
+
+                    def bf16():
+                        x @ w.t()
+                        g @ w
+                        g.t() @ x
+
+                    def rowwise(copies=True):
+                        x8, sx = rows_cast(x)                     # [m, k], scale [m, 1]
+                        w8, sw = rows_cast(w)                     # [n, k], scale [n, 1]
+                        torch._scaled_mm(x8, w8.t(), scale_a=sx, scale_b=sw.t(),
+                                         out_dtype=torch.bfloat16, use_fast_accum=True)
+                        g8, sg = rows_cast(g)                     # dgrad: g [m, n] @ w [n, k]
+                        wc8, swc = cols_cast(w)                   # w per column: [n, k], [1, k]
+                        b = wc8.t().contiguous().t() if copies else wc8.t().t()
+                        torch._scaled_mm(g8, b, scale_a=sg, scale_b=swc,
+                                         out_dtype=torch.bfloat16)
+                        gc8, sgc = cols_cast(g)                   # wgrad: g^T [n, m] @ x [m, k]
+                        xc8, sxc = cols_cast(x)
+                        a = gc8.t().contiguous() if copies else gc8.t()
+                        bx = xc8.t().contiguous().t() if copies else xc8
+                        torch._scaled_mm(a, bx, scale_a=sgc.t(), scale_b=sxc,
+                                         out_dtype=torch.bfloat16)
+                    row["bf16_s"] = timed(bf16)
+                    row["rowwise_s"] = timed(rowwise)
+                    try:
+                        row["rowwise_no_copies_s"] = timed(lambda: rowwise(copies=False))
+                    except Exception as exc:      # _scaled_mm refuses the wrong layouts
+                        row["no_copies_error"] = failure(exc)
+                    for key in totals:
+                        totals[key] += row.get(key, float("nan"))
+                    row["rowwise_over_bf16"] = row["bf16_s"] / row["rowwise_s"]
+                except Exception as exc:
+                    row["error"] = failure(exc)
+                keep(row)
+            keep({"section": "fp8_rowwise_linear", "tp": tp, "layer": "all four", **totals,
+                  "rowwise_over_bf16": totals["bf16_s"] / totals["rowwise_s"]})
+    section("fp8_rowwise_linear", fp8_rowwise_linear)
+
+    def fp8_transpose():
+        # The layout copies torch._scaled_mm forces (x.t().contiguous()) on FP8 and bf16
+        # tensors of activation size, against a plain copy of the same bytes.
+        for m, k in ((16384, 4096), (98304, 4096), (98304, 768), (98304, 512), (16384, 14336)):
+            row = {"section": "fp8_transpose", "m": m, "k": k}
+            try:
+                x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+                x8 = x.to(torch.float8_e4m3fn)
+                row["fp8_transpose_s"] = timed(lambda: x8.t().contiguous())
+                row["fp8_copy_s"] = timed(lambda: x8.clone())
+                row["bf16_transpose_s"] = timed(lambda: x.t().contiguous())
+                row["bf16_copy_s"] = timed(lambda: x.clone())
+                for key in ("fp8_transpose", "fp8_copy"):
+                    row[f"{key}_gb_per_s"] = 2 * m * k / row[f"{key}_s"] / 1e9
+                for key in ("bf16_transpose", "bf16_copy"):
+                    row[f"{key}_gb_per_s"] = 4 * m * k / row[f"{key}_s"] / 1e9
+            except Exception as exc:
+                row["error"] = failure(exc)
+            keep(row)
+    section("fp8_transpose", fp8_transpose)
 
     def gemm_grid():
         # bf16 and FP8 (tensorwise scales, fast accumulation: TE's fprop) GEMMs over a grid of

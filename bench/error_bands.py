@@ -50,9 +50,6 @@ FITTED_ON = {
     # (bench/calibrate_async_tp.py) but go with it here, per source.
     ("torchtitan_asynctp_h100_202506", "torchtitan"): "torchtitan async-TP share "
                                                       "(bench/calibrate_async_tp.py)",
-    # Its rowwise row's ratio to its bf16 row set the H100 presets' rowwise GEMM rate; the
-    # tensorwise row is held out but goes with them here, per source.
-    ("torchao_float8_llama3_8b_h100", "torchtitan"): "Hopper torchao rowwise GEMM rate",
 }
 """(source, framework) whose runs set a constant (bench/calibrate_frameworks.py): not held out."""
 

@@ -83,13 +83,31 @@ def fp8_copies_bytes(recipe: Fp8Recipe, *, transpose_free: bool, weight: bool = 
     return 2 * fp8_value_bytes(recipe)
 
 
-def quantize_bytes(elements, recipe: Fp8Recipe, *, transpose_free: bool):
-    """HBM bytes of quantizing `elements` bf16 values into the FP8 copies of both layouts:
-    each read of the bf16 tensor (two with current scaling's amax pass, one otherwise; TE
-    fp8_current_scaling.rst "Performance analysis") plus the copies written
-    (`fp8_copies_bytes`). A memory-bound kernel: time is these bytes at HBM bandwidth."""
-    return elements * (_bf16_reads(recipe) * BYTES_16BIT
-                       + fp8_copies_bytes(recipe, transpose_free=transpose_free))
+def quantize_bytes(elements, recipe: Fp8Recipe, *, transpose_free: bool, layouts: int = 2):
+    """HBM bytes of quantizing `elements` bf16 values into the FP8 copies of `layouts` GEMM
+    layouts: each read of the bf16 tensor (two with current scaling's amax pass, one
+    otherwise; TE fp8_current_scaling.rst "Performance analysis") plus the copies written.
+    Both layouts (`fp8_copies_bytes`), as Transformer Engine's casts write them at once; one
+    (`fp8_value_bytes`), as torchao casts an operand for the GEMM at hand. Row-wise scales run
+    along one dimension, so each layout is its own cast with its own amax pass (torchao float8
+    AXISWISE casts along dim -1 and dim 0, hp_tensor_to_float8_dynamic). A memory-bound
+    kernel: time is these bytes at HBM bandwidth."""
+    reads = _bf16_reads(recipe) * (layouts if recipe is Fp8Recipe.ROWWISE else 1)
+    written = (fp8_copies_bytes(recipe, transpose_free=transpose_free) if layouts == 2
+               else fp8_value_bytes(recipe))
+    return elements * (reads * BYTES_16BIT + written)
+
+
+def layout_copy_s(elements, *, elements_per_s: float):
+    """Seconds of transposing copies that make an FP8 operand column-major (or its transpose
+    row-major) for a GEMM that takes only the row-major x column-major layout: torch._scaled_mm
+    on Hopper ("Only multiplication of row-major and column-major matrices is supported by
+    cuBLASLt"), for which torchao's Float8 mm (float8_ops.py preprocess_addmm) calls
+    .contiguous() on the weight gradient's two operands and the data gradient's weight.
+    PyTorch's transposing copy is bound by elements, not bytes: measured at 1.48e11 FP8 and
+    1.44e11 bf16 elements/s on an H200, 0.06 of HBM for FP8, where a plain copy reaches 0.8
+    (bench/data/kernels_h200_fp8_rowwise.json, section fp8_transpose)."""
+    return elements / elements_per_s
 
 
 def _bf16_reads(recipe: Fp8Recipe) -> int:

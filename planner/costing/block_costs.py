@@ -38,7 +38,7 @@ from cost_models.expert_parallel import (DEEPEP_NVL_PEERS_MAX, dispatcher_sync_s
 from cost_models.evoformer import (evoformer_block_activation_bytes,
                                    evoformer_block_elementwise_bytes, evoformer_block_gemms,
                                    evoformer_block_tp_allreduce_elements)
-from cost_models.fp8 import (fp8_attention_fraction, fp8_attention_quantize_bytes,
+from cost_models.fp8 import (fp8_attention_fraction, fp8_attention_quantize_bytes, layout_copy_s,
                              fp8_attention_value_bytes, fp8_value_bytes, gemm_operand_bytes,
                              quantize_bytes)
 from cost_models.memory import (eager_cross_entropy_working_bytes, embedding_activation_bytes,
@@ -163,6 +163,11 @@ class _Kernels:
                                 shape_loss_flops=self.peak * eff.gemm_peak_fraction)
             self.transpose_free = cluster.gpu.fp8_transpose_free
             fp8 = framework.fp8
+            self.separate_layouts = fp8 is not None and self.fp8 in fp8.separate_layout_recipes
+            if self.separate_layouts:
+                self._cast_hbm = dict(self._hbm,
+                                      hbm_fraction=eff.hbm_fraction * fp8.cast_efficiency)
+                self.layout_copy_rate = fp8.layout_copy_elements_per_s
             self.fp8_caches_weights = fp8 is not None and fp8.caches_weights
             self.fp8_saves_inputs = fp8 is not None and fp8.saves_fp8_inputs
         # The attention core: bf16 at the fused kernel's share of the bf16 peak, or FP8
@@ -200,21 +205,44 @@ class _Kernels:
         """Seconds of quantizing the FP8 GEMMs' bf16 operands in one pass (0 without FP8):
         forward, each input; backward, each output gradient, and each input again where the
         framework saved it in bf16; both passes, each weight where the framework does not keep
-        its FP8 copies across micro-batches (torchao casts in every pass)."""
+        its FP8 copies across micro-batches (torchao casts in every pass), each cast writing
+        both GEMM layouts. A recipe the framework casts one layout at a time
+        (`Fp8Profile.separate_layout_recipes`: torchao rowwise) casts each operand in the one
+        layout its GEMM reads (the input and weight once per pass, the output gradient in
+        both), at the framework's cast rate, and in the backward copies the weight gradient's
+        operands and the data gradient's weight into the layout torch._scaled_mm takes
+        (`fp8.layout_copy_s`)."""
         if self.fp8 is None:
             return 0.0
-        elements = 0.0
+        if not self.separate_layouts:
+            elements = 0.0
+            for g in gemms:
+                if g is None:
+                    continue
+                inputs, grads = g.m * g.k * g.batch, g.m * g.n * g.batch
+                elements = elements + (grads if backward else inputs)
+                if backward and not self.fp8_saves_inputs:
+                    elements = elements + inputs
+                if not self.fp8_caches_weights:
+                    elements = elements + g.k * g.n * g.batch
+            return self.traffic_s(quantize_bytes(elements, self.fp8,
+                                                 transpose_free=self.transpose_free))
+        both = one = copied = 0.0       # elements cast into both layouts, into one; copied
         for g in gemms:
             if g is None:
                 continue
             inputs, grads, weights = g.m * g.k * g.batch, g.m * g.n * g.batch, g.k * g.n * g.batch
-            elements = elements + (grads if backward else inputs)
-            if backward and not self.fp8_saves_inputs:
-                elements = elements + inputs
-            if not self.fp8_caches_weights:
-                elements = elements + weights
-        return self.traffic_s(quantize_bytes(elements, self.fp8,
-                                             transpose_free=self.transpose_free))
+            if backward:
+                both = both + grads
+                copied = copied + grads + inputs + weights
+            one = one + inputs + (0.0 if self.fp8_caches_weights else weights)
+        kw = dict(transpose_free=self.transpose_free)
+        seconds = memory_bound_time_s(quantize_bytes(both, self.fp8, **kw)
+                                      + quantize_bytes(one, self.fp8, layouts=1, **kw),
+                                      **self._cast_hbm)
+        if self.layout_copy_rate is not None and not self.transpose_free:
+            seconds = seconds + layout_copy_s(copied, elements_per_s=self.layout_copy_rate)
+        return seconds
 
     @property
     def linear_input_bytes(self) -> float:

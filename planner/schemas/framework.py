@@ -71,6 +71,18 @@ class Fp8Profile(BaseModel):
     bf16_layers_recipes: tuple[Fp8Recipe, ...] = ()
     """Recipes with which it can keep the first and last transformer layers in bf16
     (training.bf16_first_layers / bf16_last_layers); none: it cannot."""
+    separate_layout_recipes: tuple[Fp8Recipe, ...] = ()
+    """Recipes it casts one GEMM layout at a time, each operand along the dimension its GEMM
+    scales (torchao's axiswise rowwise), the layout torch._scaled_mm wants made by a separate
+    transposing copy, all at the rates below; other recipes' casts write both layouts in one
+    fused pass (Transformer Engine's cast-transpose; torchao's tensorwise casts under
+    torch.compile)."""
+    cast_efficiency: float = Field(default=1.0, gt=0, le=1)
+    """The rate its casts of `separate_layout_recipes` move their bytes at, as a share of what
+    the GPU's memory-bound kernels reach (`hbm_fraction`), measured."""
+    layout_copy_elements_per_s: float | None = Field(default=None, gt=0)
+    """The rate of those transposing copies (`fp8.layout_copy_s`), elements per second; None:
+    no such copies."""
 
 
 class OffloadProfile(BaseModel):
