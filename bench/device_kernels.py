@@ -121,6 +121,15 @@ def main() -> int:
                                             out_dtype=torch.bfloat16, use_fast_accum=fast)
         return (lambda: a @ w.t()), fp8
 
+    def axiswise_cast(x, dim=-1):
+        """torchao's float8 cast of a bf16 tensor with one scale per slice along `dim` (per
+        row: -1, per column: 0, per tensor: None): amax, scale, clamp, fp8. Returns the FP8
+        tensor and the scale torch._scaled_mm multiplies back (amax / 448)."""
+        magnitude = x.abs()
+        amax = (magnitude.amax() if dim is None else magnitude.amax(dim=dim, keepdim=True))
+        scale = 448.0 / amax.float().clamp(min=1e-12)
+        return (x.float() * scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn), 1.0 / scale
+
     wanted = set(args.sections.split(","))
 
     def section(name, body):
@@ -313,10 +322,7 @@ def main() -> int:
                                ("w13", 28672 // tp, 4096), ("w2", 4096, 14336 // tp)):
                 shapes.append((f"llama3-8b tp{tp} {name} fprop", m, n, k))
 
-        def cast(x):
-            amax = x.abs().amax(dim=1, keepdim=True).float().clamp(min=1e-12)
-            scale = 448.0 / amax
-            return (x.float() * scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn), scale
+        cast = axiswise_cast
 
         for label, m, n, k in shapes:
             row = {"section": "fp8_rowwise", "shape": label, "m": m, "n": n, "k": k}
@@ -355,24 +361,14 @@ def main() -> int:
         # (dim 0: wgrad's input and output gradient), and per tensor (one amax over the whole
         # tensor, then the cast: tensorwise), on the [m, k] activations of the fp8_rowwise
         # section's Llama 3 8B shapes and Transformer Engine's layer.
-        def rowwise(x, dim):
-            amax = x.abs().amax(dim=dim, keepdim=True).float().clamp(min=1e-12)
-            scale = 448.0 / amax
-            return (x.float() * scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn), scale
-
-        def tensorwise(x):
-            amax = x.abs().amax().float().clamp(min=1e-12)
-            scale = 448.0 / amax
-            return (x.float() * scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn), scale
-
         shapes = [(31 * 512, 4096), (31 * 512, 16384), (4096, 31 * 512), (16384, 4096),
                   (16384, 14336), (98304, 4096), (98304, 512), (98304, 1792), (98304, 768)]
         for m, k in shapes:
             row = {"section": "fp8_casts", "m": m, "k": k, "bytes_per_value": 5}
             torch._dynamo.reset()          # static kernels for this shape, as in a model
-            per_row = torch.compile(lambda x: rowwise(x, -1), dynamic=False)
-            per_column = torch.compile(lambda x: rowwise(x, 0), dynamic=False)
-            per_tensor = torch.compile(tensorwise, dynamic=False)
+            per_row = torch.compile(lambda x: axiswise_cast(x, -1), dynamic=False)
+            per_column = torch.compile(lambda x: axiswise_cast(x, 0), dynamic=False)
+            per_tensor = torch.compile(lambda x: axiswise_cast(x, None), dynamic=False)
             try:
                 x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
                 for name, fn in (("row", per_row), ("column", per_column),
@@ -396,19 +392,13 @@ def main() -> int:
         # cast per column as a column-major [n, k], wgrad the output gradient's transpose
         # row-major and the input column-major. Llama 3 8B's linear layers at tp 1 (16,384
         # tokens) and tp 8 (98,304 gathered tokens), summed per layer.
-        def cast(x, dim):
-            amax = x.abs().amax(dim=dim, keepdim=True).float().clamp(min=1e-12)
-            scale = 448.0 / amax
-            return ((x.float() * scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn),
-                    (1.0 / scale))
-
         for option in ("cache_size_limit", "recompile_limit"):   # a static kernel per shape
             if hasattr(torch._dynamo.config, option):
                 setattr(torch._dynamo.config, option, 64)
         for tp, m in ((1, 16384), (8, 98304)):
             torch._dynamo.reset()
-            rows_cast = torch.compile(lambda x: cast(x, -1), dynamic=False)
-            cols_cast = torch.compile(lambda x: cast(x, 0), dynamic=False)
+            rows_cast = torch.compile(lambda x: axiswise_cast(x, -1), dynamic=False)
+            cols_cast = torch.compile(lambda x: axiswise_cast(x, 0), dynamic=False)
             totals = {"bf16_s": 0.0, "rowwise_s": 0.0, "rowwise_no_copies_s": 0.0}
             for name, n, k in (("wqkv", 6144 // tp, 4096), ("wo", 4096, 4096 // tp),
                                ("w13", 28672 // tp, 4096), ("w2", 4096, 14336 // tp)):
