@@ -372,11 +372,16 @@ class ShellScript:
         """What `cat <<EOT > TARGET` writes: the body, with $NAME, ${...} and $((...))
         expanded where the delimiter is unquoted (bash's here-document rules: no quote
         removal, no word splitting)."""
-        target = sx.as_written(sx.expand_text(document.target, self))
-        body = document.body
-        if document.expands:
-            body = re.sub(r"\$(\{[^}]*\}|\(\([^)]*\)\)|[A-Za-z_][A-Za-z0-9_]*|[0-9])",
-                          lambda m: sx.expand_text(m.group(0), self), body)
+        try:
+            target = sx.as_written(sx.expand_text(document.target, self))
+            body = document.body
+            if document.expands:
+                body = re.sub(r"\$(\{[^}]*\}|\(\([^)]*\)\)|[A-Za-z_][A-Za-z0-9_]*|[0-9])",
+                              lambda m: sx.expand_text(m.group(0), self), body)
+        except (InputError, ValueError):        # text this reader cannot expand: not kept
+            self.notes.append(f"{self._files[-1]} line {document.line}: cannot read what "
+                              f"this here-document writes; not read")
+            return
         self.written[target] = body
 
     def _record(self, fields: list[str], line: int) -> None:

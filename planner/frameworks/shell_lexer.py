@@ -179,7 +179,7 @@ def lex(text: str, *, file: str) -> Lexed:
             target = []
             while r.peek() and r.peek() not in " \t\r\n;&|()<>":
                 ch = r.take()
-                target.append(r.closing(ch) if ch in "'\"" else ch)
+                target.append(ch + r.closing(ch) if ch in "'\"" else ch)
             if op in ("<<", "<<-"):
                 written = "".join(target)
                 heredocs.append((written.replace("'", "").replace('"', ""), op == "<<-"))

@@ -315,3 +315,18 @@ def test_rl_model_config_sources_common_through_its_own_path():
         not in common
     assert script.variables["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
     assert script.notes == []
+
+
+def test_here_documents_are_kept_as_the_files_they_write():
+    """`cat <<EOF > $F` writes its body, expanded as bash expands a here-document (variables,
+    ${...} operators, arithmetic; quotes kept; nothing with a quoted delimiter) to the file
+    the redirection names, quoted or not."""
+    script = _read('F=ds.json\n'
+                   'cat <<EOF > "$F"\n{"stage": $((1 + 1))}\nEOF\n'
+                   "cat <<'EOF' > '/tmp/x y.json'\n{\"b\": $HOME}\nEOF\n"
+                   'cat <<EOF >> "${F%.json}.bak"\nx ${UNSET:-3} "q"\nEOF\n'
+                   'cat <<EOF\nnot written anywhere\nEOF\n'
+                   'python x.py --deepspeed_config "$F"\n')
+    assert script.written == {"ds.json": '{"stage": 2}\n', "/tmp/x y.json": '{"b": $HOME}\n',
+                              "ds.bak": 'x 3 "q"\n'}
+    assert _flags(script) == {"--deepspeed_config": "ds.json"}
