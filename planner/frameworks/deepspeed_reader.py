@@ -86,7 +86,7 @@ SECTION_KEYS = {
 }
 """Sections DeepSpeed reads with dict.get: an unknown key there is silently ignored."""
 
-def _load(text: str, file: str) -> dict[str, Any]:
+def load_config(text: str, file: str) -> dict[str, Any]:
     def no_duplicates(pairs):
         counts = Counter(k for k, _ in pairs)
         dup = sorted(k for k, n in counts.items() if n > 1)
@@ -112,7 +112,7 @@ def _int(data: dict, key: str, file: str) -> int | None:
     return value
 
 
-def _check_keys(parsed: ParsedConfig, data: dict) -> None:
+def check_keys(parsed: ParsedConfig, data: dict) -> None:
     for key in data:
         if key in TOP_LEVEL_KEYS or key.startswith("_"):
             continue
@@ -204,9 +204,9 @@ def _auto_note(parsed: ParsedConfig, keys: list[str], priced: str) -> None:
 
 def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> ParsedConfig:
     """A DeepSpeed config -> the strategy it describes and what DeepSpeed would get wrong."""
-    data = _load(text, file)
+    data = load_config(text, file)
     parsed = ParsedConfig(strategy={}, target=LaunchTarget.DEEPSPEED)
-    _check_keys(parsed, data)
+    check_keys(parsed, data)
     def section(name: str) -> dict:
         value = data.get(name)
         return value if isinstance(value, dict) else {}

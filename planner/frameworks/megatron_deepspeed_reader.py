@@ -11,21 +11,24 @@ What differs from Megatron-LM, and how each is read:
   DeepSpeed profile's `pipeline_engine_single_stage`;
 - the engine places the layers itself (PipelineModule partition_method, 'type:transformer'
   unless --pp-partition-method says otherwise): any pp is valid, the stages may be uneven;
-- the ZeRO stage is the DeepSpeed config's (--deepspeed_config), read when that file is there;
-  else --zero-stage, which the script passes to Megatron-DeepSpeed to match it; bf16 at stage 0
-  in the pipeline engine is ZeRO-1 (`deepspeed_reader.engine_zero_stage`).
+- the ZeRO stage is the DeepSpeed config's (--deepspeed_config): the file when it is there, or
+  the here-document the script writes it with (`ShellScript.written`); else --zero-stage,
+  which the script passes to Megatron-DeepSpeed to match it; bf16 at stage 0 in the pipeline
+  engine is ZeRO-1 (`deepspeed_reader.engine_zero_stage`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from cost_models.enums import AttentionKind, CpComm, Optimizer, PipelinePartition, Precision, Recompute
+from cost_models.enums import (AttentionKind, CpComm, Optimizer, PipelinePartition, Precision,
+                               Recompute)
 from cost_models.pipeline import partitioned_layer_counts
 from planner.core.problem import Problem
 from planner.errors import InputError
 from planner.frameworks.base import ParsedConfig
-from planner.frameworks.deepspeed_reader import _check_keys, _load, engine_zero_stage, zero_stage
+from planner.frameworks.deepspeed_reader import (check_keys, engine_zero_stage, load_config,
+                                                  zero_stage)
 from planner.frameworks.launchers import read_launch
 from planner.frameworks.megatron_flags import MEGATRON_DEEPSPEED, check_flags
 from planner.frameworks.megatron_values import _value, check_model, int_flag
@@ -206,8 +209,8 @@ def _zero_stage(parsed: ParsedConfig, flags: dict, script: ShellScript, file: st
     written = script.written.get(config or (flags[named].unresolved if named else None) or "")
     if written is not None or (path is not None and path.is_file()):
         where = f"{file}'s here-document" if written is not None else str(path)
-        data = _load(written if written is not None else read_text(path), where)
-        _check_keys(parsed, data)
+        data = load_config(written if written is not None else read_text(path), where)
+        check_keys(parsed, data)
         stage = zero_stage(data, where)
         shown = config or flags[named].unresolved
         if given is not None and (given == 3) != (stage == 3):
