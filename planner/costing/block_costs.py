@@ -164,6 +164,7 @@ class _Kernels:
             self.transpose_free = cluster.gpu.fp8_transpose_free
             fp8 = framework.fp8
             self.separate_layouts = fp8 is not None and self.fp8 in fp8.separate_layout_recipes
+            self._cast_hbm, self.layout_copy_rate = self._hbm, None
             if self.separate_layouts:
                 self._cast_hbm = dict(self._hbm,
                                       hbm_fraction=eff.hbm_fraction * fp8.cast_efficiency)
@@ -214,28 +215,20 @@ class _Kernels:
         (`fp8.layout_copy_s`)."""
         if self.fp8 is None:
             return 0.0
-        if not self.separate_layouts:
-            elements = 0.0
-            for g in gemms:
-                if g is None:
-                    continue
-                inputs, grads = g.m * g.k * g.batch, g.m * g.n * g.batch
-                elements = elements + (grads if backward else inputs)
-                if backward and not self.fp8_saves_inputs:
-                    elements = elements + inputs
-                if not self.fp8_caches_weights:
-                    elements = elements + g.k * g.n * g.batch
-            return self.traffic_s(quantize_bytes(elements, self.fp8,
-                                                 transpose_free=self.transpose_free))
-        both = one = copied = 0.0       # elements cast into both layouts, into one; copied
+        both = one = copied = 0.0   # elements cast into both layouts, into one; copied
         for g in gemms:
             if g is None:
                 continue
             inputs, grads, weights = g.m * g.k * g.batch, g.m * g.n * g.batch, g.k * g.n * g.batch
+            operands = ((inputs if not backward or not self.fp8_saves_inputs else 0.0)
+                        + (0.0 if self.fp8_caches_weights else weights))
+            if self.separate_layouts:
+                one = one + operands
+            else:
+                both = both + operands
             if backward:
                 both = both + grads
                 copied = copied + grads + inputs + weights
-            one = one + inputs + (0.0 if self.fp8_caches_weights else weights)
         kw = dict(transpose_free=self.transpose_free)
         seconds = memory_bound_time_s(quantize_bytes(both, self.fp8, **kw)
                                       + quantize_bytes(one, self.fp8, layouts=1, **kw),

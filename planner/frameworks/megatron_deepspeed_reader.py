@@ -49,9 +49,9 @@ def parse_script(script: ShellScript, flags: dict, *, file: str, problem: Proble
     """The strategy of a Megatron-DeepSpeed launch (`flags`: those its pretrain_gpt.py gets)
     and what Megatron-DeepSpeed or DeepSpeed would stop on. Without --deepspeed the fork runs
     Megatron's own training loop (no DeepSpeed engine, no ZeRO): priced as Megatron-LM."""
-    if "--deepspeed" not in flags:
-        return _without_engine(script, flags, file=file, problem=problem, num_gpus=num_gpus)
-    parsed = ParsedConfig(strategy={}, target=LaunchTarget.DEEPSPEED)
+    deepspeed = "--deepspeed" in flags
+    parsed = ParsedConfig(strategy={}, target=LaunchTarget.DEEPSPEED if deepspeed
+                          else LaunchTarget.MEGATRON)
     read_launch(parsed, script, file=file, problem=problem, num_gpus=num_gpus)
     check_flags(parsed, flags, MEGATRON_DEEPSPEED)
     check_model(parsed, flags, problem, file)
@@ -59,8 +59,24 @@ def parse_script(script: ShellScript, flags: dict, *, file: str, problem: Proble
     def number(name: str, default: int | None = None) -> int | None:
         return int_flag(flags, name, file, default)
 
+    s = parsed.strategy
     tp = number("--tensor-model-parallel-size", 1)
     pp = number("--pipeline-model-parallel-size", 1)
+    s.update(tp=tp, pp=pp, micro_batch=number("--micro-batch-size", 1),
+             sequence_parallel="--sequence-parallel" in flags)
+    if "--global-batch-size" in flags:
+        s["global_batch"] = number("--global-batch-size")
+    if "--seq-length" in flags:
+        parsed.training["seq_len"] = number("--seq-length")
+    _precision(parsed, flags)
+    _attention(parsed, flags)
+    if not deepspeed:
+        parsed.notes.append(f"{file}: Megatron-DeepSpeed without --deepspeed runs Megatron's "
+                            f"own training loop (no DeepSpeed engine or ZeRO); priced with "
+                            f"Megatron-LM's profile")
+        s["zero_stage"] = 1 if "--use-distributed-optimizer" in flags else 0
+        _recompute(parsed, flags, engine=False)
+        return parsed
     engine = "--no-pipeline-parallel" not in flags
     if not engine and pp > 1:
         # deepspeedai arguments.py: "pipeline_model_parallel_size must be 1 if pipeline
@@ -68,23 +84,15 @@ def parse_script(script: ShellScript, flags: dict, *, file: str, problem: Proble
         parsed.finding("megatron_flag", "Megatron-DeepSpeed stops: "
                        "pipeline_model_parallel_size must be 1 if pipeline parallel is disabled",
                        "drop --no-pipeline-parallel, or use --pipeline-model-parallel-size 1")
-    s = parsed.strategy
     # overlap_grad_reduce: the pipeline engine reduces gradients once all micro-batches are
     # done (runtime/pipe/schedule.py TrainSchedule: ReduceGrads after the last backward), and
     # ZeRO's overlap_comm is off below stage 3 unless the config turns it on.
-    s.update(tp=tp, pp=pp, micro_batch=number("--micro-batch-size", 1),
-             sequence_parallel="--sequence-parallel" in flags, overlap_grad_reduce=False)
-    if "--global-batch-size" in flags:
-        s["global_batch"] = number("--global-batch-size")
-    if "--seq-length" in flags:
-        parsed.training["seq_len"] = number("--seq-length")
+    s["overlap_grad_reduce"] = False
     cp = number("--ds-sequence-parallel-size", 1)
     if cp > 1:     # DeepSpeed-Ulysses: heads exchanged by all-to-all (deepspeed/sequence/layer.py)
         s.update(cp=cp, cp_comm=CpComm.A2A)
     if "--moe-expert-parallel-size" in flags:
         s["ep"] = number("--moe-expert-parallel-size")
-    _precision(parsed, flags)
-    _attention(parsed, flags)
     _recompute(parsed, flags, engine)
     if engine:
         parsed.framework["pipeline_engine_single_stage"] = True
@@ -94,31 +102,6 @@ def parse_script(script: ShellScript, flags: dict, *, file: str, problem: Proble
     if "--rampup-batch-size" in flags:
         parsed.notes.append("--rampup-batch-size: Megatron-DeepSpeed starts with smaller "
                             "batches; priced at --global-batch-size, the batch it ramps up to")
-    return parsed
-
-
-def _without_engine(script: ShellScript, flags: dict, *, file: str, problem: Problem,
-                    num_gpus: int | None) -> ParsedConfig:
-    parsed = ParsedConfig(strategy={}, target=LaunchTarget.MEGATRON)
-    read_launch(parsed, script, file=file, problem=problem, num_gpus=num_gpus)
-    check_flags(parsed, flags, MEGATRON_DEEPSPEED)
-    check_model(parsed, flags, problem, file)
-    parsed.notes.append(f"{file}: Megatron-DeepSpeed without --deepspeed runs Megatron's own "
-                        f"training loop (no DeepSpeed engine or ZeRO); priced with Megatron-LM's "
-                        f"profile")
-    s = parsed.strategy
-    s.update(tp=int_flag(flags, "--tensor-model-parallel-size", file, 1),
-             pp=int_flag(flags, "--pipeline-model-parallel-size", file, 1),
-             micro_batch=int_flag(flags, "--micro-batch-size", file, 1),
-             sequence_parallel="--sequence-parallel" in flags,
-             zero_stage=1 if "--use-distributed-optimizer" in flags else 0)
-    if "--global-batch-size" in flags:
-        s["global_batch"] = int_flag(flags, "--global-batch-size", file)
-    if "--seq-length" in flags:
-        parsed.training["seq_len"] = int_flag(flags, "--seq-length", file)
-    _precision(parsed, flags)
-    _attention(parsed, flags)
-    _recompute(parsed, flags, engine=False)
     return parsed
 
 

@@ -24,8 +24,12 @@ def _commit(text: str, repository: str) -> str:
     return re.search(re.escape(repository) + r" @([0-9a-f]+)", text).group(1)
 
 
-def _data_lines(name: str) -> list[str]:
-    text = (resources.files("planner.frameworks") / "data" / name).read_text(encoding="utf-8")
+def _data(name: str) -> str:
+    return (resources.files("planner.frameworks") / "data" / name).read_text(encoding="utf-8")
+
+
+def _lines(text: str) -> list[str]:
+    """A data file's entries: its lines less blanks and # comments."""
     return [line for line in text.splitlines() if line and not line.startswith("#")]
 
 
@@ -43,28 +47,25 @@ class FlagSet:
     checked_against: str
 
 
-def _flag_set(program: str, name: str, where: str, checked_against: str) -> FlagSet:
+def _flag_set(program: str, text: str, where: str, checked_against: str) -> FlagSet:
     """The flags of a data file of flags (one per line, then its argparse choices)."""
     flags = {}
-    for line in _data_lines(name):
+    for line in _lines(text):
         flag, *choices = line.split()
         flags[flag] = tuple(choices)
     return FlagSet(program, frozenset(flags), {f: c for f, c in flags.items() if c}, where,
                    checked_against)
 
 
-def _header(name: str) -> str:
-    return (resources.files("planner.frameworks") / "data" / name).read_text(encoding="utf-8")
-
-
-MEGATRON_COMMIT = _commit(_header("megatron_args.txt"), "NVIDIA/Megatron-LM")
-MEGATRON = _flag_set("Megatron-LM", "megatron_args.txt", f"pretrain_gpt.py @{MEGATRON_COMMIT}",
+_MEGATRON = _data("megatron_args.txt")
+MEGATRON_COMMIT = _commit(_MEGATRON, "NVIDIA/Megatron-LM")
+MEGATRON = _flag_set("Megatron-LM", _MEGATRON, f"pretrain_gpt.py @{MEGATRON_COMMIT}",
                      f"NVIDIA/Megatron-LM @{MEGATRON_COMMIT} (megatron/training/arguments.py "
                      f"and the config dataclasses it turns into flags)")
 """Every flag Megatron-LM's pretrain_gpt.py accepts (data/megatron_args.txt)."""
-_MDS = _header("megatron_deepspeed_args.txt")
+_MDS = _data("megatron_deepspeed_args.txt")
 MEGATRON_DEEPSPEED = _flag_set(
-    "Megatron-DeepSpeed", "megatron_deepspeed_args.txt",
+    "Megatron-DeepSpeed", _MDS,
     "pretrain_gpt.py of either Megatron-DeepSpeed fork",
     f"bigscience-workshop/Megatron-DeepSpeed @"
     f"{_commit(_MDS, 'bigscience-workshop/Megatron-DeepSpeed')} and deepspeedai/Megatron-"
@@ -76,7 +77,7 @@ KNOWN_FLAGS = MEGATRON.known
 """Every flag pretrain_gpt.py accepts at MEGATRON_COMMIT."""
 CHOICES = MEGATRON.choices
 CHECKED_AGAINST = MEGATRON.checked_against
-TORCHRUN_FLAGS = frozenset(_data_lines("torchrun_args.txt"))
+TORCHRUN_FLAGS = frozenset(_lines(_data("torchrun_args.txt")))
 """The launcher's options, which a script may hold next to Megatron-LM's (not its to judge)."""
 
 

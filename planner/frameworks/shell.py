@@ -458,17 +458,8 @@ class ShellScript:
         if path is None or self._shown(path) in self._files or not self._deeper():
             return
         lexed = self._read_file(path, line, "source")
-        if lexed is None:
-            return
-        self._files.append(self._shown(path))
-        self._depth += 1
-        try:
-            self._run(Parser(lexed.tokens, self._shown(path)).parse())
-        except _Return:
-            pass
-        finally:
-            self._files.pop()
-            self._depth -= 1
+        if lexed is not None:
+            self._run_file(path, lexed)
 
     def _child(self, written: str, arguments: list[str], line: int) -> None:
         """`bash FILE ARGS...`: FILE runs with ARGS as its $1, $2, ... (a wrapper that passes a
@@ -478,23 +469,8 @@ class ShellScript:
         if path is None or self._shown(path) in self._files or not self._deeper():
             return
         lexed = self._read_file(path, line, "bash")
-        if lexed is None:
-            return
-        self._files.append(self._shown(path))
-        self._arguments.append(arguments)
-        self._depth += 1
-        try:
-            self._run(Parser(lexed.tokens, self._shown(path)).parse())
-        except _Exit as e:
-            if e.code != "0":
-                self.notes.append(f"{e.file} line {e.line}: the script exits here (exit "
-                                  f"{e.code}); nothing after it is read")
-        except _Return:
-            pass
-        finally:
-            self._files.pop()
-            self._arguments.pop()
-            self._depth -= 1
+        if lexed is not None:
+            self._run_file(path, lexed, arguments=arguments)
 
     def _sbatch(self, arguments: list[str], line: int) -> None:
         """`sbatch [options] FILE`: FILE runs as the batch script, its #SBATCH lines under the
@@ -512,12 +488,31 @@ class ShellScript:
             return
         self._batch_options({**slurm.read_directives([d for _, d in lexed.directives]),
                              **options})
-        self._files.append(self._shown(path))
+        self._run_file(path, lexed)
+
+    def _run_file(self, path: Path, lexed, *, arguments: list[str] | None = None) -> None:
+        """Run another file's commands as part of this script: sourced (its `exit` ends the
+        script), the batch script sbatch starts, or a child bash given `arguments` as its $1,
+        $2, ... (its `exit` ends only the child)."""
+        shown = self._shown(path)
+        self._files.append(shown)
+        if arguments is not None:
+            self._arguments.append(arguments)
         self._depth += 1
         try:
-            self._run(Parser(lexed.tokens, self._shown(path)).parse())
+            self._run(Parser(lexed.tokens, shown).parse())
+        except _Return:
+            pass
+        except _Exit as e:
+            if arguments is None:
+                raise
+            if e.code != "0":
+                self.notes.append(f"{e.file} line {e.line}: the script exits here (exit "
+                                  f"{e.code}); nothing after it is read")
         finally:
             self._files.pop()
+            if arguments is not None:
+                self._arguments.pop()
             self._depth -= 1
 
     def _batch_options(self, options: dict[str, str]) -> None:
