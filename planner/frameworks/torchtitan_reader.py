@@ -112,6 +112,82 @@ def _fqn_counts(parts: Any, file: str) -> tuple[int, ...]:
 
 SINGLE_STAGE_SCHEDULES = ("1f1b", "gpipe")
 """torch.distributed.pipelining schedules that run one stage per rank."""
+SCHEDULES = ("1F1B", "Interleaved1F1B", "GPipe", "LoopedBFS", "InterleavedZeroBubble",
+             "PipelineScheduleSingle", "PipelineScheduleMulti", "ZBVZeroBubble", "DualPipeV")
+"""pipeline_parallel_schedule names torch.distributed.pipelining knows, matched without case
+(schedules.py get_schedule_class: any other name is a ValueError)."""
+PRICED_AS_OTHER = {
+    "gpipe": "runs every micro-batch's forward before the first backward, so a stage holds all "
+             "{m} micro-batches' activations at its peak; priced as 1F1B, which holds at most "
+             "pp of them: its memory is a lower bound",
+    "loopedbfs": "runs each local stage's forwards for all {m} micro-batches before the next "
+                 "stage's, holding all of them at the peak; priced as Interleaved1F1B, which "
+                 "holds fewer: its memory is a lower bound",
+    "interleavedzerobubble": "splits each backward into input and weight gradients and runs "
+                             "the weight gradients in the pipeline bubble; priced as "
+                             "Interleaved1F1B, whose bubble is larger: its step time is an "
+                             "upper bound",
+    "zbvzerobubble": "places the stages in a V (rank r holds stages r and 2 pp - 1 - r, so the "
+                     "first rank holds the embedding and the output layer) and runs the weight "
+                     "gradients in the bubble; priced as Interleaved1F1B with looped stages "
+                     "(rank r holds r and pp + r), which it does not model",
+    "dualpipev": "places the stages in a V (rank r holds stages r and 2 pp - 1 - r, so the "
+                 "first rank holds the embedding and the output layer), pairs one micro-batch's "
+                 "forward with another's backward and runs weight gradients in the bubble; "
+                 "priced as Interleaved1F1B with looped stages (rank r holds r and pp + r), "
+                 "which it does not model",
+}
+"""What a schedule the planner prices as another does (torch.distributed.pipelining
+schedules.py: ScheduleGPipe, ScheduleLoopedBFS, ScheduleInterleavedZeroBubble,
+ScheduleZBVZeroBubble, ScheduleDualPipeV; torchtitan pipeline_parallel.py places the stages of
+the last two in style "v")."""
+V_SCHEDULES = ("zbvzerobubble", "dualpipev")
+"""Schedules that run exactly 2 stages per rank (schedules.py: "ZBV requires exactly 2 stages
+per rank")."""
+
+
+def _schedule(parsed: ParsedConfig, par: dict, *, pp: int, vpp: int, micro_batches: int,
+              file: str) -> None:
+    """What torch.distributed.pipelining refuses in pipeline_parallel_schedule (and its csv),
+    and a note where the planner prices the schedule as another
+    (`PRICED_AS_OTHER`)."""
+    name = par.get("pipeline_parallel_schedule", "1F1B")
+    csv = par.get("pipeline_parallel_schedule_csv")
+    if pp == 1:
+        if "pipeline_parallel_schedule" in par and str(name).lower() != "1f1b" or csv:
+            key = "pipeline_parallel_schedule" + ("_csv" if csv else "")
+            parsed.notes.append(f"parallelism.{key} has no effect at pipeline_parallel_degree "
+                                f"1 (no pipeline)")
+        return
+    if csv:
+        parsed.notes.append(f"pipeline_parallel_schedule_csv: the schedule in {csv} is priced "
+                            f"as {'Interleaved1F1B' if vpp > 1 else '1F1B'}; the planner does "
+                            f"not read it")
+        return
+    key = str(name).lower()
+    if key not in {s.lower() for s in SCHEDULES}:
+        parsed.finding("torchtitan_pipeline", f"torchtitan stops: unknown pipeline schedule "
+                       f"'{name}'{did_you_mean(str(name), SCHEDULES)}",
+                       f"use one of {', '.join(SCHEDULES)}")
+        return
+    if key in ("pipelineschedulesingle", "pipelineschedulemulti"):
+        parsed.finding("torchtitan_pipeline", f"torchtitan stops: {name} is an abstract base "
+                       f"class that runs only a schedule read from "
+                       f"pipeline_parallel_schedule_csv",
+                       "use a concrete schedule such as 1F1B or Interleaved1F1B")
+        return
+    if key in V_SCHEDULES and vpp != 2:
+        parsed.finding("torchtitan_pipeline", f"torchtitan stops: {name} requires exactly 2 "
+                       f"stages per rank, and this layout has {vpp}",
+                       "give each rank 2 stages (pipeline_parallel_layers_per_stage or "
+                       "module_fqns_per_model_part)")
+    if key == "dualpipev" and micro_batches < 2 * pp:
+        parsed.finding("torchtitan_pipeline", f"torchtitan stops: DualPipeV requires at least "
+                       f"as many micro-batches as stages ({2 * pp}), and a step has "
+                       f"{micro_batches}", "raise the local batch or lower the micro-batch size")
+    if key in PRICED_AS_OTHER:
+        parsed.notes.append(f"pipeline_parallel_schedule {name} "
+                            + PRICED_AS_OTHER[key].format(m=micro_batches))
 
 
 def _default_split(parsed: ParsedConfig, par: dict, layers: int, pp: int, file: str) -> int:
@@ -262,6 +338,12 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None,
         global_batch = _int(train, "global_batch_size", -1, file)
         if global_batch < 0:
             global_batch = local * dp
+    if pp > 1:
+        _schedule(parsed, par, pp=pp, vpp=vpp, micro_batches=max(1, global_batch // (micro * dp)),
+                  file=file)
+    elif par.get("pipeline_parallel_schedule") is not None or par.get(
+            "pipeline_parallel_schedule_csv"):
+        _schedule(parsed, par, pp=1, vpp=1, micro_batches=1, file=file)
     recompute = _recompute(parsed, sections.get("activation_checkpoint", {}), file)
     sp = bool(par.get("enable_sequence_parallel", True)) and tp > 1
     ep = _degree(par, "expert_parallel_degree", file)

@@ -175,3 +175,56 @@ def test_megatron_fp8_flags_set_the_precision_and_recipe(cli, write):
     code, result, err, _ = _validate(cli, write, "args.txt", text, "--gpus", "8")
     assert result["precision"] == "fp8" and result["fp8_recipe"] == "blockwise", err
     assert result["strategy"]["fp8_param_gather"] is True
+
+
+def _torchtitan_pipeline(schedule, *, pp=4, per_stage=None, local_batch=8):
+    lines = [f"pipeline_parallel_degree = {pp}", f"pipeline_parallel_schedule = '{schedule}'"]
+    if per_stage is not None:
+        lines.append(f"pipeline_parallel_layers_per_stage = {per_stage}")
+    return ("[parallelism]\n" + "\n".join(lines)
+            + f"\n[training]\nlocal_batch_size = {local_batch}\n")
+
+
+@pytest.mark.parametrize(("schedule", "per_stage", "local_batch", "finding"), [
+    # torch.distributed.pipelining schedules.py get_schedule_class: an unknown name is a
+    # ValueError; the base classes run only a CSV schedule (torchtitan pipeline_parallel.py).
+    ("DualPipe", None, 8, "torchtitan stops: unknown pipeline schedule 'DualPipe' (did you "
+                          "mean 'DualPipeV'?)"),
+    ("PipelineScheduleMulti", None, 8, "torchtitan stops: PipelineScheduleMulti is an abstract "
+                                       "base class that runs only a schedule read from "
+                                       "pipeline_parallel_schedule_csv"),
+    # ScheduleZBVZeroBubble / ScheduleDualPipeV: "ZBV requires exactly 2 stages per rank";
+    # 34 effective layers at 3 a stage: 12 stages, 3 a rank.
+    ("ZBVZeroBubble", 3, 8, "torchtitan stops: ZBVZeroBubble requires exactly 2 stages per "
+                            "rank, and this layout has 3"),
+    # ScheduleDualPipeV: "DualPipeV requires at least as many microbatches as stages".
+    ("DualPipeV", None, 4, "torchtitan stops: DualPipeV requires at least as many "
+                           "micro-batches as stages (8), and a step has 4"),
+])
+def test_torchtitan_pipeline_schedules_it_refuses(cli, write, schedule, per_stage, local_batch,
+                                                  finding):
+    text = _torchtitan_pipeline(schedule, per_stage=per_stage, local_batch=local_batch)
+    code, result, err, _ = _validate(cli, write, "job.toml", text, "--gpus", "8")
+    assert code == 1, err
+    assert finding in [v["message"] for v in result["violations"]]
+
+
+@pytest.mark.parametrize(("schedule", "says"), [
+    ("DualPipeV", "rank r holds stages r and 2 pp - 1 - r"),
+    ("zbvzerobubble", "rank r holds stages r and 2 pp - 1 - r"),   # names match without case
+    ("InterleavedZeroBubble", "its step time is an upper bound"),
+    ("LoopedBFS", "its memory is a lower bound"),
+])
+def test_torchtitan_schedules_priced_as_another_say_so(cli, write, schedule, says):
+    code, result, err, _ = _validate(cli, write, "job.toml", _torchtitan_pipeline(schedule),
+                                     "--gpus", "8")
+    assert code == 0, err
+    assert [n for n in result["notes"] if "pipeline_parallel_schedule" in n and says in n]
+
+
+def test_torchtitan_schedule_without_a_pipeline_has_no_effect(cli, write):
+    text = _torchtitan_pipeline("DualPipeV", pp=1, local_batch=1)
+    code, result, err, _ = _validate(cli, write, "job.toml", text, "--gpus", "8")
+    assert code == 0, err
+    assert "parallelism.pipeline_parallel_schedule has no effect at pipeline_parallel_degree " \
+           "1 (no pipeline)" in result["notes"]
