@@ -238,6 +238,46 @@ def _deepseek(k: _Keys) -> dict[str, Any]:
         **_router_groups(k))
 
 
+def _kimi_k25(k: _Keys) -> dict[str, Any]:
+    """Kimi K2.5 / K2.6 (KimiK25ForConditionalGeneration): the kimi_k2 language model of
+    `text_config` only (DeepSeek-V3's architecture); the vision tower (vision_config) and its
+    projector are left out, and a note says so."""
+    text = k.get("text_config")
+    if not isinstance(text, dict):
+        raise InputError(f"{k.where('text_config')}: required mapping is missing (the "
+                         f"language model of a {k.config.get('model_type')} config)")
+    keys = _Keys(text, k.file, prefix="text_config.")
+    note = (f"{k.file}: only the language model (text_config) is priced; the vision tower "
+            f"(vision_config) and its projector are not")
+    return {**_deepseek(keys), **_context(keys), "notes": (note,)}
+
+
+def _glm4_moe(k: _Keys) -> dict[str, Any]:
+    """GLM-4.5 / 4.6 / 4.7 (modeling_glm4_moe.py; GLM-4.5 report, arXiv:2508.06471, Table 1):
+    GQA with biases on Q, K and V (attention_bias), an RMSNorm on each head's queries and keys
+    where use_qk_norm (GLM-4.5: yes, GLM-4.5-Air: no), first_k_dense_replace dense layers, then
+    routed experts of moe_intermediate_size beside n_shared_experts shared ones, sigmoid routing
+    with a score-correction bias (Glm4MoeTopkRouter.e_score_correction_bias: the
+    auxiliary-loss-free balancing), and num_nextn_predict_layers MTP layers. Its
+    partial_rotary_factor (0.5) rotates half of each head: no parameters or matmuls, the rotary
+    kernel priced on the whole head."""
+    moe_ffn = k.need("moe_intermediate_size")
+    return dict(
+        num_layers=k.need("num_hidden_layers"), hidden=k.need("hidden_size"),
+        num_heads=k.need("num_attention_heads"), num_kv_heads=k.get("num_key_value_heads"),
+        head_dim=k.get("head_dim"), ffn_hidden=k.need("intermediate_size"),
+        vocab_size=k.need("vocab_size"), mlp="swiglu", norm="rmsnorm", position="rotary",
+        tie_embeddings=bool(k.get("tie_word_embeddings", default=False)),
+        bias=False, qkv_bias=bool(k.get("attention_bias", default=False)), dropout=False,
+        qk_norm=bool(k.get("use_qk_norm", default=False)),
+        num_experts=k.need("n_routed_experts"), top_k=k.need("num_experts_per_tok"),
+        moe_ffn_hidden=moe_ffn,
+        shared_ffn_hidden=(k.get("n_shared_experts", default=0) or 0) * moe_ffn,
+        first_k_dense=k.get("first_k_dense_replace", default=0),
+        router_bias=True, load_balancing="expert_bias",
+        mtp_layers=k.get("num_nextn_predict_layers", default=0), **_router_groups(k))
+
+
 def _router_groups(k: _Keys) -> dict[str, Any]:
     """DeepSeek's group-limited routing (n_group, topk_group; V3: 8 and 4), where it groups."""
     groups = k.get("n_group", default=1) or 1
@@ -347,7 +387,8 @@ MAPPERS: dict[str, Callable[[_Keys], dict[str, Any]]] = {
     "llama": _llama_like, "mistral": _mistral, "mixtral": _llama_like, "qwen2": _qwen2,
     "phi3": _phi3, "gemma2": _gemma2, "gemma3_text": _gemma3_text, "gemma3": _gemma3,
     "qwen2_moe": _qwen2_moe, "qwen3": _qwen3, "qwen3_moe": _qwen3_moe,
-    "deepseek_v2": _deepseek, "deepseek_v3": _deepseek, "gpt_oss": _gpt_oss,
+    "deepseek_v2": _deepseek, "deepseek_v3": _deepseek, "kimi_k2": _deepseek,
+    "kimi_k25": _kimi_k25, "glm4_moe": _glm4_moe, "gpt_oss": _gpt_oss,
     "gpt2": _gpt2, "gpt_neox": _gpt_neox, "bloom": _bloom, "opt": _opt, "falcon": _falcon,
     "RefinedWeb": _falcon, "RefinedWebModel": _falcon, "bert": _bert,
 }

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.inputs.loader import load_model
+from planner.inputs.loader import load_model, make_problem
 
 CONFIGS = Path(__file__).parent / "hf_configs"
 
@@ -98,3 +98,67 @@ def test_deepseek_v3_multi_token_prediction_module():
     assert model.num_mtp_params == layer.params().total + 2 * 7168**2 + 3 * 7168
     copies = 2 * 129280 * 7168
     assert abs(model.num_params + model.num_mtp_params + copies - 685e9) < 1e9
+
+
+# name: (published total, relative tolerance, published active, tolerance, what the active
+# count leaves out). The vendors publish rounded counts, so the tolerances are the rounding.
+ROUNDED = {
+    # GLM-4.5 report (arXiv:2508.06471) Table 1: 355B total, 32B activated; GLM-4.5-Air 106B
+    # and 12B. Their totals leave the MTP layer out (Air: 106.9B without it, 109.2B with), their
+    # activated counts the embedding and the output head (32.08B and 12.18B in the layers).
+    "glm-4.5": (355e9, 0.01, 32e9, 0.2e9, "embedding and head"),
+    "glm-4.5-air": (106e9, 0.01, 12e9, 0.2e9, "embedding and head"),
+    # Kimi K2 model card (moonshotai/Kimi-K2-Instruct), "Model Summary": 1T total, 32B
+    # activated (every parameter a token uses, as DeepSeek counts).
+    "kimi-k2": (1e12, 0.03, 32e9, 1e9, "nothing"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ROUNDED))
+def test_moe_config_counts_match_published_rounded(name):
+    model, _ = load_model(str(CONFIGS / f"{name}.json"))
+    total, relative, active, tolerance, left_out = ROUNDED[name]
+    assert abs(model.num_params - total) <= relative * total, f"{model.num_params:,}"
+    counted = model.num_active_params
+    if left_out == "embedding and head":
+        counted -= sum(b.params().total for b in model.blocks if b.kind in ("embedding", "output"))
+    assert abs(counted - active) <= tolerance, f"{counted:,} vs {active:,.0f}"
+
+
+@pytest.mark.parametrize(("name", "dense", "moe", "experts", "qk_norm"), [
+    # arXiv:2508.06471 Table 1: dense layers, MoE layers, routed experts (+1 shared), QK-norm;
+    # one MTP layer each.
+    ("glm-4.5", 3, 89, 160, True),
+    ("glm-4.5-air", 1, 45, 128, False),
+])
+def test_glm4_moe_layers(name, dense, moe, experts, qk_norm):
+    model, _ = load_model(str(CONFIGS / f"{name}.json"))
+    layers = [model.blocks[i] for i in model.layer_indices]
+    assert [b.is_moe for b in layers] == [False] * dense + [True] * moe
+    last = layers[-1]
+    assert (last.num_experts, last.top_k, last.shared_ffn_hidden) == (experts, 8,
+                                                                     last.moe_ffn_hidden)
+    assert last.qkv_bias and not last.bias and last.qk_norm is qk_norm
+    assert last.router_bias and last.load_balancing.value == "expert_bias"
+    assert model.blocks[-1].kind == "mtp"
+
+
+def test_kimi_k2_is_deepseek_v3_shaped_and_k25_reads_its_text_config(tmp_path):
+    import json
+
+    model, _ = load_model(str(CONFIGS / "kimi-k2.json"))
+    layers = [model.blocks[i] for i in model.layer_indices]
+    # Model card: 61 layers, 1 dense, 384 experts, 8 selected, 1 shared, MLA with 64 heads.
+    assert len(layers) == 61 and sum(not b.is_moe for b in layers) == 1
+    assert (layers[-1].num_experts, layers[-1].top_k) == (384, 8)
+    assert layers[-1].mla is not None and layers[-1].num_heads == 64
+    # Kimi K2.5 wraps the same language model in text_config beside a vision tower.
+    text = json.loads((CONFIGS / "kimi-k2.json").read_text())
+    wrapped = {"model_type": "kimi_k25", "architectures": ["KimiK25ForConditionalGeneration"],
+               "text_config": text, "vision_config": {"vt_num_hidden_layers": 27}}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(wrapped))
+    problem = make_problem(str(path), "dgx-h100", gpus=8)
+    assert problem.model.num_params == model.num_params
+    assert problem.notes[0] == (f"{path}: only the language model (text_config) is priced; "
+                                f"the vision tower (vision_config) and its projector are not")

@@ -124,9 +124,9 @@ def test_unknown_hf_model_type(cli, write, small_cluster):
     assert code == 2
     assert err.strip() == (f"Error: {config}: model_type: 'lama' is not supported (did you mean "
                            f"'llama'?); supported: RefinedWeb, RefinedWebModel, bert, bloom, "
-                           f"deepseek_v2, deepseek_v3, falcon, gemma2, gemma3, gemma3_text, gpt2, "
-                           f"gpt_neox, gpt_oss, llama, mistral, mixtral, opt, phi3, qwen2, "
-                           f"qwen2_moe, qwen3, qwen3_moe")
+                           f"deepseek_v2, deepseek_v3, falcon, gemma2, gemma3, gemma3_text, "
+                           f"glm4_moe, gpt2, gpt_neox, gpt_oss, kimi_k2, kimi_k25, llama, "
+                           f"mistral, mixtral, opt, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe")
 
 
 def test_hf_missing_key(cli, write, small_cluster):
