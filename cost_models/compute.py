@@ -458,15 +458,25 @@ def complex_rotary_extra_bytes(*, seq_len, micro_batch, num_heads: int, num_kv_h
             (eager_bwd - BACKWARD_ELEMENTWISE_RATIO * fused) * elements)
 
 
-def attended_keys(seq_len, *, causal: bool, window: int | None = None):
+def attended_keys(seq_len, *, causal: bool, window: int | None = None,
+                  chunk: int | None = None):
     """Keys one query attends to, averaged over the sequence.
 
     Causal: query i sees i + 1 keys, (s + 1) / 2 on average, which a fused kernel exploits by
     skipping masked blocks (Dao 2023, FlashAttention-2, Sec. 3.1.1), ~ s / 2. A sliding window of
     w keys (Beltagy et al. 2020, Longformer; Mistral 7B, arXiv:2310.06825, Sec. 2; gpt-oss's
     alternating layers) caps it: sum_i min(i + 1, w) / s = w - w (w - 1) / (2 s) for w <= s.
+    Chunked attention of c tokens (Llama 4's attention_chunk_size, transformers
+    modeling_llama4.py: a query sees only the keys of its own block of c positions, causally
+    inside it) restarts the count at every block: with s = q c + r, (q c (c + 1) / 2
+    + r (r + 1) / 2) / s causal, (q c^2 + r^2) / s not.
     """
     s = np.asarray(seq_len, dtype=float)
+    if chunk is not None:
+        q, r = np.floor(s / chunk), s - np.floor(s / chunk) * chunk
+        if causal:
+            return (q * chunk * (chunk + 1) / 2 + r * (r + 1) / 2) / s
+        return (q * chunk ** 2 + r ** 2) / s
     if window is not None:
         w = np.minimum(window, s)
         return w - w * (w - 1) / (2 * s) if causal else w
@@ -504,7 +514,7 @@ def attention_kernel_fraction(*, keys, head_dim, reference_fraction: float,
 def flash_attention_time_s(*, seq_len, micro_batch, num_heads: int, head_dim: int, tp,
                            causal: bool, peak_flops: float, flash_fraction: float,
                            backward: bool, v_head_dim: int | None = None,
-                           window: int | None = None):
+                           window: int | None = None, chunk: int | None = None):
     """Seconds a fused attention kernel takes for one layer's core attention on one TP rank.
 
     Ref: Dao 2023 (FlashAttention-2, arXiv:2307.08691), Sec. 3: the forward pass does the
@@ -514,7 +524,7 @@ def flash_attention_time_s(*, seq_len, micro_batch, num_heads: int, head_dim: in
     such kernels reach (cluster data).
     """
     s, b, t = seq_len, micro_batch, tp
-    keys = attended_keys(s, causal=causal, window=window)
+    keys = attended_keys(s, causal=causal, window=window, chunk=chunk)
     d_v = head_dim if v_head_dim is None else v_head_dim
     flops = 2 * s * keys * (head_dim + d_v) * b * num_heads / t
     if backward:

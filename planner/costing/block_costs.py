@@ -387,11 +387,12 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
         # kernel call sees one chunk's keys, which sets the kernel's rate.
         fraction = attention_kernel_fraction(
             keys=attended_keys(cp.seq_len / cp.size, causal=block.causal,
-                               window=block.sliding_window),
+                               window=block.sliding_window, chunk=block.attention_chunk),
             head_dim=(qk_dim + v_dim) / 2, reference_fraction=k.attention_fraction,
             **k.attention_halves)
         attn = dict(seq_len=cp.seq_len, micro_batch=mb, num_heads=block.num_heads,
-                    head_dim=qk_dim, v_head_dim=v_dim, window=block.sliding_window, tp=tp,
+                    head_dim=qk_dim, v_head_dim=v_dim, window=block.sliding_window,
+                    chunk=block.attention_chunk, tp=tp,
                     causal=block.causal, peak_flops=k.attention_peak, flash_fraction=fraction)
         # FP8 attention casts this rank's Q, K, V in the forward and dO in the backward.
         q_values = seq_len * mb * block.num_heads * qk_dim / tp

@@ -130,7 +130,8 @@ def step_flops_per_sequence(model, seq_len: int) -> tuple[float, float, float]:
 def mfu_flops_per_sequence(model, seq_len: int, attention: AttentionKind) -> float:
     """Model FLOPs per sequence per step as the time model runs them: Megatron-LM's count
     (`step_flops_per_sequence`) less the attention blocks a fused kernel skips, the masked
-    half of a causal score matrix and everything outside a sliding window (Dao 2023,
+    half of a causal score matrix and everything outside a sliding window or an attention
+    chunk (Dao 2023,
     FlashAttention-2, Sec. 3.1.1; `compute.attended_keys`). The numerator of MFU, so that MFU
     and the step time agree; Megatron-LM's count stays the "model TFLOP/s per GPU".
     `attention` is the run's kernel: an unfused one computes every score."""
@@ -140,8 +141,8 @@ def mfu_flops_per_sequence(model, seq_len: int, attention: AttentionKind) -> flo
     skipped = 0.0
     for layer in model.attention_layers():
         g = layer_gemms(layer, seq_len=seq_len)
-        kept = float(attended_keys(seq_len, causal=layer.causal,
-                                   window=layer.sliding_window)) / seq_len
+        kept = float(attended_keys(seq_len, causal=layer.causal, window=layer.sliding_window,
+                                   chunk=layer.attention_chunk)) / seq_len
         skipped += (gemm_flops(g.scores) + gemm_flops(g.attend)) * (1 - kept)
     return full - 3 * skipped
 

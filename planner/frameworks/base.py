@@ -183,7 +183,8 @@ def transformer_shape(model: ModelSpec, target: str) -> ModelShape:
     others = sorted({b.kind for b in model.blocks} - {"transformer", "embedding", "norm",
                                                       "output", "mtp"})
     # Layers may differ in being MoE (dense-first layers, a MoE frequency) and in a sliding
-    # window (alternating local and global attention): the frameworks express both as patterns;
+    # window or attention chunk (alternating local and global attention): the frameworks
+    # express both as patterns (an emitter refuses what its framework cannot run);
     # and in being kept in bf16 (a setting of the run, its own flags).
     def kind(b):
         return b.model_copy(update=dict(num_experts=1, top_k=1, moe_ffn_hidden=None,
@@ -191,6 +192,7 @@ def transformer_shape(model: ModelSpec, target: str) -> ModelShape:
                                         router_bias=False, capacity_factor=None,
                                         router_groups=None, router_group_topk=None,
                                         ffn_hidden=None, sliding_window=None,
+                                        attention_chunk=None,
                                         load_balancing=layers[0].load_balancing,
                                         keep_bf16=False))
 
@@ -210,7 +212,8 @@ def transformer_shape(model: ModelSpec, target: str) -> ModelShape:
     layer = next((b for b in layers if b.is_moe), layers[0]).model_copy(
         update=dict(sliding_window=next((b.sliding_window for b in layers if b.sliding_window),
                                         None)))
-    unwindowed = {b.model_copy(update=dict(sliding_window=None, keep_bf16=False))
+    unwindowed = {b.model_copy(update=dict(sliding_window=None, attention_chunk=None,
+                                           keep_bf16=False))
                   for b in layers if b.is_moe}
     if len(unwindowed) > 1 or len({b.ffn for b in layers if not b.is_moe}) > 1:
         raise InputError(f"--emit {target}: {model.name} has MoE or dense layers of different "

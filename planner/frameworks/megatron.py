@@ -68,6 +68,13 @@ def _model_args(plan: LaunchPlan) -> list[str]:
         args += ["--group-query-attention", f"--num-query-groups {layer.kv_heads}"]
     if layer.qk_norm:
         args.append("--qk-layernorm")
+    if any(b.attention_chunk for b in plan.problem.model.attention_layers()):
+        # Megatron-LM @d98e8a64 has no chunked attention mask: --no-rope-freq is Llama 4's
+        # other trait, the chunks have no flag (transformer_config.py, arguments.py).
+        raise InputError(f"--emit megatron: {plan.problem.model.name} attends in chunks "
+                         f"(Llama 4's attention_chunk_size); Megatron-LM has no chunked "
+                         f"attention, and its flags would build a model attending to the whole "
+                         f"context")
     if layer.mlp is MlpKind.GEGLU or layer.norms_per_layer == 4:
         # Megatron-Bridge builds Gemma 2/3 from its own layer spec (gemma2_layer_spec: fast_gelu
         # gated MLP, post-attention and post-MLP norms, Megatron-Bridge@067f987df); no

@@ -252,6 +252,56 @@ def _kimi_k25(k: _Keys) -> dict[str, Any]:
     return {**_deepseek(keys), **_context(keys), "notes": (note,)}
 
 
+def _llama4_text(k: _Keys) -> dict[str, Any]:
+    """Llama 4 language model (Llama4TextConfig, modeling_llama4.py): GQA without biases,
+    three of every four layers attending in chunks of attention_chunk_size positions and the
+    fourth globally without rotary embeddings (no_rope_layers, every
+    no_rope_layer_interval-th: 4), an MoE layer every interleave_moe_layer_step-th layer
+    (Scout: every one; Maverick: every second) of num_local_experts experts of
+    intermediate_size beside one shared expert of the same width, top num_experts_per_tok
+    (1) by a sigmoid router without bias and an auxiliary loss (router_aux_loss_coef), and
+    dense layers of intermediate_size_mlp. Its QK-norm is an L2 norm without weights
+    (use_qk_norm, rotary layers only): counted as an RMSNorm's 2 head_dim weights a layer."""
+    step = k.get("interleave_moe_layer_step", default=1)
+    interval = k.get("no_rope_layer_interval", default=4)
+    no_rope = k.get("no_rope_layers")
+    if no_rope is not None and list(no_rope) != [int((i + 1) % interval != 0) for i in
+                                                 range(k.need("num_hidden_layers"))]:
+        raise InputError(f"{k.where('no_rope_layers')}: only every no_rope_layer_interval-th "
+                         f"layer attending globally ({interval}) is modelled; describe the "
+                         f"model with a `layers:` list")
+    chunk = k.get("attention_chunk_size")
+    experts = k.need("num_local_experts")
+    return dict(
+        num_layers=k.need("num_hidden_layers"), hidden=k.need("hidden_size"),
+        num_heads=k.need("num_attention_heads"), num_kv_heads=k.get("num_key_value_heads"),
+        head_dim=k.get("head_dim"), ffn_hidden=k.get("intermediate_size_mlp",
+                                                     default=k.need("intermediate_size")),
+        vocab_size=k.need("vocab_size"), mlp="swiglu", norm="rmsnorm", position="rotary",
+        tie_embeddings=bool(k.get("tie_word_embeddings", default=False)),
+        bias=False, qkv_bias=bool(k.get("attention_bias", default=False)), dropout=False,
+        qk_norm=bool(k.get("use_qk_norm", default=False)),
+        attention_chunk=chunk, sliding_window_pattern=interval if chunk else 1,
+        moe_layer_freq=step, num_experts=experts,
+        top_k=k.need("num_experts_per_tok") if experts > 1 else 1,
+        moe_ffn_hidden=k.need("intermediate_size"),
+        shared_ffn_hidden=k.need("intermediate_size") if experts > 1 else 0)
+
+
+def _llama4(k: _Keys) -> dict[str, Any]:
+    """Llama 4 with vision (Llama4ForConditionalGeneration): the language model of
+    `text_config` only; the vision encoder and its projector are left out, and a note says
+    so."""
+    text = k.get("text_config")
+    if not isinstance(text, dict):
+        raise InputError(f"{k.where('text_config')}: required mapping is missing (the "
+                         f"language model of a llama4 config)")
+    keys = _Keys(text, k.file, prefix="text_config.")
+    note = (f"{k.file}: only the llama4 language model (text_config) is priced; the vision "
+            f"encoder (vision_config) and its projector are not")
+    return {**_llama4_text(keys), **_context(keys), "notes": (note,)}
+
+
 def _glm4_moe(k: _Keys) -> dict[str, Any]:
     """GLM-4.5 / 4.6 / 4.7 (modeling_glm4_moe.py; GLM-4.5 report, arXiv:2508.06471, Table 1):
     GQA with biases on Q, K and V (attention_bias), an RMSNorm on each head's queries and keys
@@ -388,7 +438,8 @@ MAPPERS: dict[str, Callable[[_Keys], dict[str, Any]]] = {
     "phi3": _phi3, "gemma2": _gemma2, "gemma3_text": _gemma3_text, "gemma3": _gemma3,
     "qwen2_moe": _qwen2_moe, "qwen3": _qwen3, "qwen3_moe": _qwen3_moe,
     "deepseek_v2": _deepseek, "deepseek_v3": _deepseek, "kimi_k2": _deepseek,
-    "kimi_k25": _kimi_k25, "glm4_moe": _glm4_moe, "gpt_oss": _gpt_oss,
+    "kimi_k25": _kimi_k25, "glm4_moe": _glm4_moe, "llama4": _llama4,
+    "llama4_text": _llama4_text, "gpt_oss": _gpt_oss,
     "gpt2": _gpt2, "gpt_neox": _gpt_neox, "bloom": _bloom, "opt": _opt, "falcon": _falcon,
     "RefinedWeb": _falcon, "RefinedWebModel": _falcon, "bert": _bert,
 }

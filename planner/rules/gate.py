@@ -256,11 +256,13 @@ def cp_all_to_all_breaks(model, *, tp, cp, cp_comm, cp_a2a) -> np.ndarray:
 def cp_attention_variant_breaks(model, *, cp, cp_comm) -> np.ndarray:
     """Where the K/V exchange cannot run the model's attention: Transformer Engine
     context_parallel.py (attn_forward_func_with_cp) runs sliding-window attention only with
-    "a2a" or "all_gather", and a softmax other than the vanilla one (attention sinks, learnable
+    "a2a" or "all_gather" (held for chunked attention too: a local mask the ring's causal
+    halves do not describe), and a softmax other than the vanilla one (attention sinks, learnable
     offsets) only with "a2a"."""
     order = list(CpComm)
     layers = list(model.attention_layers())
-    window = any(layer.sliding_window is not None for layer in layers)
+    window = any(layer.sliding_window is not None or layer.attention_chunk is not None
+                 for layer in layers)
     sinks = model.has_attention_sinks
     ring = (cp_comm == order.index(CpComm.P2P)) | (cp_comm == order.index(CpComm.A2A_P2P))
     return (cp > 1) & ((window & ring) | (sinks & (cp_comm != order.index(CpComm.A2A))))

@@ -77,6 +77,9 @@ class TransformerBlock(BaseModel):
     """A learned sink logit per head (gpt-oss)."""
     sliding_window: PositiveInt | None = None
     """Keys each query sees at most (a local attention layer); None: the whole context."""
+    attention_chunk: PositiveInt | None = None
+    """Chunked local attention (Llama 4's attention_chunk_size): each query sees only the keys
+    of its own block of this many positions; None: no chunking. Not with `sliding_window`."""
     q_lora_rank: NonNegativeInt = 0
     """Multi-head latent attention (DeepSeek-V2/V3): rank of the query latent (0: no query
     compression)."""
@@ -129,6 +132,13 @@ class TransformerBlock(BaseModel):
             raise ValueError("keep_bf16 is a setting of the run: give training.bf16_first_layers "
                              "/ bf16_last_layers")
         return data
+
+    @model_validator(mode="after")
+    def _one_local_attention(self):
+        if self.sliding_window is not None and self.attention_chunk is not None:
+            raise ValueError("sliding_window and attention_chunk: a layer attends locally "
+                             "through one of them")
+        return self
 
     @model_validator(mode="after")
     def _router_groups(self):

@@ -51,9 +51,14 @@ class TransformerShorthand(BaseModel):
     sliding_window: PositiveInt | None = None
     """Keys a local-attention layer's queries see (None: every layer attends to the whole
     context)."""
+    attention_chunk: PositiveInt | None = None
+    """Chunked local attention instead of a sliding window: a local layer's queries see only
+    the keys of their own block of this many positions (Llama 4: 8192). Not with
+    `sliding_window`."""
     sliding_window_pattern: PositiveInt = 1
-    """With `sliding_window`: every n-th layer (the n-th, 2n-th, ...) attends globally, the
-    others locally (Gemma's convention; gpt-oss alternates: 2). 1: every layer is local."""
+    """With `sliding_window` or `attention_chunk`: every n-th layer (the n-th, 2n-th, ...)
+    attends globally, the others locally (Gemma's convention; gpt-oss alternates: 2; Llama 4:
+    4). 1: every layer is local."""
     q_lora_rank: NonNegativeInt = 0
     kv_lora_rank: NonNegativeInt = 0
     qk_rope_head_dim: NonNegativeInt = 0
@@ -116,13 +121,14 @@ class TransformerShorthand(BaseModel):
         for i in range(self.num_layers):
             is_moe = (self.num_experts > 1 and i >= self.first_k_dense
                       and (i + 1) % self.moe_layer_freq == 0)
-            local = self.sliding_window is not None and (
+            local = (self.sliding_window is not None or self.attention_chunk is not None) and (
                 self.sliding_window_pattern == 1 or (i + 1) % self.sliding_window_pattern != 0)
             key = (is_moe, local)
             if key not in kinds:   # one object per kind: the costing evaluates each kind once
                 kinds[key] = TransformerBlock(
                     **common, **(moe if is_moe else {}),
-                    sliding_window=self.sliding_window if local else None)
+                    sliding_window=self.sliding_window if local else None,
+                    attention_chunk=self.attention_chunk if local else None)
             out.append(kinds[key])
         return out
 

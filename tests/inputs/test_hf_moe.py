@@ -162,3 +162,45 @@ def test_kimi_k2_is_deepseek_v3_shaped_and_k25_reads_its_text_config(tmp_path):
     assert problem.model.num_params == model.num_params
     assert problem.notes[0] == (f"{path}: only the language model (text_config) is priced; "
                                 f"the vision tower (vision_config) and its projector are not")
+
+
+@pytest.mark.parametrize(("name", "total", "relative", "moe_layers"), [
+    # Meta's Llama 4 model cards: Scout 17B activated of 109B (the checkpoint holds its vision
+    # encoder, which the planner leaves out: 107.8B in the language model), Maverick 17B of
+    # 400B (400.7B).
+    ("llama-4-scout-17b-16e", 109e9, 0.015, 48),
+    ("llama-4-maverick-17b-128e", 400e9, 0.005, 24),
+])
+def test_llama4_counts_and_layers(name, total, relative, moe_layers):
+    path = str(CONFIGS / f"{name}.json")
+    model, _ = load_model(path)
+    assert abs(model.num_params - total) <= relative * total, f"{model.num_params:,}"
+    assert abs(model.num_active_params - 17e9) <= 0.5e9
+    layers = [model.blocks[i] for i in model.layer_indices]
+    assert sum(b.is_moe for b in layers) == moe_layers
+    # Every fourth layer (no_rope_layers) attends to the whole context, the others in chunks
+    # of attention_chunk_size.
+    assert [b.attention_chunk for b in layers[:4]] == [8192, 8192, 8192, None]
+    moe = next(b for b in layers if b.is_moe)
+    assert (moe.top_k, moe.shared_ffn_hidden, moe.expert_ffn) == (1, 8192, 8192)
+    assert next(b for b in layers if not b.is_moe).ffn == 16384 if moe_layers < 48 else True
+    problem = make_problem(path, "dgx-h100", gpus=8)
+    assert problem.notes[0].endswith("only the llama4 language model (text_config) is priced; "
+                                     "the vision encoder (vision_config) and its projector are "
+                                     "not")
+
+
+def test_chunked_attention_is_refused_by_megatron_and_by_the_cp_ring(cli, tmp_path):
+    path = str(CONFIGS / "llama-4-scout-17b-16e.json")
+    code, _, err = cli("plan", path, "dgx-h100", "--gpus", "64", "--emit", "megatron",
+                       "--out", str(tmp_path))
+    assert code == 2
+    assert "Megatron-LM has no chunked attention" in err
+    # Context parallelism: the ring's causal halves do not describe a chunk mask (the rule of
+    # sliding windows, `gate.cp_attention_variant_breaks`); all-to-all runs it.
+    code, out, err = cli("plan", path, "dgx-h100", "--gpus", "64", "--seq-len", "16384",
+                         "--cp", "2", "--cp-comm", "p2p", "--top", "1")
+    assert code == 1, err
+    code, out, err = cli("plan", path, "dgx-h100", "--gpus", "64", "--seq-len", "16384",
+                         "--cp", "2", "--cp-comm", "a2a", "--top", "1", "--json")
+    assert code == 0, err
