@@ -179,6 +179,32 @@ def _qwen2(k: _Keys) -> dict[str, Any]:
     return {**_llama_like(k), "qkv_bias": True}
 
 
+def _olmo2(k: _Keys) -> dict[str, Any]:
+    """OLMo 2 (modeling_olmo2.py): Llama-like, with RMSNorms after the attention and the MLP
+    instead of before them (post_attention_layernorm, post_feedforward_layernorm: still two a
+    layer) and an RMSNorm on the queries and keys (q_norm, k_norm). OLMo normalises the whole
+    projection (heads x head_dim weights) where Qwen3 normalises each head: the same kernels
+    and kept tensors, (heads + kv_heads - 2) x head_dim fewer weights counted a layer."""
+    return {**_llama_like(k), "qk_norm": True}
+
+
+def _olmo3(k: _Keys) -> dict[str, Any]:
+    """OLMo 3 (modeling_olmo3.py): OLMo 2 with sliding-window layers (sliding_window, 4096 by
+    default), three of every four by Olmo3Config's default layer_types."""
+    pattern = _local_global_period(k, default=4)
+    return {**_olmo2(k), "sliding_window": k.get("sliding_window", default=4096)
+            if pattern else None, "sliding_window_pattern": pattern or 1}
+
+
+def _olmoe(k: _Keys) -> dict[str, Any]:
+    """OLMoE (modeling_olmoe.py; Muennighoff et al. 2024, arXiv:2409.02060): OLMo 2-style
+    query and key norms, every layer an MoE of num_experts experts of intermediate_size, top
+    num_experts_per_tok, no shared expert, an auxiliary load-balancing loss."""
+    return {**_llama_like(k), "qk_norm": True, "num_experts": k.need("num_experts"),
+            "top_k": k.need("num_experts_per_tok"),
+            "moe_ffn_hidden": k.need("intermediate_size")}
+
+
 def _moe_frequency(k: _Keys, *, step_key: str) -> dict[str, Any]:
     """Which layers are MoE: every `step_key`-th, none of `mlp_only_layers` (Qwen2-MoE's
     `(layer_idx + 1) % decoder_sparse_step == 0 and layer_idx not in mlp_only_layers`)."""
@@ -436,6 +462,7 @@ def _bert(k: _Keys) -> dict[str, Any]:
 MAPPERS: dict[str, Callable[[_Keys], dict[str, Any]]] = {
     "llama": _llama_like, "mistral": _mistral, "mixtral": _llama_like, "qwen2": _qwen2,
     "phi3": _phi3, "gemma2": _gemma2, "gemma3_text": _gemma3_text, "gemma3": _gemma3,
+    "olmo2": _olmo2, "olmo3": _olmo3, "olmoe": _olmoe,
     "qwen2_moe": _qwen2_moe, "qwen3": _qwen3, "qwen3_moe": _qwen3_moe,
     "deepseek_v2": _deepseek, "deepseek_v3": _deepseek, "kimi_k2": _deepseek,
     "kimi_k25": _kimi_k25, "glm4_moe": _glm4_moe, "llama4": _llama4,

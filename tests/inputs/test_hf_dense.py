@@ -204,3 +204,22 @@ def test_megatron_refuses_gemma_it_cannot_describe(cli, tmp_path):
         2, "Error: --emit megatron: gemma-2-2b-it has a GeGLU MLP or post-sub-layer norms "
            "(Gemma 2/3); Megatron-LM's flags describe neither (Megatron-Bridge builds it from "
            "its own layer spec)")
+
+
+def test_olmo2_and_olmo3_layers(tmp_path):
+    # OLMo 2 model card (allenai/OLMo-2-1124-7B): 32 layers, hidden 4096, 32 heads, 4096
+    # context; "OLMo 2 7B" (7.30B in the checkpoint's shapes).
+    model = _load("olmo-2-1124-7b")
+    layers = _layers(model)
+    assert len(layers) == 32 and layers[0].hidden == 4096 and layers[0].num_heads == 32
+    assert layers[0].qk_norm and not layers[0].bias and layers[0].sliding_window is None
+    assert abs(model.num_params - 7e9) <= 0.05 * 7e9
+    # OLMo 3: Olmo3Config's default layer_types, three sliding-window layers (4096) then one
+    # full-attention layer.
+    import json
+    config = json.loads((CONFIGS / "olmo-2-1124-7b.json").read_text())
+    config.update(model_type="olmo3", architectures=["Olmo3ForCausalLM"], sliding_window=4096)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    windows = [b.sliding_window for b in _layers(load_model(str(path))[0])]
+    assert windows[:8] == [4096, 4096, 4096, None] * 2 and windows.count(None) == 8

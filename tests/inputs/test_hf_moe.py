@@ -111,6 +111,8 @@ ROUNDED = {
     # Kimi K2 model card (moonshotai/Kimi-K2-Instruct), "Model Summary": 1T total, 32B
     # activated (every parameter a token uses, as DeepSeek counts).
     "kimi-k2": (1e12, 0.03, 32e9, 1e9, "nothing"),
+    # Muennighoff et al. 2024 (arXiv:2409.02060), OLMoE-1B-7B: 6.9B total, 1.3B active.
+    "olmoe-1b-7b-0924": (6.9e9, 0.01, 1.3e9, 0.05e9, "nothing"),
 }
 
 
