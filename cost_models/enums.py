@@ -132,6 +132,10 @@ class MlpKind(str, Enum):
     GEGLU = "geglu"
     """SwiGLU's three matrices with a GeLU gate (Shazeer 2020; Gemma's gelu_pytorch_tanh):
     the same parameters, FLOPs and stored tensors as SwiGLU."""
+    SQUARED_RELU = "squared_relu"
+    """GeLU's two matrices with relu(x)^2 between them (So et al. 2021, Primer,
+    arXiv:2109.08668; Nemotron-4, arXiv:2402.16819 Sec. 2): the same parameters, FLOPs and
+    stored tensors as GeLU (Megatron-LM --squared-relu; HF hidden_act relu2)."""
 
     @property
     def gated(self) -> bool:

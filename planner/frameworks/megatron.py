@@ -84,6 +84,8 @@ def _model_args(plan: LaunchPlan) -> list[str]:
                          f"neither (Megatron-Bridge builds it from its own layer spec)")
     if layer.mlp is MlpKind.SWIGLU:
         args.append("--swiglu")
+    elif layer.mlp is MlpKind.SQUARED_RELU:
+        args.append("--squared-relu")
     if layer.position not in POSITIONS:
         raise InputError(f"--emit megatron: {layer.position.value} positions have no Megatron-LM "
                          f"--position-embedding-type")

@@ -158,3 +158,35 @@ def test_context_parallelism_alone_exports_one_cuda_connection():
     assert [f.message for f in parsed.findings] == [
         "Megatron-LM stops on pre-Blackwell GPUs: context parallelism needs "
         "CUDA_DEVICE_MAX_CONNECTIONS=1 in the environment"]
+
+
+def test_squared_relu_is_megatron_squared_relu(cli, write, tmp_path):
+    # Nemotron-4 340B's shape (arXiv:2406.11704 Table 1; arXiv:2402.16819 Sec. 2: RoPE, squared
+    # ReLU, no biases, no dropout, untied embeddings), planned and emitted for Megatron-LM,
+    # whose --squared-relu (arguments.py @d98e8a64) selects core/activations.py squared_relu.
+    model = write("nemotron.yaml", """\
+        name: nemotron-4-340b
+        num_layers: 96
+        hidden: 18432
+        num_heads: 96
+        num_kv_heads: 8
+        ffn_hidden: 73728
+        vocab_size: 256000
+        mlp: squared_relu
+        norm: layernorm
+        position: rotary
+        bias: false
+        dropout: false
+        tie_embeddings: false
+        """)
+    out = tmp_path / "out"
+    code, stdout, err = cli("plan", model, "dgx-h100", "--gpus", "128", "--emit", "megatron",
+                            "--out", str(out), "--json", "--top", "1")
+    assert code == 0, err
+    planned = json.loads(stdout)
+    assert abs(planned["params"]["total"] - 340e9) < 0.005 * 340e9     # "340B"
+    script, = planned["emitted"]
+    text = Path(script).read_text()
+    assert "--squared-relu" in text and "--swiglu" not in text
+    code, _, err = cli("validate", model, "dgx-h100", script, "--no-compare")
+    assert code == 0, err

@@ -26,7 +26,8 @@ def memory_args(model, cluster, strategy):
      "model.yaml: hidden: Input should be a valid integer, unable to parse string as an "
      "integer (got 'sixty-four')"),
     (TINY_MODEL.replace("mlp", "xx").replace("vocab_size: 512", "vocab_size: 512\nmlp: relu2"),
-     "model.yaml: mlp: Input should be 'gelu', 'swiglu' or 'geglu' (got 'relu2')"),
+     "model.yaml: mlp: Input should be 'gelu', 'swiglu', 'geglu' or 'squared_relu' (got "
+     "'relu2')"),
     (TINY_MODEL.replace("  precison", "").replace("precision: bf16", "precison: bf16"),
      "model.yaml: training.precison: unknown field (did you mean 'precision'?)"),
     (TINY_MODEL.replace("vocab_size: 512\n", ""),
