@@ -148,6 +148,13 @@ def mape(predictions):
     # 23.7% -> 22.7% with the host constants fitted on every release and the paired passes'
     # host wait (bench/calibrate_moe_host.py).
     ("megatron_bridge_moe", 0.227, 0.85),
+    # NVIDIA DGX Cloud Benchmarking (bench/data/dgxc_benchmarking.yaml), held out, bf16:
+    # Nemotron-4 340B on 128-2048 H100 -5.8..-7.3%; DeepSeek-V3 on 512 / 1,024 H100 +14% /
+    # +16% (priced fast); Llama 4 Maverick +1% (H100) to +9% (GB200); DeepSeek-V3 on 128-512
+    # GB200 in the 25.05 release +159..+170%: that release's GB200 software ran at 10% MFU by
+    # the source's own count, a third of what the same model ran in Megatron-Bridge's later
+    # GB200 releases (megatron_bridge_moe), priced within 10%.
+    ("dgxc_benchmarking", 0.417, 1.70),
 ])
 def test_error_per_source_stays_at_what_was_recorded(by_source, source, recorded_mape, worst):
     predictions = by_source[source]
@@ -344,6 +351,9 @@ def test_error_per_source_stays_at_what_was_recorded(by_source, source, recorded
     # 25.5% -> 25.6% with the short-k shape loss of FP8/FP4 GEMMs paid at the bf16
     # rate (compute.gemm_time_s; the rates re-derived from TE's profile of the same layer).
     ("torchtitan_llama31_h100_202412", 0.256, 0.75),
+    # NVIDIA DGX Cloud Benchmarking, held out, FP8 (delayed scaling): Nemotron-4 340B on
+    # 128-2048 H100 -1.4..+3.3%; Llama 4 Maverick +17% (H100) and +21..+26% (GB200), priced fast.
+    ("dgxc_benchmarking", 0.104, 0.26),
 ])
 def test_fp8_error_per_source_stays_at_what_was_recorded(fp8_by_source, source, recorded_mape,
                                                          worst):
