@@ -154,8 +154,9 @@ def mape(predictions):
     # GB200 in the 25.05 release +159..+170%: that release's GB200 software ran at 10% MFU by
     # the source's own count, a third of what the same model ran in Megatron-Bridge's later
     # GB200 releases (megatron_bridge_moe), priced within 10%. Llama 3.1 405B on 32-2304 H100
-    # (tp 8 cp 2, NVLS off; proxy layer counts below 576 GPUs) -5.6..-8.4%.
-    ("dgxc_benchmarking", 0.313, 1.70),
+    # (tp 8 cp 2, NVLS off; proxy layer counts below 576 GPUs) -5.6..-8.4%; Llama 3.1 405B of
+    # release 25.05 on 128-512 GB200 -2.2..-4.0% and 512 H100 -5.8%.
+    ("dgxc_benchmarking", 0.267, 1.70),
 ])
 def test_error_per_source_stays_at_what_was_recorded(by_source, source, recorded_mape, worst):
     predictions = by_source[source]
@@ -353,9 +354,10 @@ def test_error_per_source_stays_at_what_was_recorded(by_source, source, recorded
     # rate (compute.gemm_time_s; the rates re-derived from TE's profile of the same layer).
     ("torchtitan_llama31_h100_202412", 0.256, 0.75),
     # NVIDIA DGX Cloud Benchmarking, held out, FP8 (delayed scaling): Nemotron-4 340B on
-    # 128-2048 H100 -1.4..+3.3%; Llama 3.1 405B on 32-2304 H100 -2.3..+7.7%; Llama 4 Maverick
-    # +17% (H100) and +21..+26% (GB200), priced fast.
-    ("dgxc_benchmarking", 0.072, 0.26),
+    # 128-2048 H100 -1.4..+3.3%; Llama 3.1 405B on 32-2304 H100 -2.3..+7.7%, of release 25.05
+    # on 512 H100 +2.4% and 128-512 GB200 +9.8..+12.1%; Llama 4 Maverick +17% (H100) and
+    # +21..+26% (GB200): delayed scaling on GB200 priced fast in both.
+    ("dgxc_benchmarking", 0.076, 0.26),
 ])
 def test_fp8_error_per_source_stays_at_what_was_recorded(fp8_by_source, source, recorded_mape,
                                                          worst):
