@@ -92,9 +92,11 @@ SESSION_IN_NAME = {
     "bloom_176b_prequel": re.compile(r"^bloom-prequel-(\d{4})-"),
     "megatron_bridge_moe": BRIDGE_RELEASE_IN_NAME,
     "megatron_bridge_perf_summary": BRIDGE_RELEASE_IN_NAME,
+    "dgxc_benchmarking": BRIDGE_RELEASE_IN_NAME,    # its GSW release (2501, 2505)
 }
 """Where a source's runs span software releases or days of cluster work, the part of a run's
-name that says which (BLOOM's log day, Megatron-Bridge's container release): two runs are a
+name that says which (BLOOM's log day, Megatron-Bridge's container release, DGX Cloud
+Benchmarking's release): two runs are a
 strategy comparison only within one. Across them the same strategy moves by up to 40% (Qwen3-30B
 on 8 GB200: -15% in 26.06, +31% in 26.04), which is not the model's ranking error."""
 

@@ -155,8 +155,10 @@ def mape(predictions):
     # the source's own count, a third of what the same model ran in Megatron-Bridge's later
     # GB200 releases (megatron_bridge_moe), priced within 10%. Llama 3.1 405B on 32-2304 H100
     # (tp 8 cp 2, NVLS off; proxy layer counts below 576 GPUs) -5.6..-8.4%; Llama 3.1 405B of
-    # release 25.05 on 128-512 GB200 -2.2..-4.0% and 512 H100 -5.8%.
-    ("dgxc_benchmarking", 0.267, 1.70),
+    # release 25.05 on 128-512 GB200 -2.2..-4.0% and 512 H100 -5.8%; Nemotron-4 340B of
+    # release 25.05 on 128-512 GB200 (weak and strong scaling) +1.5..+5.1%, 256 H100 -5.1%,
+    # and 15B on 16 H100 -9.2%.
+    ("dgxc_benchmarking", 0.211, 1.70),
 ])
 def test_error_per_source_stays_at_what_was_recorded(by_source, source, recorded_mape, worst):
     predictions = by_source[source]
@@ -356,8 +358,10 @@ def test_error_per_source_stays_at_what_was_recorded(by_source, source, recorded
     # NVIDIA DGX Cloud Benchmarking, held out, FP8 (delayed scaling): Nemotron-4 340B on
     # 128-2048 H100 -1.4..+3.3%; Llama 3.1 405B on 32-2304 H100 -2.3..+7.7%, of release 25.05
     # on 512 H100 +2.4% and 128-512 GB200 +9.8..+12.1%; Llama 4 Maverick +17% (H100) and
-    # +21..+26% (GB200): delayed scaling on GB200 priced fast in both.
-    ("dgxc_benchmarking", 0.076, 0.26),
+    # +21..+26% (GB200); Nemotron-4 340B of release 25.05 on GB200 +14.6..+21.6%, on H100
+    # -0.6%, 15B -2.1%: NeMo 25.04's delayed-scaling FP8 on GB200 runs 10-26% slower than
+    # priced in all three models (12 rows, 17.5%), its bf16 rows within 4.3%; not fitted.
+    ("dgxc_benchmarking", 0.094, 0.26),
 ])
 def test_fp8_error_per_source_stays_at_what_was_recorded(fp8_by_source, source, recorded_mape,
                                                          worst):
