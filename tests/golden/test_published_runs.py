@@ -157,8 +157,11 @@ def mape(predictions):
     # (tp 8 cp 2, NVLS off; proxy layer counts below 576 GPUs) -5.6..-8.4%; Llama 3.1 405B of
     # release 25.05 on 128-512 GB200 -2.2..-4.0% and 512 H100 -5.8%; Nemotron-4 340B of
     # release 25.05 on 128-512 GB200 (weak and strong scaling) +1.5..+5.1%, 256 H100 -5.1%,
-    # and 15B on 16 H100 -9.2%; Grok-1 314B (MoE, 8 experts top 2) on 512-2048 H100 -3.2..-4.3%.
-    ("dgxc_benchmarking", 0.196, 1.70),
+    # and 15B on 16 H100 -9.2%; Grok-1 314B (MoE, 8 experts top 2) on 512-2048 H100 -3.2..-4.3%;
+    # NeMo 24.09's Llama 3.1 70B on 64-2048 H100 -4.8..-6.3%, 8B on 8-128 -8.4..-9.6%, GPT-3
+    # 175B on 128-2048 -0.9..-2.3%, Nemotron-4 15B on 16-2048 -3.7..-7.4%: H100 bf16 dense
+    # priced 1-10% slow (38 rows, 5.9%).
+    ("dgxc_benchmarking", 0.138, 1.70),
 ])
 def test_error_per_source_stays_at_what_was_recorded(by_source, source, recorded_mape, worst):
     predictions = by_source[source]
@@ -361,8 +364,10 @@ def test_error_per_source_stays_at_what_was_recorded(by_source, source, recorded
     # +21..+26% (GB200); Nemotron-4 340B of release 25.05 on GB200 +14.6..+21.6%, on H100
     # -0.6%, 15B -2.1%: NeMo 25.04's delayed-scaling FP8 on GB200 runs 10-26% slower than
     # priced in all three models (12 rows, 17.5%), its bf16 rows within 4.3%; not fitted.
-    # Grok-1 314B FP8 on 512-2048 H100 +8.2..+10.4%.
-    ("dgxc_benchmarking", 0.094, 0.26),
+    # Grok-1 314B FP8 on 512-2048 H100 +8.2..+10.4%; NeMo 24.09's Llama 3.1 70B +7.4..+11.6%,
+    # 8B -0.8..-2.0%, GPT-3 175B +7.3..+20.4% (its 512 and 1,024 GPU rows measured slower than
+    # its 2,048), Nemotron-4 15B -1.3..+3.2%.
+    ("dgxc_benchmarking", 0.077, 0.26),
 ])
 def test_fp8_error_per_source_stays_at_what_was_recorded(fp8_by_source, source, recorded_mape,
                                                          worst):
