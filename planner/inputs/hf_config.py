@@ -160,18 +160,27 @@ GEMMA3_TEXT_DEFAULTS: dict[str, Any] = {
 config.json files rely on: gemma-3-27b-it's text_config names no vocab_size."""
 
 
+def _language_model(k: _Keys, mapper: Callable[[_Keys], dict[str, Any]], *, family: str,
+                    left_out: str, defaults: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A multimodal config's language model: its `text_config` (over `defaults`, the text
+    config class's own for keys the file leaves out) read by `mapper`, with a note that the
+    rest (`left_out`) is not priced."""
+    text = k.get("text_config")
+    if not isinstance(text, dict):
+        raise InputError(f"{k.where('text_config')}: required mapping is missing (the "
+                         f"language model of a {family} config)")
+    keys = _Keys({**(defaults or {}), **text}, k.file, prefix="text_config.")
+    note = (f"{k.file}: only the {family} language model (text_config) is priced; the "
+            f"{left_out} are not")
+    return {**mapper(keys), **_context(keys), "notes": (note,)}
+
+
 def _gemma3(k: _Keys) -> dict[str, Any]:
     """Gemma 3 with vision (Gemma3ForConditionalGeneration): the language model of
     `text_config` only; the SigLIP encoder (417M parameters for 4B-27B, Gemma 3 report
     Table 1) and its projector are left out, and a note says so."""
-    text = k.get("text_config")
-    if not isinstance(text, dict):
-        raise InputError(f"{k.where('text_config')}: required mapping is missing (the "
-                         f"language model of a gemma3 config)")
-    keys = _Keys({**GEMMA3_TEXT_DEFAULTS, **text}, k.file, prefix="text_config.")
-    note = (f"{k.file}: only the gemma3 language model (text_config) is priced; the vision "
-            f"encoder (vision_config) and its projector are not")
-    return {**_gemma3_text(keys), **_context(keys), "notes": (note,)}
+    return _language_model(k, _gemma3_text, family="gemma3", defaults=GEMMA3_TEXT_DEFAULTS,
+                           left_out="vision encoder (vision_config) and its projector")
 
 
 def _qwen2(k: _Keys) -> dict[str, Any]:
@@ -268,14 +277,8 @@ def _kimi_k25(k: _Keys) -> dict[str, Any]:
     """Kimi K2.5 / K2.6 (KimiK25ForConditionalGeneration): the kimi_k2 language model of
     `text_config` only (DeepSeek-V3's architecture); the vision tower (vision_config) and its
     projector are left out, and a note says so."""
-    text = k.get("text_config")
-    if not isinstance(text, dict):
-        raise InputError(f"{k.where('text_config')}: required mapping is missing (the "
-                         f"language model of a {k.config.get('model_type')} config)")
-    keys = _Keys(text, k.file, prefix="text_config.")
-    note = (f"{k.file}: only the language model (text_config) is priced; the vision tower "
-            f"(vision_config) and its projector are not")
-    return {**_deepseek(keys), **_context(keys), "notes": (note,)}
+    return _language_model(k, _deepseek, family="kimi_k25",
+                           left_out="vision tower (vision_config) and its projector")
 
 
 def _llama4_text(k: _Keys) -> dict[str, Any]:
@@ -299,13 +302,8 @@ def _llama4_text(k: _Keys) -> dict[str, Any]:
     chunk = k.get("attention_chunk_size")
     experts = k.need("num_local_experts")
     return dict(
-        num_layers=k.need("num_hidden_layers"), hidden=k.need("hidden_size"),
-        num_heads=k.need("num_attention_heads"), num_kv_heads=k.get("num_key_value_heads"),
-        head_dim=k.get("head_dim"), ffn_hidden=k.get("intermediate_size_mlp",
-                                                     default=k.need("intermediate_size")),
-        vocab_size=k.need("vocab_size"), mlp="swiglu", norm="rmsnorm", position="rotary",
-        tie_embeddings=bool(k.get("tie_word_embeddings", default=False)),
-        bias=False, qkv_bias=bool(k.get("attention_bias", default=False)), dropout=False,
+        {**_llama_like(k), "ffn_hidden": k.get("intermediate_size_mlp",
+                                                default=k.need("intermediate_size"))},
         qk_norm=bool(k.get("use_qk_norm", default=False)),
         attention_chunk=chunk, sliding_window_pattern=interval if chunk else 1,
         moe_layer_freq=step, num_experts=experts,
@@ -318,14 +316,8 @@ def _llama4(k: _Keys) -> dict[str, Any]:
     """Llama 4 with vision (Llama4ForConditionalGeneration): the language model of
     `text_config` only; the vision encoder and its projector are left out, and a note says
     so."""
-    text = k.get("text_config")
-    if not isinstance(text, dict):
-        raise InputError(f"{k.where('text_config')}: required mapping is missing (the "
-                         f"language model of a llama4 config)")
-    keys = _Keys(text, k.file, prefix="text_config.")
-    note = (f"{k.file}: only the llama4 language model (text_config) is priced; the vision "
-            f"encoder (vision_config) and its projector are not")
-    return {**_llama4_text(keys), **_context(keys), "notes": (note,)}
+    return _language_model(k, _llama4_text, family="llama4",
+                           left_out="vision encoder (vision_config) and its projector")
 
 
 def _glm4_moe(k: _Keys) -> dict[str, Any]:
@@ -339,13 +331,7 @@ def _glm4_moe(k: _Keys) -> dict[str, Any]:
     kernel priced on the whole head."""
     moe_ffn = k.need("moe_intermediate_size")
     return dict(
-        num_layers=k.need("num_hidden_layers"), hidden=k.need("hidden_size"),
-        num_heads=k.need("num_attention_heads"), num_kv_heads=k.get("num_key_value_heads"),
-        head_dim=k.get("head_dim"), ffn_hidden=k.need("intermediate_size"),
-        vocab_size=k.need("vocab_size"), mlp="swiglu", norm="rmsnorm", position="rotary",
-        tie_embeddings=bool(k.get("tie_word_embeddings", default=False)),
-        bias=False, qkv_bias=bool(k.get("attention_bias", default=False)), dropout=False,
-        qk_norm=bool(k.get("use_qk_norm", default=False)),
+        **_llama_like(k), qk_norm=bool(k.get("use_qk_norm", default=False)),
         num_experts=k.need("n_routed_experts"), top_k=k.need("num_experts_per_tok"),
         moe_ffn_hidden=moe_ffn,
         shared_ffn_hidden=(k.get("n_shared_experts", default=0) or 0) * moe_ffn,

@@ -162,8 +162,9 @@ def test_kimi_k2_is_deepseek_v3_shaped_and_k25_reads_its_text_config(tmp_path):
     path.write_text(json.dumps(wrapped))
     problem = make_problem(str(path), "dgx-h100", gpus=8)
     assert problem.model.num_params == model.num_params
-    assert problem.notes[0] == (f"{path}: only the language model (text_config) is priced; "
-                                f"the vision tower (vision_config) and its projector are not")
+    assert problem.notes[0] == (f"{path}: only the kimi_k25 language model (text_config) is "
+                                f"priced; the vision tower (vision_config) and its projector "
+                                f"are not")
 
 
 @pytest.mark.parametrize(("name", "total", "relative", "moe_layers"), [
