@@ -1,6 +1,6 @@
 """The model's error on every published run in bench/data, per run and per source.
 
-    python bench/published_errors.py [--runs] [--max-tokens-per-gpu N]
+    python bench/published_errors.py [--runs] [--bias] [--max-tokens-per-gpu N]
 
 Prints, for each source (one bench/data/*.yaml), the mean absolute percentage error of the
 predicted TFLOP/s per GPU (hardware FLOPs where the source counts the recompute pass, model
@@ -8,12 +8,15 @@ FLOPs otherwise; the step time where the source's TFLOP/s are not trusted), its 
 the Spearman rank correlation of its runs, the error of the predicted peak memory where the
 source measured it, and with --runs every run. --max-tokens-per-gpu keeps the runs whose
 step gives each GPU at most N tokens (global batch x sequence length / GPUs): the small steps
-where fixed per-step work weighs most. SC21 Table 1 (the calibration set)
-is printed by bench/calibrate_sc21.py.
+where fixed per-step work weighs most. --bias adds the signed error across sources, grouped by
+GPU, precision, pricing framework and dense/MoE (mean, median, MAPE): a group priced slow on one
+framework and fast on another with the same GPU rates points at a framework term, not the GPU.
+SC21 Table 1 (the calibration set) is printed by bench/calibrate_sc21.py.
 """
 
 from __future__ import annotations
 
+import statistics
 import sys
 import tempfile
 from collections import defaultdict
@@ -29,6 +32,28 @@ def tokens_per_gpu(run) -> float:
     s = run.strategy
     num_gpus = (s.dp or 1) * s.tp * s.pp * s.cp
     return s.global_batch * run.problem.training.seq_len / num_gpus
+
+
+def bias_groups(predictions) -> dict[tuple[str, str, str, str], list[float]]:
+    """Signed errors (predicted speed / measured - 1) grouped by GPU, precision, pricing
+    framework and dense/MoE."""
+    groups = defaultdict(list)
+    for p in predictions:
+        problem = p.run.problem
+        key = (problem.cluster.gpu.name, problem.training.precision.value, p.run.framework,
+               "moe" if problem.model.is_moe else "dense")
+        groups[key].append(p.error)
+    return dict(sorted(groups.items()))
+
+
+def print_bias(predictions) -> None:
+    print(f"\n{'gpu':18s} {'prec':5s} {'framework':10s} {'kind':5s} {'runs':>4s} {'mean':>7s} "
+          f"{'median':>7s} {'MAPE':>6s}")
+    for (gpu, precision, framework, kind), errors in bias_groups(predictions).items():
+        mape = sum(abs(e) for e in errors) / len(errors)
+        print(f"{gpu:18s} {precision:5s} {framework:10s} {kind:5s} {len(errors):4d} "
+              f"{100 * statistics.mean(errors):+6.1f}% {100 * statistics.median(errors):+6.1f}% "
+              f"{100 * mape:5.1f}%")
 
 
 def main() -> None:
@@ -65,6 +90,8 @@ def main() -> None:
     total = sum(abs(p.error) for p in predictions) / len(predictions)
     print(f"all: {len(predictions)} runs, MAPE {100 * total:.1f}%; skipped "
           + (", ".join(f"{n} ({why})" for why, n in skipped.items()) or "none"))
+    if "--bias" in sys.argv:
+        print_bias(predictions)
 
 
 if __name__ == "__main__":
