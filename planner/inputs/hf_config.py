@@ -76,8 +76,8 @@ def _llama_like(k: _Keys) -> dict[str, Any]:
 def _every_layer_window(k: _Keys) -> int | None:
     """`sliding_window` applied on every layer, or None when it is unset or no shorter than
     max_position_embeddings (it never binds: Phi-3.5-mini's 262144 over 131072 positions)."""
-    window = k.get("sliding_window")
-    longest = k.get("max_position_embeddings")
+    window = k.get("sliding_window", default=0) or None     # integers, or a clean error
+    longest = k.get("max_position_embeddings", default=0)
     return None if window is None or (longest and window >= longest) else window
 
 

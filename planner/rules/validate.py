@@ -67,8 +67,8 @@ def uneven_chunks_note(strategy: Strategy) -> str | None:
     schedule waits on the largest one (`costing.schedule.simulate`: 22-38% longer than the
     closed form where one chunk holds most of a stage). The search builds no such layout."""
     s = strategy
-    if s.vpp <= 1 or s.layers_per_stage is None:
-        return None
+    if s.vpp <= 1 or s.layers_per_stage is None or len(s.layers_per_stage) != s.pp * s.vpp:
+        return None                   # a count per chunk or none: stage_layout says which
     spans = [(max(s.layers_per_stage[r::s.pp]) - min(s.layers_per_stage[r::s.pp]), r)
              for r in range(s.pp)]
     spread, stage = max(spans)

@@ -84,6 +84,11 @@ def files(write, tiny_model, small_cluster):
      "layers_per_stage sums to 22 but the model has 16 layers; use layers_per_stage [5, 6, 5]"),
     ("pp: 6\nvpp: 3\n",
      "pp: pp * vpp = 18 pipeline chunks exceed the 16 layers of tiny: every chunk needs a layer"),
+    # Fewer counts than stages with vpp > 1: was an internal error (the uneven-chunks note
+    # sliced a stage's chunks out of the short list).
+    ("pp: 4\nvpp: 2\nlayers_per_stage: [16]\n",
+     "layers_per_stage has 1 entries but pp * vpp is 8: one count per pipeline chunk; use "
+     "layers_per_stage [2, 2, 2, 2, 2, 2, 2, 2]"),
 ])
 def test_memory_refuses_a_layout_that_cannot_exist(cli, write, files, strategy, expected):
     path = write("uneven.yaml", strategy)
@@ -121,6 +126,28 @@ def test_uneven_interleaved_layout_puts_each_chunk_on_its_stage(cli, write, file
     h = 64
     assert layer == 2 * ((3 * h * h + 3 * h) + (h * h + h) + (4 * h * h + 4 * h)
                          + (4 * h * h + h) + 2 * (2 * h))
+
+
+@pytest.mark.parametrize("key", ["global_batch", "dp"])
+def test_a_strategy_key_left_empty_is_as_if_absent(cli, write, files, key):
+    # `global_batch:` with no value (YAML null) was an internal error in validate.
+    path = write("s.yaml", STRATEGY + f"{key}:\n")
+    code, out, err = cli("validate", files["model"], files["cluster"], path, "--gpus", "4",
+                         "--no-compare", "--json")
+    assert code in (0, 1) and "internal error" not in err, err
+    absent = cli("validate", files["model"], files["cluster"], files["strategy"], "--gpus",
+                 "4", "--no-compare", "--json")
+    assert json.loads(out)["strategy"] == json.loads(absent[1])["strategy"]
+
+
+def test_validate_names_a_short_interleaved_layout(cli, write, files):
+    # Fewer counts than stages with vpp > 1 was an internal error in validate: its note on
+    # uneven chunks sliced each stage's chunks out of the short list.
+    path = write("short.yaml", "pp: 4\nvpp: 2\nlayers_per_stage: [16]\n")
+    code, out, err = cli("validate", files["model16"], files["cluster"], path, "--gpus", "4",
+                         "--nodes", "2", "--no-compare")
+    assert code == 1 and "internal error" not in err, err
+    assert "layers_per_stage has 1 entries but pp * vpp is 8" in " ".join(out.split())
 
 
 def test_hf_model_type_given_as_a_list(cli, write, files):
