@@ -167,7 +167,7 @@ def _check_keys(parsed: ParsedConfig, doc: dict, file: str) -> None:
 
 def _mode(parsed: ParsedConfig, context: dict) -> str:
     value = context.get("parallel_mode", 0)
-    if value not in PARALLEL_MODES:
+    if not isinstance(value, (int, str)) or value not in PARALLEL_MODES:
         known = [str(k) for k in PARALLEL_MODES]
         close = next((k for k in PARALLEL_MODES if str(k).lower() == str(value).lower()),
                      None)
@@ -223,7 +223,8 @@ def _recompute(parsed: ParsedConfig, recompute: dict) -> Recompute:
     return Recompute.SELECTIVE if selective else Recompute.NONE
 
 
-def _optimizer(parsed: ParsedConfig, context: dict, parallel_config: dict) -> ZeroStage:
+def _optimizer(parsed: ParsedConfig, context: dict, parallel_config: dict, *,
+               file: str) -> ZeroStage:
     sharded = context.get("enable_parallel_optimizer") is True
     if "optimizer_shard" in parallel_config:
         # TransformerOpParallelConfig: "optimizer_shard is deprecated from MindFormers r0.7.
@@ -236,7 +237,8 @@ def _optimizer(parsed: ParsedConfig, context: dict, parallel_config: dict) -> Ze
         else:
             parsed.notes.append("parallel_config.optimizer_shard has no effect since "
                                 "MindFormers r0.7; parallel.enable_parallel_optimizer decides")
-    level = (context.get("parallel_optimizer_config") or {}).get("optimizer_level", "level1")
+    level = _mapping(context, "parallel_optimizer_config", file).get("optimizer_level",
+                                                                      "level1")
     if sharded and level != "level1":
         parsed.notes.append(f"parallel_optimizer_config.optimizer_level {level} also shards "
                             "gradients; the planner prices MindSpore's parallel optimizer as "
@@ -250,8 +252,11 @@ def _model(parsed: ParsedConfig, doc: dict, problem: Problem, *, pp: int, file: 
     if "seq_length" in model_config:
         parsed.training["seq_len"] = mindspore.read_int(model_config, "seq_length", 1, file)
     dtype = model_config.get("compute_dtype")
-    if dtype in DTYPES:
+    if isinstance(dtype, str) and dtype in DTYPES:
         parsed.training["precision"] = DTYPES[dtype]
+    elif dtype is not None:   # MindFormers' dtype map has no other name (it stops there)
+        raise InputError(f"{file}: model.model_config.compute_dtype: {dtype!r:.40} is not one "
+                         f"of {', '.join(DTYPES)}{did_you_mean(str(dtype), list(DTYPES))}")
     flash = model_config.get("use_flash_attention")
     if isinstance(flash, bool):
         parsed.training["attention"] = AttentionKind.FLASH if flash else AttentionKind.UNFUSED
@@ -334,7 +339,8 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None) -> Pa
     parsed.strategy.update(dp=dp, tp=tp, pp=pp, ep=ep, etp=1 if ep > 1 else tp,
                            sequence_parallel=parallel_config.get("use_seq_parallel") is True,
                            recompute=_recompute(parsed, _mapping(doc, "recompute_config", file)),
-                           zero_stage=_optimizer(parsed, context, parallel_config))
+                           zero_stage=_optimizer(parsed, context, parallel_config,
+                                                file=file))
     _batches(parsed, doc, parallel_config, dp=dp, pp=pp, file=file)
     _model(parsed, doc, problem, pp=pp, file=file)
     return parsed

@@ -397,7 +397,7 @@ def read_context_parallel(parsed: ParsedConfig, parallel: dict, file: str) -> No
     algo = parallel.get("context_parallel_algo", "colossalai_cp")
     kinds = {"colossalai_cp": CpComm.ALL_GATHER, "ulysses_cp": CpComm.A2A,
              "hybrid_cp": CpComm.A2A_P2P}
-    if algo not in kinds:
+    if not isinstance(algo, str) or algo not in kinds:
         raise InputError(f"{file}: context_parallel_algo: '{algo}' is not one of "
                          f"{', '.join(kinds)}")
     parsed.strategy.update(cp=cp, cp_comm=kinds[algo])

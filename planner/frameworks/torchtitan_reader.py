@@ -358,6 +358,10 @@ def parse(text: str, *, file: str, problem: Problem, num_gpus: int | None,
         rotate = par.get("context_parallel_rotate_method", "allgather")
         parsed.strategy.update(cp=cp, cp_comm=CpComm.P2P if rotate == "alltoall"
                                else CpComm.ALL_GATHER)
+    components = sections.get("compile", {}).get("components", [])
+    if not isinstance(components, list) or not all(isinstance(c, str) for c in components):
+        raise InputError(f"{file}: compile.components: expected a list of names such as "
+                         f"[\"model\", \"loss\"] (got {components!r:.40})")
     compiled = _compiled(sections.get("compile", {}), train, toml=file.endswith(".toml"))
     parsed.strategy.update(dp=dp, tp=tp, pp=pp, vpp=vpp, micro_batch=micro,
                            global_batch=global_batch, sequence_parallel=sp,

@@ -467,3 +467,59 @@ def test_a_key_given_twice_is_refused_not_overwritten(cli, write, files):
     path = write("dup.yaml", "tp: 1\ndp: 4\ndp: 8\n")
     line = one_error(cli, "memory", files["model"], files["cluster"], path)
     assert line == f"Error: {path}: line 3, column 1: dp: given twice in one mapping"
+
+
+# ----------------------------------------------------------------- every key, every wrong type
+
+WRONG = {"removed": ..., "a string": "abc", "a list": [1], "a table": {"a": 1}, "negative": -1}
+"""One of each wrong kind of value, for every key of a base file: a sweep of this kind found
+torchtitan's compile.components given as a number, MindFormers' parallel_mode, compute_dtype
+and context_parallel_algo given as a list reaching Python as TypeErrors."""
+
+
+def _every_key_wrong(data: dict):
+    for path in _flat_keys(data):
+        for what, value in WRONG.items():
+            mutated = json.loads(json.dumps(data))
+            parent = mutated
+            for key in path[:-1]:
+                parent = parent[key]
+            if value is ...:
+                del parent[path[-1]]
+            else:
+                parent[path[-1]] = value
+            yield f"{'.'.join(path)} {what}", mutated
+
+
+def _sweep(cli, tmp_path, name, texts, *args):
+    failures = []
+    for i, (edit, text) in enumerate(texts):
+        path = tmp_path / f"v{i}" / name
+        path.parent.mkdir()
+        path.write_text(text)
+        code, _, err = cli("validate", *args[:2], str(path), *args[2:], "--no-compare")
+        if code not in (0, 1, 2) or "internal error" in err or "Traceback" in err:
+            failures.append(f"{edit}: {code} {err.strip()[-200:]}")
+    assert not failures, failures
+
+
+def test_every_torchtitan_key_given_a_wrong_value(cli, tmp_path, files):
+    import tomllib
+
+    base = tomllib.loads(TORCHTITAN + '\n[compile]\nenable = true\ncomponents = ["model", '
+                                      '"loss"]\n')
+    _sweep(cli, tmp_path, "job.toml", ((e, _toml(d)) for e, d in _every_key_wrong(base)),
+           files["model"], files["cluster"])
+
+
+def test_every_mindformers_key_given_a_wrong_value(cli, tmp_path):
+    import yaml
+
+    from tests.frameworks.test_mindformers import LLAMA31_8B
+
+    base = yaml.safe_load(LLAMA31_8B.replace(
+        "  micro_batch_num: 1\n", "  micro_batch_num: 1\n  context_parallel: 2\n"
+        "  context_parallel_algo: colossalai_cp\n"))
+    _sweep(cli, tmp_path, "run.yaml",
+           ((e, yaml.safe_dump(d)) for e, d in _every_key_wrong(base)),
+           "llama3-8b", "ascend-910b", "--gpus", "16")
