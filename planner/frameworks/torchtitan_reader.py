@@ -409,6 +409,9 @@ def _token_batches(parsed: ParsedConfig, train: dict, par: dict, *, pp: int, dp:
     dp), which torchtitan refuses unless whole."""
     if "max_context_length" in train:
         seq_len = _int(train, "max_context_length", seq_len, file)
+        if seq_len < 1:
+            raise InputError(f"{file}: training.max_context_length: must be at least 1 (got "
+                             f"{seq_len})")
         parsed.training["seq_len"] = seq_len
     tokens = _int(train, "num_tokens_per_microbatch_per_dp_rank", 16384, file)
     if tokens % seq_len or tokens < seq_len:

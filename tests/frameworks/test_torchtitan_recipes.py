@@ -321,6 +321,20 @@ def test_a_function_that_is_not_there(cli, write):
                                 f"'llama3_8b'?)"]
 
 
+def test_a_zero_context_length_is_bad_input(cli, write):
+    # Was an internal error (the token counts divided by it).
+    path = write("config_registry.py", REGISTRY.replace("max_context_length=8192),\n"
+                                                        "        parallelism=ParallelismConfig("
+                                                        "tensor_parallel_degree=2)",
+                                                        "max_context_length=0),\n"
+                                                        "        parallelism=ParallelismConfig("
+                                                        "tensor_parallel_degree=2)"))
+    code, _, err = cli("validate", "llama3-8b", "dgx-h100", path, "--gpus", "8")
+    assert code == 2
+    assert err.splitlines() == [f"Error: {path}: training.max_context_length: must be at "
+                                f"least 1 (got 0)"]
+
+
 def test_cuda_graphs_with_a_pipeline(cli, write):
     text = REGISTRY.replace("parallelism=ParallelismConfig(tensor_parallel_degree=2)",
                             "parallelism=ParallelismConfig(pipeline_parallel_degree=2, "
