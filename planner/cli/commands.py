@@ -15,6 +15,7 @@ import click
 from cost_models.enums import AttentionKind, Fp8Recipe
 from planner.cli.pictures import check_paths, picture_options
 from planner.errors import ExitCode, InfeasibleError, InputError, clipped, one_line
+from planner.schemas.bounds import MAX_COUNT
 
 INTERNAL_ERROR = 3
 
@@ -188,7 +189,7 @@ class _Targets(click.ParamType):
 
 def search_options(function):
     """Pins and bounds on the strategy, and solver settings, for commands that search."""
-    positive = click.IntRange(min=1)
+    positive = click.IntRange(min=1, max=MAX_COUNT)   # a pin beyond it overflows int64
     options = [
         click.option("--tp", "--tensor-model-parallel-size", "tp", cls=_Aliased, type=positive,
                      help="Pin the tensor-parallel size."),

@@ -523,3 +523,13 @@ def test_every_mindformers_key_given_a_wrong_value(cli, tmp_path):
     _sweep(cli, tmp_path, "run.yaml",
            ((e, yaml.safe_dump(d)) for e, d in _every_key_wrong(base)),
            "llama3-8b", "ascend-910b", "--gpus", "16")
+
+
+@pytest.mark.parametrize("flag", ["--tp", "--pp", "--dp", "--vpp", "--micro-batch", "--dp-shard",
+                                  "--ep", "--etp", "--cp"])
+def test_a_pin_beyond_int64_is_refused(cli, files, flag):
+    # --ep 99999999999999999999 was an internal error (an OverflowError building the space).
+    code, _, err = cli("plan", files["model"], files["cluster"], "--gpus", "4", flag,
+                       "99999999999999999999")
+    assert code == 2 and "internal error" not in err
+    assert error_lines(err)[0].startswith(f"Error: Invalid value for '{flag}'")
