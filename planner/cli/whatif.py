@@ -167,14 +167,16 @@ def sweep(model, cluster, counts, tokens, gpu_hour_price, plot, framework, as_js
 
     planned = [r for r in rows if r.plan is not None]
     notes = _notes(pinned_settings(first, space, [r.plan for r in planned],
-                                   [f"{r.gpus} GPUs" for r in planned]))
+                                   [f"{r.gpus} GPUs" for r in planned])
+                   + [f"{r.gpus} GPUs: {r.note}" for r in planned if r.note])
     if plot:
         _write_plot(plot, first, rows)
     if as_json:
         out = {**_json_head(first, notes), "num_gpus": list(counts),
                "rows": [{"gpus": r.gpus,
                          "plan": r.plan.model_dump(mode="json") if r.plan else None,
-                         "error": r.error, "scaling_efficiency": r.scaling_efficiency}
+                         "error": r.error, "scaling_efficiency": r.scaling_efficiency,
+                         "note": r.note}
                         for r in rows]}
         click.echo(json.dumps(out, indent=2))
         return

@@ -22,6 +22,8 @@ class SweepRow:
     scaling_efficiency: float | None = None
     """Tokens per second per GPU over that of the smallest count with a plan: 1.0 is linear
     scaling (strong scaling, the global batch fixed)."""
+    note: str | None = None
+    """The search's note on this count (pp widened, or what the power-of-two rule costs)."""
 
 
 def sweep(load: Callable[[int], Problem], counts: Iterable[int], space: SearchSpace,
@@ -34,8 +36,9 @@ def sweep(load: Callable[[int], Problem], counts: Iterable[int], space: SearchSp
     for n in counts:
         problem = load(n)
         try:
-            best = search(problem, space, settings, num_tokens=num_tokens).plans[0]
-            rows.append(SweepRow(n, best.priced(gpu_hour_price)))
+            result = search(problem, space, settings, num_tokens=num_tokens)
+            rows.append(SweepRow(n, result.plans[0].priced(gpu_hour_price),
+                                 note=result.search.note))
         except InfeasibleError as e:
             rows.append(SweepRow(n, None, str(e)))
         if step is not None:
@@ -45,5 +48,6 @@ def sweep(load: Callable[[int], Problem], counts: Iterable[int], space: SearchSp
         return rows
     per_gpu = base.plan.throughput.tokens_per_s / base.gpus
     return [r if r.plan is None else
-            SweepRow(r.gpus, r.plan, None, r.plan.throughput.tokens_per_s / r.gpus / per_gpu)
+            SweepRow(r.gpus, r.plan, None, r.plan.throughput.tokens_per_s / r.gpus / per_gpu,
+                     r.note)
             for r in rows]

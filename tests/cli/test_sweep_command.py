@@ -39,6 +39,20 @@ def test_a_count_where_nothing_fits_is_a_row_with_the_reason(cli):
     assert "none fits" in out and "8 GPUs: no strategy" in " ".join(out.split())
 
 
+def test_each_count_carries_its_search_note(cli):
+    # The search's note on one count (here 384 GPUs with a power-of-two batch: pp widened to
+    # carry the 3) is that row's, in JSON and as one note line, not lost in the table.
+    code, out, _ = cli("sweep", "bloom-176b", "dgx-a100-80gb", "--gpus", "256,384",
+                       "--global-batch", "2048", "--json")
+    assert code == 0
+    rows = json.loads(out)["rows"]
+    assert rows[0]["note"] is None
+    assert rows[1]["note"].startswith("no plan with pp a power of two on 384 GPUs")
+    code, _, err = cli("sweep", "bloom-176b", "dgx-a100-80gb", "--gpus", "256,384",
+                       "--global-batch", "2048")
+    assert err.count("note: 384 GPUs: no plan with pp a power of two on 384 GPUs") == 1
+
+
 NS = "{http://www.w3.org/2000/svg}"
 
 
