@@ -297,18 +297,21 @@ def review_config(problem: Problem, path: str, *, gpus_given: int | None,
         num_tokens=num_tokens, framework=framework, given=given, parsed=parsed)
     targets = options.targets
     check = validate(problem, strategy, options=options, num_tokens=num_tokens)
-    best = note = None
+    best = best_note = None
+    notes = list(parsed.notes)
     if compare:
         space = SearchSpace(cross_node_tp=options.cross_node_tp, targets=targets)
         try:
-            best = search(problem, space, settings, num_tokens=num_tokens).plans[0]
+            result = search(problem, space, settings, num_tokens=num_tokens)
+            best = result.plans[0]
+            if result.search.note:   # pp widened, or what keeping pp to powers of two costs
+                notes.append(f"the search for a faster plan: {result.search.note}")
         except InfeasibleError as e:
-            note = str(e)
-    notes = list(parsed.notes)
-    if check.report is not None and (note := margin_note(problem, check.report)):
-        notes.append(note)
+            best_note = str(e)
+    if check.report is not None and (margin := margin_note(problem, check.report)):
+        notes.append(margin)
     advice = None
     if check.report is not None and balanced_layouts_allowed(problem, options):
         advice = layout_advice(problem, strategy, check.report)
     return Review(problem, path, strategy, parsed.target, parsed.findings + check.violations,
-                  check.report, best, note, advice, tuple(notes))
+                  check.report, best, best_note, advice, tuple(notes))

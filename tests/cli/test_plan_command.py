@@ -122,11 +122,11 @@ def test_cross_node_tp_when_allowed(cli):
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (("--tp", "0"), "Error: Invalid value for '--tp': 0 is not in the range x>=1."),
+    (("--tp", "0"), "Error: Invalid value for '--tp': 0 is not in the range 1<=x<=16777216."),
     (("--tokens", "lots"), "Error: Invalid value for '--tokens': 'lots' is not a number "
                            "(examples: 300B, 1.5T, 2e12)"),
     (("--zero", "4"), "Error: Invalid value for '--zero': '4' is not one of '0', '1', '2', '3'."),
-    (("--top", "-1"), "Error: Invalid value for '--top': -1 is not in the range x>=1."),
+    (("--top", "-1"), "Error: Invalid value for '--top': -1 is not in the range 1<=x<=16777216."),
 ])
 def test_bad_flags(cli, args, message):
     code, out, err = cli("plan", "llama2-7b", "dgx-h100", *args)

@@ -121,4 +121,4 @@ def test_megatron_option_names_on_the_command_line(cli, tiny_model, small_cluste
                        ("--num-virtual-stages-per-pipeline-rank", "--vpp")):
         code, _, err = cli("plan", tiny_model, small_cluster, flag, "0")
         assert (code, err) == (2, f"Error: Invalid value for '{ours}': 0 is not in the range "
-                                  f"x>=1. (see 'planner plan --help')\n")
+                                  f"1<=x<=16777216. (see 'planner plan --help')\n")

@@ -120,3 +120,26 @@ def test_a_cluster_file_is_a_cap(cli, write):
     cluster = write("cluster.yaml", SMALL_CLUSTER)
     code, _, err = cli("plan", "llama2-7b", cluster, "--gpus", "4096")
     assert code == 2 and "exceeds the" in err and "pass --nodes" in err
+
+
+def test_validate_says_why_there_is_no_plan_to_compare_with(cli, write):
+    # 296 GPUs, batch 1024: no strategy of the space divides the batch (above). validate's
+    # comparison named --no-compare instead of that reason: the margin note's variable took
+    # the reason's place.
+    path = write("s.yaml", "tp: 8\npp: 1\ndp: 37\nmicro_batch: 1\nglobal_batch: 1024\n")
+    code, out, _ = cli("validate", "llama3-8b", "dgx-h100", path, "--gpus", "296")
+    text = " ".join(out.split())
+    assert "no plan to compare with: no strategy for llama3-8b on 296 x" in text
+    assert "--no-compare" not in text
+
+
+def test_validate_names_the_cost_of_the_pp_rule(cli, write):
+    # NVIDIA's own layout (tp 8, pp 9, vpp 7, cp 2) is faster than every power-of-two plan:
+    # "nothing faster" holds within the rule, and the note says what a wider pp gives.
+    path = write("nv.yaml", "tp: 8\npp: 9\nvpp: 7\ncp: 2\nmicro_batch: 1\nglobal_batch: 252\n"
+                            "sequence_parallel: true\nzero_stage: 1\n")
+    code, out, err = cli("validate", "llama3-405b", "dgx-h100", path, "--gpus", "576",
+                         "--seq-len", "8192", "--precision", "fp8")
+    assert code == 0
+    notes = " ".join((out + err).split())
+    assert "note: the search for a faster plan: pp is kept to powers of two; pp " in notes
