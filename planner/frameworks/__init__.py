@@ -130,7 +130,8 @@ def read_config(path: str, problem, num_gpus: int | None = None) -> ParsedConfig
         if mindformers.is_mindformers(text):
             return mindformers.parse(text, file=path, problem=problem, num_gpus=num_gpus)
         strategy = load_strategy(path)
-        fields = strategy.model_dump(exclude_unset=True)
+        # A key left empty (YAML null) means what leaving it out means: its default.
+        fields = strategy.model_dump(exclude_unset=True, exclude_none=True)
         return ParsedConfig(strategy=fields, target=None)
     if file.suffix == ".json":
         module = deepspeed

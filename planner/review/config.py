@@ -153,7 +153,7 @@ def _training(problem: Problem, parsed: ParsedConfig, *, file: str,
     line replaces."""
     training, notes = problem.training, problem.notes
     stated = dict(parsed.training)
-    if parsed.strategy.get("global_batch") is not None:   # null: the model's, as no key
+    if "global_batch" in parsed.strategy:
         stated["global_batch"] = parsed.strategy["global_batch"]
     kept = {k: v for k, v in stated.items() if k not in given.names}
     if kept or given.names:
@@ -190,11 +190,8 @@ def _strategy(problem: Problem, parsed: ParsedConfig, file: str,
               given: Given = Given()) -> tuple[Problem, Strategy]:
     """The file's strategy, resolved, and the problem at the global batch it runs (the
     command line's if it gave one), so that a search compares like with like."""
-    # A key given as null (YAML `global_batch:` with no value) means the same as no key.
-    fields = {k: v for k, v in parsed.strategy.items()
-              if v is not None or k not in ("dp", "global_batch")}
-    tp, pp, cp = (fields.get(k) if isinstance(fields.get(k), int) else 1
-                  for k in ("tp", "pp", "cp"))     # Strategy's validation names a bad one
+    fields = dict(parsed.strategy)
+    tp, pp, cp = fields.get("tp", 1), fields.get("pp", 1), fields.get("cp", 1)
     if "dp" not in fields:
         fields["dp"] = max(1, problem.num_gpus // (tp * cp * pp))  # gpu_count says if it is off
     if "global_batch" in given.names:

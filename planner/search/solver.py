@@ -33,6 +33,7 @@ from planner.search.cpsat import SolverSettings, make_solver
 from planner.costing.evaluate import report
 from planner.errors import InfeasibleError, InputError, shown
 from planner.core.problem import Problem
+from planner.core.rules import is_power_of_two
 from planner.search.pool import (Pool, evaluate_promising, passes, pending,
                                  rule_of_thumb_key)
 from planner.search.rebalance import LayoutStats, WallClock, rebalance
@@ -160,6 +161,11 @@ def search(problem: Problem, space: SearchSpace = SearchSpace(),
     note = (f"no plan keeps the default margin of {problem.margin_bytes / 2**30:.1f} GiB free "
             f"per GPU; these fit only without it (marked !): they may run out of memory; "
             f"pass --min-free 0 to plan without the margin")
+    return _with_note(result, note)
+
+
+def _with_note(result: SearchResult, note: str) -> SearchResult:
+    """`result` with `note` after the notes it already has."""
     return SearchResult(result.plans, result.search.model_copy(
         update={"note": "; ".join(filter(None, (result.search.note, note)))}))
 
@@ -208,15 +214,14 @@ def _pp_rule_cost(problem: Problem, space: SearchSpace, settings: SolverSettings
     plan = other.plans[0]
     pp = plan.strategy.pp
     gain = best / plan.time.step_s - 1
-    if pp & (pp - 1) == 0 or gain <= ranking_tolerance(problem):
+    if is_power_of_two(pp) or gain <= ranking_tolerance(problem):
         return result
     layers = problem.model.num_layers
     uneven = "" if layers % pp == 0 else f", its {layers} layers balanced over uneven stages"
     note = (f"pp is kept to powers of two; pp {pp} (--pp {pp}{uneven}) is predicted "
             f"{plan.time.step_s:.2f} s, {gain:.1%} faster than the best plan here: "
             f"{strategy_label(plan.strategy)}")
-    return SearchResult(result.plans, result.search.model_copy(
-        update={"note": "; ".join(filter(None, (result.search.note, note)))}))
+    return _with_note(result, note)
 
 
 def widened(problem: Problem, space: SearchSpace) -> SearchSpace | None:
