@@ -240,10 +240,39 @@ def _qwen3(k: _Keys) -> dict[str, Any]:
 
 
 def _qwen3_moe(k: _Keys) -> dict[str, Any]:
-    """Qwen3-MoE: Qwen3 attention, routed experts only (modeling_qwen3_moe.py)."""
+    """Qwen3-MoE: Qwen3 attention, routed experts only (modeling_qwen3_moe.py). Newer
+    transformers save num_experts as num_local_experts (the config's attribute_map)."""
     return {**_qwen3(k), **_moe_frequency(k, step_key="decoder_sparse_step"),
-            "num_experts": k.need("num_experts"), "top_k": k.need("num_experts_per_tok"),
+            "num_experts": k.need("num_experts", "num_local_experts"), "top_k": k.need("num_experts_per_tok"),
             "moe_ffn_hidden": k.need("moe_intermediate_size")}
+
+
+def _qwen3_vl_language(k: _Keys, mapper: Callable[[_Keys], dict[str, Any]], *,
+                       family: str) -> dict[str, Any]:
+    """Qwen3-VL (Qwen3VLForConditionalGeneration, Qwen3VLMoeForConditionalGeneration;
+    modeling_qwen3_vl.py, modeling_qwen3_vl_moe.py): the language model of `text_config` only,
+    a Qwen3 (or Qwen3-MoE) decoder with full attention on every layer (Qwen3VLTextAttention
+    drops the sliding window) and multimodal rotary positions (the same rotary kernel). Its
+    word embeddings are tied as the top-level tie_word_embeddings says where the text config
+    does not (Qwen3-VL-30B-A3B: false). The vision encoder, its patch merger and the DeepStack
+    additions of visual features to the first decoder layers are left out, and a note says so."""
+    return _language_model(k, mapper, family=family,
+                           defaults={"tie_word_embeddings": k.get("tie_word_embeddings",
+                                                                  default=False)},
+                           left_out="vision encoder (vision_config), its patch merger and "
+                                    "the DeepStack visual features added to the first layers")
+
+
+def _qwen3_vl(k: _Keys) -> dict[str, Any]:
+    """Qwen3-VL dense (Qwen3-VL-2B to 32B): `_qwen3_vl_language` over a Qwen3 decoder."""
+    return _qwen3_vl_language(k, _qwen3, family="qwen3_vl")
+
+
+def _qwen3_vl_moe(k: _Keys) -> dict[str, Any]:
+    """Qwen3-VL MoE (Qwen3-VL-30B-A3B, 235B-A22B): `_qwen3_vl_language` over a Qwen3-MoE
+    decoder (Qwen3VLMoeTextConfig: num_experts, num_experts_per_tok, moe_intermediate_size,
+    decoder_sparse_step, mlp_only_layers)."""
+    return _qwen3_vl_language(k, _qwen3_moe, family="qwen3_vl_moe")
 
 
 def _deepseek(k: _Keys) -> dict[str, Any]:
@@ -450,6 +479,7 @@ MAPPERS: dict[str, Callable[[_Keys], dict[str, Any]]] = {
     "phi3": _phi3, "gemma2": _gemma2, "gemma3_text": _gemma3_text, "gemma3": _gemma3,
     "olmo2": _olmo2, "olmo3": _olmo3, "olmoe": _olmoe,
     "qwen2_moe": _qwen2_moe, "qwen3": _qwen3, "qwen3_moe": _qwen3_moe,
+    "qwen3_vl": _qwen3_vl, "qwen3_vl_moe": _qwen3_vl_moe,
     "deepseek_v2": _deepseek, "deepseek_v3": _deepseek, "kimi_k2": _deepseek,
     "kimi_k25": _kimi_k25, "glm4_moe": _glm4_moe, "llama4": _llama4,
     "llama4_text": _llama4_text, "gpt_oss": _gpt_oss,

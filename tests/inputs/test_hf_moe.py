@@ -167,6 +167,34 @@ def test_kimi_k2_is_deepseek_v3_shaped_and_k25_reads_its_text_config(tmp_path):
                                 f"are not")
 
 
+def test_qwen3_vl_reads_its_language_model(tmp_path):
+    """Qwen3-VL's language models are the Qwen3 ones: Qwen3-VL-30B-A3B-Instruct's text_config
+    (its config.json, fixture) has Qwen3-30B-A3B's shape, 30.5B / 3.3B (Qwen3 model card), and
+    a Qwen3-VL dense config wraps a Qwen3 decoder the same way; the vision encoder is noted."""
+    import json
+
+    path = CONFIGS / "qwen3-vl-30b-a3b-instruct.json"
+    problem = make_problem(str(path), "dgx-h100", gpus=8)
+    text_only, _ = load_model(str(CONFIGS / "qwen3-30b-a3b.json"))
+    assert problem.model.num_params == text_only.num_params == 30_532_122_624
+    layers = [problem.model.blocks[i] for i in problem.model.layer_indices]
+    assert len(layers) == 48 and all(b.is_moe and b.qk_norm for b in layers)
+    assert (layers[0].num_experts, layers[0].top_k, layers[0].sliding_window) == (128, 8, None)
+    assert problem.notes[0] == (f"{path}: only the qwen3_vl_moe language model (text_config) "
+                                f"is priced; the vision encoder (vision_config), its patch "
+                                f"merger and the DeepStack visual features added to the first "
+                                f"layers are not")
+    # A dense Qwen3-VL (Qwen3VLForConditionalGeneration) around Qwen3-8B's decoder.
+    text = json.loads((CONFIGS / "qwen3-8b.json").read_text())
+    text.pop("tie_word_embeddings", None)
+    dense = tmp_path / "config.json"
+    dense.write_text(json.dumps({"model_type": "qwen3_vl", "tie_word_embeddings": False,
+                                 "text_config": text, "vision_config": {"depth": 27}}))
+    dense_model, _ = load_model(str(dense))
+    reference, _ = load_model(str(CONFIGS / "qwen3-8b.json"))
+    assert dense_model.num_params == reference.num_params
+
+
 @pytest.mark.parametrize(("name", "total", "relative", "moe_layers"), [
     # Meta's Llama 4 model cards: Scout 17B activated of 109B (the checkpoint holds its vision
     # encoder, which the planner leaves out: 107.8B in the language model), Maverick 17B of
