@@ -12,6 +12,7 @@ as transformers' own attn_implementation is chosen when the model is loaded, not
 
 from __future__ import annotations
 
+import difflib
 from typing import Any, Callable
 
 from planner.errors import InputError
@@ -181,6 +182,24 @@ def _gemma3(k: _Keys) -> dict[str, Any]:
     Table 1) and its projector are left out, and a note says so."""
     return _language_model(k, _gemma3_text, family="gemma3", defaults=GEMMA3_TEXT_DEFAULTS,
                            left_out="vision encoder (vision_config) and its projector")
+
+
+def _mistral3(k: _Keys) -> dict[str, Any]:
+    """Mistral Small 3.1 / 3.2 and Magistral (Mistral3ForConditionalGeneration,
+    modeling_mistral3.py): the language model of `text_config`, read by the mapper of its own
+    model_type (Mistral3Config's default: mistral), with a note that the Pixtral vision
+    encoder and its patch-merging projector are not priced."""
+    text = k.get("text_config")
+    kind = text.get("model_type", "mistral") if isinstance(text, dict) else "mistral"
+    decoders = ["llama", "mistral"]       # what Mistral AI's multimodal releases wrap
+    if kind not in decoders:
+        close = difflib.get_close_matches(str(kind), decoders, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise InputError(f"{k.where('text_config.model_type')}: {kind!r} is not supported"
+                         f"{hint}; a mistral3 config's language model is one of: "
+                         f"{', '.join(decoders)}")
+    return _language_model(k, MAPPERS[kind], family="mistral3",
+                           left_out="Pixtral vision encoder (vision_config) and its projector")
 
 
 def _qwen2(k: _Keys) -> dict[str, Any]:
@@ -475,7 +494,8 @@ def _bert(k: _Keys) -> dict[str, Any]:
 
 
 MAPPERS: dict[str, Callable[[_Keys], dict[str, Any]]] = {
-    "llama": _llama_like, "mistral": _mistral, "mixtral": _llama_like, "qwen2": _qwen2,
+    "llama": _llama_like, "mistral": _mistral, "mistral3": _mistral3, "mixtral": _llama_like,
+    "qwen2": _qwen2,
     "phi3": _phi3, "gemma2": _gemma2, "gemma3_text": _gemma3_text, "gemma3": _gemma3,
     "olmo2": _olmo2, "olmo3": _olmo3, "olmoe": _olmoe,
     "qwen2_moe": _qwen2_moe, "qwen3": _qwen3, "qwen3_moe": _qwen3_moe,
@@ -490,8 +510,6 @@ MAPPERS: dict[str, Callable[[_Keys], dict[str, Any]]] = {
 
 def shorthand_from_hf(config: dict[str, Any], *, file: str, name: str) -> dict[str, Any]:
     """The transformer-shorthand fields (plus training defaults) for one HF config.json."""
-    import difflib
-
     model_type = config.get("model_type")
     if not isinstance(model_type, str):
         what = "is missing" if model_type is None else f"must be a string (got {model_type!r:.40})"

@@ -11,7 +11,9 @@ Where the fixtures' field values come from (the HF config.json of each model, as
   phi-3-medium-4k-instruct: scaleapi/llm-engine model-engine/tests/unit/domain/test_llm_use_cases.py;
   gemma-3-27b-it: NVIDIA/TensorRT-LLM tests/unittest/_torch/modeling/test_modeling_gemma3.py
   (GEMMA3_27B_MINI_CONFIG with its two test edits undone: 62 layers, sliding_window 1024);
-  qwen2-7b, qwen2.5-7b, qwen3-8b: https://huggingface.co/Qwen/<model>/blob/main/config.json.
+  qwen2-7b, qwen2.5-7b, qwen3-8b: https://huggingface.co/Qwen/<model>/blob/main/config.json;
+  mistral-small-3.1-24b: mistralai/Mistral-Small-3.1-24B-Instruct-2503's config.json
+  (transformers 4.57.1), as vendored by a public Mistral3 embedder (M3_CONFIG_JSON).
 Published figures are rounded: each test allows half the last printed digit, unless noted.
 """
 
@@ -168,6 +170,28 @@ def test_gemma3_multimodal_prices_the_language_model_and_says_so():
     assert problem.notes[0] == (f"{path}: only the gemma3 language model (text_config) is "
                                 f"priced; the vision encoder (vision_config) and its projector "
                                 f"are not")
+
+
+def test_mistral3_prices_its_mistral_language_model_and_says_so(tmp_path):
+    """Mistral Small 3.1: "24B parameters" (Mistral AI's announcement and model card), the
+    Pixtral encoder (about 0.4B) included; the language model alone is 23.57B."""
+    path = str(CONFIGS / "mistral-small-3.1-24b.json")
+    problem = make_problem(path, "dgx-h100", gpus=8)
+    layers = _layers(problem.model)
+    assert len(layers) == 40 and {b.sliding_window for b in layers} == {None}
+    assert abs(problem.model.num_params - 24e9) <= 0.02 * 24e9
+    assert problem.model.num_params == 23_572_403_200
+    assert problem.notes[0] == (f"{path}: only the mistral3 language model (text_config) is "
+                                f"priced; the Pixtral vision encoder (vision_config) and its "
+                                f"projector are not")
+    config = json.loads((CONFIGS / "mistral-small-3.1-24b.json").read_text())
+    config["text_config"]["model_type"] = "mistral4"
+    bad = tmp_path / "config.json"
+    bad.write_text(json.dumps(config))
+    with pytest.raises(InputError, match=r"config.json: text_config.model_type: 'mistral4' is "
+                                         r"not supported \(did you mean 'mistral'\?\); a "
+                                         r"mistral3 config's language model is one of: llama, mistral$"):
+        load_model(str(bad))
 
 
 def test_phi3_and_mistral_windows_on_every_layer():

@@ -127,7 +127,7 @@ def test_unknown_hf_model_type(cli, write, small_cluster):
                            f"'llama'?); supported: RefinedWeb, RefinedWebModel, bert, bloom, "
                            f"deepseek_v2, deepseek_v3, falcon, gemma2, gemma3, gemma3_text, "
                            f"glm4_moe, gpt2, gpt_neox, gpt_oss, kimi_k2, kimi_k25, llama, "
-                           f"llama4, llama4_text, mistral, mixtral, olmo2, olmo3, olmoe, opt, "
+                           f"llama4, llama4_text, mistral, mistral3, mixtral, olmo2, olmo3, olmoe, opt, "
                            f"phi3, qwen2, qwen2_moe, qwen3, qwen3_moe, qwen3_vl, qwen3_vl_moe")
 
 
