@@ -79,9 +79,13 @@ def _model_args(plan: LaunchPlan) -> list[str]:
         # Megatron-Bridge builds Gemma 2/3 from its own layer spec (gemma2_layer_spec: fast_gelu
         # gated MLP, post-attention and post-MLP norms, Megatron-Bridge@067f987df); no
         # pretrain_gpt.py flag asks for either.
-        raise InputError(f"--emit megatron: {plan.problem.model.name} has a GeGLU MLP or "
-                         f"post-sub-layer norms (Gemma 2/3); Megatron-LM's flags describe "
-                         f"neither (Megatron-Bridge builds it from its own layer spec)")
+        what = ("a GeGLU MLP" if layer.mlp is MlpKind.GEGLU else "") + (
+            " and " if layer.mlp is MlpKind.GEGLU and layer.norms_per_layer == 4 else "") + (
+            "norms after its attention and MLP (four a layer)" if layer.norms_per_layer == 4
+            else "")
+        raise InputError(f"--emit megatron: {plan.problem.model.name} has {what} (as Gemma 2/3 "
+                         f"and GLM-4 do); pretrain_gpt.py has no flag for it (Megatron-Bridge "
+                         f"builds such models from its own layer spec)")
     if layer.mlp is MlpKind.SWIGLU:
         args.append("--swiglu")
     elif layer.mlp is MlpKind.SQUARED_RELU:

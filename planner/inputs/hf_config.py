@@ -262,8 +262,8 @@ def _qwen3_moe(k: _Keys) -> dict[str, Any]:
     """Qwen3-MoE: Qwen3 attention, routed experts only (modeling_qwen3_moe.py). Newer
     transformers save num_experts as num_local_experts (the config's attribute_map)."""
     return {**_qwen3(k), **_moe_frequency(k, step_key="decoder_sparse_step"),
-            "num_experts": k.need("num_experts", "num_local_experts"), "top_k": k.need("num_experts_per_tok"),
-            "moe_ffn_hidden": k.need("moe_intermediate_size")}
+            "num_experts": k.need("num_experts", "num_local_experts"),
+            "top_k": k.need("num_experts_per_tok"), "moe_ffn_hidden": k.need("moe_intermediate_size")}
 
 
 def _qwen3_vl_language(k: _Keys, mapper: Callable[[_Keys], dict[str, Any]], *,
@@ -388,6 +388,127 @@ def _glm4_moe(k: _Keys) -> dict[str, Any]:
         mtp_layers=k.get("num_nextn_predict_layers", default=0), **_router_groups(k))
 
 
+def _minimax_m2(k: _Keys) -> dict[str, Any]:
+    """MiniMax-M2 / M2.1 / M2.5 (modeling_minimax_m2.py): GQA without biases, an RMSNorm over
+    the whole Q and K projections (q_norm over heads x head_dim, as OLMo 2: counted as
+    per-head norms, a few thousand weights a layer), every layer an MoE of num_local_experts
+    SwiGLU experts of intermediate_size, top num_experts_per_tok by a sigmoid router whose
+    e_score_correction_bias chooses the experts (auxiliary-loss-free), no shared expert. Its
+    rotary_dim (64 of 128) rotates part of each head: the rotary kernel priced on the whole
+    head. The MTP modules the file may name (num_mtp_modules) are not in the released
+    checkpoints and are not counted; MiniMax's 230B total leaves them out too."""
+    shared = k.get("shared_intermediate_size", default=0) or 0
+    if shared:
+        raise InputError(f"{k.where('shared_intermediate_size')}: {shared}: MiniMaxM2's "
+                         f"decoder has no shared expert; only 0 is modelled")
+    return {**_llama_like(k), "qk_norm": bool(k.get("use_qk_norm", default=True)),
+            "num_experts": k.need("num_local_experts", "num_experts"),
+            "top_k": k.need("num_experts_per_tok"),
+            "moe_ffn_hidden": k.need("intermediate_size"),
+            "router_bias": True, "load_balancing": "expert_bias"}
+
+
+def _dots1(k: _Keys) -> dict[str, Any]:
+    """dots.llm1 (modeling_dots1.py; rednote-hilab, arXiv:2506.05767): attention with an
+    RMSNorm on each head's queries and keys, first_k_dense_replace dense layers of
+    intermediate_size, then n_routed_experts SwiGLU experts of moe_intermediate_size, top
+    num_experts_per_tok, beside an ungated shared block n_shared_experts wide, routed by a
+    sigmoid with a score-correction bias (DeepSeek-V3's auxiliary-loss-free balancing)."""
+    moe_ffn = k.need("moe_intermediate_size")
+    return dict(
+        **_llama_like(k), qk_norm=True,
+        num_experts=k.need("n_routed_experts", "num_local_experts"),
+        top_k=k.need("num_experts_per_tok"), moe_ffn_hidden=moe_ffn,
+        shared_ffn_hidden=(k.get("n_shared_experts", default=0) or 0) * moe_ffn,
+        first_k_dense=k.get("first_k_dense_replace", default=0),
+        router_bias=True, load_balancing="expert_bias", **_router_groups(k))
+
+
+def _per_layer(k: _Keys, name: str) -> int:
+    """An integer key Hunyuan may give per layer (a list): one value for all layers."""
+    value = k.config.get(name)
+    if isinstance(value, list):
+        if not value or any(v != value[0] for v in value):
+            raise InputError(f"{k.where(name)}: {value!r:.60}: only one value for every layer "
+                             f"is modelled; describe the model with a `layers:` list")
+        return _Keys({name: value[0]}, k.file, k.prefix).need(name)
+    return k.need(name)
+
+
+def _hunyuan_v1_moe(k: _Keys) -> dict[str, Any]:
+    """Hunyuan-A13B (modeling_hunyuan_v1_moe.py): GQA with an RMSNorm on each head's queries
+    and keys (after the rotary embedding: the same kernels), every layer an MoE of
+    num_experts SwiGLU experts, top moe_topk by a softmax router with an auxiliary loss,
+    beside one ungated shared MLP. transformers builds the experts and the shared MLP at
+    intermediate_size (HunYuanMoEV1MLP), whatever moe_intermediate_size says; A13B's are the
+    same (3072)."""
+    width = k.need("intermediate_size")
+    return dict(
+        {**_llama_like(k), "head_dim": k.get("head_dim", "attention_head_dim")},
+        qk_norm=bool(k.get("use_qk_norm", default=True)),
+        num_experts=_per_layer(k, "num_experts"), top_k=_per_layer(k, "moe_topk"),
+        moe_ffn_hidden=width, shared_ffn_hidden=width)
+
+
+def _ernie_bias(k: _Keys) -> bool:
+    return bool(k.get("use_bias", default=False))
+
+
+def _ernie4_5(k: _Keys) -> dict[str, Any]:
+    """ERNIE 4.5 dense (modeling_ernie4_5.py): Llama-like, head_dim wide heads (0.3B: 16 of 128
+    over a hidden of 1024), use_bias on every projection, tied embeddings by default."""
+    return {**_llama_like(k), "bias": _ernie_bias(k), "qkv_bias": _ernie_bias(k),
+            "tie_embeddings": bool(k.get("tie_word_embeddings", default=True))}
+
+
+def _ernie4_5_moe(k: _Keys) -> dict[str, Any]:
+    """ERNIE 4.5 MoE (modeling_ernie4_5_moe.py; 21B-A3B, 300B-A47B): ERNIE 4.5 attention;
+    layers from moe_layer_start_index to moe_layer_end_index (-1: the last) are MoE when
+    (index + 1) % moe_layer_interval is 0, the others dense SwiGLUs of intermediate_size; an
+    MoE layer routes to moe_k of moe_num_experts experts of moe_intermediate_size by a
+    softmax whose e_score_correction_bias picks the experts (moe_use_aux_free; Baidu trained
+    with a small auxiliary loss beside it), plus moe_num_shared_experts shared ones. Only
+    every layer from the start being MoE is modelled; the MTP layer the checkpoint may carry
+    is not counted (transformers ignores it)."""
+    layers = k.need("num_hidden_layers")
+    start = k.get("moe_layer_start_index", default=1)
+    end = k.get("moe_layer_end_index", default=-1)
+    interval = k.get("moe_layer_interval", default=1)
+    if interval != 1 or end not in (-1, layers - 1):
+        name = "moe_layer_interval" if interval != 1 else "moe_layer_end_index"
+        raise InputError(f"{k.where(name)}: {k.get(name)}: only every layer from "
+                         f"moe_layer_start_index to the last being MoE is modelled; describe "
+                         f"the model with a `layers:` list")
+    moe_ffn = k.need("moe_intermediate_size")
+    aux_free = bool(k.get("moe_use_aux_free", default=False))
+    return dict(
+        **_ernie4_5(k), num_experts=k.need("moe_num_experts", "num_experts"),
+        top_k=k.need("moe_k", "num_experts_per_tok"), moe_ffn_hidden=moe_ffn,
+        shared_ffn_hidden=(k.get("moe_num_shared_experts", default=0) or 0) * moe_ffn,
+        first_k_dense=start, router_bias=aux_free,
+        load_balancing="expert_bias" if aux_free else "aux_loss")
+
+
+def _glm4(k: _Keys) -> dict[str, Any]:
+    """GLM-4-0414 dense (modeling_glm4.py): GQA with biases on Q, K and V (attention_bias; the
+    output projection has none), four RMSNorms a layer (before and after the attention and
+    the MLP, the after-norms on the branch before its residual add), a fused gate/up SwiGLU,
+    and rotary on partial_rotary_factor (0.5) of each head: the kernel priced on the whole
+    head."""
+    return {**_llama_like(k), "norms_per_layer": 4}
+
+
+def _seed_oss(k: _Keys) -> dict[str, Any]:
+    """Seed-OSS (modeling_seed_oss.py): Llama-like with biases on Q, K and V
+    (attention_bias), none on the output projection (attention_out_bias) or the MLP
+    (mlp_bias), as Seed-OSS-36B ships."""
+    for name in ("attention_out_bias", "mlp_bias"):
+        if k.get(name, default=False):
+            raise InputError(f"{k.where(name)}: true: only biases on Q, K and V "
+                             f"(attention_bias) are modelled for seed_oss")
+    return _llama_like(k)
+
+
 def _router_groups(k: _Keys) -> dict[str, Any]:
     """DeepSeek's group-limited routing (n_group, topk_group; V3: 8 and 4), where it groups."""
     groups = k.get("n_group", default=1) or 1
@@ -502,7 +623,9 @@ MAPPERS: dict[str, Callable[[_Keys], dict[str, Any]]] = {
     "qwen3_vl": _qwen3_vl, "qwen3_vl_moe": _qwen3_vl_moe,
     "deepseek_v2": _deepseek, "deepseek_v3": _deepseek, "kimi_k2": _deepseek,
     "kimi_k25": _kimi_k25, "glm4_moe": _glm4_moe, "llama4": _llama4,
-    "llama4_text": _llama4_text, "gpt_oss": _gpt_oss,
+    "llama4_text": _llama4_text, "gpt_oss": _gpt_oss, "minimax_m2": _minimax_m2,
+    "dots1": _dots1, "hunyuan_v1_moe": _hunyuan_v1_moe, "ernie4_5": _ernie4_5,
+    "ernie4_5_moe": _ernie4_5_moe, "glm4": _glm4, "seed_oss": _seed_oss,
     "gpt2": _gpt2, "gpt_neox": _gpt_neox, "bloom": _bloom, "opt": _opt, "falcon": _falcon,
     "RefinedWeb": _falcon, "RefinedWebModel": _falcon, "bert": _bert,
 }

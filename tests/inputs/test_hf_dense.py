@@ -14,6 +14,10 @@ Where the fixtures' field values come from (the HF config.json of each model, as
   qwen2-7b, qwen2.5-7b, qwen3-8b: https://huggingface.co/Qwen/<model>/blob/main/config.json;
   mistral-small-3.1-24b: mistralai/Mistral-Small-3.1-24B-Instruct-2503's config.json
   (transformers 4.57.1), as vendored by a public Mistral3 embedder (M3_CONFIG_JSON).
+  ernie-4.5-0.3b, glm-4-9b-0414, glm-4-32b-0414, seed-oss-36b: the released configs' shape
+  fields as public test fixtures and the model cards' architecture tables give them (ERNIE:
+  PaddlePaddle/ERNIE pretraining model_config.json; GLM-4-32B: hidden 6144, 61 layers, 48/2
+  heads; Seed-OSS: 64 layers, 80/8 heads of 128, hidden 5120, vocab 155K), not a byte copy.
 Published figures are rounded: each test allows half the last printed digit, unless noted.
 """
 
@@ -40,6 +44,12 @@ PUBLISHED_TOTAL = {
     "qwen3-0.6b": (0.6e9, 0.05e9, "Qwen/Qwen3-0.6B model card: 0.6B"),
     "qwen3-8b": (8.2e9, 0.05e9, "Qwen/Qwen3-8B model card: 8.2B"),
     "mistral-7b-v0.1": (7_241_732_096, 0, "HF num_parameters() of mistralai/Mistral-7B-v0.1"),
+    "ernie-4.5-0.3b": (0.36e9, 0.005e9, "baidu/ERNIE-4.5-0.3B model card: 0.36B"),
+    # "9B" and "32 billion parameters" (THUDM/GLM-4-0414 model cards) are rounded down from
+    # 9.40B and 32.57B: half a billion either way.
+    "glm-4-9b-0414": (9e9, 0.5e9, "THUDM/GLM-4-9B-0414 model card: 9B"),
+    "glm-4-32b-0414": (32e9, 0.6e9, "THUDM/GLM-4-32B-0414 model card: 32 billion"),
+    "seed-oss-36b": (36e9, 0.5e9, "ByteDance-Seed/Seed-OSS-36B model card: 36B"),
 }
 
 # name: (published count without the embedding and output matrices, half its last digit)
@@ -190,7 +200,8 @@ def test_mistral3_prices_its_mistral_language_model_and_says_so(tmp_path):
     bad.write_text(json.dumps(config))
     with pytest.raises(InputError, match=r"config.json: text_config.model_type: 'mistral4' is "
                                          r"not supported \(did you mean 'mistral'\?\); a "
-                                         r"mistral3 config's language model is one of: llama, mistral$"):
+                                         r"mistral3 config's language model is one of: "
+                                         r"llama, mistral$"):
         load_model(str(bad))
 
 
@@ -225,9 +236,15 @@ def test_megatron_refuses_gemma_it_cannot_describe(cli, tmp_path):
     code, _, err = cli("plan", path, "dgx-h100", "--gpus", "8", "--emit", "megatron",
                        "--out", str(tmp_path))
     assert (code, err.strip().splitlines()[-1]) == (
-        2, "Error: --emit megatron: gemma-2-2b-it has a GeGLU MLP or post-sub-layer norms "
-           "(Gemma 2/3); Megatron-LM's flags describe neither (Megatron-Bridge builds it from "
-           "its own layer spec)")
+        2, "Error: --emit megatron: gemma-2-2b-it has a GeGLU MLP and norms after its attention "
+           "and MLP (four a layer) (as Gemma 2/3 and GLM-4 do); pretrain_gpt.py has no flag for "
+           "it (Megatron-Bridge builds such models from its own layer spec)")
+    code, _, err = cli("plan", str(CONFIGS / "glm-4-9b-0414.json"), "dgx-h100", "--gpus", "8",
+                       "--emit", "megatron", "--out", str(tmp_path))
+    assert (code, err.strip().splitlines()[-1]) == (
+        2, "Error: --emit megatron: glm-4-9b-0414 has norms after its attention and MLP (four a "
+           "layer) (as Gemma 2/3 and GLM-4 do); pretrain_gpt.py has no flag for it "
+           "(Megatron-Bridge builds such models from its own layer spec)")
 
 
 def test_olmo2_and_olmo3_layers(tmp_path):
@@ -247,3 +264,19 @@ def test_olmo2_and_olmo3_layers(tmp_path):
     path.write_text(json.dumps(config))
     windows = [b.sliding_window for b in _layers(load_model(str(path))[0])]
     assert windows[:8] == [4096, 4096, 4096, None] * 2 and windows.count(None) == 8
+
+
+def test_glm4_four_norms_and_qkv_biases_seed_oss_qkv_biases(tmp_path):
+    """GLM-4-0414 (modeling_glm4.py): four RMSNorms a layer, biases on Q, K, V only;
+    Seed-OSS: biases on Q, K, V only, and other bias settings refused naming the key."""
+    glm = _layers(_load("glm-4-9b-0414"))[0]
+    assert glm.norms_per_layer == 4 and glm.qkv_bias and not glm.bias
+    seed = _layers(_load("seed-oss-36b"))[0]
+    assert seed.qkv_bias and not seed.bias and seed.dim_per_head == 128
+    config = json.loads((CONFIGS / "seed-oss-36b.json").read_text())
+    config["mlp_bias"] = True
+    bad = tmp_path / "config.json"
+    bad.write_text(json.dumps(config))
+    with pytest.raises(InputError, match=r"config.json: mlp_bias: true: only biases on Q, K and "
+                                         r"V \(attention_bias\) are modelled for seed_oss"):
+        load_model(str(bad))

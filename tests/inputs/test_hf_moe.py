@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from planner.errors import InputError
 from planner.inputs.loader import load_model, make_problem
 
 CONFIGS = Path(__file__).parent / "hf_configs"
@@ -113,6 +114,19 @@ ROUNDED = {
     "kimi-k2": (1e12, 0.03, 32e9, 1e9, "nothing"),
     # Muennighoff et al. 2024 (arXiv:2409.02060), OLMoE-1B-7B: 6.9B total, 1.3B active.
     "olmoe-1b-7b-0924": (6.9e9, 0.01, 1.3e9, 0.05e9, "nothing"),
+    # MiniMax-M2 model card: 230B total, 10B active (228.7B in the 62 layers, embedding and
+    # head; the 3 MTP modules the file names are not released; 10.4B active with the head).
+    "minimax-m2": (230e9, 0.01, 10e9, 0.5e9, "embedding"),
+    # dots.llm1 README and arXiv:2506.05767: 142B total, 14B activated (every parameter a token
+    # uses, embedding included: 14.02B).
+    "dots-llm1-inst": (142e9, 0.01, 14e9, 0.05e9, "nothing"),
+    # Hunyuan-A13B README ("模型结构"): 80B total, 13B active (tied embedding counted once).
+    "hunyuan-a13b-instruct": (80e9, 0.01, 13e9, 0.5e9, "nothing"),
+    # transformers docs model_doc/ernie4_5_moe and Baidu's model cards: "21B total, 3B active"
+    # and "300B total, 47B active"; the totals are truncated (21.83B, 299.5B without the MTP
+    # layer), the 300B's active count leaves out the input embedding (47.08B).
+    "ernie-4.5-21b-a3b": (21e9, 0.04, 3e9, 0.5e9, "nothing"),
+    "ernie-4.5-300b-a47b": (300e9, 0.01, 47e9, 0.5e9, "embedding"),
 }
 
 
@@ -124,6 +138,8 @@ def test_moe_config_counts_match_published_rounded(name):
     counted = model.num_active_params
     if left_out == "embedding and head":
         counted -= sum(b.params().total for b in model.blocks if b.kind in ("embedding", "output"))
+    elif left_out == "embedding":
+        counted -= model.blocks[0].params().total
     assert abs(counted - active) <= tolerance, f"{counted:,} vs {active:,.0f}"
 
 
@@ -235,3 +251,46 @@ def test_chunked_attention_is_refused_by_megatron_and_by_the_cp_ring(cli, tmp_pa
     code, out, err = cli("plan", path, "dgx-h100", "--gpus", "64", "--seq-len", "16384",
                          "--cp", "2", "--cp-comm", "a2a", "--top", "1", "--json")
     assert code == 0, err
+
+
+def test_minimax_dots_hunyuan_and_ernie_layers(tmp_path):
+    """What each mapper reads from its file, beside the counts above (modeling_<type>.py)."""
+    import json
+
+    minimax = [load_model(str(CONFIGS / "minimax-m2.json"))[0].blocks[i] for i in range(1, 63)]
+    assert all(b.is_moe and b.qk_norm and b.router_bias and not b.shared_ffn_hidden
+               for b in minimax)
+    assert (minimax[0].num_experts, minimax[0].top_k, minimax[0].expert_ffn) == (256, 8, 1536)
+    dots, _ = load_model(str(CONFIGS / "dots-llm1-inst.json"))
+    layers = [dots.blocks[i] for i in dots.layer_indices]
+    assert [b.is_moe for b in layers[:2]] == [False, True] and len(layers) == 62
+    assert (layers[1].num_experts, layers[1].top_k, layers[1].shared_ffn_hidden) == (128, 6, 2816)
+    assert layers[1].qk_norm and layers[1].load_balancing.value == "expert_bias"
+    hunyuan, _ = load_model(str(CONFIGS / "hunyuan-a13b-instruct.json"))
+    layer = hunyuan.blocks[hunyuan.layer_indices[0]]
+    assert (layer.num_experts, layer.top_k, layer.expert_ffn, layer.shared_ffn_hidden) == (
+        64, 8, 3072, 3072)
+    assert layer.load_balancing.value == "aux_loss" and layer.qk_norm
+    # Hunyuan's per-layer lists must agree layer to layer.
+    config = json.loads((CONFIGS / "hunyuan-a13b-instruct.json").read_text())
+    config["moe_topk"][5] = 4
+    bad = tmp_path / "config.json"
+    bad.write_text(json.dumps(config))
+    with pytest.raises(InputError, match=r"config.json: moe_topk: .*only one value for every "
+                                         r"layer is modelled"):
+        load_model(str(bad))
+    # ERNIE 4.5: moe_layer_start_index dense layers first (21B: 1, 300B: 3), two shared
+    # experts on the 21B, none on the 300B.
+    for name, dense, moe, shared in (("ernie-4.5-21b-a3b", 1, 27, 3072),
+                                     ("ernie-4.5-300b-a47b", 3, 51, 0)):
+        model, _ = load_model(str(CONFIGS / f"{name}.json"))
+        layers = [model.blocks[i] for i in model.layer_indices]
+        assert sum(not b.is_moe for b in layers) == dense and sum(b.is_moe for b in layers) == moe
+        assert not any(b.is_moe for b in layers[:dense])
+        assert layers[-1].shared_ffn_hidden == shared and layers[-1].router_bias
+    config = json.loads((CONFIGS / "ernie-4.5-21b-a3b.json").read_text())
+    config["moe_layer_interval"] = 2
+    bad.write_text(json.dumps(config))
+    with pytest.raises(InputError, match=r"config.json: moe_layer_interval: 2: only every layer "
+                                         r"from moe_layer_start_index to the last being MoE"):
+        load_model(str(bad))

@@ -125,10 +125,12 @@ def test_unknown_hf_model_type(cli, write, small_cluster):
     assert code == 2
     assert err.strip() == (f"Error: {config}: model_type: 'lama' is not supported (did you mean "
                            f"'llama'?); supported: RefinedWeb, RefinedWebModel, bert, bloom, "
-                           f"deepseek_v2, deepseek_v3, falcon, gemma2, gemma3, gemma3_text, "
-                           f"glm4_moe, gpt2, gpt_neox, gpt_oss, kimi_k2, kimi_k25, llama, "
-                           f"llama4, llama4_text, mistral, mistral3, mixtral, olmo2, olmo3, olmoe, opt, "
-                           f"phi3, qwen2, qwen2_moe, qwen3, qwen3_moe, qwen3_vl, qwen3_vl_moe")
+                           f"deepseek_v2, deepseek_v3, dots1, ernie4_5, ernie4_5_moe, falcon, "
+                           f"gemma2, gemma3, gemma3_text, glm4, glm4_moe, gpt2, gpt_neox, "
+                           f"gpt_oss, hunyuan_v1_moe, kimi_k2, kimi_k25, llama, llama4, "
+                           f"llama4_text, minimax_m2, mistral, mistral3, mixtral, olmo2, olmo3, "
+                           f"olmoe, opt, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe, qwen3_vl, "
+                           f"qwen3_vl_moe, seed_oss")
 
 
 def test_hf_missing_key(cli, write, small_cluster):
