@@ -309,6 +309,28 @@ class MicroBatchGroups(str, Enum):
     "flex_pp": number_of_rounds, microbatches_per_round)."""
 
 
+class PipelineSchedule(str, Enum):
+    """The order in which a pipeline runs its micro-batches' forward and backward passes
+    (`pipeline.schedule_bubble_s`, `pipeline.in_flight_chunk_micro_batches`)."""
+
+    ONE_F_ONE_B = "1f1b"
+    """1F1B (Narayanan et al. 2021, Sec. 2.2.1), interleaved over the chunks with vpp > 1
+    (Sec. 2.2.2): Megatron-LM's schedules, torch.distributed.pipelining Schedule1F1B and
+    ScheduleInterleaved1F1B. The default."""
+    ZERO_BUBBLE = "zero_bubble"
+    """Each backward split into its input gradient (B) and its weight gradient (W), the W's
+    run in the bubble (Qi et al. 2024, arXiv:2401.10241, ZB-H1): torch.distributed.pipelining
+    ScheduleInterleavedZeroBubble (torchtitan InterleavedZeroBubble), any vpp."""
+    ZBV = "zbv"
+    """ZB-V: two chunks per rank placed in a V (rank r holds stages r and 2 pp - 1 - r), the
+    W's in the bubble (Qi et al. 2024, Sec. 6): ScheduleZBVZeroBubble (torchtitan
+    ZBVZeroBubble); vpp 2."""
+    DUALPIPEV = "dualpipev"
+    """DualPipeV: DeepSeek's DualPipe folded onto pp ranks of two V-placed chunks, one
+    micro-batch's forward paired with another's backward (deepseek-ai/DualPipe):
+    ScheduleDualPipeV (torchtitan DualPipeV); vpp 2, at least 2 pp micro-batches."""
+
+
 class MoeDispatcher(str, Enum):
     """How an MoE layer's tokens reach their experts' ranks and come back (Megatron-Core
     --moe-token-dispatcher-type, with --moe-flex-dispatcher-backend for flex;

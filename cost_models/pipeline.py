@@ -10,7 +10,7 @@ import numpy as np
 
 from cost_models.communication import (Group, Network, all_gather_time_s,
                                       send_recv_time_s)
-from cost_models.enums import MicroBatchGroups, PipelinePartition
+from cost_models.enums import MicroBatchGroups, PipelinePartition, PipelineSchedule
 
 
 def bubble_fraction(*, pp, num_micro_batches, vpp=1):
@@ -106,7 +106,8 @@ def _group(pp, group):
     return pp if group is None else np.where(np.asarray(group) > 0, group, pp)
 
 
-def in_flight_chunk_micro_batches(*, stage, pp, vpp, num_micro_batches, group=None):
+def in_flight_chunk_micro_batches(*, stage, pp, vpp, num_micro_batches, group=None,
+                                  schedule=PipelineSchedule.ONE_F_ONE_B):
     """Forward passes (chunk x micro-batch) a stage holds activations for at its peak.
 
     Ref: Megatron-LM megatron/core/pipeline_parallel/schedules.py. With one chunk per device
@@ -117,14 +118,33 @@ def in_flight_chunk_micro_batches(*, stage, pp, vpp, num_micro_batches, group=No
     (`micro_batch_group_size`; `group` None: N = p). Both are capped by the m * v forwards a
     step has. For r = 0 and N = p the count is p (v + 1) - 1 chunks of L / (p v) layers:
     L (1 + (p - 1)/(p v)) layers, Korthikanti's factor.
+
+    The zero-bubble schedules keep a micro-batch's activations until its weight gradient
+    runs, which they delay: every rank holds p of them with one chunk (Qi et al. 2024,
+    arXiv:2401.10241, Sec. 2.3: worker i holds (p - i + 1) M_B + (i - 1) M_W, counted here
+    whole, M_W as M_B: an upper bound), and with v chunks its (v - 1) N + p warm-up
+    forwards (torch.distributed.pipelining ScheduleInterleavedZeroBubble: (v - 1) N +
+    p - 1 - r warm-up forwards, one more, and the r whose W is still to run); ZB-V holds
+    2 p chunk passes on every rank, as 1F1B's first rank (Qi et al., sail-sg/zero-bubble-
+    pipeline-parallelism README: ZBV activation memory 1x 1F1B's), and DualPipeV one more,
+    the pair it runs together (deepseek-ai/DualPipe README: "PP+1" of PP chunks).
     """
     p, v, r, m = pp, vpp, stage, num_micro_batches
     n = _group(pp, group)
-    warmup = np.where(v > 1, (p - r - 1) * 2 + (v - 1) * n, p - r - 1)
-    return np.minimum(warmup + 1, m * v)
+    schedule = PipelineSchedule(schedule)
+    if schedule is PipelineSchedule.ZERO_BUBBLE:
+        held = (v - 1) * n + p + 0 * r
+    elif schedule is PipelineSchedule.ZBV:
+        held = 2 * p + 0 * r
+    elif schedule is PipelineSchedule.DUALPIPEV:
+        held = 2 * p + 1 + 0 * r
+    else:
+        held = np.where(v > 1, (p - r - 1) * 2 + (v - 1) * n, p - r - 1) + 1
+    return np.minimum(held, m * v)
 
 
-def in_flight_per_chunk(*, stage, pp, vpp, num_micro_batches, chunk, group=None):
+def in_flight_per_chunk(*, stage, pp, vpp, num_micro_batches, chunk, group=None,
+                        schedule=PipelineSchedule.ONE_F_ONE_B):
     """How many of the in-flight forwards of `stage` belong to its model chunk `chunk`.
 
     Ref: Megatron-LM schedules.py get_schedule_table: the forwards run groups of N micro-
@@ -135,7 +155,8 @@ def in_flight_per_chunk(*, stage, pp, vpp, num_micro_batches, chunk, group=None)
     p, v, m = pp, vpp, num_micro_batches
     n = _group(pp, group)
     total = in_flight_chunk_micro_batches(stage=stage, pp=pp, vpp=vpp,
-                                          num_micro_batches=num_micro_batches, group=group)
+                                          num_micro_batches=num_micro_batches, group=group,
+                                          schedule=schedule)
     groups = np.maximum(-(-np.asarray(m) // n), 1)                 # ceil(m / N)
     before_last = (groups - 1) * n * v                              # forwards in full groups
     last = m - (groups - 1) * n                                     # the last group's size
@@ -156,6 +177,38 @@ def pipeline_time_s(*, max_stage_s, sum_stage_s, num_micro_batches, vpp=1):
     """
     m, v = num_micro_batches, vpp
     return (m - 1) * max_stage_s + (sum_stage_s + (v - 1) * max_stage_s) / v
+
+
+def schedule_bubble_s(schedule, *, pp, forward_s, input_grad_s, weight_grad_s):
+    """Idle time of a pipeline of pp equal stages per step, from one chunk's times per
+    micro-batch: forward F, backward for the inputs B (with any recomputation) and for the
+    weights W (1F1B runs B and W as one backward).
+
+    Refs:
+    - 1F1B: (p - 1)(F + B + W) (Narayanan et al. 2021, Sec. 2.2.1; Qi et al. 2024,
+      arXiv:2401.10241, Table 2); per chunk it is the interleaved schedule's bubble.
+    - ZB-H1: (p - 1)(F + B - W) (Qi et al. 2024, Table 2 and Sec. 2.1; DeepSeek-V3 report,
+      arXiv:2412.19437, Table 2, ZB1P, with B the whole backward: (p - 1)(F + B - 2W)). It
+      assumes W no longer than F or B: the last rank still waits p - 1 forwards before its
+      first, and the first rank p - 1 input gradients after its last forward, so it is never
+      below (p - 1) max(F, B). torch's ScheduleInterleavedZeroBubble runs it per chunk; the
+      ZB-V schedule (ScheduleZBVZeroBubble) is priced the same, its own bubble for unequal
+      F, B, W being unpublished (zero at F = B = W, Qi et al. Sec. 6, beyond the start-up
+      p - 1 forwards every synchronous step pays).
+    - DualPipeV: (PP/2 - 1)(F&B + B - 3W) over PP = 2p chunks with B the whole backward
+      (deepseek-ai/DualPipe README), F&B the time of a forward and a backward of two
+      micro-batches run together: torch's ScheduleDualPipeV runs them one after the other
+      unless the model registers an overlapped pair (schedules.py, OVERLAP_F_B), F&B =
+      F + B + W, so (p - 1)(F + 2B - W); likewise never below (p - 1) F.
+    """
+    q = np.asarray(pp) - 1
+    f, b, w = forward_s, input_grad_s, weight_grad_s
+    schedule = PipelineSchedule(schedule)
+    if schedule in (PipelineSchedule.ZERO_BUBBLE, PipelineSchedule.ZBV):
+        return q * np.maximum(np.maximum(f, b), f + b - w)
+    if schedule is PipelineSchedule.DUALPIPEV:
+        return q * np.maximum(f, f + 2 * b - w)
+    return q * (f + b + w)
 
 
 def pipeline_send_bytes(elements, *, tp, value_bytes: float):
