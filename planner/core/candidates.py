@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from cost_models.enums import (DEFAULT_RECOMPUTE_MODULES, CpComm, CudaGraphs, DpComm,
-                               MicroBatchGroups, MoeDispatcher, RankOrder, Recompute,
-                               RecomputeModule)
+                               MicroBatchGroups, MoeDispatcher, PipelineSchedule, RankOrder,
+                               Recompute, RecomputeModule)
 from cost_models.pipeline import schedule_group
 
 if TYPE_CHECKING:
@@ -48,6 +48,7 @@ def strategy_modules(mask: int) -> tuple[RecomputeModule, ...] | None:
 
 MOE_DISPATCHER_ORDER = tuple(MoeDispatcher)
 CUDA_GRAPHS_ORDER = tuple(CudaGraphs)
+PIPELINE_SCHEDULE_ORDER = tuple(PipelineSchedule)
 
 
 @dataclass
@@ -114,6 +115,10 @@ class Candidates:
     """Micro-batches each model chunk runs in a row under the interleaved schedule (Megatron-LM
     --microbatch-group-size-per-virtual-pipeline-stage); 0: the framework's choice
     (`schedule_group`). None: 0."""
+    pipeline_schedule: np.ndarray = None  # type: ignore[assignment]
+    """Index into PIPELINE_SCHEDULE_ORDER (None: 0, 1F1B, interleaved with vpp > 1). The
+    search never sets it; a strategy file or torchtitan config does, and framework rules gate
+    it."""
 
     def __post_init__(self) -> None:
         n = len(self.tp)
@@ -151,6 +156,8 @@ class Candidates:
             self.cuda_graphs = np.zeros(n, dtype=int)
         if self.vp_group is None:
             self.vp_group = np.zeros(n, dtype=int)
+        if self.pipeline_schedule is None:
+            self.pipeline_schedule = np.zeros(n, dtype=int)
 
     @property
     def edp(self) -> np.ndarray:
@@ -196,7 +203,8 @@ class Candidates:
         """No strategies, each field with the dtype one strategy gives it."""
         ints = ("tp", "pp", "vpp", "dp", "mb", "global_batch", "recompute", "zero", "shard",
                 "dp_comm", "num_servers", "ep", "etp", "cp", "cp_comm", "cp_a2a", "act_offload",
-                "rank_order", "rc_modules", "dispatcher", "cuda_graphs", "vp_group")
+                "rank_order", "rc_modules", "dispatcher", "cuda_graphs", "vp_group",
+                "pipeline_schedule")
         bools = ("sp", "overlap", "param_gather", "tp_overlap", "fp8_gather", "param_offload",
                  "nvls", "moe_overlap")
         return cls(**{f.name: np.zeros(0, dtype=int if f.name in ints else
@@ -237,5 +245,7 @@ class Candidates:
                    rc_modules=one(modules_mask(s.selective_modules)),
                    dispatcher=one(MOE_DISPATCHER_ORDER.index(overlap("moe_dispatcher"))),
                    cuda_graphs=one(CUDA_GRAPHS_ORDER.index(s.cuda_graphs or CudaGraphs.NONE)),
-                   vp_group=one(s.microbatch_group or 0))
+                   vp_group=one(s.microbatch_group or 0),
+                   pipeline_schedule=one(PIPELINE_SCHEDULE_ORDER.index(
+                       s.pipeline_schedule or PipelineSchedule.ONE_F_ONE_B)))
 

@@ -24,6 +24,7 @@ class Rule(str, Enum):
     STAGE_LAYOUT = "stage_layout"
     BATCH_DIVISIBLE = "batch_divisible"
     INTERLEAVED_SCHEDULE = "interleaved_schedule"
+    PIPELINE_SCHEDULE = "pipeline_schedule"
     PARAMETER_SERVER_ZERO = "parameter_server_zero"
     DP_SHARD = "dp_shard"
     EP_DIVIDES_EXPERTS = "ep_divides_experts"

@@ -87,12 +87,24 @@ class BlockCost(NamedTuple):
     """The same on a paired pass of the combined 1F1B schedule (moe_a2a_overlap): one host
     thread issues micro-batch i + 1's forward and micro-batch i's backward of the layer
     together, and the GPU runs the one's work while the host issues the other's."""
+    weight_grad_s: object = 0.0
+    """Of `backward_s`, the weight-gradient GEMMs (`weight_gradients`): what a zero-bubble
+    pipeline schedule runs apart from the input gradients, in the bubble."""
 
 
 def _tp_collective_s(elements, *, sequence_parallel: bool, place: Group, cluster: ClusterSpec,
                      value_bytes: int):
     return tp_collective_s(elements, sequence_parallel=sequence_parallel, value_bytes=value_bytes,
                            group=place, net=cluster.network)
+
+
+def weight_gradients(gemms) -> list:
+    """The weight-gradient GEMM of each weight GEMM in `gemms` (None entries skipped): the
+    second of `compute.backward_gemms`, dB = A^T dC, as many FLOPs as the forward. A
+    zero-bubble schedule runs these (its W pass) apart from the input gradients (its B pass;
+    Qi et al. 2024, arXiv:2401.10241, Sec. 2: "W ... computes the gradient for the
+    parameters")."""
+    return [backward_gemms(g)[1] for g in gemms if g is not None]
 
 
 def _gemms_s(gemms, backward: bool, kw: dict) -> object:
@@ -331,6 +343,9 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
     dense = g.projections + g.mlp
     linears = dense + g.experts
     weights_s = k.linear_s(dense) + k.experts_s(g.experts) + k.gemms_s((g.router,))
+    weight_grads = (k.linear_s(weight_gradients(dense))
+                    + k.experts_s(weight_gradients(g.experts))
+                    + k.gemms_s(weight_gradients((g.router,))))
     weights_bwd = (k.linear_s(dense, backward=True) + k.experts_s(g.experts, backward=True)
                    + k.gemms_s((g.router,), backward=True))
     elementwise = dict(**shape, position=block.position, dropout=block.dropout,
@@ -543,7 +558,7 @@ def _transformer(block: TransformerBlock, *, seq_len, mb, tp, sp: bool, rc: Reco
     return BlockCost(forward, backward, recompute,
                      comm_passes * one_pass_comm + tp_rerun, activations,
                      tokens_hidden + 0 * tp, working, (comm_passes + ep_rerun) * one_pass_ep,
-                     cp_comm, expert_forward, waited, paired_waited)
+                     cp_comm, expert_forward, waited, paired_waited, weight_grads)
 
 
 class SelectiveRerun(NamedTuple):
@@ -738,8 +753,10 @@ def _output(block: OutputBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute, k: 
     if k.eager_loss:
         working = eager_cross_entropy_working_bytes(seq_len=seq_len, micro_batch=mb,
                                                     vocab_size=V, tp=tp)
+    weight_grads = (k.gemms_s(weight_gradients(bf16_gemms))
+                    + k.linear_s(weight_gradients(fp8_gemms)))
     return BlockCost(forward, backward, 0 * forward, tp_comm, activations, 0 * tp,
-                     recompute_working_bytes=working)
+                     recompute_working_bytes=working, weight_grad_s=weight_grads)
 
 
 def _mtp(block: MtpBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute, k: _Kernels,
@@ -765,7 +782,9 @@ def _mtp(block: MtpBlock, *, seq_len, mb, tp, sp: bool, rc: Recompute, k: _Kerne
         output_elements=seq_len * mb * h + 0 * tp,
         recompute_working_bytes=layer.recompute_working_bytes, ep_comm_s=layer.ep_comm_s,
         cp_comm_s=layer.cp_comm_s, expert_forward_s=layer.expert_forward_s,
-        host_wait_s=layer.host_wait_s, paired_host_wait_s=layer.paired_host_wait_s)
+        host_wait_s=layer.host_wait_s, paired_host_wait_s=layer.paired_host_wait_s,
+        weight_grad_s=layer.weight_grad_s + head.weight_grad_s
+        + k.gemms_s(weight_gradients([projection])))
 
 
 _BY_KIND = {"transformer": _transformer, "evoformer": _evoformer, "embedding": _embedding,

@@ -194,6 +194,11 @@ def _vpp(_, plan: PlanReport) -> str:
     return f"vpp {plan.strategy.vpp}" if plan.strategy.pp > 1 else ""
 
 
+def _schedule(_, plan: PlanReport) -> str:
+    s = plan.strategy
+    return f"schedule {s.pipeline_schedule.value}" if s.pp > 1 else ""
+
+
 def _micro_batches(_, plan: PlanReport) -> str:
     s = plan.strategy
     return f"{s.num_micro_batches:g} micro-batches" if s.pp > 1 else ""
@@ -287,7 +292,7 @@ _DRIVERS = {
     "cp_comm_s": (_cp,),
     "host_wait_s": (_ep, _micro_batch, _graphs),
     "pipeline_engine_s": (_micro_batches, _pp, _framework),
-    "bubble_s": (_pp, _micro_batches, _vpp),
+    "bubble_s": (_pp, _micro_batches, _vpp, _schedule),
     "optimizer_s": (_zero, _dp),
     "offload_s": (_offload,),
     "grad_zero_s": (_tp, _pp, _zero),
@@ -296,6 +301,6 @@ _DRIVERS = {
     "weights_bytes": (_tp, _pp, _zero),
     "gradients_bytes": (_tp, _pp, _zero),
     "optimizer_bytes": (_tp, _pp, _zero, _dp),
-    "activations_bytes": (_recompute, _micro_batch, _tp, _sp, _pp, _vpp),
+    "activations_bytes": (_recompute, _micro_batch, _tp, _sp, _pp, _vpp, _schedule),
     "other_bytes": (),
 }

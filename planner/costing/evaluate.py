@@ -18,11 +18,11 @@ from cost_models.compute import (attended_keys, gemm_flops, memory_bound_time_s,
 from cost_models.enums import AttentionKind, CpComm, ZeroStage
 from cost_models.memory import reserve_bytes
 from cost_models.offload import cpu_optimizer_s, host_copy_s, offloaded_step_s
-from cost_models.pipeline import in_flight_per_chunk, pipeline_time_s
+from cost_models.pipeline import in_flight_per_chunk, pipeline_time_s, schedule_bubble_s
 from cost_models.units import TFLOPS
 from planner.core.candidates import (CP_COMM_ORDER, DP_COMM_ORDER, MOE_DISPATCHER_ORDER,
-                                     RANK_ORDER, RECOMPUTE_ORDER, Candidates, mask_modules,
-                                     strategy_modules)
+                                     PIPELINE_SCHEDULE_ORDER, RANK_ORDER, RECOMPUTE_ORDER,
+                                     Candidates, mask_modules, strategy_modules)
 from planner.core.problem import Problem
 from planner.costing.block_costs import BlockCost, block_cost, block_model_flops, layer_gemms
 from planner.costing.data_parallel import step_end_s
@@ -65,6 +65,7 @@ class BlockCosts:
     expert_forward_s: np.ndarray
     host_wait_s: np.ndarray
     paired_host_wait_s: np.ndarray
+    weight_grad_s: np.ndarray
 
     def take(self, index) -> BlockCosts:
         return BlockCosts(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
@@ -247,10 +248,7 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
     occ = Occupancy.of_bounds(p, v, layout.bounds, types.type_of_position,
                               type_is_layer(model))
     group = cands.schedule_group(problem.framework.micro_batch_groups)
-    in_flight = in_flight_per_chunk(stage=np.arange(p)[None, :, None], pp=p, vpp=v,
-                                    num_micro_batches=m[:, None, None],
-                                    chunk=np.arange(v)[None, None, :],
-                                    group=group[:, None, None])
+    in_flight = _in_flight(cands, p, v, m, group)
     rows = np.arange(len(cands))
 
     def values(term) -> np.ndarray:
@@ -292,6 +290,8 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
     slowest = tau.argmax(1)
     pipeline = pipeline_time_s(max_stage_s=tau.max(1), sum_stage_s=tau.sum(1),
                                num_micro_batches=m, vpp=v)
+    pipeline = pipeline + _schedule_bubble_change(cands, p, v, tau, forward=fwd,
+                                                  weight_grad=values(sm.weight_grad))
 
     # ---- after the last micro-batch: gradient reduction, optimizer step, host copies
     dp_end, dp_algorithm = _step_end_data_parallel(problem, cands, dense, dense_gather, experts,
@@ -337,6 +337,44 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
         dp_algorithm=dp_algorithm[rows, last],
         model_flops=model_flops * batch, hardware_flops=(model_flops + extra) * batch,
         mfu_flops=mfu_flops_per_sequence(model, training.seq_len, problem.attention) * batch)
+
+
+def _in_flight(cands: Candidates, p: int, v: int, m, group) -> np.ndarray:
+    """(N, p, v) forward passes each stage's chunks hold at the peak, as each candidate's
+    pipeline schedule runs them (`pipeline.in_flight_per_chunk`)."""
+    out = None
+    for index in np.unique(cands.pipeline_schedule):
+        held = in_flight_per_chunk(stage=np.arange(p)[None, :, None], pp=p, vpp=v,
+                                   num_micro_batches=m[:, None, None],
+                                   chunk=np.arange(v)[None, None, :], group=group[:, None, None],
+                                   schedule=PIPELINE_SCHEDULE_ORDER[index])
+        held = np.broadcast_to(held, (len(cands), p, v))
+        rows = (cands.pipeline_schedule == index)[:, None, None]
+        out = np.where(rows, held, 0 if out is None else out)
+    return out
+
+
+def _schedule_bubble_change(cands: Candidates, p: int, v: int, tau: np.ndarray, *, forward,
+                            weight_grad) -> np.ndarray:
+    """(N,) seconds a zero-bubble schedule adds to `pipeline_time_s` (negative: saves): its
+    bubble (`pipeline.schedule_bubble_s`) in place of 1F1B's (p - 1) tau / v, from the slowest
+    stage's chunk times per micro-batch: the forward, the weight gradients, and the rest of
+    its time (input gradients, recomputation, exposed communication) with the backward."""
+    out = np.zeros(len(cands))
+    if p == 1:
+        return out
+    rows = np.arange(len(cands))
+    slowest = tau.argmax(1)
+    f = forward[rows, slowest] / v
+    w = weight_grad[rows, slowest] / v
+    b = tau[rows, slowest] / v - f - w
+    for index in np.unique(cands.pipeline_schedule):
+        schedule = PIPELINE_SCHEDULE_ORDER[index]
+        if index == 0:
+            continue
+        bubble = schedule_bubble_s(schedule, pp=p, forward_s=f, input_grad_s=b, weight_grad_s=w)
+        out = np.where(cands.pipeline_schedule == index, bubble - (p - 1) * (f + b + w), out)
+    return out
 
 
 def step_lower_bound_s(problem: Problem, cands: Candidates, costs: BlockCosts) -> np.ndarray:
@@ -452,7 +490,8 @@ def report(problem: Problem, layout: Layout, cands: Candidates, ev: Evaluation, 
         activation_offload_layers=int(cands.act_offload[i]),
         dp_comm=DP_COMM_ORDER[cands.dp_comm[i]],
         layers_per_stage=layers, nvls=bool(cands.nvls[i]),
-        rank_order=RANK_ORDER[cands.rank_order[i]])
+        rank_order=RANK_ORDER[cands.rank_order[i]],
+        pipeline_schedule=PIPELINE_SCHEDULE_ORDER[cands.pipeline_schedule[i]])
     stages = [StageMemory(stage=r, weights_bytes=float(ev.stage_weights[i, r]),
                           gradients_bytes=float(ev.stage_gradients[i, r]),
                           optimizer_bytes=float(ev.stage_optimizer[i, r]),

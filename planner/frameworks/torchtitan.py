@@ -26,7 +26,7 @@ from planner.errors import InputError
 from planner.frameworks import torchtitan_recipe
 from planner.frameworks import torchrun
 from planner.frameworks.base import LaunchPlan, Trial, header_lines, transformer_shape
-from planner.frameworks.torchtitan_reader import FLOAT8, MX, OUTPUT_FQN, parse
+from planner.frameworks.torchtitan_reader import FLOAT8, MX, OUTPUT_FQN, SCHEDULE_NAMES, parse
 from planner.inputs import profiles
 from planner.schemas.framework import FrameworkProfile
 
@@ -115,7 +115,9 @@ def _parallelism(plan: LaunchPlan, *, recipe: bool) -> dict[str, Any]:
     if _async_tp(plan) and not recipe:
         fields["enable_async_tensor_parallel"] = True      # micro-pipelined TP (async TP)
     if s.pp > 1:
-        fields["pipeline_parallel_schedule"] = "Interleaved1F1B" if s.vpp > 1 else "1F1B"
+        fields["pipeline_parallel_schedule"] = (
+            SCHEDULE_NAMES[s.pipeline_schedule] if s.pipeline_schedule in SCHEDULE_NAMES
+            else "Interleaved1F1B" if s.vpp > 1 else "1F1B")
         if recipe:       # micro-batches per data-parallel rank and step (configs.py)
             fields["num_pp_microbatches"] = plan.num_micro_batches
         else:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cost_models.enums import CpComm, Fp8Recipe, Precision, Recompute, ZeroStage
+from cost_models.enums import CpComm, Fp8Recipe, PipelineSchedule, Precision, Recompute, ZeroStage
 from planner.core.problem import Problem
 from planner.errors import InputError
 from planner.frameworks import torchtitan_recipe
@@ -116,6 +116,12 @@ SCHEDULES = ("1F1B", "Interleaved1F1B", "GPipe", "LoopedBFS", "InterleavedZeroBu
              "PipelineScheduleSingle", "PipelineScheduleMulti", "ZBVZeroBubble", "DualPipeV")
 """pipeline_parallel_schedule names torch.distributed.pipelining knows, matched without case
 (schedules.py get_schedule_class: any other name is a ValueError)."""
+SCHEDULE_NAMES = {PipelineSchedule.ZERO_BUBBLE: "InterleavedZeroBubble",
+                  PipelineSchedule.ZBV: "ZBVZeroBubble", PipelineSchedule.DUALPIPEV: "DualPipeV"}
+"""The pipeline_parallel_schedule name of each zero-bubble schedule the planner prices
+(`PipelineSchedule`; 1F1B and Interleaved1F1B are its default, by vpp)."""
+ZERO_BUBBLE_NAMES = frozenset(name.lower() for name in SCHEDULE_NAMES.values())
+"""Their names without case; the stages per rank they need are the pipeline_schedule rule's."""
 PRICED_AS_OTHER = {
     "gpipe": "runs every micro-batch's forward before the first backward, so a stage holds all "
              "{m} micro-batches' activations at its peak; priced as 1F1B, which holds at most "
@@ -123,27 +129,9 @@ PRICED_AS_OTHER = {
     "loopedbfs": "runs each local stage's forwards for all {m} micro-batches before the next "
                  "stage's, holding all of them at the peak; priced as Interleaved1F1B, which "
                  "holds fewer: its memory is a lower bound",
-    "interleavedzerobubble": "splits each backward into input and weight gradients and runs "
-                             "the weight gradients in the pipeline bubble; priced as "
-                             "Interleaved1F1B, whose bubble is larger: its step time is an "
-                             "upper bound",
-    "zbvzerobubble": "places the stages in a V (rank r holds stages r and 2 pp - 1 - r, so the "
-                     "first rank holds the embedding and the output layer) and runs the weight "
-                     "gradients in the bubble; priced as Interleaved1F1B with looped stages "
-                     "(rank r holds r and pp + r), which it does not model",
-    "dualpipev": "places the stages in a V (rank r holds stages r and 2 pp - 1 - r, so the "
-                 "first rank holds the embedding and the output layer), pairs one micro-batch's "
-                 "forward with another's backward and runs weight gradients in the bubble; "
-                 "priced as Interleaved1F1B with looped stages (rank r holds r and pp + r), "
-                 "which it does not model",
 }
 """What a schedule the planner prices as another does (torch.distributed.pipelining
-schedules.py: ScheduleGPipe, ScheduleLoopedBFS, ScheduleInterleavedZeroBubble,
-ScheduleZBVZeroBubble, ScheduleDualPipeV; torchtitan pipeline_parallel.py places the stages of
-the last two in style "v")."""
-V_SCHEDULES = ("zbvzerobubble", "dualpipev")
-"""Schedules that run exactly 2 stages per rank (schedules.py: "ZBV requires exactly 2 stages
-per rank")."""
+schedules.py: ScheduleGPipe, ScheduleLoopedBFS)."""
 
 
 def _schedule(parsed: ParsedConfig, par: dict, *, pp: int, vpp: int, micro_batches: int,
@@ -176,15 +164,11 @@ def _schedule(parsed: ParsedConfig, par: dict, *, pp: int, vpp: int, micro_batch
                        f"pipeline_parallel_schedule_csv",
                        "use a concrete schedule such as 1F1B or Interleaved1F1B")
         return
-    if key in V_SCHEDULES and vpp != 2:
-        parsed.finding("torchtitan_pipeline", f"torchtitan stops: {name} requires exactly 2 "
-                       f"stages per rank, and this layout has {vpp}",
-                       "give each rank 2 stages (pipeline_parallel_layers_per_stage or "
-                       "module_fqns_per_model_part)")
-    if key == "dualpipev" and micro_batches < 2 * pp:
-        parsed.finding("torchtitan_pipeline", f"torchtitan stops: DualPipeV requires at least "
-                       f"as many micro-batches as stages ({2 * pp}), and a step has "
-                       f"{micro_batches}", "raise the local batch or lower the micro-batch size")
+    # The zero-bubble schedules are priced as themselves; what they need (2 stages per rank,
+    # DualPipeV's micro-batches) is the pipeline_schedule rule's (`rules.gate`).
+    for schedule, schedule_name in SCHEDULE_NAMES.items():
+        if key == schedule_name.lower():
+            parsed.strategy["pipeline_schedule"] = schedule
     if key in PRICED_AS_OTHER:
         parsed.notes.append(f"pipeline_parallel_schedule {name} "
                             + PRICED_AS_OTHER[key].format(m=micro_batches))
@@ -214,7 +198,7 @@ def _default_split(parsed: ParsedConfig, par: dict, layers: int, pp: int, file: 
                            f"{par.get('pipeline_parallel_schedule', '1F1B')} requires exactly 1 "
                            f"stage per rank, and this layout has {stages // pp}",
                            "use Interleaved1F1B, or a layers_per_stage giving one stage a rank")
-        elif not single and stages // pp < 2:
+        elif not single and stages // pp < 2 and schedule not in ZERO_BUBBLE_NAMES:
             parsed.finding("torchtitan_pipeline", "torchtitan stops: a multi-stage schedule "
                            "requires at least 2 stages per rank",
                            "use 1F1B, or fewer layers per stage")

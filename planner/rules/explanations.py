@@ -8,7 +8,8 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from cost_models.enums import CpComm, Fp8Recipe, MicroBatchGroups, RankOrder, ZeroStage
+from cost_models.enums import (CpComm, Fp8Recipe, MicroBatchGroups, PipelineSchedule,
+                               RankOrder, ZeroStage)
 from cost_models.pipeline import schedule_group
 from planner.core.rules import Rule, largest_divisor_at_most
 from planner.core.problem import Problem
@@ -113,6 +114,27 @@ def _explain_batch_divisible(problem: Problem, s: Strategy) -> tuple[str, str]:
     return message, fix
 
 
+def _explain_pipeline_schedule(problem: Problem, s: Strategy) -> tuple[str, str]:
+    fw = problem.framework
+    name = s.pipeline_schedule.value
+    if s.pipeline_schedule not in fw.pipeline_schedules:
+        offered = ", ".join(x.value for x in fw.pipeline_schedules)
+        return (f"pipeline_schedule {name}: {fw.description} runs {offered} only (the "
+                f"zero-bubble schedules are torch.distributed.pipelining's, in torchtitan)",
+                "use pipeline_schedule 1f1b, or framework torchtitan")
+    if s.pipeline_schedule is PipelineSchedule.ZERO_BUBBLE and s.vpp < 2:
+        return (f"pipeline_schedule zero_bubble (InterleavedZeroBubble) is a multi-stage "
+                f"schedule: torchtitan needs at least 2 stages per rank, and vpp is {s.vpp}",
+                "use vpp 2 or more")
+    if s.pipeline_schedule is not PipelineSchedule.DUALPIPEV or s.vpp != 2:
+        return (f"pipeline_schedule {name} places exactly 2 stages on each rank (a V), and "
+                f"vpp is {s.vpp} (torch.distributed.pipelining)", "use vpp 2")
+    m = s.global_batch // (s.dp * s.micro_batch)
+    return (f"pipeline_schedule dualpipev needs at least as many micro-batches as stages "
+            f"(2 * pp = {2 * s.pp}), and a step has {m}",
+            f"use a micro_batch or global_batch giving at least {2 * s.pp} micro-batches")
+
+
 def _explain_interleaved_schedule(problem: Problem, s: Strategy) -> tuple[str, str]:
     if s.pp < 2:
         return (f"the interleaved schedule (vpp {s.vpp}) needs a pipeline, but pp is {s.pp}",
@@ -166,6 +188,7 @@ EXPLAIN: dict[Rule, Callable[[Problem, Strategy], tuple[str, str]]] = {
     Rule.PP_DIVIDES_LAYERS: _explain_pp_divides_layers,
     Rule.BATCH_DIVISIBLE: _explain_batch_divisible,
     Rule.INTERLEAVED_SCHEDULE: _explain_interleaved_schedule,
+    Rule.PIPELINE_SCHEDULE: _explain_pipeline_schedule,
     Rule.PARAMETER_SERVER_ZERO: _explain_parameter_server_zero,
     Rule.DP_SHARD: _explain_dp_shard,
 }

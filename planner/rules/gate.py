@@ -22,8 +22,8 @@ from typing import Callable
 
 import numpy as np
 
-from planner.core.candidates import (DEFAULT_MODULES_MASK, MOE_DISPATCHER_ORDER, RANK_ORDER,
-                                     Candidates)
+from planner.core.candidates import (DEFAULT_MODULES_MASK, MOE_DISPATCHER_ORDER,
+                                     PIPELINE_SCHEDULE_ORDER, RANK_ORDER, Candidates)
 from planner.rules.explanations import EXPLAIN as PLANNER_EXPLAIN
 from planner.core.rules import Rule, TargetRule, any_offload, everywhere
 from planner.frameworks import deepspeed, megatron, mindspore, torchtitan
@@ -31,8 +31,8 @@ from planner.inputs import profiles
 from planner.core.problem import Problem
 from planner.inputs.loader import fp8_param_gather_allowed
 from planner.schemas.report import Violation
-from cost_models.enums import (AttentionKind, CpComm, MicroBatchGroups, MoeDispatcher, Precision,
-                               RankOrder)
+from cost_models.enums import (AttentionKind, CpComm, MicroBatchGroups, MoeDispatcher,
+                               PipelineSchedule, Precision, RankOrder)
 from cost_models.pipeline import schedule_group, schedule_group_allowed
 from planner.schemas.strategy import DpComm, LaunchTarget, Strategy
 
@@ -54,6 +54,9 @@ SUMMARY: dict[Rule, str] = {
     Rule.BATCH_DIVISIBLE: "dp * micro_batch must divide global_batch",
     Rule.INTERLEAVED_SCHEDULE: "the interleaved schedule needs pp > 1 and micro-batches in "
                                "groups it can run (of pp; Megatron-LM: of pp or more)",
+    Rule.PIPELINE_SCHEDULE: "the pipeline schedule must be one the framework runs: zbv and "
+                            "dualpipev with vpp 2, zero_bubble with vpp 2 or more, dualpipev "
+                            "with at least 2 * pp micro-batches",
     Rule.PARAMETER_SERVER_ZERO: "a parameter server needs zero_stage 0",
     Rule.DP_SHARD: "dp_shard must divide dp, with zero_stage 1 or more",
     Rule.EP_DIVIDES_EXPERTS: "ep must divide the routed experts (ep 1 for a dense model)",
@@ -172,6 +175,26 @@ def _interleaved_schedule(problem: Problem, c: Candidates, options: RuleOptions)
         own = schedule_group(pp=c.pp, num_micro_batches=m, groups=groups)
         runs &= group == own
     return (c.vpp > 1) & ((c.pp < 2) | ~runs)
+
+
+def _pipeline_schedule(problem: Problem, c: Candidates, options: RuleOptions) -> np.ndarray:
+    # torch.distributed.pipelining (schedules.py): ZBVZeroBubble and DualPipeV run exactly two
+    # stages per rank ("ZBV requires exactly 2 stages per rank"), DualPipeV at least as many
+    # micro-batches as stages, and InterleavedZeroBubble, a multi-stage schedule, at least two
+    # stages per rank (torchtitan pipeline_parallel.py); only torchtitan runs them (framework
+    # profile). With pp 1 a schedule changes nothing (`rules.ineffective`).
+    offered = np.isin(c.pipeline_schedule,
+                      [PIPELINE_SCHEDULE_ORDER.index(s)
+                       for s in problem.framework.pipeline_schedules])
+    v_shaped = np.isin(c.pipeline_schedule, [PIPELINE_SCHEDULE_ORDER.index(PipelineSchedule.ZBV),
+                                             PIPELINE_SCHEDULE_ORDER.index(
+                                                 PipelineSchedule.DUALPIPEV)])
+    dualpipe = c.pipeline_schedule == PIPELINE_SCHEDULE_ORDER.index(PipelineSchedule.DUALPIPEV)
+    zero_bubble = c.pipeline_schedule == PIPELINE_SCHEDULE_ORDER.index(
+        PipelineSchedule.ZERO_BUBBLE)
+    m = c.global_batch // np.maximum(c.dp * c.mb, 1)
+    return (c.pp > 1) & (~offered | (v_shaped & (c.vpp != 2)) | (zero_bubble & (c.vpp < 2))
+                         | (dualpipe & (m < 2 * c.pp)))
 
 
 def _parameter_server_zero(problem: Problem, c: Candidates, options: RuleOptions) -> np.ndarray:
@@ -363,6 +386,7 @@ DEGREE_CHECKS: dict[Rule, Callable[[Problem, Candidates, RuleOptions], np.ndarra
     Rule.PP_DIVIDES_LAYERS: _pp_divides_layers,
     Rule.BATCH_DIVISIBLE: _batch_divisible,
     Rule.INTERLEAVED_SCHEDULE: _interleaved_schedule,
+    Rule.PIPELINE_SCHEDULE: _pipeline_schedule,
     Rule.PARAMETER_SERVER_ZERO: _parameter_server_zero,
     Rule.DP_SHARD: _dp_shard,
     Rule.EP_DIVIDES_EXPERTS: _ep_divides_experts,

@@ -10,7 +10,8 @@ is a note here. `validate`, `memory`, `diff` and `calibrate` judge the strategy 
 
 from __future__ import annotations
 
-from cost_models.enums import CpComm, CudaGraphs, Precision, RankOrder, RecomputeModule
+from cost_models.enums import (CpComm, CudaGraphs, PipelineSchedule, Precision, RankOrder,
+                               RecomputeModule)
 from cost_models.expert_parallel import token_path_graphed
 from cost_models.tensor_parallel import tp_overlap_reaches
 from planner.core.problem import Problem
@@ -86,6 +87,19 @@ def ineffective_settings(problem: Problem, strategy: Strategy) -> list[str]:
                          "graph is only supported with drop-padding MoE\", transformer_config.py;"
                          " capacity_factor in the model file), so its launches stay eager; "
                          "full_iteration captures them")
+    if s.pipeline_schedule not in (None, PipelineSchedule.ONE_F_ONE_B) and s.pp == 1:
+        notes.append(f"pipeline_schedule {s.pipeline_schedule.value} has no effect at pp 1: "
+                     f"there is no pipeline to schedule")
+    if (s.pipeline_schedule in (PipelineSchedule.ZBV, PipelineSchedule.DUALPIPEV)
+            and s.pp > 1 and s.vpp == 2):
+        notes.append(f"pipeline_schedule {s.pipeline_schedule.value} places each rank's two "
+                     f"stages in a V (rank r holds stages r and 2 pp - 1 - r, so the first "
+                     f"rank holds the embedding and the output layer); the planner prices the "
+                     f"looped placement (r and pp + r) with this schedule's bubble and held "
+                     f"activations"
+                     + ("; its forward and backward pairs run one after the other (torch "
+                        "overlaps them only where the model registers an overlapped pair)"
+                        if s.pipeline_schedule is PipelineSchedule.DUALPIPEV else ""))
     if not s.nvls and problem.cluster.efficiency.nvls_bus_fraction is None:
         notes.append(f"nvls false has no effect on {problem.cluster.name}: its NVLink switch "
                      f"has no NVLS (no efficiency.nvls_bus_fraction), so NCCL runs ring and "

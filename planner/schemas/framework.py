@@ -9,7 +9,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveInt
 
 from cost_models.enums import (AttentionKind, CpComm, Fp8Recipe, MasterWeights, MicroBatchGroups,
-                               MoeDispatcher, PipelinePartition, RankOrder)
+                               MoeDispatcher, PipelinePartition, PipelineSchedule, RankOrder)
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
@@ -150,6 +150,9 @@ class FrameworkProfile(BaseModel):
     rank_orders: tuple[RankOrder, ...] = (RankOrder.TP_CP_EP_DP_PP,)
     """The rank orders the framework can build its process groups in (Megatron-LM: both, the
     second with --use-tp-pp-dp-mapping; torchtitan's mesh and DeepSpeed's topology: the first)."""
+    pipeline_schedules: tuple[PipelineSchedule, ...] = (PipelineSchedule.ONE_F_ONE_B,)
+    """The pipeline schedules the framework runs (`PipelineSchedule`): 1F1B (interleaved with
+    vpp > 1) everywhere; torchtitan also torch.distributed.pipelining's zero-bubble ones."""
     """Share of the tensor-parallel collectives that overlap hides behind the GEMMs."""
     pipeline_unsharded_accumulation: bool = False
     """Under a pipeline, FSDP keeps each stage's gradients unsharded (accumulated over the

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, computed_field
 
-from cost_models.enums import (CpComm, CudaGraphs, MoeDispatcher, RankOrder, Recompute,
-                               RecomputeModule, ZeroStage)
+from cost_models.enums import (CpComm, CudaGraphs, MoeDispatcher, PipelineSchedule,
+                               RankOrder, Recompute, RecomputeModule, ZeroStage)
 from planner.schemas.strategy import DpComm
 
 OUTPUT_CONFIG = ConfigDict(frozen=True, use_attribute_docstrings=True)
@@ -65,10 +65,13 @@ class StrategyOut(BaseModel):
     layers_per_stage: list[int]
     """Repeated layers on each pipeline chunk (pp * vpp entries, pipeline order)."""
     nvls: bool = True
-    cuda_graphs: CudaGraphs | None = None
     """NCCL may reduce inside the NVSwitch (NCCL_NVLS_ENABLE not 0)."""
+    cuda_graphs: CudaGraphs | None = None
+    """What the run captures in CUDA graphs (None: the framework's default)."""
     rank_order: RankOrder = RankOrder.TP_CP_EP_DP_PP
     """The rank order the process groups are built in."""
+    pipeline_schedule: PipelineSchedule = PipelineSchedule.ONE_F_ONE_B
+    """The pipeline schedule priced (1f1b: interleaved with vpp > 1)."""
 
 
 class StageMemory(BaseModel):

@@ -8,8 +8,8 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from cost_models.enums import (DEFAULT_RECOMPUTE_MODULES, CpComm,  # noqa: F401 (re-exported)
-                               CudaGraphs, DpComm, MoeDispatcher, RankOrder, Recompute,
-                               RecomputeModule, ZeroStage)
+                               CudaGraphs, DpComm, MoeDispatcher, PipelineSchedule,
+                               RankOrder, Recompute, RecomputeModule, ZeroStage)
 from planner.schemas.bounds import GlobalBatch, Gpus, Layers, MAX_LAYERS, at_most
 
 
@@ -143,6 +143,11 @@ class Strategy(BaseModel):
     launch config, not priced: the per-step host time (framework profile step_host_s) was
     fitted on runs with CUDA graphs, and kernel-launch latency is not modelled. None: the
     framework's default, nothing written."""
+    pipeline_schedule: PipelineSchedule | None = None
+    """The pipeline schedule (with pp > 1): `1f1b` (interleaved with vpp > 1; every
+    framework's), or torch.distributed.pipelining's zero-bubble ones that torchtitan runs:
+    `zero_bubble` (InterleavedZeroBubble), `zbv` (ZBVZeroBubble, vpp 2) and `dualpipev`
+    (DualPipeV, vpp 2). None: 1f1b."""
 
     @field_validator("recompute_modules")
     @classmethod
@@ -246,6 +251,9 @@ def strategy_label(s) -> str:
                          f"dp_shard {shard}")
     if s.dp_comm is DpComm.PARAMETER_SERVER:
         parts.append("parameter server")
+    schedule = getattr(s, "pipeline_schedule", None)
+    if schedule not in (None, PipelineSchedule.ONE_F_ONE_B):
+        parts.append(f"schedule {schedule.value}")
     parts.extend(offload_labels(s))
     return ", ".join(parts)
 

@@ -194,12 +194,13 @@ def _torchtitan_pipeline(schedule, *, pp=4, per_stage=None, local_batch=8):
                                        "base class that runs only a schedule read from "
                                        "pipeline_parallel_schedule_csv"),
     # ScheduleZBVZeroBubble / ScheduleDualPipeV: "ZBV requires exactly 2 stages per rank";
-    # 34 effective layers at 3 a stage: 12 stages, 3 a rank.
-    ("ZBVZeroBubble", 3, 8, "torchtitan stops: ZBVZeroBubble requires exactly 2 stages per "
-                            "rank, and this layout has 3"),
+    # 34 effective layers at 3 a stage: 12 stages, 3 a rank. The planner's pipeline_schedule
+    # rule (the one gate of search and validate) says so.
+    ("ZBVZeroBubble", 3, 8, "pipeline_schedule zbv places exactly 2 stages on each rank (a V), "
+                            "and vpp is 3 (torch.distributed.pipelining)"),
     # ScheduleDualPipeV: "DualPipeV requires at least as many microbatches as stages".
-    ("DualPipeV", None, 4, "torchtitan stops: DualPipeV requires at least as many "
-                           "micro-batches as stages (8), and a step has 4"),
+    ("DualPipeV", None, 4, "pipeline_schedule dualpipev needs at least as many micro-batches "
+                           "as stages (2 * pp = 8), and a step has 4"),
 ])
 def test_torchtitan_pipeline_schedules_it_refuses(cli, write, schedule, per_stage, local_batch,
                                                   finding):
@@ -210,10 +211,8 @@ def test_torchtitan_pipeline_schedules_it_refuses(cli, write, schedule, per_stag
 
 
 @pytest.mark.parametrize(("schedule", "says"), [
-    ("DualPipeV", "rank r holds stages r and 2 pp - 1 - r"),
-    ("zbvzerobubble", "rank r holds stages r and 2 pp - 1 - r"),   # names match without case
-    ("InterleavedZeroBubble", "its step time is an upper bound"),
-    ("LoopedBFS", "its memory is a lower bound"),
+    ("LoopedBFS", "pipeline_parallel_schedule LoopedBFS runs each local stage's forwards"),
+    ("GPipe", "its memory is a lower bound"),
 ])
 def test_torchtitan_schedules_priced_as_another_say_so(cli, write, schedule, says):
     code, result, err, _ = _validate(cli, write, "job.toml", _torchtitan_pipeline(schedule),
@@ -222,9 +221,43 @@ def test_torchtitan_schedules_priced_as_another_say_so(cli, write, schedule, say
     assert [n for n in result["notes"] if "pipeline_parallel_schedule" in n and says in n]
 
 
+@pytest.mark.parametrize(("schedule", "priced", "placement"), [
+    ("DualPipeV", "dualpipev", True),
+    ("zbvzerobubble", "zbv", True),                 # names match without case
+    ("InterleavedZeroBubble", "zero_bubble", False),
+])
+def test_torchtitan_zero_bubble_schedules_are_priced_as_themselves(cli, write, schedule, priced,
+                                                                   placement):
+    code, result, err, _ = _validate(cli, write, "job.toml", _torchtitan_pipeline(schedule),
+                                     "--gpus", "8")
+    assert code == 0, err
+    assert result["strategy"]["pipeline_schedule"] == priced
+    v_note = [n for n in result["notes"] if "rank r holds stages r and 2 pp - 1 - r" in n]
+    assert bool(v_note) is placement
+
+
 def test_torchtitan_schedule_without_a_pipeline_has_no_effect(cli, write):
     text = _torchtitan_pipeline("DualPipeV", pp=1, local_batch=1)
     code, result, err, _ = _validate(cli, write, "job.toml", text, "--gpus", "8")
     assert code == 0, err
     assert "parallelism.pipeline_parallel_schedule has no effect at pipeline_parallel_degree " \
            "1 (no pipeline)" in result["notes"]
+
+
+@pytest.mark.parametrize(("schedule", "vpp", "name"), [("zbv", 2, "ZBVZeroBubble"),
+                                                       ("zero_bubble", 2, "InterleavedZeroBubble"),
+                                                       ("dualpipev", 2, "DualPipeV")])
+def test_torchtitan_zero_bubble_schedule_round_trip(cli, write, tmp_path, schedule, vpp, name):
+    strategy = write("strategy.yaml", f"tp: 8\npp: 4\nvpp: {vpp}\ndp: 2\nmicro_batch: 1\n"
+                                      f"sequence_parallel: true\nrecompute: full\nzero_stage: 3\n"
+                                      f"global_batch: 64\npipeline_schedule: {schedule}\n")
+    out = tmp_path / "out"
+    code, _, err = cli("emit", "llama3-70b", "dgx-h100", strategy, "--gpus", "64", "--target",
+                       "torchtitan", "--out", str(out))
+    assert code == 0, err
+    toml = (out / "torchtitan.toml").read_text()
+    assert f'pipeline_parallel_schedule = "{name}"' in toml
+    code, read, err = cli("validate", "llama3-70b", "dgx-h100", str(out / "torchtitan.toml"),
+                          "--gpus", "64", "--no-compare", "--json")
+    assert code == 0, err
+    assert json.loads(read)["strategy"]["pipeline_schedule"] == schedule
