@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from cost_models.enums import (CpComm, MoeDispatcher, RankOrder, Recompute, RecomputeModule,
-                               ZeroStage)
+from cost_models.enums import (CpComm, MoeDispatcher, PipelineSchedule, RankOrder, Recompute,
+                               RecomputeModule, ZeroStage)
 from planner.core.problem import Problem
 from planner.errors import InfeasibleError, InputError
 from planner.inputs.loader import (framework_name, load_strategy, make_problem,
@@ -118,7 +118,8 @@ def search_space(*, targets: tuple = (), recompute: Iterable[str] = (),
                  zero: Iterable[int | str] = (), sequence_parallel: bool | None = None,
                  cp_comm: Iterable[str] = (), dp_comm: str = "all_reduce",
                  offload: Iterable[str] = (), moe_dispatcher: str | None = None,
-                 rank_order: str | None = None, top_k: int = 5, time_limit: float = 300.0,
+                 rank_order: str | None = None, pipeline_schedule: str | None = None,
+                 top_k: int = 5, time_limit: float = 300.0,
                  layout_work: float = 1.0, workers: int = 1, seed: int = 0,
                  export_model: str | None = None,
                  **pins) -> tuple[SearchSpace, SolverSettings]:
@@ -147,7 +148,9 @@ def search_space(*, targets: tuple = (), recompute: Iterable[str] = (),
         cp_comm=tuple(CpComm(k) for k in cp_comm) or None,
         offload=tuple(dict.fromkeys(offload)),
         moe_dispatcher=MoeDispatcher(moe_dispatcher) if moe_dispatcher is not None else None,
-        rank_order=RankOrder(rank_order) if rank_order is not None else None, **pins)
+        rank_order=RankOrder(rank_order) if rank_order is not None else None,
+        pipeline_schedule=(PipelineSchedule(pipeline_schedule) if pipeline_schedule is not None
+                           else None), **pins)
     return space, settings
 
 

@@ -266,6 +266,12 @@ def search_options(function):
                      help="Pin the order ranks are numbered in, which decides the groups "
                           "inside a node (default: the framework's; tp-cp-ep-pp-dp is "
                           "Megatron-LM's --use-tp-pp-dp-mapping)."),
+        click.option("--pipeline-schedule",
+                     type=click.Choice(["1f1b", "zero_bubble", "zbv", "dualpipev"]),
+                     default=None,
+                     help="The pipeline schedule of plans with pp > 1 (default: 1f1b, "
+                          "interleaved with vpp > 1); zero_bubble, zbv and dualpipev are "
+                          "torchtitan's InterleavedZeroBubble, ZBVZeroBubble and DualPipeV."),
         click.option("--nvls/--no-nvls", default=True, show_default=True,
                      help="Let NCCL use NVLink SHARP where the NVSwitch has it (--no-nvls: "
                           "NCCL_NVLS_ENABLE=0, as many recipes set)."),

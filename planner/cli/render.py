@@ -10,7 +10,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from cost_models.enums import AttentionKind, RankOrder, RecomputeModule
+from cost_models.enums import AttentionKind, PipelineSchedule, RankOrder, RecomputeModule
 from cost_models.units import GiB
 from planner.core.problem import default_min_free_bytes
 from planner.schemas.strategy import strategy_label as strategy_phrase
@@ -231,7 +231,16 @@ def compact_strategy(plan: PlanReport) -> tuple[str, str]:
         options.append("tpd")
     if not s.nvls:
         options.append("nonvls")
+    if s.pipeline_schedule is not PipelineSchedule.ONE_F_ONE_B:
+        options.append(SCHEDULE_ABBREVIATIONS[s.pipeline_schedule])
     return degrees, " ".join(options) or "-"
+
+
+SCHEDULE_ABBREVIATIONS = {PipelineSchedule.ZERO_BUBBLE: "zb", PipelineSchedule.ZBV: "zbv",
+                          PipelineSchedule.DUALPIPEV: "dpv"}
+"""The plans table's tag of each zero-bubble pipeline schedule (`SCHEDULES_LEGEND`)."""
+SCHEDULES_LEGEND = ("; zb/zbv/dpv pipeline schedule InterleavedZeroBubble, ZBVZeroBubble, "
+                    "DualPipeV")
 
 
 MODULE_ABBREVIATIONS = {RecomputeModule.CORE_ATTN: "a", RecomputeModule.LAYERNORM: "n",
@@ -273,6 +282,8 @@ def plans_table(plans: list[PlanReport]) -> Table:
     legend = PLANS_LEGEND
     if any(p.strategy.recompute_modules is not None for p in plans):
         legend = legend.replace("; peak and free", MODULES_LEGEND + "; peak and free")
+    if any(p.strategy.pipeline_schedule in SCHEDULE_ABBREVIATIONS for p in plans):
+        legend = legend.replace("; peak and free", SCHEDULES_LEGEND + "; peak and free")
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0),
                   pad_edge=False, caption=legend, caption_justify="left")
     for name in ("#", "strategy", "options", "peak", "free", "step", "tok/s", "MFU",

@@ -52,6 +52,7 @@ class Rule(str, Enum):
     TARGET_FP8 = "target_fp8"
     TARGET_INTERLEAVED = "target_interleaved"
     TARGET_RANK_ORDER = "target_rank_order"
+    TARGET_PIPELINE_SCHEDULE = "target_pipeline_schedule"
     TARGET_RECOMPUTE_MODULES = "target_recompute_modules"
     TARGET_MOE_DISPATCHER = "target_moe_dispatcher"
     TARGET_BF16_MOMENTS = "target_bf16_moments"

@@ -387,8 +387,11 @@ def step_lower_bound_s(problem: Problem, cands: Candidates, costs: BlockCosts) -
     types = chain_types(problem.model)
     counts = np.bincount(types.type_of_position, minlength=len(types.unique_blocks))
     total = block_times(problem, cands, costs).total @ counts
-    return (pipeline_time_s(max_stage_s=total / cands.pp, sum_stage_s=total,
-                            num_micro_batches=cands.num_micro_batches, vpp=cands.vpp)
+    pipeline = pipeline_time_s(max_stage_s=total / cands.pp, sum_stage_s=total,
+                               num_micro_batches=cands.num_micro_batches, vpp=cands.vpp)
+    # A zero-bubble schedule's bubble may be shorter than 1F1B's: bound it by none at all.
+    no_bubble = (cands.pp - 1) * total / cands.pp / cands.vpp
+    return (pipeline - np.where(cands.pipeline_schedule > 0, no_bubble, 0.0)
             + step_overhead_s(problem))
 
 

@@ -263,7 +263,8 @@ def _qwen3_moe(k: _Keys) -> dict[str, Any]:
     transformers save num_experts as num_local_experts (the config's attribute_map)."""
     return {**_qwen3(k), **_moe_frequency(k, step_key="decoder_sparse_step"),
             "num_experts": k.need("num_experts", "num_local_experts"),
-            "top_k": k.need("num_experts_per_tok"), "moe_ffn_hidden": k.need("moe_intermediate_size")}
+            "top_k": k.need("num_experts_per_tok"),
+            "moe_ffn_hidden": k.need("moe_intermediate_size")}
 
 
 def _qwen3_vl_language(k: _Keys, mapper: Callable[[_Keys], dict[str, Any]], *,
@@ -509,6 +510,92 @@ def _seed_oss(k: _Keys) -> dict[str, Any]:
     return _llama_like(k)
 
 
+def _granite(k: _Keys) -> dict[str, Any]:
+    """IBM Granite 3.x dense (modeling_granite.py): Llama-like; its embedding, residual,
+    attention and logit multipliers are scalars in the forward pass, no parameters and
+    nothing priced."""
+    return _llama_like(k)
+
+
+def _granitemoe(k: _Keys) -> dict[str, Any]:
+    """IBM Granite 3.x MoE (modeling_granitemoe.py): Granite attention, every layer an MoE of
+    num_local_experts gated experts of intermediate_size (input_linear [E, 2 I, H],
+    output_linear [E, H, I]), top num_experts_per_tok by a router without bias, with an
+    auxiliary loss (router_aux_loss_coef), no shared expert."""
+    return {**_llama_like(k), "num_experts": k.need("num_local_experts"),
+            "top_k": k.need("num_experts_per_tok"),
+            "moe_ffn_hidden": k.need("intermediate_size")}
+
+
+def _smollm3(k: _Keys) -> dict[str, Any]:
+    """SmolLM3 (modeling_smollm3.py): Llama-like with tied embeddings by default
+    (SmolLM3Config tie_word_embeddings True; SmolLM3-3B's file leaves it out); its NoPE
+    layers (no_rope_layers, every no_rope_layer_interval-th) skip the rotary embedding, no
+    parameters, and the rotary kernel is priced on every layer."""
+    return {**_llama_like(k),
+            "tie_embeddings": bool(k.get("tie_word_embeddings", default=True)),
+            "sliding_window": (k.get("sliding_window") if k.get("use_sliding_window",
+                                                                default=False) else None)}
+
+
+def _starcoder2(k: _Keys) -> dict[str, Any]:
+    """StarCoder2 (modeling_starcoder2.py): GQA, LayerNorms with biases, biases on every
+    projection (use_bias), a two-matrix GeLU MLP (c_fc, c_proj), a sliding window on every
+    layer (sliding_window), tied embeddings unless the file says otherwise (15B: untied)."""
+    return dict(
+        num_layers=k.need("num_hidden_layers"), hidden=k.need("hidden_size"),
+        num_heads=k.need("num_attention_heads"), num_kv_heads=k.get("num_key_value_heads"),
+        ffn_hidden=k.need("intermediate_size"), vocab_size=k.need("vocab_size"),
+        mlp="gelu", norm="layernorm", position="rotary",
+        tie_embeddings=bool(k.get("tie_word_embeddings", default=True)),
+        bias=bool(k.get("use_bias", default=True)), dropout=False,
+        sliding_window=_every_layer_window(k))
+
+
+def _apertus(k: _Keys) -> dict[str, Any]:
+    """Apertus (modeling_apertus.py; Swiss AI): GQA without biases, an RMSNorm on each head's
+    queries and keys, a two-matrix MLP with the xIELU activation (up, down; priced as GeLU's
+    elementwise pass, its two learnable scalars a layer not counted), two RMSNorms a layer,
+    untied embeddings."""
+    return {**_llama_like(k), "mlp": "gelu", "qk_norm": True}
+
+
+def _arcee(k: _Keys) -> dict[str, Any]:
+    """Arcee AFM (modeling_arcee.py): Llama-like with a two-matrix ReLU^2 MLP (hidden_act
+    relu2: up, down)."""
+    return {**_llama_like(k), "mlp": "squared_relu"}
+
+
+def _cohere2(k: _Keys) -> dict[str, Any]:
+    """Command R7B / Command A (modeling_cohere2.py): attention and a SwiGLU MLP side by side
+    on one LayerNorm's output (one norm a layer, weight only: counted as an RMSNorm's h
+    weights, its mean subtraction not priced), three sliding-window layers to one global
+    (layer_types or sliding_window_pattern, 4) with rotary positions on the sliding layers
+    only (no parameters), no biases (attention_bias), tied embeddings. logit_scale costs
+    nothing we price."""
+    pattern = _local_global_period(k, default=4)
+    hidden, heads = k.need("hidden_size"), k.need("num_attention_heads")
+    return dict(
+        num_layers=k.need("num_hidden_layers"), hidden=hidden, num_heads=heads,
+        num_kv_heads=k.get("num_key_value_heads"),
+        head_dim=hidden // heads if heads > 0 else None,     # Cohere2Config: hidden / heads
+        ffn_hidden=k.need("intermediate_size"), vocab_size=k.need("vocab_size"),
+        mlp="swiglu", norm="rmsnorm", norms_per_layer=1, position="rotary",
+        tie_embeddings=bool(k.get("tie_word_embeddings", default=True)), bias=False,
+        qkv_bias=bool(k.get("attention_bias", default=False)), dropout=False,
+        sliding_window=k.get("sliding_window", default=4096) if pattern else None,
+        sliding_window_pattern=pattern or 1)
+
+
+def _glm4v_moe(k: _Keys) -> dict[str, Any]:
+    """GLM-4.5V (Glm4vMoeForConditionalGeneration): the GLM-4.5-Air-shaped language model of
+    `text_config` (glm4_moe's mapper; its head_dim from the file, as 4096 / 96 is not whole)
+    only; the vision tower (vision_config, 0.86B) and its merger are left out, and a note
+    says so."""
+    return _language_model(k, _glm4_moe, family="glm4v_moe",
+                           left_out="vision tower (vision_config) and its merger")
+
+
 def _router_groups(k: _Keys) -> dict[str, Any]:
     """DeepSeek's group-limited routing (n_group, topk_group; V3: 8 and 4), where it groups."""
     groups = k.get("n_group", default=1) or 1
@@ -626,6 +713,9 @@ MAPPERS: dict[str, Callable[[_Keys], dict[str, Any]]] = {
     "llama4_text": _llama4_text, "gpt_oss": _gpt_oss, "minimax_m2": _minimax_m2,
     "dots1": _dots1, "hunyuan_v1_moe": _hunyuan_v1_moe, "ernie4_5": _ernie4_5,
     "ernie4_5_moe": _ernie4_5_moe, "glm4": _glm4, "seed_oss": _seed_oss,
+    "granite": _granite, "granitemoe": _granitemoe, "smollm3": _smollm3,
+    "starcoder2": _starcoder2, "apertus": _apertus, "arcee": _arcee, "cohere2": _cohere2,
+    "glm4v_moe": _glm4v_moe,
     "gpt2": _gpt2, "gpt_neox": _gpt_neox, "bloom": _bloom, "opt": _opt, "falcon": _falcon,
     "RefinedWeb": _falcon, "RefinedWebModel": _falcon, "bert": _bert,
 }

@@ -295,6 +295,12 @@ def _explain_target_rank_order(problem: Problem, s: Strategy) -> tuple[str, str]
             f"use rank_order {RankOrder.TP_CP_EP_DP_PP.value}, or emit for megatron")
 
 
+def _explain_target_pipeline_schedule(problem: Problem, s: Strategy) -> tuple[str, str]:
+    return (f"pipeline_schedule {s.pipeline_schedule.value}: only torchtitan runs the "
+            f"zero-bubble schedules (torch.distributed.pipelining); Megatron-LM, DeepSpeed and "
+            f"MindSpore run 1F1B", "use pipeline_schedule 1f1b, or emit for torchtitan")
+
+
 def _explain_target_recompute_modules(problem: Problem, s: Strategy) -> tuple[str, str]:
     names = ", ".join(m.value for m in s.recompute_modules or ())
     return (f"recompute_modules {names}: only Megatron-LM recomputes chosen submodules "
@@ -449,6 +455,7 @@ EXPLAIN.update({
     Rule.FP8_PARAM_GATHER: _explain_fp8_param_gather,
     Rule.TARGET_FP8: _explain_target_fp8,
     Rule.TARGET_RANK_ORDER: _explain_target_rank_order,
+    Rule.TARGET_PIPELINE_SCHEDULE: _explain_target_pipeline_schedule,
     Rule.TARGET_RECOMPUTE_MODULES: _explain_target_recompute_modules,
     Rule.RANK_ORDER_EXPERTS: _explain_rank_order_experts,
     Rule.MOE_FLEX_HARDWARE: _explain_moe_flex_hardware,

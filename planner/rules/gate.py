@@ -92,6 +92,8 @@ SUMMARY: dict[Rule, str] = {
                              "schedule)",
     Rule.TARGET_RANK_ORDER: "rank order tp-cp-ep-pp-dp only on Megatron-LM "
                             "(--use-tp-pp-dp-mapping)",
+    Rule.TARGET_PIPELINE_SCHEDULE: "the zero-bubble pipeline schedules only on torchtitan "
+                                   "(pipeline_parallel_schedule)",
     Rule.TARGET_RECOMPUTE_MODULES: "recompute_modules other than core_attn only on Megatron-LM "
                                    "(--recompute-modules)",
     Rule.TARGET_MOE_DISPATCHER: "the flex MoE dispatcher (DeepEP, HybridEP) only on Megatron-LM "
@@ -430,6 +432,12 @@ TARGET_CHECKS: dict[Rule, tuple[tuple[LaunchTarget, ...], Callable[[Problem, Can
         tuple(t for t in LaunchTarget
               if RankOrder.TP_CP_EP_PP_DP not in profiles.load(t.framework).rank_orders),
         lambda p, c: c.rank_order == RANK_ORDER.index(RankOrder.TP_CP_EP_PP_DP)),
+    # The targets whose framework runs 1F1B only (pipeline_schedules): a zero-bubble plan
+    # priced for torchtitan has no launch config there.
+    Rule.TARGET_PIPELINE_SCHEDULE: (
+        tuple(t for t in LaunchTarget
+              if len(profiles.load(t.framework).pipeline_schedules) == 1),
+        lambda p, c: (c.pp > 1) & (c.pipeline_schedule > 0)),
     # The targets whose framework has no per-module selective recompute (recompute_modules):
     # torchtitan's selective AC is per op or per N layers, MindSpore's select_recompute per
     # operator, DeepSpeed's and plain PyTorch's checkpointing per layer.

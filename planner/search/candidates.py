@@ -22,11 +22,13 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from cost_models.enums import (DEFAULT_RECOMPUTE_MODULES, CpComm, MoeDispatcher, RankOrder,
-                               Recompute, RecomputeModule, ZeroStage)
+from cost_models.enums import (DEFAULT_RECOMPUTE_MODULES, CpComm, MoeDispatcher,
+                               PipelineSchedule, RankOrder, Recompute, RecomputeModule,
+                               ZeroStage)
 from cost_models.expert_parallel import DEEPEP_NVL_PEERS_MAX
 from planner.core.candidates import (CP_COMM_ORDER, DP_COMM_ORDER, MOE_DISPATCHER_ORDER,
-                                     RANK_ORDER, RECOMPUTE_ORDER, Candidates, modules_mask)
+                                     PIPELINE_SCHEDULE_ORDER, RANK_ORDER, RECOMPUTE_ORDER,
+                                     Candidates, modules_mask)
 from planner.errors import InfeasibleError
 from planner.rules.gate import (SUMMARY, Rule, RuleOptions, balanced_layouts_allowed, breaks,
                                 chunks_without_layers)
@@ -98,6 +100,10 @@ class SearchSpace:
     the space for a choice only Megatron-LM offers)."""
     nvls: bool = True
     """NCCL may use NVLS (False: NCCL_NVLS_ENABLE=0)."""
+    pipeline_schedule: PipelineSchedule | None = None
+    """The pipeline schedule of every candidate with pp > 1; None: 1F1B (interleaved with
+    vpp > 1). The search tries one schedule, as asked (the zero-bubble ones are torchtitan's,
+    and torch refuses them on a stage module compiled whole: schedules.py)."""
 
     def overlaps(self, problem: Problem) -> OverlapDefaults:
         """The overlaps every candidate uses: the pins, else the framework's defaults."""
@@ -528,7 +534,9 @@ def generate(problem: Problem, space: SearchSpace) -> list[CandidateGroup]:
             opt_offload=shares.astype(float), param_offload=params.astype(bool),
             act_offload=layers.astype(int), nvls=np.full(n, space.nvls),
             rank_order=np.full(n, RANK_ORDER.index(overlap.rank_order)),
-            moe_overlap=np.full(n, overlap.moe_a2a_overlap))
+            moe_overlap=np.full(n, overlap.moe_a2a_overlap),
+            pipeline_schedule=np.full(n, PIPELINE_SCHEDULE_ORDER.index(
+                space.pipeline_schedule or PipelineSchedule.ONE_F_ONE_B) if pp > 1 else 0))
         groups.append(CandidateGroup(pp=pp, vpp=vpp, cands=cands))
     return groups
 

@@ -17,7 +17,8 @@ from planner.costing.evaluate import (BlockCosts, Evaluation, block_costs, evalu
                                       state_floor_bytes, step_lower_bound_s)
 from cost_models.enums import CpComm, ZeroStage
 from planner.core.candidates import (CP_COMM_ORDER, DP_COMM_ORDER, MOE_DISPATCHER_ORDER,
-                                     RANK_ORDER, RECOMPUTE_ORDER, Candidates, strategy_modules)
+                                     PIPELINE_SCHEDULE_ORDER, RANK_ORDER, RECOMPUTE_ORDER,
+                                     Candidates, strategy_modules)
 from planner.costing.layout import Layout, framework_layouts
 from planner.core.problem import Problem
 from planner.costing.uncertainty import tie_limit_s
@@ -63,7 +64,9 @@ def strategy_at(c: Candidates, i: int,
         optimizer_offload=float(c.opt_offload[i]), param_offload=bool(c.param_offload[i]),
         activation_offload_layers=int(c.act_offload[i]),
         layers_per_stage=layers_per_stage, nvls=bool(c.nvls[i]),
-        rank_order=RANK_ORDER[c.rank_order[i]])
+        rank_order=RANK_ORDER[c.rank_order[i]],
+        pipeline_schedule=PIPELINE_SCHEDULE_ORDER[c.pipeline_schedule[i]]
+        if c.pipeline_schedule[i] else None)
 
 
 @dataclass

@@ -96,3 +96,36 @@ def test_dualpipev_needs_two_micro_batches_per_stage():
     assert "pipeline_schedule" in _rules(problem, _strategy(problem, DPV, vpp=2))
     kw = dict(pp=4, forward_s=1.0, input_grad_s=1.0, weight_grad_s=1.0)
     assert schedule_bubble_s(DPV, **kw) > schedule_bubble_s(ZBV, **kw)
+
+
+def test_the_search_runs_the_schedule_asked_and_prices_its_plans_as_evaluate_does():
+    from planner.api import search_space
+    from planner.search.solver import search
+
+    problem = _problem()
+    space, settings = search_space(pipeline_schedule="zbv", pp=4)
+    result = search(problem, space, settings)
+    assert result.plans
+    for plan in result.plans:
+        s = plan.strategy
+        assert (s.pipeline_schedule, s.vpp) == (ZBV, 2)
+        again = evaluate_strategy(problem, Strategy(
+            **{k: getattr(s, k) for k in ("dp", "tp", "pp", "vpp", "cp", "micro_batch",
+                                          "global_batch", "sequence_parallel", "recompute",
+                                          "zero_stage", "layers_per_stage", "cp_comm")},
+            pipeline_schedule=s.pipeline_schedule, overlap_grad_reduce=s.overlap_grad_reduce))
+        assert again.time.step_s == pytest.approx(plan.time.step_s, rel=1e-9)
+
+
+def test_plan_pin_shows_the_schedule_and_megatron_refuses_it(cli, tmp_path):
+    args = ("plan", "llama3-70b", "dgx-h100", "--gpus", "64", "--framework", "torchtitan",
+            "--global-batch", "64", "--pp", "4", "--pipeline-schedule", "dualpipev")
+    code, out, err = cli(*args)
+    assert code == 0, err
+    rows = [line for line in out.splitlines() if " vpp2 " in line and " mb" in line]
+    assert len(rows) == 5 and all(" dpv " in row for row in rows)
+    assert "zb/zbv/dpv pipeline schedule" in " ".join(out.split())
+    code, _, err = cli(*args, "--emit", "megatron", "--out", str(tmp_path))
+    assert code == 1
+    assert "target_pipeline_schedule: the zero-bubble pipeline schedules only on torchtitan" \
+        in err

@@ -14,6 +14,11 @@ Where the fixtures' field values come from (the HF config.json of each model, as
   qwen2-7b, qwen2.5-7b, qwen3-8b: https://huggingface.co/Qwen/<model>/blob/main/config.json;
   mistral-small-3.1-24b: mistralai/Mistral-Small-3.1-24B-Instruct-2503's config.json
   (transformers 4.57.1), as vendored by a public Mistral3 embedder (M3_CONFIG_JSON).
+  granite-3.3-8b-instruct, smollm3-3b, starcoder2-15b, apertus-8b/70b-2509, afm-4.5b,
+  command-r7b-12-2024, command-a-03-2025: the released configs' fields as public copies give
+  them (SmolLM3-3B verbatim from a mirror of its repository, StarCoder2-15B from its HF page's
+  refs/pr/7; the others from public test fixtures and ports; Apertus-70B's shape from its tech
+  report summary), not a byte copy of each;
   ernie-4.5-0.3b, glm-4-9b-0414, glm-4-32b-0414, seed-oss-36b: the released configs' shape
   fields as public test fixtures and the model cards' architecture tables give them (ERNIE:
   PaddlePaddle/ERNIE pretraining model_config.json; GLM-4-32B: hidden 6144, 61 layers, 48/2
@@ -50,6 +55,15 @@ PUBLISHED_TOTAL = {
     "glm-4-9b-0414": (9e9, 0.5e9, "THUDM/GLM-4-9B-0414 model card: 9B"),
     "glm-4-32b-0414": (32e9, 0.6e9, "THUDM/GLM-4-32B-0414 model card: 32 billion"),
     "seed-oss-36b": (36e9, 0.5e9, "ByteDance-Seed/Seed-OSS-36B model card: 36B"),
+    # Granite 3.0/3.1 model cards' table: 8.1B for this shape (8.17B, truncated).
+    "granite-3.3-8b-instruct": (8.1e9, 0.1e9, "ibm-granite model cards: 8.1B"),
+    "smollm3-3b": (3e9, 0.1e9, "HuggingFaceTB/SmolLM3-3B model card: 3B"),
+    # "a 15B parameter model" (bigcode/starcoder2-15b card): the nominal size; 15.96B counted.
+    "starcoder2-15b": (15e9, 1e9, "bigcode/starcoder2-15b model card: 15B"),
+    "apertus-8b-2509": (8e9, 0.1e9, "swiss-ai/Apertus model card: 8B"),
+    "apertus-70b-2509": (70e9, 0.6e9, "swiss-ai/Apertus model card: 70B"),
+    "afm-4.5b": (4.6e9, 0.05e9, "HF page arcee-ai/AFM-4.5B: 4.6B params"),
+    "command-a-03-2025": (111e9, 0.5e9, "CohereLabs command-a-03-2025 card: 111 billion"),
 }
 
 # name: (published count without the embedding and output matrices, half its last digit)
@@ -65,6 +79,9 @@ PUBLISHED_NON_EMBEDDING = {
     "qwen2.5-7b": (6.53e9, 0.005e9),
     "qwen3-0.6b": (0.44e9, 0.005e9),
     "qwen3-8b": (6.95e9, 0.005e9),
+    # CohereLabs c4ai-command-r7b-12-2024 card: "7 billion parameters", the layers without
+    # the tied 256,000-row embedding (8.03B with it).
+    "command-r7b-12-2024": (7e9, 0.05e9),
 }
 
 
@@ -280,3 +297,20 @@ def test_glm4_four_norms_and_qkv_biases_seed_oss_qkv_biases(tmp_path):
     with pytest.raises(InputError, match=r"config.json: mlp_bias: true: only biases on Q, K and "
                                          r"V \(attention_bias\) are modelled for seed_oss"):
         load_model(str(bad))
+
+
+def test_granite_smollm3_starcoder2_apertus_arcee_cohere2_layers():
+    """What each mapper reads (modeling_<type>.py), beside the counts above."""
+    assert _load("granite-3.3-8b-instruct").blocks[-1].tied        # tie_word_embeddings true
+    smol = _load("smollm3-3b")
+    assert smol.blocks[-1].tied and {b.sliding_window for b in _layers(smol)} == {None}
+    star = _layers(_load("starcoder2-15b"))[0]
+    assert (star.mlp.value, star.norm.value, star.bias, star.sliding_window) == (
+        "gelu", "layernorm", True, 4096)
+    apertus = _layers(_load("apertus-8b-2509"))[0]
+    assert apertus.mlp.value == "gelu" and apertus.qk_norm and not apertus.bias
+    assert _layers(_load("afm-4.5b"))[0].mlp.value == "squared_relu"
+    command = _layers(_load("command-r7b-12-2024"))
+    # One LayerNorm feeds attention and MLP side by side; three sliding layers to one global.
+    assert command[0].norms_per_layer == 1 and command[0].mlp.value == "swiglu"
+    assert [b.sliding_window for b in command[:4]] == [4096, 4096, 4096, None]

@@ -127,6 +127,12 @@ ROUNDED = {
     # layer), the 300B's active count leaves out the input embedding (47.08B).
     "ernie-4.5-21b-a3b": (21e9, 0.04, 3e9, 0.5e9, "nothing"),
     "ernie-4.5-300b-a47b": (300e9, 0.01, 47e9, 0.5e9, "embedding"),
+    # Granite 3.0/3.1 model cards' table: 3B MoE, 3.3B total, 800M active (the layers: the
+    # tied embedding left out, 807M).
+    "granite-3.1-3b-a800m-instruct": (3.3e9, 0.01, 0.8e9, 0.01e9, "embedding"),
+    # GLM-4.5V is GLM-4.5-Air's language model beside a 0.86B vision tower (zai-org card:
+    # "106B parameters, 12B active"); its config.json (a public dump of the loaded config).
+    "glm-4.5v": (106e9, 0.01, 12e9, 0.2e9, "embedding and head"),
 }
 
 
@@ -294,3 +300,14 @@ def test_minimax_dots_hunyuan_and_ernie_layers(tmp_path):
     with pytest.raises(InputError, match=r"config.json: moe_layer_interval: 2: only every layer "
                                          r"from moe_layer_start_index to the last being MoE"):
         load_model(str(bad))
+
+
+def test_glm4v_moe_prices_its_language_model_and_says_so():
+    path = CONFIGS / "glm-4.5v.json"
+    problem = make_problem(str(path), "dgx-h100", gpus=8)
+    layers = [problem.model.blocks[i] for i in problem.model.layer_indices]
+    assert sum(not b.is_moe for b in layers) == 1 and len(layers) == 46
+    assert layers[-1].dim_per_head == 128 and layers[-1].num_heads == 96
+    assert problem.notes[0] == (f"{path}: only the glm4v_moe language model (text_config) is "
+                                f"priced; the vision tower (vision_config) and its merger are "
+                                f"not")
