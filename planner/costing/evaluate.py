@@ -290,7 +290,8 @@ def evaluate(problem: Problem, layout: Layout, cands: Candidates,
     slowest = tau.argmax(1)
     pipeline = pipeline_time_s(max_stage_s=tau.max(1), sum_stage_s=tau.sum(1),
                                num_micro_batches=m, vpp=v)
-    pipeline = pipeline + _schedule_bubble_change(cands, p, v, tau, forward=fwd,
+    pipeline = pipeline + _schedule_bubble_change(cands, p, v, tau, pipeline - m * tau.max(1),
+                                                  forward=fwd,
                                                   weight_grad=values(sm.weight_grad))
 
     # ---- after the last micro-batch: gradient reduction, optimizer step, host copies
@@ -354,12 +355,14 @@ def _in_flight(cands: Candidates, p: int, v: int, m, group) -> np.ndarray:
     return out
 
 
-def _schedule_bubble_change(cands: Candidates, p: int, v: int, tau: np.ndarray, *, forward,
-                            weight_grad) -> np.ndarray:
+def _schedule_bubble_change(cands: Candidates, p: int, v: int, tau: np.ndarray,
+                            one_f_one_b: np.ndarray, *, forward, weight_grad) -> np.ndarray:
     """(N,) seconds a zero-bubble schedule adds to `pipeline_time_s` (negative: saves): its
-    bubble (`pipeline.schedule_bubble_s`) in place of 1F1B's (p - 1) tau / v, from the slowest
-    stage's chunk times per micro-batch: the forward, the weight gradients, and the rest of
-    its time (input gradients, recomputation, exposed communication) with the backward."""
+    bubble (`pipeline.schedule_bubble_s`) in place of 1F1B's (`one_f_one_b`), from the
+    slowest stage's chunk times per micro-batch: the forward, the weight gradients, and the
+    rest of its time (input gradients, recomputation, exposed communication) with the
+    backward. Both closed forms are for equal stages; the schedule's bubble is scaled by the
+    share of 1F1B's equal-stage bubble, (p - 1) tau / v, that unequal stages leave."""
     out = np.zeros(len(cands))
     if p == 1:
         return out
@@ -368,12 +371,13 @@ def _schedule_bubble_change(cands: Candidates, p: int, v: int, tau: np.ndarray, 
     f = forward[rows, slowest] / v
     w = weight_grad[rows, slowest] / v
     b = tau[rows, slowest] / v - f - w
+    filled = one_f_one_b / np.maximum((p - 1) * (f + b + w), 1e-30)
     for index in np.unique(cands.pipeline_schedule):
-        schedule = PIPELINE_SCHEDULE_ORDER[index]
         if index == 0:
             continue
-        bubble = schedule_bubble_s(schedule, pp=p, forward_s=f, input_grad_s=b, weight_grad_s=w)
-        out = np.where(cands.pipeline_schedule == index, bubble - (p - 1) * (f + b + w), out)
+        bubble = schedule_bubble_s(PIPELINE_SCHEDULE_ORDER[index], pp=p, forward_s=f,
+                                   input_grad_s=b, weight_grad_s=w)
+        out = np.where(cands.pipeline_schedule == index, filled * bubble - one_f_one_b, out)
     return out
 
 

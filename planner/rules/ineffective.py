@@ -88,8 +88,11 @@ def ineffective_settings(problem: Problem, strategy: Strategy) -> list[str]:
                          " capacity_factor in the model file), so its launches stay eager; "
                          "full_iteration captures them")
     if s.pipeline_schedule not in (None, PipelineSchedule.ONE_F_ONE_B) and s.pp == 1:
+        offered = s.pipeline_schedule in problem.framework.pipeline_schedules
         notes.append(f"pipeline_schedule {s.pipeline_schedule.value} has no effect at pp 1: "
-                     f"there is no pipeline to schedule")
+                     f"there is no pipeline to schedule"
+                     + ("" if offered else f" ({problem.framework.description} runs 1f1b "
+                        f"only, so no plan with a pipeline may use it)"))
     if (s.pipeline_schedule in (PipelineSchedule.ZBV, PipelineSchedule.DUALPIPEV)
             and s.pp > 1 and s.vpp == 2):
         notes.append(f"pipeline_schedule {s.pipeline_schedule.value} places each rank's two "

@@ -1,5 +1,6 @@
 """The notes of `planner.rules.ineffective` on the search's pins: `plan` and `sweep` judge each
-pin (--etp, --cp-comm, --sp, --tp-comm-overlap) on every plan they show."""
+pin (--etp, --cp-comm, --sp, --tp-comm-overlap, --pipeline-schedule) on every plan they
+show."""
 
 from __future__ import annotations
 
@@ -38,6 +39,8 @@ def _pinned(plan: PlanReport, space: SearchSpace) -> list[Strategy]:
         fields["tp_comm_overlap"] = space.tp_comm_overlap
     if tuple(space.sequence_parallel) == (True,):
         fields["sequence_parallel"] = True
+    if space.pipeline_schedule is not None:
+        fields["pipeline_schedule"] = space.pipeline_schedule
     base = Strategy(**fields)
     if plan.strategy.cp > 1 or not space.cp_comm:
         return [base]

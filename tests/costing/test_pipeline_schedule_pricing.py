@@ -129,3 +129,12 @@ def test_plan_pin_shows_the_schedule_and_megatron_refuses_it(cli, tmp_path):
     assert code == 1
     assert "target_pipeline_schedule: the zero-bubble pipeline schedules only on torchtitan" \
         in err
+
+
+def test_a_schedule_pin_the_framework_lacks_says_why_every_plan_has_pp_1(cli):
+    code, out, err = cli("plan", "llama3-70b", "dgx-h100", "--gpus", "64", "--global-batch",
+                         "64", "--pipeline-schedule", "zbv")
+    assert code == 0, err
+    assert ("note: pipeline_schedule zbv has no effect at pp 1: there is no pipeline to "
+            "schedule (Megatron-LM / Megatron-Core runs 1f1b only, so no plan with a pipeline "
+            "may use it)") in err
