@@ -611,6 +611,11 @@ def _pictures(problem, plans: list, rank: int, pictures: dict, *, what: str | No
     if rank > len(plans):
         raise InputError(f"--plan {rank}: the search ranked {len(plans)} plan(s)")
     chosen = plans[rank - 1]
+    schedule = chosen.strategy.pipeline_schedule
+    if pictures.get("timeline") and chosen.strategy.pp > 1 and schedule.value != "1f1b":
+        _stderr(f"note: --timeline draws the passes in 1F1B's order, fitted to the "
+                f"{schedule.value} step; that schedule's own order (weight gradients run in "
+                f"the bubble) is not drawn")
     heading = (f"{problem.model.name} ({render.params_label(problem.model)}) on "
                f"{problem.num_gpus} x {problem.cluster.gpu.name}: {what or f'plan #{rank}'}, "
                f"{render.strategy_label(chosen)}")

@@ -138,3 +138,14 @@ def test_a_schedule_pin_the_framework_lacks_says_why_every_plan_has_pp_1(cli):
     assert ("note: pipeline_schedule zbv has no effect at pp 1: there is no pipeline to "
             "schedule (Megatron-LM / Megatron-Core runs 1f1b only, so no plan with a pipeline "
             "may use it)") in err
+
+
+def test_timeline_of_a_zero_bubble_plan_says_what_it_draws(cli, tmp_path):
+    picture = tmp_path / "t.svg"
+    code, _, err = cli("plan", "llama3-70b", "dgx-h100", "--gpus", "64", "--framework",
+                       "torchtitan", "--global-batch", "64", "--pp", "4", "--pipeline-schedule",
+                       "zbv", "--timeline", str(picture))
+    assert code == 0, err
+    assert picture.exists()
+    assert ("note: --timeline draws the passes in 1F1B's order, fitted to the zbv step; that "
+            "schedule's own order (weight gradients run in the bubble) is not drawn") in err
