@@ -330,6 +330,11 @@ class PipelineSchedule(str, Enum):
     micro-batch's forward paired with another's backward (deepseek-ai/DualPipe):
     ScheduleDualPipeV (torchtitan DualPipeV); vpp 2, at least 2 pp micro-batches."""
 
+    @property
+    def v_shaped(self) -> bool:
+        """Two stages on each rank, placed in a V (ZB-V and DualPipeV)."""
+        return self in (PipelineSchedule.ZBV, PipelineSchedule.DUALPIPEV)
+
 
 class MoeDispatcher(str, Enum):
     """How an MoE layer's tokens reach their experts' ranks and come back (Megatron-Core

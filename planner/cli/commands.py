@@ -613,6 +613,7 @@ def _pictures(problem, plans: list, rank: int, pictures: dict, *, what: str | No
     chosen = plans[rank - 1]
     schedule = chosen.strategy.pipeline_schedule
     if pictures.get("timeline") and chosen.strategy.pp > 1 and schedule.value != "1f1b":
+        # The timeline simulates Megatron-LM's 1F1B order only (`costing.schedule`).
         _stderr(f"note: --timeline draws the passes in 1F1B's order, fitted to the "
                 f"{schedule.value} step; that schedule's own order (weight gradients run in "
                 f"the bubble) is not drawn")

@@ -116,9 +116,9 @@ class Candidates:
     --microbatch-group-size-per-virtual-pipeline-stage); 0: the framework's choice
     (`schedule_group`). None: 0."""
     pipeline_schedule: np.ndarray = None  # type: ignore[assignment]
-    """Index into PIPELINE_SCHEDULE_ORDER (None: 0, 1F1B, interleaved with vpp > 1). The
-    search never sets it; a strategy file or torchtitan config does, and framework rules gate
-    it."""
+    """Index into PIPELINE_SCHEDULE_ORDER (None: 0, 1F1B, interleaved with vpp > 1). A
+    strategy file or torchtitan config sets it, the search only where --pipeline-schedule asks
+    (`SearchSpace.pipeline_schedule`); the pipeline_schedule rule gates it."""
 
     def __post_init__(self) -> None:
         n = len(self.tp)

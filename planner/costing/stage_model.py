@@ -548,7 +548,8 @@ def stage_model(problem: Problem, cands, costs, *, pp: int, embedding_copy: Line
         host_states=host_states, activations=activations, activations_to_host=to_host,
         working=Peak(costs.recompute_working_bytes), pipe_buffers=pipe_buffers,
         gathered=gathered, buffers=buffers, forward=forward, backward=backward,
-        weight_grad=Linear(block=costs.weight_grad_s), recompute=recompute, tp=tp_comm, ep=ep_comm, cp=cp_comm, host=host_wait, pp=pp_comm,
+        weight_grad=Linear(block=costs.weight_grad_s), recompute=recompute, tp=tp_comm,
+        ep=ep_comm, cp=cp_comm, host=host_wait, pp=pp_comm,
         engine=engine, dp=tuple(dp_traffic), offload=tuple(offload),
         framework_bytes=cluster.reserve.framework_gib * 2**30,
         fragmentation=cluster.reserve.fragmentation_fraction)

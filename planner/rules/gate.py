@@ -188,12 +188,11 @@ def _pipeline_schedule(problem: Problem, c: Candidates, options: RuleOptions) ->
     offered = np.isin(c.pipeline_schedule,
                       [PIPELINE_SCHEDULE_ORDER.index(s)
                        for s in problem.framework.pipeline_schedules])
-    v_shaped = np.isin(c.pipeline_schedule, [PIPELINE_SCHEDULE_ORDER.index(PipelineSchedule.ZBV),
-                                             PIPELINE_SCHEDULE_ORDER.index(
-                                                 PipelineSchedule.DUALPIPEV)])
-    dualpipe = c.pipeline_schedule == PIPELINE_SCHEDULE_ORDER.index(PipelineSchedule.DUALPIPEV)
-    zero_bubble = c.pipeline_schedule == PIPELINE_SCHEDULE_ORDER.index(
-        PipelineSchedule.ZERO_BUBBLE)
+    index = PIPELINE_SCHEDULE_ORDER.index
+    v_shaped = np.isin(c.pipeline_schedule,
+                       [index(s) for s in PIPELINE_SCHEDULE_ORDER if s.v_shaped])
+    dualpipe = c.pipeline_schedule == index(PipelineSchedule.DUALPIPEV)
+    zero_bubble = c.pipeline_schedule == index(PipelineSchedule.ZERO_BUBBLE)
     m = c.global_batch // np.maximum(c.dp * c.mb, 1)
     return (c.pp > 1) & (~offered | (v_shaped & (c.vpp != 2)) | (zero_bubble & (c.vpp < 2))
                          | (dualpipe & (m < 2 * c.pp)))

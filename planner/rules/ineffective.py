@@ -93,8 +93,8 @@ def ineffective_settings(problem: Problem, strategy: Strategy) -> list[str]:
                      f"there is no pipeline to schedule"
                      + ("" if offered else f" ({problem.framework.description} runs 1f1b "
                         f"only, so no plan with a pipeline may use it)"))
-    if (s.pipeline_schedule in (PipelineSchedule.ZBV, PipelineSchedule.DUALPIPEV)
-            and s.pp > 1 and s.vpp == 2):
+    if s.pipeline_schedule is not None and s.pipeline_schedule.v_shaped and s.pp > 1 \
+            and s.vpp == 2:
         notes.append(f"pipeline_schedule {s.pipeline_schedule.value} places each rank's two "
                      f"stages in a V (rank r holds stages r and 2 pp - 1 - r, so the first "
                      f"rank holds the embedding and the output layer); the planner prices the "
