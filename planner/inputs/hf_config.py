@@ -98,6 +98,37 @@ def _phi3(k: _Keys) -> dict[str, Any]:
     return {**_llama_like(k), "sliding_window": _every_layer_window(k)}
 
 
+def _phi(k: _Keys) -> dict[str, Any]:
+    """Phi-1.5 / Phi-2 (modeling_phi.py): attention and a two-matrix GeLU MLP (fc1, fc2) side
+    by side on one LayerNorm's output (one norm a layer), biases on every projection and on
+    the output layer (lm_head), rotary positions on part of each head (partial_rotary_factor:
+    no parameters; the rotary kernel is priced on the whole head), untied embeddings. With
+    qk_layernorm a LayerNorm of head_dim on the queries and on the keys."""
+    return dict(
+        num_layers=k.need("num_hidden_layers"), hidden=k.need("hidden_size"),
+        num_heads=k.need("num_attention_heads"), num_kv_heads=k.get("num_key_value_heads"),
+        ffn_hidden=k.need("intermediate_size"), vocab_size=k.need("vocab_size"),
+        mlp="gelu", norm="layernorm", norms_per_layer=1, position="rotary",
+        tie_embeddings=bool(k.get("tie_word_embeddings", default=False)), bias=True,
+        lm_head_bias=True, dropout=bool(k.get("resid_pdrop", "attention_dropout",
+                                              default=0.0)),
+        qk_norm=bool(k.get("qk_layernorm", default=False)))
+
+
+def _phimoe(k: _Keys) -> dict[str, Any]:
+    """Phi-3.5-MoE and the SlimMoE Phi-mini/tiny-MoE (modeling_phimoe.py): GQA with biases on
+    Q, K, V and the output projection (attention_bias; the output's h biases a layer are not
+    counted), heads of head_dim where the file gives it (Phi-tiny-MoE: 16 of 128 on a 4096
+    residual), two LayerNorms a layer, every layer an MoE of num_local_experts SwiGLU experts
+    of intermediate_size without biases, top num_experts_per_tok by a router without bias
+    (its sparsemixer routing priced as top-k), a bias on the output layer where
+    lm_head_bias, untied embeddings, `sliding_window` on every layer where it binds."""
+    return {**_llama_like(k), "norm": "layernorm", "num_experts": k.need("num_local_experts"),
+            "top_k": k.need("num_experts_per_tok"), "moe_ffn_hidden": k.need("intermediate_size"),
+            "lm_head_bias": bool(k.get("lm_head_bias", default=False)),
+            "sliding_window": _every_layer_window(k)}
+
+
 def _local_global_period(k: _Keys, *, default: int) -> int | None:
     """n where layers repeat as n - 1 sliding-window layers then one full-attention layer (the
     `sliding_window_pattern` of the model file), from `layer_types` (transformers >= 4.53),
@@ -140,6 +171,22 @@ def _gemma(k: _Keys, *, period: int) -> dict[str, Any]:
         bias=False, qkv_bias=bool(k.get("attention_bias", default=False)), dropout=False,
         sliding_window=window if pattern else None,
         sliding_window_pattern=pattern or 1)
+
+
+def _gemma1(k: _Keys) -> dict[str, Any]:
+    """Gemma 1 (modeling_gemma.py; Gemma Team 2024, arXiv:2403.08295): heads of head_dim 256
+    (gemma-7b: 16 x 256 on a 3072 residual; gemma-2b: 8 query heads, 1 key-value head), a
+    GeLU-gated MLP (three matrices, no biases), two RMSNorms a layer before attention and the
+    MLP (their (1 + w) scale is one weight each), rotary positions on every layer, no
+    biases, tied embeddings (GemmaConfig's default; the released files leave it out). The
+    sqrt(hidden) embedding scale costs nothing we price."""
+    return dict(
+        num_layers=k.need("num_hidden_layers"), hidden=k.need("hidden_size"),
+        num_heads=k.need("num_attention_heads"), num_kv_heads=k.get("num_key_value_heads"),
+        head_dim=k.need("head_dim"), ffn_hidden=k.need("intermediate_size"),
+        vocab_size=k.need("vocab_size"), mlp="geglu", norm="rmsnorm", position="rotary",
+        tie_embeddings=bool(k.get("tie_word_embeddings", default=True)),
+        bias=False, qkv_bias=bool(k.get("attention_bias", default=False)), dropout=False)
 
 
 def _gemma2(k: _Keys) -> dict[str, Any]:
@@ -210,10 +257,10 @@ def _qwen2(k: _Keys) -> dict[str, Any]:
 def _olmo2(k: _Keys) -> dict[str, Any]:
     """OLMo 2 (modeling_olmo2.py): Llama-like, with RMSNorms after the attention and the MLP
     instead of before them (post_attention_layernorm, post_feedforward_layernorm: still two a
-    layer) and an RMSNorm on the queries and keys (q_norm, k_norm). OLMo normalises the whole
-    projection (heads x head_dim weights) where Qwen3 normalises each head: the same kernels
-    and kept tensors, (heads + kv_heads - 2) x head_dim fewer weights counted a layer."""
-    return {**_llama_like(k), "qk_norm": True}
+    layer) and an RMSNorm on the queries and keys (q_norm, k_norm) over the whole projection
+    (heads x head_dim and kv_heads x head_dim weights, where Qwen3 shares one head_dim vector
+    among the heads: the same kernels and kept tensors)."""
+    return {**_llama_like(k), "qk_norm": True, "qk_norm_per_head": True}
 
 
 def _olmo3(k: _Keys) -> dict[str, Any]:
@@ -226,9 +273,10 @@ def _olmo3(k: _Keys) -> dict[str, Any]:
 
 def _olmoe(k: _Keys) -> dict[str, Any]:
     """OLMoE (modeling_olmoe.py; Muennighoff et al. 2024, arXiv:2409.02060): OLMo 2-style
-    query and key norms, every layer an MoE of num_experts experts of intermediate_size, top
+    query and key norms (over the whole projection), every layer an MoE of num_experts experts of intermediate_size, top
     num_experts_per_tok, no shared expert, an auxiliary load-balancing loss."""
-    return {**_llama_like(k), "qk_norm": True, "num_experts": k.need("num_experts"),
+    return {**_llama_like(k), "qk_norm": True, "qk_norm_per_head": True,
+            "num_experts": k.need("num_experts"),
             "top_k": k.need("num_experts_per_tok"),
             "moe_ffn_hidden": k.need("intermediate_size")}
 
@@ -251,6 +299,26 @@ def _qwen2_moe(k: _Keys) -> dict[str, Any]:
             "moe_ffn_hidden": k.need("moe_intermediate_size"),
             "shared_ffn_hidden": k.get("shared_expert_intermediate_size", default=0),
             "shared_expert_gate": bool(k.get("shared_expert_intermediate_size"))}
+
+
+def _qwen2_vl(k: _Keys) -> dict[str, Any]:
+    """Qwen2-VL / Qwen2.5-VL (Qwen2VLForConditionalGeneration,
+    Qwen2_5_VLForConditionalGeneration; modeling_qwen2_vl.py, modeling_qwen2_5_vl.py): the
+    language model only, a Qwen2 decoder (biases on Q, K and V) with multimodal rotary
+    positions (the same rotary kernel). Its keys are those of `text_config` where the file
+    has one (transformers >= 4.50 saves), else the top level's (Qwen's original uploads), as
+    the config class reads them; word embeddings tied as the top level says where the text
+    config does not. The vision encoder and its patch merger are left out, and a note says
+    so."""
+    left_out = "vision encoder (vision_config) and its patch merger"
+    if k.get("text_config") is not None:
+        return _language_model(k, _qwen2, family=str(k.config.get("model_type")),
+                               left_out=left_out,
+                               defaults={"tie_word_embeddings": k.get("tie_word_embeddings",
+                                                                      default=False)})
+    note = (f"{k.file}: only the {k.config.get('model_type')} language model is priced; the "
+            f"{left_out} are not")
+    return {**_qwen2(k), "notes": (note,)}
 
 
 def _qwen3(k: _Keys) -> dict[str, Any]:
@@ -566,25 +634,95 @@ def _arcee(k: _Keys) -> dict[str, Any]:
     return {**_llama_like(k), "mlp": "squared_relu"}
 
 
-def _cohere2(k: _Keys) -> dict[str, Any]:
-    """Command R7B / Command A (modeling_cohere2.py): attention and a SwiGLU MLP side by side
-    on one LayerNorm's output (one norm a layer, weight only: counted as an RMSNorm's h
-    weights, its mean subtraction not priced), three sliding-window layers to one global
-    (layer_types or sliding_window_pattern, 4) with rotary positions on the sliding layers
-    only (no parameters), no biases (attention_bias), tied embeddings. logit_scale costs
-    nothing we price."""
-    pattern = _local_global_period(k, default=4)
+def _cohere_layers(k: _Keys) -> dict[str, Any]:
+    """Command R's layer (modeling_cohere.py, modular_cohere.py): attention and a SwiGLU MLP
+    side by side on one LayerNorm's output (one norm a layer, weight only: counted as an
+    RMSNorm's h weights, its mean subtraction not priced), heads of hidden / heads, no biases
+    (attention_bias), tied embeddings (CohereConfig's default; the released files leave it
+    out). logit_scale costs nothing we price."""
     hidden, heads = k.need("hidden_size"), k.need("num_attention_heads")
     return dict(
         num_layers=k.need("num_hidden_layers"), hidden=hidden, num_heads=heads,
         num_kv_heads=k.get("num_key_value_heads"),
-        head_dim=hidden // heads if heads > 0 else None,     # Cohere2Config: hidden / heads
+        head_dim=hidden // heads if heads > 0 else None,     # CohereConfig: hidden / heads
         ffn_hidden=k.need("intermediate_size"), vocab_size=k.need("vocab_size"),
         mlp="swiglu", norm="rmsnorm", norms_per_layer=1, position="rotary",
         tie_embeddings=bool(k.get("tie_word_embeddings", default=True)), bias=False,
-        qkv_bias=bool(k.get("attention_bias", default=False)), dropout=False,
-        sliding_window=k.get("sliding_window", default=4096) if pattern else None,
-        sliding_window_pattern=pattern or 1)
+        qkv_bias=bool(k.get("attention_bias", default=False)), dropout=False)
+
+
+def _cohere(k: _Keys) -> dict[str, Any]:
+    """Command R / R+ / Aya 23 (modeling_cohere.py): `_cohere_layers`, full attention on every
+    layer; with use_qk_norm (Command R+) a LayerNorm of head_dim per head on the queries and
+    the keys (CohereLayerNorm of (heads, head_dim) and (kv_heads, head_dim) weights)."""
+    qk_norm = bool(k.get("use_qk_norm", default=False))
+    return {**_cohere_layers(k), "qk_norm": qk_norm, "qk_norm_per_head": qk_norm}
+
+
+def _cohere2(k: _Keys) -> dict[str, Any]:
+    """Command R7B / Command A (modeling_cohere2.py): `_cohere_layers`, with three
+    sliding-window layers to one global (layer_types or sliding_window_pattern, 4) and rotary
+    positions on the sliding layers only (no parameters)."""
+    pattern = _local_global_period(k, default=4)
+    return {**_cohere_layers(k),
+            "sliding_window": k.get("sliding_window", default=4096) if pattern else None,
+            "sliding_window_pattern": pattern or 1}
+
+
+def _nemotron(k: _Keys) -> dict[str, Any]:
+    """Nemotron-4 / Minitron / Nemotron-Mini (modeling_nemotron.py; Parmar et al. 2024,
+    arXiv:2402.16819): GQA without biases (attention_bias, mlp_bias), a two-matrix
+    squared-ReLU MLP (hidden_act relu2: up, down), two LayerNorms a layer with weights and
+    biases (their weight + 1 is the same parameter count), rotary positions on part of each
+    head (partial_rotary_factor: no parameters; the rotary kernel is priced on the whole
+    head), untied embeddings by default. The head size is head_dim, or kv_channels in older
+    files (Minitron-8B: 48 heads of 128 on a 4096 residual), else hidden / heads."""
+    for name in ("attention_bias", "mlp_bias"):
+        if k.get(name, default=False):
+            raise InputError(f"{k.where(name)}: true: nemotron checkpoints have no biases; "
+                             f"biases on some linears only are not modelled for it")
+    act = k.get("hidden_act")
+    if act is not None and act != "relu2":
+        raise InputError(f"{k.where('hidden_act')}: {act!r:.40}: only relu2 (squared ReLU) is "
+                         f"modelled for nemotron")
+    return dict(
+        num_layers=k.need("num_hidden_layers"), hidden=k.need("hidden_size"),
+        num_heads=k.need("num_attention_heads"), num_kv_heads=k.get("num_key_value_heads"),
+        head_dim=k.get("head_dim", "kv_channels"), ffn_hidden=k.need("intermediate_size"),
+        vocab_size=k.need("vocab_size"), mlp="squared_relu", norm="layernorm",
+        position="rotary", tie_embeddings=bool(k.get("tie_word_embeddings", default=False)),
+        bias=False, dropout=False)
+
+
+def _exaone4_period(k: _Keys) -> int | None:
+    """EXAONE 4's local/global period: from layer_types, else `sliding_window_pattern` as an
+    integer n or as a string of n - 1 'L's closed by a 'G' (EXAONE-4.0-32B: "LLLG"); None
+    when the file sets no sliding_window (EXAONE-4.0-1.2B: every layer global)."""
+    if k.get("layer_types") is None and not k.get("sliding_window", default=0):
+        return None
+    pattern = k.config.get("sliding_window_pattern")
+    if isinstance(pattern, str) and k.get("layer_types") is None:
+        n = len(pattern)
+        if n == 0 or pattern != "L" * (n - 1) + "G":
+            raise InputError(f"{k.where('sliding_window_pattern')}: {pattern!r:.40}: only a "
+                             f"run of 'L' (sliding) layers closed by one 'G' (global) is "
+                             f"modelled; describe the model with a `layers:` list")
+        return n if n > 1 else None
+    return _local_global_period(k, default=4)
+
+
+def _exaone4(k: _Keys) -> dict[str, Any]:
+    """EXAONE 4.0 (modeling_exaone4.py; LG AI Research, arXiv:2507.11407): GQA with an RMSNorm
+    of head_dim on the queries and on the keys (one weight each, shared by the heads), an
+    RMSNorm after the attention and after the SwiGLU MLP instead of before them (OLMo 2's
+    placement: two a layer), no biases, untied embeddings by default (EXAONE-4.0-1.2B ties
+    them). Three sliding-window layers to one global (32B: window 4096, "LLLG"); the global
+    layers skip the rotary embedding (no parameters; the rotary kernel is priced on every
+    layer). Without a sliding_window (1.2B) every layer is global."""
+    pattern = _exaone4_period(k)
+    return {**_llama_like(k), "qk_norm": True,
+            "sliding_window": k.get("sliding_window", default=4096) if pattern else None,
+            "sliding_window_pattern": pattern or 1}
 
 
 def _glm4v_moe(k: _Keys) -> dict[str, Any]:
@@ -594,6 +732,49 @@ def _glm4v_moe(k: _Keys) -> dict[str, Any]:
     says so."""
     return _language_model(k, _glm4_moe, family="glm4v_moe",
                            left_out="vision tower (vision_config) and its merger")
+
+
+def _bailing_moe(k: _Keys) -> dict[str, Any]:
+    """inclusionAI Ling (model_type bailing_moe for both generations; the architectures key
+    tells them apart, as vLLM's port does). Both: GQA through a fused QKV projection, biases
+    where use_qkv_bias / use_bias, two RMSNorms a layer, routed SwiGLU experts of
+    moe_intermediate_size beside num_shared_experts shared ones (one MLP of their summed width,
+    moe_shared_expert_intermediate_size where given), first_k_dense_replace dense layers,
+    untied embeddings.
+    Ling 2.0 (BailingMoeV2ForCausalLM, modeling_bailing_moe_v2.py; Ling-mini/flash-2.0,
+    Ling-1T): an RMSNorm of head_dim on the queries and keys (use_qk_norm), half of each head
+    rotated (no parameters), sigmoid routing within n_group groups (topk_group of them) with
+    an expert bias (the auxiliary-loss-free balancing; a saved buffer of E a layer, counted),
+    num_nextn_predict_layers MTP layers (0 in the released chat checkpoints).
+    Ling 1 (BailingMoeForCausalLM, modeling_bailing_moe.py; Ling-lite, Ling-plus): softmax
+    routing with an auxiliary loss, no QK norm, no expert bias, no MTP."""
+    arch = k.get("architectures") or []
+    if not isinstance(arch, list):
+        raise InputError(f"{k.where('architectures')}: must be a list (got {arch!r:.40})")
+    v2 = "BailingMoeV2ForCausalLM" in arch or k.config.get("model_type") == "bailing_moe_v2"
+    if not v2 and arch and "BailingMoeForCausalLM" not in arch:
+        raise InputError(f"{k.where('architectures')}: {arch!r:.60}: bailing_moe is read as "
+                         f"BailingMoeForCausalLM (Ling) or BailingMoeV2ForCausalLM (Ling 2.0)")
+    moe_ffn = k.need("moe_intermediate_size")
+    shared = k.get("moe_shared_expert_intermediate_size",
+                   default=(k.get("num_shared_experts", default=0) or 0) * moe_ffn)
+    out = dict(
+        num_layers=k.need("num_hidden_layers"), hidden=k.need("hidden_size"),
+        num_heads=k.need("num_attention_heads"), num_kv_heads=k.get("num_key_value_heads"),
+        head_dim=k.get("head_dim"), ffn_hidden=k.need("intermediate_size"),
+        vocab_size=k.need("vocab_size"), mlp="swiglu", norm="rmsnorm", position="rotary",
+        tie_embeddings=bool(k.get("tie_word_embeddings", default=False)),
+        bias=bool(k.get("use_bias", default=False)),
+        qkv_bias=bool(k.get("use_qkv_bias", default=False)), dropout=False,
+        num_experts=k.need("num_experts"), top_k=k.need("num_experts_per_tok"),
+        moe_ffn_hidden=moe_ffn, shared_ffn_hidden=shared,
+        first_k_dense=k.get("first_k_dense_replace", default=0))
+    if not v2:
+        return out
+    return {**out, "qk_norm": bool(k.get("use_qk_norm", default=True)),
+            "router_bias": True, "load_balancing": "expert_bias",
+            "mtp_layers": k.get("num_nextn_predict_layers", default=0) or 0,
+            **_router_groups(k)}
 
 
 def _router_groups(k: _Keys) -> dict[str, Any]:
@@ -704,9 +885,11 @@ def _bert(k: _Keys) -> dict[str, Any]:
 MAPPERS: dict[str, Callable[[_Keys], dict[str, Any]]] = {
     "llama": _llama_like, "mistral": _mistral, "mistral3": _mistral3, "mixtral": _llama_like,
     "qwen2": _qwen2,
-    "phi3": _phi3, "gemma2": _gemma2, "gemma3_text": _gemma3_text, "gemma3": _gemma3,
+    "phi": _phi, "phi3": _phi3, "phimoe": _phimoe,
+    "gemma": _gemma1, "gemma2": _gemma2, "gemma3_text": _gemma3_text, "gemma3": _gemma3,
     "olmo2": _olmo2, "olmo3": _olmo3, "olmoe": _olmoe,
     "qwen2_moe": _qwen2_moe, "qwen3": _qwen3, "qwen3_moe": _qwen3_moe,
+    "qwen2_vl": _qwen2_vl, "qwen2_5_vl": _qwen2_vl,
     "qwen3_vl": _qwen3_vl, "qwen3_vl_moe": _qwen3_vl_moe,
     "deepseek_v2": _deepseek, "deepseek_v3": _deepseek, "kimi_k2": _deepseek,
     "kimi_k25": _kimi_k25, "glm4_moe": _glm4_moe, "llama4": _llama4,
@@ -714,8 +897,10 @@ MAPPERS: dict[str, Callable[[_Keys], dict[str, Any]]] = {
     "dots1": _dots1, "hunyuan_v1_moe": _hunyuan_v1_moe, "ernie4_5": _ernie4_5,
     "ernie4_5_moe": _ernie4_5_moe, "glm4": _glm4, "seed_oss": _seed_oss,
     "granite": _granite, "granitemoe": _granitemoe, "smollm3": _smollm3,
-    "starcoder2": _starcoder2, "apertus": _apertus, "arcee": _arcee, "cohere2": _cohere2,
-    "glm4v_moe": _glm4v_moe,
+    "starcoder2": _starcoder2, "apertus": _apertus, "arcee": _arcee, "cohere": _cohere,
+    "cohere2": _cohere2, "nemotron": _nemotron,
+    "glm4v_moe": _glm4v_moe, "exaone4": _exaone4, "bailing_moe": _bailing_moe,
+    "bailing_moe_v2": _bailing_moe,
     "gpt2": _gpt2, "gpt_neox": _gpt_neox, "bloom": _bloom, "opt": _opt, "falcon": _falcon,
     "RefinedWeb": _falcon, "RefinedWebModel": _falcon, "bert": _bert,
 }

@@ -73,6 +73,10 @@ class TransformerBlock(BaseModel):
     dropout: bool = True
     qk_norm: bool = False
     """RMSNorm on each head's queries and keys (Qwen3): 2 d parameters."""
+    qk_norm_per_head: bool = False
+    """The query and key norms hold weights per head, (heads + kv heads) d of them, split
+    with the heads (Command R+'s (heads, d) norms; OLMo 2's over the whole projection), not
+    one d vector the heads share (Qwen3). Only the parameter count differs."""
     attention_sinks: bool = False
     """A learned sink logit per head (gpt-oss)."""
     sliding_window: PositiveInt | None = None
@@ -138,6 +142,13 @@ class TransformerBlock(BaseModel):
         if self.sliding_window is not None and self.attention_chunk is not None:
             raise ValueError("sliding_window and attention_chunk: a layer attends locally "
                              "through one of them")
+        return self
+
+    @model_validator(mode="after")
+    def _per_head_needs_norms(self):
+        if self.qk_norm_per_head and not self.qk_norm:
+            raise ValueError("qk_norm_per_head describes the query and key norms: set qk_norm "
+                             "too, or drop it")
         return self
 
     @model_validator(mode="after")
@@ -250,10 +261,13 @@ class TransformerBlock(BaseModel):
             mlp = mlp_params(hidden=self.hidden, ffn_hidden=self.ffn, mlp=self.mlp,
                              bias=self.bias)
         norms = self.norms_per_layer * norm_params(hidden=self.hidden, norm=self.norm).replicated
-        if self.qk_norm:   # Qwen3, Gemma 3: one RMSNorm of head_dim for queries, one for keys
+        per_head = 0
+        if self.qk_norm and self.qk_norm_per_head:    # Command R+, OLMo 2: per head
+            per_head = (self.num_heads + self.kv_heads) * self.dim_per_head
+        elif self.qk_norm:   # Qwen3, Gemma 3: one RMSNorm of head_dim for queries, one for keys
             norms += 2 * self.dim_per_head
         sinks = self.num_heads if self.attention_sinks else 0      # sharded with the heads
-        return attention + mlp + ParamCount(sinks, norms)
+        return attention + mlp + ParamCount(sinks + per_head, norms)
 
     def active_params(self) -> ParamCount:
         """Parameters a token passes through: all but the routed experts it is not sent to."""

@@ -47,6 +47,7 @@ class TransformerShorthand(BaseModel):
     causal: bool = True
     final_norm: bool = True
     qk_norm: bool = False
+    qk_norm_per_head: bool = False
     attention_sinks: bool = False
     sliding_window: PositiveInt | None = None
     """Keys a local-attention layer's queries see (None: every layer attends to the whole
@@ -106,7 +107,8 @@ class TransformerShorthand(BaseModel):
             head_dim=self.head_dim, ffn_hidden=self.ffn_hidden, mlp=self.mlp, norm=self.norm,
             norms_per_layer=self.norms_per_layer, position=self.position, causal=self.causal,
             bias=self.bias, qkv_bias=self.qkv_bias, dropout=self.dropout, qk_norm=self.qk_norm,
-            attention_sinks=self.attention_sinks, q_lora_rank=self.q_lora_rank,
+            qk_norm_per_head=self.qk_norm_per_head, attention_sinks=self.attention_sinks,
+            q_lora_rank=self.q_lora_rank,
             kv_lora_rank=self.kv_lora_rank, qk_rope_head_dim=self.qk_rope_head_dim,
             v_head_dim=self.v_head_dim)
         moe = dict(num_experts=self.num_experts, top_k=self.top_k,

@@ -23,6 +23,25 @@ Where the fixtures' field values come from (the HF config.json of each model, as
   fields as public test fixtures and the model cards' architecture tables give them (ERNIE:
   PaddlePaddle/ERNIE pretraining model_config.json; GLM-4-32B: hidden 6144, 61 layers, 48/2
   heads; Seed-OSS: 64 layers, 80/8 heads of 128, hidden 5120, vocab 155K), not a byte copy.
+  gemma-2b: google/gemma-2b's config.json (transformers 4.38.0.dev0) as a public copy gives it;
+  gemma-7b: its shape fields as Megatron-Bridge's Gemma bridge test gives them
+  (tests/unit_tests/models/gemma/test_gemma_bridge.py), the other keys as gemma-2b's.
+  exaone-4.0-32b: NVIDIA/TensorRT-LLM tests/unittest/_torch/modeling/test_modeling_exaone4.py
+  (the 32B config with its two test edits undone: 64 layers, sliding_window 4096) and the
+  "LLLG" sliding_window_pattern the released file carries (transformers issue #39696);
+  exaone-4.0-1.2b: the model card's shape (30 layers, 32/8 heads, 65,536 positions) with
+  head_dim 64, hidden 2048, intermediate 4096, tied embeddings and no sliding window as ports
+  give them (vllm-metal PR #459; the 1.07B / 1.28B counts hold only with these).
+  command-r-v01, command-r-plus: the released files (gated) as public re-uploads that name them
+  in _name_or_path give them (prince-canuma/c4ai-command-r-v01-4bit;
+  FriendliAI/c4ai-command-r-plus-fp8, as alpindale's GPTQ and amd's FP8 copies);
+  minitron-4b-base, minitron-8b-base: nvidia/Minitron-4B-Base @475785a and
+  nvidia/Minitron-8B-Base @0959baf config.json as their Hugging Face pages show them.
+  phi-2: microsoft/phi-2's config.json as a public dump of HF configs gives it (checked against
+  transformers' convert_phi_weights_to_hf.py and a printed PhiForCausalLM module tree).
+  qwen2.5-vl-7b-instruct: Qwen's original upload (top-level language-model keys), as
+  NVIDIA/TensorRT-LLM tests/unittest/_torch/modeling/test_modeling_qwen2_5vl.py gives it with
+  its two test cuts undone (28 layers, vision depth 32).
 Published figures are rounded: each test allows half the last printed digit, unless noted.
 """
 
@@ -64,6 +83,22 @@ PUBLISHED_TOTAL = {
     "apertus-70b-2509": (70e9, 0.6e9, "swiss-ai/Apertus model card: 70B"),
     "afm-4.5b": (4.6e9, 0.05e9, "HF page arcee-ai/AFM-4.5B: 4.6B params"),
     "command-a-03-2025": (111e9, 0.5e9, "CohereLabs command-a-03-2025 card: 111 billion"),
+    # keras-hub gemma_presets.py "params" (Google's Keras checkpoints of the same weights).
+    "gemma-2b": (2_506_172_416, 0, "keras-hub gemma_presets.py gemma_2b_en: 2506172416"),
+    "gemma-7b": (8_537_680_896, 0, "keras-hub gemma_presets.py gemma_7b_en: 8537680896"),
+    "exaone-4.0-32b": (32.0e9, 0.05e9, "LG-AI-EXAONE/EXAONE-4.0 README: Model Size 32.0B"),
+    "exaone-4.0-1.2b": (1.28e9, 0.005e9, "LG-AI-EXAONE/EXAONE-4.0 README: Model Size 1.28B"),
+    # Leaderboard request files carry the Hub's safetensors count in billions, three decimals.
+    # Command R+'s figure holds only with its per-head query and key norms (Qwen3's shared
+    # ones would give 103.810).
+    "command-r-v01": (34.981e9, 0.0005e9, "OALL/requests c4ai-command-r-v01: params 34.981"),
+    "command-r-plus": (103.811e9, 0.0005e9,
+                       "openlifescienceai/requests c4ai-command-r-plus: params 103.811"),
+    "minitron-4b-base": (4.19e9, 0.005e9, "HF page mlx-community/Minitron-4B-Base: 4.19B"),
+    # nvidia/Minitron-8B-Base card: "8B" (8.27B counted; its 16.5 GB of bf16 weights agree).
+    "minitron-8b-base": (8e9, 0.5e9, "nvidia/Minitron-8B-Base model card: 8B"),
+    # The Hub's safetensors count of microsoft/phi-2 (F16 2,779,683,840; card "2.7 billion").
+    "phi-2": (2_779_683_840, 0, "HF safetensors metadata of microsoft/phi-2"),
 }
 
 # name: (published count without the embedding and output matrices, half its last digit)
@@ -82,6 +117,9 @@ PUBLISHED_NON_EMBEDDING = {
     # CohereLabs c4ai-command-r7b-12-2024 card: "7 billion parameters", the layers without
     # the tied 256,000-row embedding (8.03B with it).
     "command-r7b-12-2024": (7e9, 0.05e9),
+    # LGAI-EXAONE model cards: "Number of Parameters (without embeddings)".
+    "exaone-4.0-32b": (30.95e9, 0.005e9),
+    "exaone-4.0-1.2b": (1.07e9, 0.005e9),
 }
 
 
@@ -314,3 +352,98 @@ def test_granite_smollm3_starcoder2_apertus_arcee_cohere2_layers():
     # One LayerNorm feeds attention and MLP side by side; three sliding layers to one global.
     assert command[0].norms_per_layer == 1 and command[0].mlp.value == "swiglu"
     assert [b.sliding_window for b in command[:4]] == [4096, 4096, 4096, None]
+
+
+def test_gemma1_reads_head_dim_and_ties_by_default():
+    # gemma-7b: 16 heads of 256 on a 3072 residual (Gemma report arXiv:2403.08295, Table 1);
+    # gemma-2b: one key-value head. Neither file says tie_word_embeddings: GemmaConfig ties.
+    big = _load("gemma-7b")
+    layer = _layers(big)[0]
+    assert (layer.hidden, layer.num_heads, layer.dim_per_head, layer.kv_heads) == (3072, 16, 256, 16)
+    assert (layer.mlp.value, layer.norms_per_layer, layer.bias) == ("geglu", 2, False)
+    assert big.blocks[-1].tied and _layers(_load("gemma-2b"))[0].kv_heads == 1
+
+
+def test_exaone4_windows_and_norms(tmp_path):
+    layers = _layers(_load("exaone-4.0-32b"))
+    # "LLLG": three sliding layers of 4096 to one global, 16 of 64 global.
+    assert [b.sliding_window for b in layers[:4]] == [4096, 4096, 4096, None]
+    assert sum(b.sliding_window is None for b in layers) == 16
+    assert layers[0].qk_norm and layers[0].norms_per_layer == 2 and not layers[0].bias
+    assert {b.sliding_window for b in _layers(_load("exaone-4.0-1.2b"))} == {None}
+    # transformers >= 4.54 writes layer_types: the same layers.
+    config = json.loads((CONFIGS / "exaone-4.0-32b.json").read_text())
+    config["layer_types"] = ["full_attention" if (i + 1) % 4 == 0 else "sliding_attention"
+                             for i in range(64)]
+    del config["sliding_window_pattern"]
+    typed = tmp_path / "config.json"
+    typed.write_text(json.dumps(config))
+    assert [b.sliding_window for b in _layers(load_model(str(typed))[0])] == [
+        b.sliding_window for b in layers]
+    config["sliding_window_pattern"], config["layer_types"] = "LGLL", None
+    typed.write_text(json.dumps(config))
+    with pytest.raises(InputError, match=r"config.json: sliding_window_pattern: 'LGLL': only a "
+                                         r"run of 'L' \(sliding\) layers closed by one 'G'"):
+        load_model(str(typed))
+
+
+def test_cohere_and_nemotron_layers():
+    plus = _layers(_load("command-r-plus"))[0]
+    # One LayerNorm feeds attention and MLP side by side; R+ normalises queries and keys with
+    # a weight per head (CohereLayerNorm of (96, 128) and (8, 128)).
+    assert (plus.norms_per_layer, plus.mlp.value, plus.qk_norm, plus.qk_norm_per_head) == (
+        1, "swiglu", True, True)
+    shared = plus.model_copy(update={"qk_norm_per_head": False, "qk_norm": False})
+    assert plus.params().sharded - shared.params().sharded == (96 + 8) * 128
+    assert not _layers(_load("command-r-v01"))[0].qk_norm and _load("command-r-v01").blocks[-1].tied
+    mini = _load("minitron-8b-base")
+    layer = _layers(mini)[0]
+    # Minitron-8B: 48 heads of 128 on a 4096 residual (head_dim given), ReLU^2, LayerNorms.
+    assert (layer.num_heads, layer.dim_per_head, layer.kv_heads) == (48, 128, 8)
+    assert (layer.mlp.value, layer.norm.value, layer.bias) == ("squared_relu", "layernorm", False)
+    assert not mini.blocks[-1].tied
+
+
+def test_nemotron_older_keys_and_what_it_refuses(tmp_path):
+    config = json.loads((CONFIGS / "minitron-8b-base.json").read_text())
+    # Nemotron-Mini-4B-Instruct's first files name the head size kv_channels.
+    config["kv_channels"] = config.pop("head_dim")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert load_model(str(path))[0].num_params == _load("minitron-8b-base").num_params
+    config["hidden_act"] = "silu"
+    path.write_text(json.dumps(config))
+    with pytest.raises(InputError, match=r"config.json: hidden_act: 'silu': only relu2"):
+        load_model(str(path))
+
+
+def test_per_head_qk_norm_needs_qk_norm(tmp_path):
+    from planner.schemas.model import TransformerBlock
+    with pytest.raises(ValueError, match="qk_norm_per_head describes the query and key norms"):
+        TransformerBlock(hidden=64, num_heads=4, qk_norm_per_head=True)
+
+
+def test_phi2_parallel_block_with_biases():
+    layer = _layers(_load("phi-2"))[0]
+    # One LayerNorm feeds attention and a two-matrix GeLU MLP; biases everywhere, a biased head.
+    assert (layer.norms_per_layer, layer.mlp.value, layer.norm.value, layer.bias) == (
+        1, "gelu", "layernorm", True)
+    assert _load("phi-2").blocks[-1].params().total == 51200 * 2560 + 51200
+
+
+def test_qwen2_5_vl_prices_the_qwen2_decoder_from_either_layout(tmp_path):
+    model, _ = load_model(str(CONFIGS / "qwen2.5-vl-7b-instruct.json"))
+    # The language model is Qwen2-7B's shape: HF num_parameters() of Qwen/Qwen2-7B.
+    assert model.num_params == 7_615_616_512
+    assert any("vision encoder (vision_config)" in n for n in model.notes)
+    # transformers >= 4.50 saves the decoder's keys under text_config (v5: only there).
+    config = json.loads((CONFIGS / "qwen2.5-vl-7b-instruct.json").read_text())
+    text = {key: config.pop(key) for key in ("hidden_size", "intermediate_size",
+                                              "num_hidden_layers", "num_attention_heads",
+                                              "num_key_value_heads", "vocab_size",
+                                              "max_position_embeddings", "rms_norm_eps")}
+    config["text_config"] = {"model_type": "qwen2_5_vl_text", **text}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    nested, _ = load_model(str(path))
+    assert nested.num_params == model.num_params and not nested.blocks[-1].tied

@@ -133,6 +133,18 @@ ROUNDED = {
     # GLM-4.5V is GLM-4.5-Air's language model beside a 0.86B vision tower (zai-org card:
     # "106B parameters, 12B active"); its config.json (a public dump of the loaded config).
     "glm-4.5v": (106e9, 0.01, 12e9, 0.2e9, "embedding and head"),
+    # Phi-3.5-MoE model card and SlimMoE (arXiv:2506.18349) abstract: 41.9B total, 6.6B
+    # activated (every parameter a token uses; the 131K output-projection biases, not
+    # modelled, are below the rounding).
+    "phi-3.5-moe-instruct": (41.9e9, 0.0012, 6.6e9, 0.05e9, "nothing"),
+    # inclusionAI/Ling-V2 README: Ling-mini-2.0 "1.43B activated of 16.26B total params",
+    # "non-embedding 789M" activated (embedding and head left out).
+    "ling-mini-2.0": (16.26e9, 0.0004, 0.789e9, 0.0005e9, "embedding and head"),
+    # Ling-flash-2.0 model card: 100B total ("103B" on the HF collection), 6.1B activated,
+    # 4.8B without the embedding and head.
+    "ling-flash-2.0": (103e9, 0.005, 4.8e9, 0.1e9, "embedding and head"),
+    # inclusionAI/Ling README: Ling-Lite 16.8B parameters, 2.75B activated.
+    "ling-lite-1.5": (16.8e9, 0.003, 2.75e9, 0.005e9, "nothing"),
 }
 
 
@@ -311,3 +323,35 @@ def test_glm4v_moe_prices_its_language_model_and_says_so():
     assert problem.notes[0] == (f"{path}: only the glm4v_moe language model (text_config) is "
                                 f"priced; the vision tower (vision_config) and its merger are "
                                 f"not")
+
+
+def test_ling_flash_is_the_hub_count_and_ling_generations_split_by_architecture(tmp_path):
+    import json
+    flash, _ = load_model(str(CONFIGS / "ling-flash-2.0.json"))
+    # The Hub's safetensors metadata of inclusionAI/Ling-flash-2.0: BF16 102,889,697,280 and
+    # F32 7,936 (the expert-bias buffers, 31 MoE layers x 256).
+    assert flash.num_params == 102_889_697_280 + 7_936
+    layers = [flash.blocks[i] for i in flash.layer_indices]
+    assert not layers[0].is_moe and layers[1].is_moe and layers[1].qk_norm
+    assert (layers[1].router_groups, layers[1].router_group_topk) == (8, 4)
+    lite = [b for b in load_model(str(CONFIGS / "ling-lite-1.5.json"))[0].blocks
+            if b.kind == "transformer"]
+    assert lite[0].is_moe and not lite[0].qk_norm and lite[0].load_balancing.value == "aux_loss"
+    config = json.loads((CONFIGS / "ling-lite-1.5.json").read_text())
+    config["architectures"] = ["BailingForCausalLM"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    with pytest.raises(InputError, match=r"config.json: architectures: \['BailingForCausalLM'\]: "
+                                         r"bailing_moe is read as BailingMoeForCausalLM"):
+        load_model(str(path))
+
+
+def test_phi_tiny_moe_heads_of_their_own_width():
+    # microsoft/Phi-tiny-MoE-instruct: 16 heads of 128 on a 4096 residual (head_dim given), a
+    # 2047-token window on every layer, LayerNorms; 3.8B total (SlimMoE abstract).
+    model, _ = load_model(str(CONFIGS / "phi-tiny-moe-instruct.json"))
+    layer = model.blocks[model.layer_indices[0]]
+    assert (layer.num_heads, layer.dim_per_head, layer.kv_heads) == (16, 128, 4)
+    assert (layer.sliding_window, layer.norm.value, layer.num_experts) == (2047, "layernorm", 16)
+    assert abs(model.num_params - 3.8e9) <= 0.05e9 and model.blocks[-1].params().total == (
+        32064 * 4096 + 32064)

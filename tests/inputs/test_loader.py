@@ -123,15 +123,17 @@ def test_unknown_hf_model_type(cli, write, small_cluster):
     strategy = write("strategy.yaml", STRATEGY)
     code, _, err = cli(*memory_args(config, small_cluster, strategy))
     assert code == 2
-    assert err.strip() == (f"Error: {config}: model_type: 'lama' is not supported (did you mean "
-                           f"'llama'?); supported: RefinedWeb, RefinedWebModel, apertus, arcee, "
-                           f"bert, bloom, cohere2, deepseek_v2, deepseek_v3, dots1, ernie4_5, "
-                           f"ernie4_5_moe, falcon, gemma2, gemma3, gemma3_text, glm4, glm4_moe, "
-                           f"glm4v_moe, gpt2, gpt_neox, gpt_oss, granite, granitemoe, "
+    assert err.strip() == (f"Error: {config}: model_type: 'lama' is not supported "
+                           f"(did you mean 'llama'?); supported: RefinedWeb, RefinedWebModel, "
+                           f"apertus, arcee, bailing_moe, bailing_moe_v2, bert, bloom, cohere, "
+                           f"cohere2, deepseek_v2, deepseek_v3, dots1, ernie4_5, ernie4_5_moe, "
+                           f"exaone4, falcon, gemma, gemma2, gemma3, gemma3_text, glm4, glm4_moe,"
+                           f" glm4v_moe, gpt2, gpt_neox, gpt_oss, granite, granitemoe, "
                            f"hunyuan_v1_moe, kimi_k2, kimi_k25, llama, llama4, llama4_text, "
-                           f"minimax_m2, mistral, mistral3, mixtral, olmo2, olmo3, olmoe, opt, "
-                           f"phi3, qwen2, qwen2_moe, qwen3, qwen3_moe, qwen3_vl, qwen3_vl_moe, "
-                           f"seed_oss, smollm3, starcoder2")
+                           f"minimax_m2, mistral, mistral3, mixtral, nemotron, olmo2, olmo3, "
+                           f"olmoe, opt, phi, phi3, phimoe, qwen2, qwen2_5_vl, qwen2_moe, "
+                           f"qwen2_vl, qwen3, qwen3_moe, qwen3_vl, qwen3_vl_moe, seed_oss, "
+                           f"smollm3, starcoder2")
 
 
 def test_hf_missing_key(cli, write, small_cluster):
