@@ -86,6 +86,13 @@ def _model_args(plan: LaunchPlan) -> list[str]:
         raise InputError(f"--emit megatron: {plan.problem.model.name} has {what} (as Gemma 2/3 "
                          f"and GLM-4 do); pretrain_gpt.py has no flag for it (Megatron-Bridge "
                          f"builds such models from its own layer spec)")
+    if layer.norms_per_layer == 1:
+        # Megatron-Core's TransformerLayer runs attention, then the MLP on its output: no
+        # pretrain_gpt.py flag puts them side by side (NeMo built Falcon from its own spec).
+        raise InputError(f"--emit megatron: {plan.problem.model.name} runs attention and its MLP "
+                         f"side by side on one norm (as Falcon, Command R and Phi-2 do); "
+                         f"pretrain_gpt.py has no flag for it, and its flags would build a "
+                         f"sequential layer")
     if layer.mlp is MlpKind.SWIGLU:
         args.append("--swiglu")
     elif layer.mlp is MlpKind.SQUARED_RELU:
@@ -95,6 +102,8 @@ def _model_args(plan: LaunchPlan) -> list[str]:
                          f"--position-embedding-type")
     args += [f"--position-embedding-type {POSITIONS[layer.position]}",
              f"--normalization {NORMS[layer.norm]}"]
+    if layer.partial_rotary < 1:
+        args.append(f"--rotary-percent {layer.partial_rotary:g}")
     if not layer.bias:
         args.append("--disable-bias-linear")
     if layer.qkv_bias:

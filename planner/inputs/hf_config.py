@@ -82,6 +82,21 @@ def _every_layer_window(k: _Keys) -> int | None:
     return None if window is None or (longest and window >= longest) else window
 
 
+def _partial_rotary(k: _Keys, *names: str, default: float = 1.0) -> float:
+    """The share of each head the rotary embedding turns: the first of `names` the file
+    gives (partial_rotary_factor, or a family's older key), else the config class's
+    `default`."""
+    for name in names:
+        value = k.config.get(name)
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not 0 < value <= 1:
+                raise InputError(f"{k.where(name)}: must be a number in (0, 1] (got "
+                                 f"{value!r:.40})")
+            return float(value)
+    return default
+
+
 def _mistral(k: _Keys) -> dict[str, Any]:
     """Mistral: Llama-like, every layer attends through `sliding_window` when it is set
     (Mistral-7B-v0.1: 4096; v0.3: null). MistralAttention passes config.sliding_window to the
@@ -95,7 +110,8 @@ def _phi3(k: _Keys) -> dict[str, Any]:
     modular_phi3.py; Phi-3-mini-4k: 2047). partial_rotary_factor (Phi-4-mini) rotates part of
     each head: it changes neither the parameters nor the matmuls, only a small elementwise
     kernel that we price on the whole head."""
-    return {**_llama_like(k), "sliding_window": _every_layer_window(k)}
+    return {**_llama_like(k), "sliding_window": _every_layer_window(k),
+            "partial_rotary": _partial_rotary(k, "partial_rotary_factor")}
 
 
 def _phi(k: _Keys) -> dict[str, Any]:
@@ -112,7 +128,8 @@ def _phi(k: _Keys) -> dict[str, Any]:
         tie_embeddings=bool(k.get("tie_word_embeddings", default=False)), bias=True,
         lm_head_bias=True, dropout=bool(k.get("resid_pdrop", "attention_dropout",
                                               default=0.0)),
-        qk_norm=bool(k.get("qk_layernorm", default=False)))
+        qk_norm=bool(k.get("qk_layernorm", default=False)),
+        partial_rotary=_partial_rotary(k, "partial_rotary_factor", default=0.5))
 
 
 def _phimoe(k: _Keys) -> dict[str, Any]:
@@ -454,27 +471,33 @@ def _glm4_moe(k: _Keys) -> dict[str, Any]:
         shared_ffn_hidden=(k.get("n_shared_experts", default=0) or 0) * moe_ffn,
         first_k_dense=k.get("first_k_dense_replace", default=0),
         router_bias=True, load_balancing="expert_bias",
-        mtp_layers=k.get("num_nextn_predict_layers", default=0), **_router_groups(k))
+        mtp_layers=k.get("num_nextn_predict_layers", default=0), **_router_groups(k),
+        partial_rotary=_partial_rotary(k, "partial_rotary_factor", default=0.5))
 
 
 def _minimax_m2(k: _Keys) -> dict[str, Any]:
     """MiniMax-M2 / M2.1 / M2.5 (modeling_minimax_m2.py): GQA without biases, an RMSNorm over
-    the whole Q and K projections (q_norm over heads x head_dim, as OLMo 2: counted as
-    per-head norms, a few thousand weights a layer), every layer an MoE of num_local_experts
-    SwiGLU experts of intermediate_size, top num_experts_per_tok by a sigmoid router whose
-    e_score_correction_bias chooses the experts (auxiliary-loss-free), no shared expert. Its
-    rotary_dim (64 of 128) rotates part of each head: the rotary kernel priced on the whole
-    head. The MTP modules the file may name (num_mtp_modules) are not in the released
-    checkpoints and are not counted; MiniMax's 230B total leaves them out too."""
+    the whole Q and K projections (q_norm over heads x head_dim, as OLMo 2: per-head weights),
+    every layer an MoE of num_local_experts SwiGLU experts of intermediate_size, top
+    num_experts_per_tok by a sigmoid router whose e_score_correction_bias chooses the experts
+    (auxiliary-loss-free), no shared expert. Its rotary_dim (64 of 128) rotates part of each
+    head (the rotary kernel priced on the whole head). The MTP modules the file may name
+    (num_mtp_modules) are not in the released checkpoints and are not counted; MiniMax's 230B
+    total leaves them out too."""
     shared = k.get("shared_intermediate_size", default=0) or 0
     if shared:
         raise InputError(f"{k.where('shared_intermediate_size')}: {shared}: MiniMaxM2's "
                          f"decoder has no shared expert; only 0 is modelled")
-    return {**_llama_like(k), "qk_norm": bool(k.get("use_qk_norm", default=True)),
-            "num_experts": k.need("num_local_experts", "num_experts"),
-            "top_k": k.need("num_experts_per_tok"),
-            "moe_ffn_hidden": k.need("intermediate_size"),
-            "router_bias": True, "load_balancing": "expert_bias"}
+    out = {**_llama_like(k), "qk_norm": bool(k.get("use_qk_norm", default=True)),
+           "num_experts": k.need("num_local_experts", "num_experts"),
+           "top_k": k.need("num_experts_per_tok"),
+           "moe_ffn_hidden": k.need("intermediate_size"),
+           "router_bias": True, "load_balancing": "expert_bias"}
+    out["qk_norm_per_head"] = out["qk_norm"]
+    rotary_dim, head_dim = k.get("rotary_dim", default=0), k.get("head_dim", default=0)
+    if rotary_dim and head_dim and rotary_dim < head_dim:
+        out["partial_rotary"] = rotary_dim / head_dim
+    return out
 
 
 def _dots1(k: _Keys) -> dict[str, Any]:
@@ -564,7 +587,8 @@ def _glm4(k: _Keys) -> dict[str, Any]:
     the MLP, the after-norms on the branch before its residual add), a fused gate/up SwiGLU,
     and rotary on partial_rotary_factor (0.5) of each head: the kernel priced on the whole
     head."""
-    return {**_llama_like(k), "norms_per_layer": 4}
+    return {**_llama_like(k), "norms_per_layer": 4,
+            "partial_rotary": _partial_rotary(k, "partial_rotary_factor", default=0.5)}
 
 
 def _seed_oss(k: _Keys) -> dict[str, Any]:
@@ -691,7 +715,9 @@ def _nemotron(k: _Keys) -> dict[str, Any]:
         head_dim=k.get("head_dim", "kv_channels"), ffn_hidden=k.need("intermediate_size"),
         vocab_size=k.need("vocab_size"), mlp="squared_relu", norm="layernorm",
         position="rotary", tie_embeddings=bool(k.get("tie_word_embeddings", default=False)),
-        bias=False, dropout=False)
+        bias=False, dropout=False,
+        partial_rotary=_partial_rotary(k, "partial_rotary_factor", "rope_percent",
+                                       "rope_percentage", default=0.5))
 
 
 def _exaone4_period(k: _Keys) -> int | None:
@@ -774,7 +800,7 @@ def _bailing_moe(k: _Keys) -> dict[str, Any]:
     return {**out, "qk_norm": bool(k.get("use_qk_norm", default=True)),
             "router_bias": True, "load_balancing": "expert_bias",
             "mtp_layers": k.get("num_nextn_predict_layers", default=0) or 0,
-            **_router_groups(k)}
+            "partial_rotary": _partial_rotary(k, "partial_rotary_factor"), **_router_groups(k)}
 
 
 def _router_groups(k: _Keys) -> dict[str, Any]:
@@ -819,7 +845,9 @@ def _gpt_neox(k: _Keys) -> dict[str, Any]:
         num_heads=k.need("num_attention_heads"), ffn_hidden=k.need("intermediate_size"),
         vocab_size=k.need("vocab_size"), position="rotary",
         tie_embeddings=bool(k.get("tie_word_embeddings", default=False)),
-        bias=bool(k.get("attention_bias", default=True)), dropout=False)
+        bias=bool(k.get("attention_bias", default=True)), dropout=False,
+        partial_rotary=_partial_rotary(k, "rotary_pct", "partial_rotary_factor",
+                                       default=0.25))
 
 
 def _bloom(k: _Keys) -> dict[str, Any]:

@@ -65,6 +65,11 @@ class TransformerBlock(BaseModel):
     input and output (pre- and post-norm: 4), and every norm keeps its input for backward."""
     position: PositionKind = PositionKind.LEARNED
     """Rotary embeddings add a memory-bound kernel on Q and K."""
+    partial_rotary: float = Field(1.0, gt=0, le=1)
+    """The share of each head's dimensions the rotary embedding turns (GLM-4.5, Nemotron-4:
+    0.5; Phi-2: 0.4; Megatron-LM --rotary-percent). No parameters; Transformer Engine's fused
+    rotary kernel reads and writes the whole head either way (it copies the rest), so the
+    kernel is priced on the whole head."""
     causal: bool = True
     bias: bool = True
     """Biases on every linear layer (GPT-2/3, BLOOM, BERT); Llama has none."""
@@ -142,6 +147,14 @@ class TransformerBlock(BaseModel):
         if self.sliding_window is not None and self.attention_chunk is not None:
             raise ValueError("sliding_window and attention_chunk: a layer attends locally "
                              "through one of them")
+        return self
+
+    @model_validator(mode="after")
+    def _partial_rotary_needs_rotary(self):
+        if self.partial_rotary < 1 and self.position is not PositionKind.ROTARY:
+            raise ValueError(f"partial_rotary ({self.partial_rotary:g}) turns part of each head "
+                             f"with rotary positions: it needs position rotary (got "
+                             f"{self.position.value})")
         return self
 
     @model_validator(mode="after")

@@ -34,6 +34,7 @@ class TransformerShorthand(BaseModel):
     norm: NormKind = NormKind.LAYERNORM
     norms_per_layer: Literal[1, 2, 4] = 2
     position: PositionKind = PositionKind.LEARNED
+    partial_rotary: float = Field(1.0, gt=0, le=1)
     max_positions: NonNegativeInt = 0
     """Rows of the learned position table; 0 means the training sequence length."""
     max_context: PositiveInt | None = None
@@ -105,7 +106,8 @@ class TransformerShorthand(BaseModel):
         common = dict(
             hidden=self.hidden, num_heads=self.num_heads, num_kv_heads=self.num_kv_heads,
             head_dim=self.head_dim, ffn_hidden=self.ffn_hidden, mlp=self.mlp, norm=self.norm,
-            norms_per_layer=self.norms_per_layer, position=self.position, causal=self.causal,
+            norms_per_layer=self.norms_per_layer, position=self.position,
+            partial_rotary=self.partial_rotary, causal=self.causal,
             bias=self.bias, qkv_bias=self.qkv_bias, dropout=self.dropout, qk_norm=self.qk_norm,
             qk_norm_per_head=self.qk_norm_per_head, attention_sinks=self.attention_sinks,
             q_lora_rank=self.q_lora_rank,

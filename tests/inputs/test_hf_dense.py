@@ -302,6 +302,47 @@ def test_megatron_refuses_gemma_it_cannot_describe(cli, tmp_path):
            "(Megatron-Bridge builds such models from its own layer spec)")
 
 
+def test_megatron_refuses_side_by_side_layers(cli, tmp_path):
+    for name in ("phi-2", "command-r-v01"):
+        code, _, err = cli("plan", str(CONFIGS / f"{name}.json"), "dgx-h100", "--gpus", "64",
+                           "--emit", "megatron", "--out", str(tmp_path))
+        assert (code, err.strip().splitlines()[-1]) == (
+            2, f"Error: --emit megatron: {name} runs attention and its MLP side by side on one "
+               f"norm (as Falcon, Command R and Phi-2 do); pretrain_gpt.py has no flag for it, "
+               f"and its flags would build a sequential layer")
+
+
+def test_partial_rotary_is_read_and_emitted(cli, tmp_path):
+    # partial_rotary_factor: GLM-4.5 0.5 (Glm4MoeConfig), Minitron 0.5, Phi-2 0.4; MiniMax-M2's
+    # rotary_dim 64 of head_dim 128; Pythia's rotary_pct (GPTNeoXConfig default 0.25).
+    for name, share in (("minitron-8b-base", 0.5), ("phi-2", 0.4), ("minimax-m2", 0.5),
+                        ("qwen3-8b", 1.0)):
+        assert _layers(_load(name))[0].partial_rotary == share, name
+    pythia = {"model_type": "gpt_neox", "hidden_size": 512, "num_hidden_layers": 6,
+              "num_attention_heads": 8, "intermediate_size": 2048, "vocab_size": 50304}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(pythia))
+    assert _layers(load_model(str(path))[0])[0].partial_rotary == 0.25
+    path.write_text(json.dumps({**pythia, "rotary_pct": 1.5}))
+    with pytest.raises(InputError, match=r"config.json: rotary_pct: must be a number in \(0, 1\] "
+                                         r"\(got 1.5\)"):
+        load_model(str(path))
+    out = tmp_path / "emit"
+    code, _, err = cli("plan", str(CONFIGS / "minitron-8b-base.json"), "dgx-h100", "--gpus", "16",
+                       "--emit", "megatron", "--out", str(out))
+    assert code == 0, err
+    script = (out / "pretrain_gpt.sh").read_text()
+    assert "--rotary-percent 0.5" in script and "--squared-relu" in script
+
+
+def test_partial_rotary_needs_rotary_positions():
+    from planner.schemas.model import TransformerBlock
+    with pytest.raises(ValueError, match=r"partial_rotary \(0.5\) turns part of each head with "
+                                         r"rotary positions: it needs position rotary \(got "
+                                         r"learned\)"):
+        TransformerBlock(hidden=64, num_heads=4, partial_rotary=0.5)
+
+
 def test_olmo2_and_olmo3_layers(tmp_path):
     # OLMo 2 model card (allenai/OLMo-2-1124-7B): 32 layers, hidden 4096, 32 heads, 4096
     # context; "OLMo 2 7B" (7.30B in the checkpoint's shapes).
