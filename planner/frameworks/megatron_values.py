@@ -4,8 +4,8 @@ calls."""
 
 from __future__ import annotations
 
-from cost_models.enums import (DEFAULT_RECOMPUTE_MODULES, AttentionKind, Fp8Recipe, Precision,
-                               Recompute, RecomputeModule)
+from cost_models.enums import (DEFAULT_RECOMPUTE_MODULES, AttentionKind, Fp8Recipe,
+                               PositionKind, Precision, Recompute, RecomputeModule)
 from planner.frameworks.base import ParsedConfig
 from planner.frameworks.megatron_flags import CHOICES
 from planner.frameworks.shell_flags import Flag, one_line
@@ -84,16 +84,36 @@ def _model_values(problem) -> dict[str, int]:
 
 
 def check_model(parsed: ParsedConfig, flags: dict, problem, file: str) -> None:
-    """A finding for each model size the script gives that is not the planned model's."""
+    """A finding for each model size the script gives that is not the planned model's, and
+    for a head size (--kv-channels) or rotary share (--rotary-percent) it gives that is not."""
     expected = _model_values(problem)
     for name in _MODEL_FLAGS:
         if name in flags and name in expected and flags[name].value is not None:
             got = _int_value(flags[name], file)
             if got != expected[name]:
-                parsed.finding("megatron_model_mismatch",
-                               f"{name} is {got} but {problem.model.name} has {expected[name]}: "
-                               f"the script trains another model than the one planned",
-                               f"use {name} {expected[name]}, or plan for the script's model")
+                _mismatch(parsed, name, got, expected[name], problem)
+    layers = [b for b in problem.model.blocks if b.kind == "transformer"]
+    if not layers:
+        return
+    layer = layers[0]
+    if "--kv-channels" in flags and flags["--kv-channels"].value is not None \
+            and layer.mla is None:
+        got = _int_value(flags["--kv-channels"], file)
+        if got != layer.dim_per_head:
+            _mismatch(parsed, "--kv-channels", got, layer.dim_per_head, problem)
+    if "--rotary-percent" in flags and flags["--rotary-percent"].value is not None \
+            and layer.position is PositionKind.ROTARY:
+        got = _float_value(flags["--rotary-percent"], file)
+        if abs(got - layer.partial_rotary) > 1e-6:
+            _mismatch(parsed, "--rotary-percent", f"{got:g}", f"{layer.partial_rotary:g}",
+                      problem)
+
+
+def _mismatch(parsed: ParsedConfig, name: str, got, expected, problem) -> None:
+    parsed.finding("megatron_model_mismatch",
+                   f"{name} is {got} but {problem.model.name} has {expected}: the script "
+                   f"trains another model than the one planned",
+                   f"use {name} {expected}, or plan for the script's model")
 
 
 def _float_value(flag: Flag, file: str) -> float:

@@ -122,6 +122,29 @@ def test_megatron_model_mismatch_and_silent_sequence_parallelism(cli, write):
     assert SP_AT_TP_1 in result["notes"]
 
 
+def test_megatron_head_size_and_rotary_share_mismatch(cli, write):
+    # Minitron-8B: 48 heads of 128 on a 4096 residual, rotary on half of each head
+    # (nvidia/Minitron-8B-Base config.json: head_dim 128, partial_rotary_factor 0.5).
+    from pathlib import Path
+    model = str(Path(__file__).parent.parent / "inputs" / "hf_configs" / "minitron-8b-base.json")
+    text = """--num-layers 32 --hidden-size 4096 --num-attention-heads 48 --kv-channels 64
+--position-embedding-type rope --rotary-percent 1.0 --squared-relu --normalization LayerNorm
+--group-query-attention --num-query-groups 8 --micro-batch-size 1 --global-batch-size 64 --bf16
+"""
+    code, result, _ = _validate(cli, write, "args.txt", text, "--gpus", "8", model=model)
+    rules = _rules(result)
+    assert ("megatron_model_mismatch", "--kv-channels is 64 but minitron-8b-base has 128: the "
+            "script trains another model than the one planned",
+            "use --kv-channels 128, or plan for the script's model") in rules
+    assert ("megatron_model_mismatch", "--rotary-percent is 1 but minitron-8b-base has 0.5: the "
+            "script trains another model than the one planned",
+            "use --rotary-percent 0.5, or plan for the script's model") in rules
+    fixed = text.replace("--kv-channels 64", "--kv-channels 128").replace(
+        "--rotary-percent 1.0", "--rotary-percent 0.5")
+    code, result, _ = _validate(cli, write, "args.txt", fixed, "--gpus", "8", model=model)
+    assert not [r for r in _rules(result) if r[0] == "megatron_model_mismatch"]
+
+
 def test_megatron_needs_one_cuda_connection_with_tp(cli, write):
     text = MEGATRON.replace("export CUDA_DEVICE_MAX_CONNECTIONS=1\n", "").replace(
         "${TP:-16}", "8").replace(" --tensor-paralel-size 2", " --recompute-method uniform "
