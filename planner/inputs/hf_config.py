@@ -338,6 +338,63 @@ def _qwen2_vl(k: _Keys) -> dict[str, Any]:
     return {**_qwen2(k), "notes": (note,)}
 
 
+TEXT_CONFIG_DEFAULTS: dict[str, dict[str, Any]] = {
+    "llama": {"vocab_size": 32_000, "hidden_size": 4096, "intermediate_size": 11_008,
+              "num_hidden_layers": 32, "num_attention_heads": 32,
+              "max_position_embeddings": 2048, "tie_word_embeddings": False},
+    "mistral": {"vocab_size": 32_000, "hidden_size": 4096, "intermediate_size": 14_336,
+                "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+                "max_position_embeddings": 131_072, "tie_word_embeddings": False,
+                "sliding_window": 4096},
+    "qwen2": {"vocab_size": 151_936, "hidden_size": 4096, "intermediate_size": 22_016,
+              "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
+              "max_position_embeddings": 32_768, "tie_word_embeddings": False},
+    "qwen3": {"vocab_size": 151_936, "hidden_size": 4096, "intermediate_size": 22_016,
+              "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
+              "head_dim": 128, "max_position_embeddings": 32_768,
+              "tie_word_embeddings": False},
+    "gemma": {"vocab_size": 256_000, "hidden_size": 3072, "intermediate_size": 24_576,
+              "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 16,
+              "head_dim": 256, "max_position_embeddings": 8192, "tie_word_embeddings": True},
+    "gemma2": {"vocab_size": 256_000, "hidden_size": 2304, "intermediate_size": 9216,
+               "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4,
+               "head_dim": 256, "max_position_embeddings": 8192, "tie_word_embeddings": True,
+               "sliding_window": 4096},
+}
+"""The defaults of the text config classes a vision-language wrapper's `text_config` names
+(transformers configuration_llama.py, _mistral, _qwen2, _qwen3, _gemma, _gemma2; the same in
+4.57.1 and 5.x): a released text_config leaves out what equals them (llava-1.5-7b-hf's gives
+only its vocabulary, positions and norm epsilon: LlamaConfig's 4096 x 32 layers is Vicuna-7B's
+shape)."""
+
+VLM_TEXT_TYPES = {"llava": "llama", "llava_next": "llama", "llava_onevision": "qwen2",
+                  "paligemma": "gemma", "internvl": "qwen2"}
+"""The text model a wrapper's config class builds when its text_config names none
+(LlavaConfig, LlavaNextConfig: llama; LlavaOnevisionConfig, InternVLConfig: qwen2;
+PaliGemmaConfig: gemma)."""
+
+
+def _vlm(k: _Keys) -> dict[str, Any]:
+    """LLaVA 1.5 / 1.6 (NeXT) / OneVision, PaliGemma 1 / 2 and InternVL3 (the Hugging Face
+    native wrappers): the language model of `text_config` only, read by its own type's mapper
+    over that type's config-class defaults (`TEXT_CONFIG_DEFAULTS`), its word embeddings tied
+    as the text config says (the text class's default where it says nothing: released weights
+    follow it, not the wrapper's top-level key). The vision tower and its projector are left
+    out, and a note says so."""
+    wrapper = str(k.config.get("model_type"))
+    text = k.get("text_config")
+    if not isinstance(text, dict):
+        raise InputError(f"{k.where('text_config')}: required mapping is missing (the "
+                         f"language model of a {wrapper} config)")
+    kind = text.get("model_type", VLM_TEXT_TYPES[wrapper])
+    if not isinstance(kind, str) or kind not in TEXT_CONFIG_DEFAULTS:
+        raise InputError(f"{k.where('text_config.model_type')}: {kind!r:.40}: {wrapper}'s "
+                         f"language model is read as one of {', '.join(TEXT_CONFIG_DEFAULTS)}")
+    return _language_model(k, MAPPERS[kind], family=wrapper,
+                           left_out="vision tower (vision_config) and its projector",
+                           defaults=TEXT_CONFIG_DEFAULTS[kind])
+
+
 def _qwen3(k: _Keys) -> dict[str, Any]:
     """Qwen3: Llama-like with an RMSNorm on each head's queries and keys (modeling_qwen3.py)."""
     return {**_llama_like(k), "qk_norm": True}
@@ -917,7 +974,8 @@ MAPPERS: dict[str, Callable[[_Keys], dict[str, Any]]] = {
     "gemma": _gemma1, "gemma2": _gemma2, "gemma3_text": _gemma3_text, "gemma3": _gemma3,
     "olmo2": _olmo2, "olmo3": _olmo3, "olmoe": _olmoe,
     "qwen2_moe": _qwen2_moe, "qwen3": _qwen3, "qwen3_moe": _qwen3_moe,
-    "qwen2_vl": _qwen2_vl, "qwen2_5_vl": _qwen2_vl,
+    "qwen2_vl": _qwen2_vl, "qwen2_5_vl": _qwen2_vl, "llava": _vlm, "llava_next": _vlm,
+    "llava_onevision": _vlm, "paligemma": _vlm, "internvl": _vlm,
     "qwen3_vl": _qwen3_vl, "qwen3_vl_moe": _qwen3_vl_moe,
     "deepseek_v2": _deepseek, "deepseek_v3": _deepseek, "kimi_k2": _deepseek,
     "kimi_k25": _kimi_k25, "glm4_moe": _glm4_moe, "llama4": _llama4,

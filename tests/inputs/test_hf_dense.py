@@ -42,6 +42,12 @@ Where the fixtures' field values come from (the HF config.json of each model, as
   qwen2.5-vl-7b-instruct: Qwen's original upload (top-level language-model keys), as
   NVIDIA/TensorRT-LLM tests/unittest/_torch/modeling/test_modeling_qwen2_5vl.py gives it with
   its two test cuts undone (28 layers, vision depth 32).
+  llava-1.5-7b-hf: llava-hf/llava-1.5-7b-hf's config.json after 05ae2434 ("Update text config
+  to Vicuna"), byte for byte (950 bytes, as the Hub lists it) as a public copy gives it;
+  llava-v1.6-mistral-7b-hf: NVIDIA/TensorRT-LLM tests/unittest/_torch/modeling/
+  test_modeling_llava_next.py @b93e14ca with its vision depth cut undone (24);
+  paligemma-3b-pt-224: google/paligemma-3b-pt-224's architecture keys as a fine-tune saved from
+  it carries them (hyacinthum/paligemma_vqav2).
 Published figures are rounded: each test allows half the last printed digit, unless noted.
 """
 
@@ -488,3 +494,49 @@ def test_qwen2_5_vl_prices_the_qwen2_decoder_from_either_layout(tmp_path):
     path.write_text(json.dumps(config))
     nested, _ = load_model(str(path))
     assert nested.num_params == model.num_params and not nested.blocks[-1].tied
+
+
+
+# name: (the published count of the language model the wrapper's text_config describes, the
+# rows its vocabulary adds, whether the head shares them, where the count is published)
+WRAPPED_LANGUAGE_MODELS = {
+    # Vicuna-7B v1.5 is Llama 2 7B's shape: 6,738,415,616 (HF num_parameters() of
+    # meta-llama/Llama-2-7b-hf); LLaVA adds 64 rows (<image>, <pad> and padding) to 32,064.
+    "llava-1.5-7b-hf": (6_738_415_616, 64, False),
+    # Mistral-7B-Instruct-v0.2 is Mistral 7B's shape (7,241,732,096, HF num_parameters() of
+    # mistralai/Mistral-7B-v0.1), its window off (sliding_window: null in the text config).
+    "llava-v1.6-mistral-7b-hf": (7_241_732_096, 64, False),
+    # PaliGemma's decoder is Gemma 2B (2,506,172,416, keras-hub gemma_2b_en) with 1,216 more
+    # rows (257,216: the 1,024 location and 128 segmentation tokens, and padding), tied.
+    "paligemma-3b-pt-224": (2_506_172_416, 1216, True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WRAPPED_LANGUAGE_MODELS))
+def test_vision_language_wrappers_price_their_language_model(name):
+    published, rows, tied = WRAPPED_LANGUAGE_MODELS[name]
+    model = _load(name)
+    hidden = _layers(model)[0].hidden
+    assert model.num_params == published + rows * hidden * (1 if tied else 2)
+    assert model.blocks[-1].tied is tied
+    assert any("vision tower (vision_config) and its projector are not" in n
+               for n in model.notes)
+
+
+def test_vision_language_wrapper_text_types(tmp_path):
+    mistral = _layers(_load("llava-v1.6-mistral-7b-hf"))[0]
+    assert mistral.sliding_window is None and mistral.kv_heads == 8
+    # InternVL3 names its qwen2 decoder; without a model_type the wrapper's default (qwen2)
+    # is read; a text model the planner has no defaults for is refused by name.
+    config = {"model_type": "internvl", "text_config": {"hidden_size": 3584,
+              "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28,
+              "num_key_value_heads": 4, "vocab_size": 151674}}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    layer = _layers(load_model(str(path))[0])[0]
+    assert layer.qkv_bias and (layer.hidden, layer.kv_heads) == (3584, 4)
+    config["text_config"]["model_type"] = "phi3"
+    path.write_text(json.dumps(config))
+    with pytest.raises(InputError, match=r"config.json: text_config.model_type: 'phi3': "
+                                         r"internvl's language model is read as one of llama, "):
+        load_model(str(path))

@@ -129,9 +129,10 @@ def test_unknown_hf_model_type(cli, write, small_cluster):
                            f"cohere2, deepseek_v2, deepseek_v3, dots1, ernie4_5, ernie4_5_moe, "
                            f"exaone4, falcon, gemma, gemma2, gemma3, gemma3_text, glm4, glm4_moe,"
                            f" glm4v_moe, gpt2, gpt_neox, gpt_oss, granite, granitemoe, "
-                           f"hunyuan_v1_moe, kimi_k2, kimi_k25, llama, llama4, llama4_text, "
-                           f"minimax_m2, mistral, mistral3, mixtral, nemotron, olmo2, olmo3, "
-                           f"olmoe, opt, phi, phi3, phimoe, qwen2, qwen2_5_vl, qwen2_moe, "
+                           f"hunyuan_v1_moe, internvl, kimi_k2, kimi_k25, llama, llama4, "
+                           f"llama4_text, llava, llava_next, llava_onevision, minimax_m2, "
+                           f"mistral, mistral3, mixtral, nemotron, olmo2, olmo3, olmoe, opt, "
+                           f"paligemma, phi, phi3, phimoe, qwen2, qwen2_5_vl, qwen2_moe, "
                            f"qwen2_vl, qwen3, qwen3_moe, qwen3_vl, qwen3_vl_moe, seed_oss, "
                            f"smollm3, starcoder2")
 
