@@ -198,6 +198,10 @@ def main() -> None:
         print(f"ranking {name:14s} {r['pairs']:4d} pairs in {r['jobs']} jobs: tied within "
               f"{100 * r['tolerance']:.1f}%  ({', '.join(r['sources'])})")
     print(table["held_out"])
+    held = [abs(p.error) for p in predictions if not fitted(p.run)]
+    every = [abs(p.error) for p in predictions]
+    print(f"MAPE: {100 * sum(held) / len(held):.1f}% over the {len(held)} held-out runs, "
+          f"{100 * sum(every) / len(every):.1f}% over all {len(every)} priced")
     if "--write" in sys.argv:
         header = ("# The model's measured error per kind of run (planner/costing/uncertainty.py)."
                   "\n# Written by `python bench/error_bands.py --write`; do not edit by hand.\n")
