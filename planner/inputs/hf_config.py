@@ -290,8 +290,9 @@ def _olmo3(k: _Keys) -> dict[str, Any]:
 
 def _olmoe(k: _Keys) -> dict[str, Any]:
     """OLMoE (modeling_olmoe.py; Muennighoff et al. 2024, arXiv:2409.02060): OLMo 2-style
-    query and key norms (over the whole projection), every layer an MoE of num_experts experts of intermediate_size, top
-    num_experts_per_tok, no shared expert, an auxiliary load-balancing loss."""
+    query and key norms (over the whole projection), every layer an MoE of num_experts
+    experts of intermediate_size, top num_experts_per_tok, no shared expert, an auxiliary
+    load-balancing loss."""
     return {**_llama_like(k), "qk_norm": True, "qk_norm_per_head": True,
             "num_experts": k.need("num_experts"),
             "top_k": k.need("num_experts_per_tok"),
@@ -817,6 +818,12 @@ def _glm4v_moe(k: _Keys) -> dict[str, Any]:
                            left_out="vision tower (vision_config) and its merger")
 
 
+BAILING_V2_ONLY_KEYS = ("use_qk_norm", "n_group", "score_function",
+                        "moe_router_enable_expert_bias", "partial_rotary_factor")
+"""Keys only Ling 2.0's BailingMoeV2Config has: they tell the generations apart in a file
+without `architectures`."""
+
+
 def _bailing_moe(k: _Keys) -> dict[str, Any]:
     """inclusionAI Ling (model_type bailing_moe for both generations; the architectures key
     tells them apart, as vLLM's port does). Both: GQA through a fused QKV projection, biases
@@ -828,13 +835,15 @@ def _bailing_moe(k: _Keys) -> dict[str, Any]:
     Ling-1T): an RMSNorm of head_dim on the queries and keys (use_qk_norm), half of each head
     rotated (no parameters), sigmoid routing within n_group groups (topk_group of them) with
     an expert bias (the auxiliary-loss-free balancing; a saved buffer of E a layer, counted),
-    num_nextn_predict_layers MTP layers (0 in the released chat checkpoints).
+    num_nextn_predict_layers MTP layers (0 in the released chat checkpoints). A file without
+    `architectures` is read as Ling 2.0 where it has one of `BAILING_V2_ONLY_KEYS`.
     Ling 1 (BailingMoeForCausalLM, modeling_bailing_moe.py; Ling-lite, Ling-plus): softmax
     routing with an auxiliary loss, no QK norm, no expert bias, no MTP."""
     arch = k.get("architectures") or []
     if not isinstance(arch, list):
         raise InputError(f"{k.where('architectures')}: must be a list (got {arch!r:.40})")
-    v2 = "BailingMoeV2ForCausalLM" in arch or k.config.get("model_type") == "bailing_moe_v2"
+    v2 = ("BailingMoeV2ForCausalLM" in arch or k.config.get("model_type") == "bailing_moe_v2"
+          or not arch and any(k.config.get(key) is not None for key in BAILING_V2_ONLY_KEYS))
     if not v2 and arch and "BailingMoeForCausalLM" not in arch:
         raise InputError(f"{k.where('architectures')}: {arch!r:.60}: bailing_moe is read as "
                          f"BailingMoeForCausalLM (Ling) or BailingMoeV2ForCausalLM (Ling 2.0)")

@@ -406,7 +406,8 @@ def test_gemma1_reads_head_dim_and_ties_by_default():
     # gemma-2b: one key-value head. Neither file says tie_word_embeddings: GemmaConfig ties.
     big = _load("gemma-7b")
     layer = _layers(big)[0]
-    assert (layer.hidden, layer.num_heads, layer.dim_per_head, layer.kv_heads) == (3072, 16, 256, 16)
+    assert (layer.hidden, layer.num_heads, layer.dim_per_head, layer.kv_heads) == (
+        3072, 16, 256, 16)
     assert (layer.mlp.value, layer.norms_per_layer, layer.bias) == ("geglu", 2, False)
     assert big.blocks[-1].tied and _layers(_load("gemma-2b"))[0].kv_heads == 1
 

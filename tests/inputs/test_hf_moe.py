@@ -337,6 +337,13 @@ def test_ling_flash_is_the_hub_count_and_ling_generations_split_by_architecture(
     lite = [b for b in load_model(str(CONFIGS / "ling-lite-1.5.json"))[0].blocks
             if b.kind == "transformer"]
     assert lite[0].is_moe and not lite[0].qk_norm and lite[0].load_balancing.value == "aux_loss"
+    # Without architectures, Ling 2.0's own keys (use_qk_norm, n_group, ...) tell it apart.
+    mini = json.loads((CONFIGS / "ling-mini-2.0.json").read_text())
+    del mini["architectures"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(mini))
+    assert load_model(str(path))[0].num_params == load_model(
+        str(CONFIGS / "ling-mini-2.0.json"))[0].num_params
     config = json.loads((CONFIGS / "ling-lite-1.5.json").read_text())
     config["architectures"] = ["BailingForCausalLM"]
     path = tmp_path / "config.json"
