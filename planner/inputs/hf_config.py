@@ -1001,12 +1001,32 @@ MAPPERS: dict[str, Callable[[_Keys], dict[str, Any]]] = {
 }
 
 
+_HYBRID = ("its layers mix attention with state-space (Mamba) or linear-attention (Gated "
+           "DeltaNet, lightning attention) mixers, which the planner does not model yet")
+UNMODELLED: dict[str, str] = {
+    **{kind: _HYBRID for kind in (
+        "nemotron_h", "qwen3_next", "qwen3_5", "qwen3_5_moe", "falcon_h1", "jamba", "bamba",
+        "granitemoehybrid", "kimi_linear", "lfm2", "lfm2_moe", "zamba", "zamba2", "mamba",
+        "mamba2", "minimax", "plamo2")},
+    **{kind: "DeepSeek Sparse Attention (a lightning indexer choosing 2,048 keys for each "
+             "query) is not modelled, and dense attention would overstate its long-context "
+             "cost and leave the indexer out" for kind in ("deepseek_v32", "glm_moe_dsa")},
+    "gemma3n": "Gemma 3n's per-layer embeddings, AltUp and MatFormer layers are not modelled",
+}
+"""Model types the planner knows and does not model, with why: their names are close to
+supported ones (nemotron_h, qwen3_next, deepseek_v32, gemma3n), and a "did you mean" would
+invite pricing another architecture under their shapes."""
+
+
 def shorthand_from_hf(config: dict[str, Any], *, file: str, name: str) -> dict[str, Any]:
     """The transformer-shorthand fields (plus training defaults) for one HF config.json."""
     model_type = config.get("model_type")
     if not isinstance(model_type, str):
         what = "is missing" if model_type is None else f"must be a string (got {model_type!r:.40})"
         raise InputError(f"{file}: model_type: {what}; supported: {', '.join(sorted(MAPPERS))}")
+    if model_type in UNMODELLED:
+        raise InputError(f"{file}: model_type: {model_type!r} is not supported: "
+                         f"{UNMODELLED[model_type]}; no supported type stands in for it")
     if model_type not in MAPPERS:
         close = difflib.get_close_matches(str(model_type), list(MAPPERS), n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else ""

@@ -137,6 +137,22 @@ def test_unknown_hf_model_type(cli, write, small_cluster):
                            f"smollm3, starcoder2")
 
 
+@pytest.mark.parametrize(("kind", "why"), [
+    ("nemotron_h", "its layers mix attention with state-space (Mamba) or linear-attention"),
+    ("qwen3_next", "its layers mix attention with state-space (Mamba) or linear-attention"),
+    ("deepseek_v32", "DeepSeek Sparse Attention (a lightning indexer choosing 2,048 keys"),
+    ("gemma3n", "Gemma 3n's per-layer embeddings, AltUp and MatFormer layers")])
+def test_hf_types_known_and_not_modelled_say_why(cli, write, small_cluster, kind, why):
+    # Close to supported names (nemotron, qwen3, deepseek_v3, gemma3): no "did you mean",
+    # which would invite pricing another architecture under their shapes.
+    config = write("config.json", json.dumps({"model_type": kind, "hidden_size": 8}))
+    code, _, err = cli(*memory_args(config, small_cluster, write("strategy.yaml", STRATEGY)))
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert err.startswith(f"Error: {config}: model_type: '{kind}' is not supported: {why}")
+    assert err.strip().endswith("no supported type stands in for it")
+    assert "did you mean" not in err
+
+
 def test_hf_missing_key(cli, write, small_cluster):
     config = write("config.json", json.dumps({"model_type": "llama", "hidden_size": 64}))
     strategy = write("strategy.yaml", STRATEGY)
