@@ -218,19 +218,53 @@ def _gemma3_text(k: _Keys) -> dict[str, Any]:
     return {**_gemma(k, period=6), "qk_norm": True}
 
 
-GEMMA3_TEXT_DEFAULTS: dict[str, Any] = {
-    "vocab_size": 262_208, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
-    "max_position_embeddings": 131_072, "tie_word_embeddings": True}
-"""Gemma3TextConfig defaults (transformers configuration_gemma3.py) that Google's multimodal
-config.json files rely on: gemma-3-27b-it's text_config names no vocab_size."""
+TEXT_CONFIG_DEFAULTS: dict[str, dict[str, Any]] = {
+    "llama": {"vocab_size": 32_000, "hidden_size": 4096, "intermediate_size": 11_008,
+              "num_hidden_layers": 32, "num_attention_heads": 32,
+              "max_position_embeddings": 2048, "tie_word_embeddings": False},
+    "mistral": {"vocab_size": 32_000, "hidden_size": 4096, "intermediate_size": 14_336,
+                "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+                "max_position_embeddings": 131_072, "tie_word_embeddings": False,
+                "sliding_window": 4096},
+    "qwen2": {"vocab_size": 151_936, "hidden_size": 4096, "intermediate_size": 22_016,
+              "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
+              "max_position_embeddings": 32_768, "tie_word_embeddings": False},
+    "qwen3": {"vocab_size": 151_936, "hidden_size": 4096, "intermediate_size": 22_016,
+              "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
+              "head_dim": 128, "max_position_embeddings": 32_768,
+              "tie_word_embeddings": False},
+    "gemma": {"vocab_size": 256_000, "hidden_size": 3072, "intermediate_size": 24_576,
+              "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 16,
+              "head_dim": 256, "max_position_embeddings": 8192, "tie_word_embeddings": True},
+    "gemma2": {"vocab_size": 256_000, "hidden_size": 2304, "intermediate_size": 9216,
+               "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4,
+               "head_dim": 256, "max_position_embeddings": 8192, "tie_word_embeddings": True,
+               "sliding_window": 4096},
+    # Only the keys Google's multimodal files rely on (gemma-3-27b-it's text_config names no
+    # vocab_size).
+    "gemma3_text": {"vocab_size": 262_208, "num_attention_heads": 8, "num_key_value_heads": 4,
+                    "head_dim": 256, "max_position_embeddings": 131_072,
+                    "tie_word_embeddings": True},
+}
+"""The defaults of the text config classes a multimodal config's `text_config` names
+(transformers configuration_llama.py, _mistral, _qwen2, _qwen3, _gemma, _gemma2, _gemma3; the
+same in 4.57.1 and 5.x): a released text_config leaves out what equals them (llava-1.5-7b-hf's
+gives only its vocabulary, positions and norm epsilon: LlamaConfig's 4096 x 32 layers is
+Vicuna-7B's shape)."""
 
 
 def _language_model(k: _Keys, mapper: Callable[[_Keys], dict[str, Any]], *, family: str,
-                    left_out: str, defaults: dict[str, Any] | None = None) -> dict[str, Any]:
+                    left_out: str, defaults: dict[str, Any] | None = None,
+                    flat: bool = False) -> dict[str, Any]:
     """A multimodal config's language model: its `text_config` (over `defaults`, the text
     config class's own for keys the file leaves out) read by `mapper`, with a note that the
-    rest (`left_out`) is not priced."""
+    rest (`left_out`) is not priced. `flat`: a file without a text_config keeps the language
+    model's keys at its top level (Qwen2-VL's original uploads)."""
     text = k.get("text_config")
+    if text is None and flat:
+        note = (f"{k.file}: only the {family} language model is priced; the {left_out} are "
+                f"not")
+        return {**mapper(k), "notes": (note,)}
     if not isinstance(text, dict):
         raise InputError(f"{k.where('text_config')}: required mapping is missing (the "
                          f"language model of a {family} config)")
@@ -244,7 +278,8 @@ def _gemma3(k: _Keys) -> dict[str, Any]:
     """Gemma 3 with vision (Gemma3ForConditionalGeneration): the language model of
     `text_config` only; the SigLIP encoder (417M parameters for 4B-27B, Gemma 3 report
     Table 1) and its projector are left out, and a note says so."""
-    return _language_model(k, _gemma3_text, family="gemma3", defaults=GEMMA3_TEXT_DEFAULTS,
+    return _language_model(k, _gemma3_text, family="gemma3",
+                           defaults=TEXT_CONFIG_DEFAULTS["gemma3_text"],
                            left_out="vision encoder (vision_config) and its projector")
 
 
@@ -328,45 +363,12 @@ def _qwen2_vl(k: _Keys) -> dict[str, Any]:
     the config class reads them; word embeddings tied as the top level says where the text
     config does not. The vision encoder and its patch merger are left out, and a note says
     so."""
-    left_out = "vision encoder (vision_config) and its patch merger"
-    if k.get("text_config") is not None:
-        return _language_model(k, _qwen2, family=str(k.config.get("model_type")),
-                               left_out=left_out,
-                               defaults={"tie_word_embeddings": k.get("tie_word_embeddings",
-                                                                      default=False)})
-    note = (f"{k.file}: only the {k.config.get('model_type')} language model is priced; the "
-            f"{left_out} are not")
-    return {**_qwen2(k), "notes": (note,)}
+    return _language_model(k, _qwen2, family=str(k.config.get("model_type")),
+                           left_out="vision encoder (vision_config) and its patch merger",
+                           defaults={"tie_word_embeddings": k.get("tie_word_embeddings",
+                                                                  default=False)},
+                           flat=True)
 
-
-TEXT_CONFIG_DEFAULTS: dict[str, dict[str, Any]] = {
-    "llama": {"vocab_size": 32_000, "hidden_size": 4096, "intermediate_size": 11_008,
-              "num_hidden_layers": 32, "num_attention_heads": 32,
-              "max_position_embeddings": 2048, "tie_word_embeddings": False},
-    "mistral": {"vocab_size": 32_000, "hidden_size": 4096, "intermediate_size": 14_336,
-                "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
-                "max_position_embeddings": 131_072, "tie_word_embeddings": False,
-                "sliding_window": 4096},
-    "qwen2": {"vocab_size": 151_936, "hidden_size": 4096, "intermediate_size": 22_016,
-              "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
-              "max_position_embeddings": 32_768, "tie_word_embeddings": False},
-    "qwen3": {"vocab_size": 151_936, "hidden_size": 4096, "intermediate_size": 22_016,
-              "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
-              "head_dim": 128, "max_position_embeddings": 32_768,
-              "tie_word_embeddings": False},
-    "gemma": {"vocab_size": 256_000, "hidden_size": 3072, "intermediate_size": 24_576,
-              "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 16,
-              "head_dim": 256, "max_position_embeddings": 8192, "tie_word_embeddings": True},
-    "gemma2": {"vocab_size": 256_000, "hidden_size": 2304, "intermediate_size": 9216,
-               "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4,
-               "head_dim": 256, "max_position_embeddings": 8192, "tie_word_embeddings": True,
-               "sliding_window": 4096},
-}
-"""The defaults of the text config classes a vision-language wrapper's `text_config` names
-(transformers configuration_llama.py, _mistral, _qwen2, _qwen3, _gemma, _gemma2; the same in
-4.57.1 and 5.x): a released text_config leaves out what equals them (llava-1.5-7b-hf's gives
-only its vocabulary, positions and norm epsilon: LlamaConfig's 4096 x 32 layers is Vicuna-7B's
-shape)."""
 
 VLM_TEXT_TYPES = {"llava": "llama", "llava_next": "llama", "llava_onevision": "qwen2",
                   "paligemma": "gemma", "internvl": "qwen2"}

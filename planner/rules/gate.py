@@ -193,9 +193,8 @@ def _pipeline_schedule(problem: Problem, c: Candidates, options: RuleOptions) ->
                        [index(s) for s in PIPELINE_SCHEDULE_ORDER if s.v_shaped])
     dualpipe = c.pipeline_schedule == index(PipelineSchedule.DUALPIPEV)
     zero_bubble = c.pipeline_schedule == index(PipelineSchedule.ZERO_BUBBLE)
-    m = c.global_batch // np.maximum(c.dp * c.mb, 1)
     return (c.pp > 1) & (~offered | (v_shaped & (c.vpp != 2)) | (zero_bubble & (c.vpp < 2))
-                         | (dualpipe & (m < 2 * c.pp)))
+                         | (dualpipe & (c.num_micro_batches < 2 * c.pp)))
 
 
 def _parameter_server_zero(problem: Problem, c: Candidates, options: RuleOptions) -> np.ndarray:
